@@ -1,0 +1,52 @@
+# npulm build: `make` builds build/npulm and build/libnpulm.a; `make test` runs every test.
+# `make SAN=1 test` does the same under AddressSanitizer + UndefinedBehaviorSanitizer in build-san/.
+
+BUILD := build
+OPT := -O2 -g
+ifeq ($(SAN),1)
+BUILD := build-san
+OPT := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+endif
+
+CFLAGS += -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror -Iinclude -Isrc -pthread $(OPT)
+LDFLAGS += $(filter -fsanitize%,$(OPT))
+LDLIBS := -lpcre2-8 -lm -pthread
+
+SRCS := $(shell find src -name '*.c' | sort)
+OBJS := $(SRCS:%.c=$(BUILD)/%.o)
+TEST_SRCS := $(sort $(wildcard tests/test_*.c))
+TESTS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
+
+.PHONY: all test tests clean fuzz
+all: $(BUILD)/npulm
+
+$(BUILD)/libnpulm.a: $(OBJS)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+$(BUILD)/npulm: $(BUILD)/tools/npulm.o $(BUILD)/libnpulm.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libnpulm.a
+	$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(LDLIBS)
+
+tests: $(TESTS)
+
+test: $(BUILD)/npulm $(TESTS)
+	@tests/run.sh $(BUILD)
+
+# libFuzzer harness for the GGUF reader (clang only): `make fuzz && build-fuzz/fuzz_gguf corpus/`
+FUZZ_SRCS := $(filter-out src/ref/% src/runtime/%,$(SRCS))
+fuzz:
+	@mkdir -p build-fuzz
+	clang -std=c11 -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc -g -O1 -fsanitize=fuzzer,address,undefined \
+	  -o build-fuzz/fuzz_gguf fuzz/fuzz_gguf.c $(SRCS) $(LDLIBS)
+
+clean:
+	rm -rf build build-san build-fuzz
+
+-include $(OBJS:.o=.d) $(TESTS:=.d) $(BUILD)/tools/npulm.d

@@ -1,0 +1,171 @@
+/* npulm — run llama-family language models the way a mobile NPU must run them.
+ * This is the whole public C API: the CLI and any server use only this header. */
+#ifndef NPULM_H
+#define NPULM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Every fallible call returns a status; on failure the optional 'err' holds one line naming the
+ * problem (no trailing newline). */
+typedef enum npulm_status {
+  NPULM_OK = 0,
+  NPULM_ERR_IO,          /* a file could not be opened, mapped, read or written */
+  NPULM_ERR_FORMAT,      /* a file is malformed, truncated or inconsistent */
+  NPULM_ERR_UNSUPPORTED, /* well-formed, but npulm does not handle it (tensor type, architecture) */
+  NPULM_ERR_ARG,         /* a bad argument: unknown name, prompt longer than the context, ... */
+  NPULM_ERR_NOMEM,       /* an allocation failed */
+} npulm_status;
+
+#define NPULM_ERROR_MAX 512
+typedef struct npulm_error {
+  char msg[NPULM_ERROR_MAX];
+} npulm_error;
+
+/* Short name of a status ("ok", "I/O error", ...). */
+const char *npulm_status_name(npulm_status status);
+
+/* ---- Models ------------------------------------------------------------------------------- */
+
+typedef struct npulm_model npulm_model;
+
+typedef struct npulm_model_info {
+  const char *arch;       /* "llama" or "qwen2" */
+  const char *name;       /* general.name, or "" */
+  int n_vocab;
+  int dim;                /* embedding width */
+  int n_layers;
+  int n_heads;
+  int n_kv_heads;
+  int head_dim;
+  int ffn_dim;
+  int n_ctx_train;        /* context length the model was trained for */
+  float rope_base;
+  float rms_eps;
+  bool tied_output;       /* output projection shares the token embedding */
+  int32_t bos_id;         /* -1 if none */
+  int32_t eos_id;         /* -1 if none */
+  bool add_bos;           /* the tokenizer wants BOS at the start of a text */
+  uint64_t n_params;
+} npulm_model_info;
+
+/* Open a GGUF model (llama or qwen2 architecture). The file is mapped and checked; weights that
+ * are not F32 are dequantized once. Return NPULM_OK and '*model_out', or an error. */
+npulm_status npulm_model_open(const char *path, npulm_model **model_out, npulm_error *err);
+void npulm_model_close(npulm_model *model); /* accepts NULL */
+void npulm_model_get_info(const npulm_model *model, npulm_model_info *info_out);
+
+/* ---- Tokenizer ---------------------------------------------------------------------------- */
+
+/* Encode 'len' bytes of UTF-8 'text'. BOS is prepended when 'add_bos'; special-token text such as
+ * "<s>" is matched as the special token when 'parse_special'. Writes at most 'cap' ids and sets
+ * '*n_out' to the number the text needs: if that exceeds 'cap', returns NPULM_ERR_ARG. */
+npulm_status npulm_tokenize(const npulm_model *model, const char *text, size_t len, bool add_bos,
+                            bool parse_special, int32_t *ids, size_t cap, size_t *n_out,
+                            npulm_error *err);
+
+/* The vocabulary string of token 'id' as stored in the model (e.g. "▁the", "Ġthe", "<0x0A>"),
+ * or NULL if 'id' is out of range. */
+const char *npulm_token_text(const npulm_model *model, int32_t id);
+
+/* Decode one token to the bytes it stands for, given the previous token ('prev' = -1 at the
+ * start of a text, which drops SentencePiece's leading space). Special tokens such as BOS decode
+ * to nothing. Writes at most 'cap' bytes; returns the number of bytes the piece has. A byte-level
+ * token may be part of a multi-byte UTF-8 character: concatenated pieces form exact UTF-8. */
+size_t npulm_token_to_piece(const npulm_model *model, int32_t prev, int32_t id, char *buf,
+                            size_t cap);
+
+/* ---- Sessions: evaluate tokens over a KV cache -------------------------------------------- */
+
+typedef struct npulm_session npulm_session;
+
+typedef struct npulm_session_params {
+  int n_ctx;     /* context length (KV cache size); 0 = the model's training context */
+  int n_threads; /* worker threads; 0 = one per online CPU */
+} npulm_session_params;
+
+npulm_session_params npulm_session_default_params(void);
+
+npulm_status npulm_session_create(const npulm_model *model, const npulm_session_params *params,
+                                  npulm_session **session_out, npulm_error *err);
+void npulm_session_free(npulm_session *session); /* accepts NULL */
+
+/* Forget every token evaluated so far. */
+void npulm_session_reset(npulm_session *session);
+
+/* Number of tokens in the KV cache, and its capacity. */
+int npulm_session_pos(const npulm_session *session);
+int npulm_session_ctx(const npulm_session *session);
+
+/* Evaluate 'n' tokens at the next positions. If 'logits_out' is not NULL it receives n * n_vocab
+ * logits, row i for token i. Returns NPULM_ERR_ARG (and evaluates nothing) if the tokens do not
+ * fit in the remaining context or an id is out of range. */
+npulm_status npulm_session_eval(npulm_session *session, const int32_t *tokens, size_t n,
+                                float *logits_out, npulm_error *err);
+
+/* Logits of the last evaluated token (n_vocab floats), valid until the next eval or reset. */
+const float *npulm_session_logits(const npulm_session *session);
+
+/* ---- Sampling ----------------------------------------------------------------------------- */
+
+typedef struct npulm_sampler npulm_sampler;
+
+typedef struct npulm_sampler_params {
+  float temp;    /* 0 = greedy (argmax) */
+  int top_k;     /* 0 = off */
+  float top_p;   /* 1 = off */
+  uint64_t seed;
+} npulm_sampler_params;
+
+npulm_sampler_params npulm_sampler_default_params(void);
+npulm_status npulm_sampler_create(const npulm_sampler_params *params, int n_vocab,
+                                  npulm_sampler **sampler_out, npulm_error *err);
+void npulm_sampler_free(npulm_sampler *sampler); /* accepts NULL */
+/* Pick a token from 'logits' (n_vocab floats). Deterministic for a given seed. */
+int32_t npulm_sampler_sample(npulm_sampler *sampler, const float *logits);
+
+/* ---- Perplexity (llama.cpp's llama-perplexity method) ------------------------------------- */
+
+typedef struct npulm_ppl_result {
+  double ppl;        /* exp(mean negative log-likelihood) */
+  double ppl_stderr; /* standard error of 'ppl' (as llama-perplexity reports it) */
+  int n_chunks;
+  int n_ctx;
+  uint64_t n_scored; /* tokens whose likelihood was counted */
+  double seconds;
+} npulm_ppl_result;
+
+/* Called after each chunk with the running estimate. */
+typedef void (*npulm_ppl_progress_fn)(void *user, int chunks_done, int n_chunks,
+                                      double running_ppl);
+
+/* Tokenize 'text' (with BOS), split it into non-overlapping windows of 'n_ctx' tokens whose first
+ * token is replaced by BOS, and score the second half of every window. */
+npulm_status npulm_perplexity(const npulm_model *model, const char *text, size_t len, int n_ctx,
+                              int n_threads, npulm_ppl_progress_fn progress, void *user,
+                              npulm_ppl_result *result_out, npulm_error *err);
+
+/* ---- Synthetic models of real shapes, for speed work -------------------------------------- */
+
+/* Names of the shapes 'npulm_synth' knows, NULL-terminated. */
+const char *const *npulm_synth_shapes(void);
+
+/* Progress of long work: 'done' of 'total' units (bytes, tokens, ...). */
+typedef void (*npulm_progress_fn)(void *user, uint64_t done, uint64_t total);
+
+/* Write a GGUF with the tensor shapes and metadata of 'shape', seeded random weights of realistic
+ * scale and a synthetic SentencePiece tokenizer. 'type' is "f32", "f16" or "q8_0" (norms stay
+ * F32). 'progress' (may be NULL) is called as tensor data is written. */
+npulm_status npulm_synth(const char *shape, uint64_t seed, const char *type, const char *path,
+                         npulm_progress_fn progress, void *user, npulm_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NPULM_H */

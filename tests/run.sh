@@ -1,0 +1,31 @@
+#!/bin/sh
+# Run every test program in BUILD/tests (cmocka, TAP output) and the CLI tests; print one summary
+# line "N passed, N failed" and exit non-zero if anything failed. A program that crashes or exits
+# non-zero without reporting a failed test counts as one failure.
+build=${1:-build}
+passed=0
+failed=0
+skipped=0
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+for t in "$build"/tests/test_* tests/cli/test_*.sh; do
+  [ -x "$t" ] || continue
+  case "$t" in *.d|*.o) continue ;; esac
+  CMOCKA_MESSAGE_OUTPUT=TAP NPULM_BIN="$build/npulm" "$t" >"$log" 2>&1
+  rc=$?
+  skip=$(grep -c '^ok .*# SKIP' "$log")
+  ok=$(($(grep -c '^ok ' "$log") - skip))
+  bad=$(grep -c '^not ok ' "$log")
+  if [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ]; then bad=1; fi
+  passed=$((passed + ok))
+  skipped=$((skipped + skip))
+  failed=$((failed + bad))
+  if [ "$bad" -ne 0 ]; then
+    echo "FAIL $t (exit $rc):"
+    grep -v '^ok ' "$log" | head -60
+  else
+    echo "ok   $t ($ok tests)"
+  fi
+done
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]

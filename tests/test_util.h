@@ -1,0 +1,42 @@
+/* Helpers for the cmocka tests: where the shared models and data are, and random numbers. */
+#ifndef NPU_TEST_UTIL_H
+#define NPU_TEST_UTIL_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+/* Path of 'rel' under the shared data folder ($NPULM_SHARED, default ../shared). */
+static inline const char *test_shared_path(const char *rel) {
+  static char buf[4096];
+  const char *root = getenv("NPULM_SHARED");
+  snprintf(buf, sizeof(buf), "%s/%s", root != NULL ? root : "../shared", rel);
+  return buf;
+}
+
+/* Skip the current test when a shared file is absent (a checkout without ../shared). */
+#define TEST_REQUIRE_FILE(path)                                                            \
+  do {                                                                                     \
+    if (access((path), R_OK) != 0) {                                                       \
+      print_message("missing %s: skipped\n", (path));                                      \
+      skip();                                                                              \
+    }                                                                                      \
+  } while (0)
+
+/* xorshift64*: deterministic random numbers for generated test cases. */
+static inline uint64_t test_rand(uint64_t *state) {
+  uint64_t x = *state;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  *state = x;
+  return x * 0x2545F4914F6CDD1DULL;
+}
+
+#endif /* NPU_TEST_UTIL_H */
