@@ -1,0 +1,616 @@
+/* GGUF v3 writer: the header (metadata + tensor infos) is built in memory, then emitted once and
+ * followed by tensor data streamed in declaration order, so files of any size can be written. */
+#include "gguf_write.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+
+#define GGUF_MAGIC 0x46554747u /* "GGUF" as a little-endian u32 */
+#define GGUF_DEFAULT_ALIGNMENT 32u
+#define WRITE_BUFFER_BYTES (1u << 20)
+
+/* ---- Byte buffer ---------------------------------------------------------------------------- */
+
+void npu_gguf_buf_free(struct npu_gguf_buf *b) {
+  if (b == NULL) return;
+  free(b->data);
+  *b = (struct npu_gguf_buf){0};
+}
+
+/* Make room for 'n' more bytes; false (and 'failed' set) if that is impossible. */
+static bool buf_reserve(struct npu_gguf_buf *b, size_t n) {
+  if (b->failed) return false;
+  if (n <= b->cap - b->size) return true;
+  size_t need = b->size + n;
+  if (need < b->size) {
+    b->failed = true;
+    return false;
+  }
+  size_t cap = b->cap ? b->cap : 256;
+  while (cap < need) {
+    if (cap > SIZE_MAX / 2) {
+      cap = need;
+      break;
+    }
+    cap *= 2;
+  }
+  uint8_t *p = realloc(b->data, cap);
+  if (p == NULL) {
+    b->failed = true;
+    return false;
+  }
+  b->data = p;
+  b->cap = cap;
+  return true;
+}
+
+void npu_gguf_buf_put(struct npu_gguf_buf *b, const void *bytes, size_t n) {
+  if (n == 0 || !buf_reserve(b, n)) return;
+  memcpy(b->data + b->size, bytes, n);
+  b->size += n;
+}
+
+void npu_gguf_buf_put_zeros(struct npu_gguf_buf *b, size_t n) {
+  if (n == 0 || !buf_reserve(b, n)) return;
+  memset(b->data + b->size, 0, n);
+  b->size += n;
+}
+
+/* The format is little-endian, as is every host npulm supports; values are copied as stored. */
+void npu_gguf_buf_put_u8(struct npu_gguf_buf *b, uint8_t v) { npu_gguf_buf_put(b, &v, 1); }
+void npu_gguf_buf_put_u16(struct npu_gguf_buf *b, uint16_t v) { npu_gguf_buf_put(b, &v, 2); }
+void npu_gguf_buf_put_u32(struct npu_gguf_buf *b, uint32_t v) { npu_gguf_buf_put(b, &v, 4); }
+void npu_gguf_buf_put_u64(struct npu_gguf_buf *b, uint64_t v) { npu_gguf_buf_put(b, &v, 8); }
+void npu_gguf_buf_put_f32(struct npu_gguf_buf *b, float v) { npu_gguf_buf_put(b, &v, 4); }
+void npu_gguf_buf_put_f64(struct npu_gguf_buf *b, double v) { npu_gguf_buf_put(b, &v, 8); }
+
+void npu_gguf_buf_put_strn(struct npu_gguf_buf *b, const char *s, size_t len) {
+  npu_gguf_buf_put_u64(b, (uint64_t)len);
+  npu_gguf_buf_put(b, s, len);
+}
+
+void npu_gguf_buf_put_str(struct npu_gguf_buf *b, const char *s) {
+  npu_gguf_buf_put_strn(b, s, strlen(s));
+}
+
+/* ---- Tensor types the writer can size ------------------------------------------------------- */
+
+struct type_size {
+  uint32_t id;
+  uint32_t block;  /* values per block */
+  uint32_t nbytes; /* bytes per block */
+};
+
+/* ggml numbering; enough types to write files that exercise a reader's "unsupported" paths. */
+static const struct type_size type_sizes[] = {
+    {0, 1, 4},      {1, 1, 2},      {2, 32, 18},    {3, 32, 20},    {6, 32, 22},
+    {7, 32, 24},    {8, 32, 34},    {9, 32, 36},    {10, 256, 84},  {11, 256, 110},
+    {12, 256, 144}, {13, 256, 176}, {14, 256, 210}, {15, 256, 292}, {24, 1, 1},
+    {25, 1, 2},     {26, 1, 4},     {27, 1, 8},     {28, 1, 8},     {30, 1, 2},
+};
+
+static const struct type_size *find_type(uint32_t id) {
+  for (size_t i = 0; i < sizeof(type_sizes) / sizeof(type_sizes[0]); i++) {
+    if (type_sizes[i].id == id) return &type_sizes[i];
+  }
+  return NULL;
+}
+
+/* ---- Writer --------------------------------------------------------------------------------- */
+
+struct wtensor {
+  char *name;
+  uint32_t type;
+  uint32_t n_dims;
+  uint64_t ne[NPU_GGUF_MAX_DIMS];
+  uint64_t nbytes;
+  uint64_t offset; /* from the start of the data section */
+};
+
+enum wstate { DECLARING, WRITING_DATA, FINISHED };
+
+struct npu_gguf_writer {
+  /* Output: a file, or 'mem' in memory mode. */
+  FILE *file;
+  char *path;
+  char *file_buffer;
+  bool unlink_on_free; /* a regular file we created and have not finished */
+  bool memory;
+  struct npu_gguf_buf mem;
+
+  uint32_t version;
+  uint32_t alignment;
+  bool alignment_set;
+
+  /* Metadata: encoded key-value pairs, and the keys for the duplicate check. */
+  struct npu_gguf_buf kv;
+  char **keys;
+  size_t n_kv;
+  size_t cap_kv;
+
+  struct wtensor *tensors;
+  size_t n_tensors;
+  size_t cap_tensors;
+  uint64_t data_size; /* data section, padding included */
+
+  enum wstate state;
+  uint64_t header_size;  /* bytes before the data section, padding included */
+  size_t cur;            /* tensor whose data is due */
+  uint64_t cur_done;     /* bytes of it written */
+  uint64_t data_written; /* data section bytes written, padding included */
+
+  /* The first failure; every later call returns it again. */
+  npulm_status status;
+  npulm_error error;
+};
+
+static uint64_t pad_to(uint64_t x, uint64_t align) { return (x + align - 1) / align * align; }
+
+/* Record the first failure and return it (or the earlier one). */
+static npulm_status NPU_PRINTF(3, 4)
+    wfail(struct npu_gguf_writer *w, npulm_status status, const char *fmt, ...) {
+  if (w->status != NPULM_OK) return w->status;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(w->error.msg, sizeof(w->error.msg), fmt, ap);
+  va_end(ap);
+  w->status = status;
+  return status;
+}
+
+/* Copy the writer's recorded failure (if any) to 'err' and return it. */
+static npulm_status report(const struct npu_gguf_writer *w, npulm_error *err) {
+  if (w->status != NPULM_OK && err != NULL) *err = w->error;
+  return w->status;
+}
+
+npulm_status npu_gguf_writer_status(const struct npu_gguf_writer *w, npulm_error *err) {
+  return report(w, err);
+}
+
+static npulm_status writer_new(struct npu_gguf_writer **w_out, npulm_error *err) {
+  struct npu_gguf_writer *w = calloc(1, sizeof(*w));
+  if (w == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory creating a GGUF writer");
+  w->version = 3;
+  w->alignment = GGUF_DEFAULT_ALIGNMENT;
+  *w_out = w;
+  return NPULM_OK;
+}
+
+npulm_status npu_gguf_writer_open_memory(struct npu_gguf_writer **w_out, npulm_error *err) {
+  *w_out = NULL;
+  npulm_status st = writer_new(w_out, err);
+  if (st == NPULM_OK) (*w_out)->memory = true;
+  return st;
+}
+
+npulm_status npu_gguf_writer_open_file(const char *path, struct npu_gguf_writer **w_out,
+                                       npulm_error *err) {
+  *w_out = NULL;
+  struct npu_gguf_writer *w = NULL;
+  npulm_status st = writer_new(&w, err);
+  if (st != NPULM_OK) return st;
+  w->path = strdup(path);
+  w->file_buffer = malloc(WRITE_BUFFER_BYTES);
+  if (w->path == NULL || w->file_buffer == NULL) {
+    st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory creating a GGUF writer");
+    goto fail;
+  }
+  w->file = fopen(path, "wb");
+  if (w->file == NULL) {
+    st = npu_fail(err, NPULM_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
+    goto fail;
+  }
+  setvbuf(w->file, w->file_buffer, _IOFBF, WRITE_BUFFER_BYTES);
+  struct stat sb;
+  w->unlink_on_free = fstat(fileno(w->file), &sb) == 0 && S_ISREG(sb.st_mode);
+  *w_out = w;
+  return NPULM_OK;
+fail:
+  npu_gguf_writer_free(w);
+  return st;
+}
+
+void npu_gguf_writer_free(struct npu_gguf_writer *w) {
+  if (w == NULL) return;
+  if (w->file != NULL) fclose(w->file);
+  if (w->unlink_on_free) unlink(w->path); /* an unfinished file is useless: do not leave it */
+  free(w->file_buffer);
+  free(w->path);
+  npu_gguf_buf_free(&w->mem);
+  npu_gguf_buf_free(&w->kv);
+  for (size_t i = 0; i < w->n_kv; i++) free(w->keys[i]);
+  free(w->keys);
+  for (size_t i = 0; i < w->n_tensors; i++) free(w->tensors[i].name);
+  free(w->tensors);
+  free(w);
+}
+
+void npu_gguf_writer_set_version(struct npu_gguf_writer *w, uint32_t version) {
+  if (w->state == DECLARING) w->version = version;
+}
+
+/* ---- Metadata ------------------------------------------------------------------------------- */
+
+/* Check that metadata may still be added under 'key', remember the key, and encode the key and
+ * the value type. The caller then appends the value's bytes to w->kv. */
+static npulm_status begin_kv(struct npu_gguf_writer *w, const char *key, uint32_t vtype) {
+  if (w->status != NPULM_OK) return w->status;
+  if (key == NULL || key[0] == '\0') return wfail(w, NPULM_ERR_ARG, "empty metadata key");
+  if (w->state != DECLARING) {
+    return wfail(w, NPULM_ERR_ARG, "metadata '%s' added after tensor data was written", key);
+  }
+  for (size_t i = 0; i < w->n_kv; i++) {
+    if (strcmp(w->keys[i], key) == 0) {
+      return wfail(w, NPULM_ERR_ARG, "duplicate metadata key '%s'", key);
+    }
+  }
+  if (w->n_kv == w->cap_kv) {
+    size_t cap = w->cap_kv ? 2 * w->cap_kv : 32;
+    char **keys = realloc(w->keys, cap * sizeof(*keys));
+    if (keys == NULL) return wfail(w, NPULM_ERR_NOMEM, "out of memory adding metadata '%s'", key);
+    w->keys = keys;
+    w->cap_kv = cap;
+  }
+  char *copy = strdup(key);
+  if (copy == NULL) return wfail(w, NPULM_ERR_NOMEM, "out of memory adding metadata '%s'", key);
+  w->keys[w->n_kv++] = copy;
+  npu_gguf_buf_put_str(&w->kv, key);
+  npu_gguf_buf_put_u32(&w->kv, vtype);
+  return NPULM_OK;
+}
+
+/* After the value's bytes: turn a buffer failure into NOMEM. */
+static npulm_status end_kv(struct npu_gguf_writer *w, const char *key) {
+  if (w->kv.failed) return wfail(w, NPULM_ERR_NOMEM, "out of memory adding metadata '%s'", key);
+  return NPULM_OK;
+}
+
+/* A fixed-size scalar of 'size' bytes at 'v'. */
+static npulm_status add_scalar(struct npu_gguf_writer *w, const char *key, uint32_t vtype,
+                               const void *v, size_t size) {
+  npulm_status st = begin_kv(w, key, vtype);
+  if (st != NPULM_OK) return st;
+  npu_gguf_buf_put(&w->kv, v, size);
+  return end_kv(w, key);
+}
+
+npulm_status npu_gguf_writer_add_u8(struct npu_gguf_writer *w, const char *key, uint8_t v) {
+  return add_scalar(w, key, NPU_GGUF_U8, &v, 1);
+}
+npulm_status npu_gguf_writer_add_i8(struct npu_gguf_writer *w, const char *key, int8_t v) {
+  return add_scalar(w, key, NPU_GGUF_I8, &v, 1);
+}
+npulm_status npu_gguf_writer_add_u16(struct npu_gguf_writer *w, const char *key, uint16_t v) {
+  return add_scalar(w, key, NPU_GGUF_U16, &v, 2);
+}
+npulm_status npu_gguf_writer_add_i16(struct npu_gguf_writer *w, const char *key, int16_t v) {
+  return add_scalar(w, key, NPU_GGUF_I16, &v, 2);
+}
+npulm_status npu_gguf_writer_add_u32(struct npu_gguf_writer *w, const char *key, uint32_t v) {
+  if (w->status == NPULM_OK && key != NULL && strcmp(key, "general.alignment") == 0) {
+    if (v == 0 || (v & (v - 1)) != 0) {
+      return wfail(w, NPULM_ERR_ARG, "general.alignment %u is not a power of two", v);
+    }
+    if (w->n_tensors > 0) {
+      return wfail(w, NPULM_ERR_ARG, "general.alignment must be set before any tensor");
+    }
+    npulm_status st = add_scalar(w, key, NPU_GGUF_U32, &v, 4);
+    if (st == NPULM_OK) w->alignment = v;
+    return st;
+  }
+  return add_scalar(w, key, NPU_GGUF_U32, &v, 4);
+}
+npulm_status npu_gguf_writer_add_i32(struct npu_gguf_writer *w, const char *key, int32_t v) {
+  return add_scalar(w, key, NPU_GGUF_I32, &v, 4);
+}
+npulm_status npu_gguf_writer_add_u64(struct npu_gguf_writer *w, const char *key, uint64_t v) {
+  return add_scalar(w, key, NPU_GGUF_U64, &v, 8);
+}
+npulm_status npu_gguf_writer_add_i64(struct npu_gguf_writer *w, const char *key, int64_t v) {
+  return add_scalar(w, key, NPU_GGUF_I64, &v, 8);
+}
+npulm_status npu_gguf_writer_add_f32(struct npu_gguf_writer *w, const char *key, float v) {
+  return add_scalar(w, key, NPU_GGUF_F32, &v, 4);
+}
+npulm_status npu_gguf_writer_add_f64(struct npu_gguf_writer *w, const char *key, double v) {
+  return add_scalar(w, key, NPU_GGUF_F64, &v, 8);
+}
+npulm_status npu_gguf_writer_add_bool(struct npu_gguf_writer *w, const char *key, bool v) {
+  uint8_t b = v ? 1 : 0;
+  return add_scalar(w, key, NPU_GGUF_BOOL, &b, 1);
+}
+
+npulm_status npu_gguf_writer_add_str(struct npu_gguf_writer *w, const char *key, const char *v) {
+  npulm_status st = begin_kv(w, key, NPU_GGUF_STR);
+  if (st != NPULM_OK) return st;
+  npu_gguf_buf_put_str(&w->kv, v);
+  return end_kv(w, key);
+}
+
+/* Size of a fixed-width value type; 0 for string, array and unknown types. */
+static size_t vtype_size(uint32_t t) {
+  static const uint8_t sizes[NPU_GGUF_VTYPE_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+  return t < NPU_GGUF_VTYPE_COUNT ? sizes[t] : 0;
+}
+
+npulm_status npu_gguf_writer_add_arr(struct npu_gguf_writer *w, const char *key,
+                                     enum npu_gguf_vtype elem_type, const void *elems, size_t n) {
+  size_t size = vtype_size((uint32_t)elem_type);
+  if (w->status != NPULM_OK) return w->status;
+  if (size == 0) {
+    return wfail(w, NPULM_ERR_ARG, "metadata '%s': array element type %d is not a fixed-size type",
+                 key, (int)elem_type);
+  }
+  if (n > SIZE_MAX / size) return wfail(w, NPULM_ERR_ARG, "metadata '%s': array too large", key);
+  npulm_status st = begin_kv(w, key, NPU_GGUF_ARR);
+  if (st != NPULM_OK) return st;
+  npu_gguf_buf_put_u32(&w->kv, (uint32_t)elem_type);
+  npu_gguf_buf_put_u64(&w->kv, (uint64_t)n);
+  npu_gguf_buf_put(&w->kv, elems, n * size);
+  return end_kv(w, key);
+}
+
+npulm_status npu_gguf_writer_add_arr_str(struct npu_gguf_writer *w, const char *key,
+                                         const char *const *strs, size_t n) {
+  npulm_status st = begin_kv(w, key, NPU_GGUF_ARR);
+  if (st != NPULM_OK) return st;
+  npu_gguf_buf_put_u32(&w->kv, NPU_GGUF_STR);
+  npu_gguf_buf_put_u64(&w->kv, (uint64_t)n);
+  for (size_t i = 0; i < n; i++) npu_gguf_buf_put_str(&w->kv, strs[i]);
+  return end_kv(w, key);
+}
+
+npulm_status npu_gguf_writer_add_raw(struct npu_gguf_writer *w, const char *key, uint32_t vtype,
+                                     const void *bytes, size_t n) {
+  npulm_status st = begin_kv(w, key, vtype);
+  if (st != NPULM_OK) return st;
+  npu_gguf_buf_put(&w->kv, bytes, n);
+  return end_kv(w, key);
+}
+
+/* ---- Tensors -------------------------------------------------------------------------------- */
+
+npulm_status npu_gguf_writer_add_tensor(struct npu_gguf_writer *w, const char *name, uint32_t type,
+                                        uint32_t n_dims, const uint64_t *ne, size_t *index_out) {
+  if (w->status != NPULM_OK) return w->status;
+  if (name == NULL || name[0] == '\0') return wfail(w, NPULM_ERR_ARG, "empty tensor name");
+  if (w->state != DECLARING) {
+    return wfail(w, NPULM_ERR_ARG, "tensor '%s' declared after tensor data was written", name);
+  }
+  const struct type_size *ts = find_type(type);
+  if (ts == NULL) return wfail(w, NPULM_ERR_ARG, "tensor '%s': unknown ggml type %u", name, type);
+  if (n_dims < 1 || n_dims > NPU_GGUF_MAX_DIMS) {
+    return wfail(w, NPULM_ERR_ARG, "tensor '%s': %u dimensions (1..%d allowed)", name, n_dims,
+                 NPU_GGUF_MAX_DIMS);
+  }
+  for (size_t i = 0; i < w->n_tensors; i++) {
+    if (strcmp(w->tensors[i].name, name) == 0) {
+      return wfail(w, NPULM_ERR_ARG, "duplicate tensor name '%s'", name);
+    }
+  }
+  struct wtensor t = {.type = type, .n_dims = n_dims};
+  uint64_t n_elems = 1;
+  for (uint32_t d = 0; d < NPU_GGUF_MAX_DIMS; d++) t.ne[d] = d < n_dims ? ne[d] : 1;
+  for (uint32_t d = 0; d < n_dims; d++) {
+    if (t.ne[d] == 0 || !npu_mul_u64(n_elems, t.ne[d], &n_elems) || n_elems > INT64_MAX) {
+      return wfail(w, NPULM_ERR_ARG, "tensor '%s': invalid shape (dimension %u = %llu)", name, d,
+                   (unsigned long long)t.ne[d]);
+    }
+  }
+  if (t.ne[0] % ts->block != 0) {
+    return wfail(w, NPULM_ERR_ARG, "tensor '%s': row length %llu is not a multiple of %u", name,
+                 (unsigned long long)t.ne[0], ts->block);
+  }
+  uint64_t padded, end;
+  if (!npu_mul_u64(n_elems / ts->block, ts->nbytes, &t.nbytes) ||
+      !npu_add_u64(t.nbytes, w->alignment - 1, &padded) ||
+      !npu_add_u64(w->data_size, padded / w->alignment * w->alignment, &end)) {
+    return wfail(w, NPULM_ERR_ARG, "tensor '%s' is too large", name);
+  }
+  t.offset = w->data_size;
+  if (w->n_tensors == w->cap_tensors) {
+    size_t cap = w->cap_tensors ? 2 * w->cap_tensors : 64;
+    struct wtensor *p = realloc(w->tensors, cap * sizeof(*p));
+    if (p == NULL) return wfail(w, NPULM_ERR_NOMEM, "out of memory adding tensor '%s'", name);
+    w->tensors = p;
+    w->cap_tensors = cap;
+  }
+  t.name = strdup(name);
+  if (t.name == NULL) return wfail(w, NPULM_ERR_NOMEM, "out of memory adding tensor '%s'", name);
+  w->tensors[w->n_tensors] = t;
+  if (index_out != NULL) *index_out = w->n_tensors;
+  w->n_tensors++;
+  w->data_size = end;
+  return NPULM_OK;
+}
+
+uint64_t npu_gguf_writer_tensor_nbytes(const struct npu_gguf_writer *w, size_t index) {
+  return index < w->n_tensors ? w->tensors[index].nbytes : 0;
+}
+
+/* Bytes of the header as declared so far, padding to the data section included. */
+static uint64_t header_size(const struct npu_gguf_writer *w) {
+  uint64_t n = 4 + 4 + 8 + 8 + (uint64_t)w->kv.size;
+  for (size_t i = 0; i < w->n_tensors; i++) {
+    n += 8 + strlen(w->tensors[i].name) + 4 + 8ull * w->tensors[i].n_dims + 4 + 8;
+  }
+  return pad_to(n, w->alignment);
+}
+
+uint64_t npu_gguf_writer_data_size(const struct npu_gguf_writer *w) { return w->data_size; }
+
+uint64_t npu_gguf_writer_file_size(const struct npu_gguf_writer *w) {
+  return header_size(w) + w->data_size;
+}
+
+/* ---- Output --------------------------------------------------------------------------------- */
+
+static npulm_status out_write(struct npu_gguf_writer *w, const void *data, size_t n) {
+  if (n == 0) return NPULM_OK;
+  if (w->memory) {
+    npu_gguf_buf_put(&w->mem, data, n);
+    if (w->mem.failed) return wfail(w, NPULM_ERR_NOMEM, "out of memory writing a GGUF image");
+    return NPULM_OK;
+  }
+  if (fwrite(data, 1, n, w->file) != n) {
+    return wfail(w, NPULM_ERR_IO, "cannot write '%s': %s", w->path, strerror(errno));
+  }
+  return NPULM_OK;
+}
+
+static npulm_status out_zeros(struct npu_gguf_writer *w, uint64_t n) {
+  static const uint8_t zeros[256] = {0};
+  while (n > 0) {
+    size_t k = n < sizeof(zeros) ? (size_t)n : sizeof(zeros);
+    npulm_status st = out_write(w, zeros, k);
+    if (st != NPULM_OK) return st;
+    n -= k;
+  }
+  return NPULM_OK;
+}
+
+/* Encode and emit the header: magic, version, counts, metadata, tensor infos, padding. */
+static npulm_status emit_header(struct npu_gguf_writer *w) {
+  struct npu_gguf_buf h = {0};
+  npu_gguf_buf_put_u32(&h, GGUF_MAGIC);
+  npu_gguf_buf_put_u32(&h, w->version);
+  npu_gguf_buf_put_u64(&h, (uint64_t)w->n_tensors);
+  npu_gguf_buf_put_u64(&h, (uint64_t)w->n_kv);
+  npu_gguf_buf_put(&h, w->kv.data, w->kv.size);
+  for (size_t i = 0; i < w->n_tensors; i++) {
+    const struct wtensor *t = &w->tensors[i];
+    npu_gguf_buf_put_str(&h, t->name);
+    npu_gguf_buf_put_u32(&h, t->n_dims);
+    for (uint32_t d = 0; d < t->n_dims; d++) npu_gguf_buf_put_u64(&h, t->ne[d]);
+    npu_gguf_buf_put_u32(&h, t->type);
+    npu_gguf_buf_put_u64(&h, t->offset);
+  }
+  npu_gguf_buf_put_zeros(&h, (size_t)(pad_to(h.size, w->alignment) - h.size));
+  npulm_status st;
+  if (h.failed) {
+    st = wfail(w, NPULM_ERR_NOMEM, "out of memory encoding the GGUF header");
+  } else {
+    w->header_size = h.size;
+    st = out_write(w, h.data, h.size);
+  }
+  npu_gguf_buf_free(&h);
+  w->state = WRITING_DATA;
+  return st;
+}
+
+npulm_status npu_gguf_writer_write_data(struct npu_gguf_writer *w, const void *data, size_t n,
+                                        npulm_error *err) {
+  if (w->status != NPULM_OK) return report(w, err);
+  if (w->state == FINISHED) {
+    wfail(w, NPULM_ERR_ARG, "tensor data written after finish");
+    return report(w, err);
+  }
+  if (w->state == DECLARING && emit_header(w) != NPULM_OK) return report(w, err);
+  const uint8_t *p = data;
+  while (n > 0) {
+    if (w->cur >= w->n_tensors) {
+      wfail(w, NPULM_ERR_ARG, "more tensor data than the %zu declared tensors hold", w->n_tensors);
+      return report(w, err);
+    }
+    const struct wtensor *t = &w->tensors[w->cur];
+    uint64_t left = t->nbytes - w->cur_done;
+    size_t k = left < n ? (size_t)left : n;
+    if (out_write(w, p, k) != NPULM_OK) return report(w, err);
+    p += k;
+    n -= k;
+    w->cur_done += k;
+    w->data_written += k;
+    if (w->cur_done == t->nbytes) {
+      uint64_t pad = pad_to(t->nbytes, w->alignment) - t->nbytes;
+      if (out_zeros(w, pad) != NPULM_OK) return report(w, err);
+      w->data_written += pad;
+      w->cur++;
+      w->cur_done = 0;
+    }
+  }
+  return NPULM_OK;
+}
+
+npulm_status npu_gguf_writer_write_tensor(struct npu_gguf_writer *w, size_t index, const void *data,
+                                          npulm_error *err) {
+  if (w->status != NPULM_OK) return report(w, err);
+  if (index != w->cur || w->cur_done != 0) {
+    wfail(w, NPULM_ERR_ARG, "tensor %zu written out of order (tensor %zu is due)", index, w->cur);
+    return report(w, err);
+  }
+  return npu_gguf_writer_write_data(w, data, (size_t)w->tensors[index].nbytes, err);
+}
+
+uint64_t npu_gguf_writer_data_written(const struct npu_gguf_writer *w) { return w->data_written; }
+
+npulm_status npu_gguf_writer_finish(struct npu_gguf_writer *w, npulm_error *err) {
+  if (w->status != NPULM_OK) return report(w, err);
+  if (w->state == FINISHED) return NPULM_OK;
+  if (w->state == DECLARING && emit_header(w) != NPULM_OK) return report(w, err);
+  if (w->cur < w->n_tensors) {
+    wfail(w, NPULM_ERR_ARG, "tensor '%s' and %zu after it have no data yet",
+          w->tensors[w->cur].name, w->n_tensors - w->cur - 1);
+    return report(w, err);
+  }
+  w->state = FINISHED;
+  if (w->file != NULL) {
+    FILE *f = w->file;
+    w->file = NULL;
+    int flush_failed = fflush(f) != 0 || ferror(f);
+    int flush_errno = errno;
+    int close_failed = fclose(f) != 0;
+    if (flush_failed || close_failed) {
+      wfail(w, NPULM_ERR_IO, "cannot write '%s': %s", w->path,
+            strerror(flush_failed ? flush_errno : errno));
+      return report(w, err);
+    }
+    w->unlink_on_free = false;
+  }
+  return NPULM_OK;
+}
+
+npulm_status npu_gguf_writer_take_memory(struct npu_gguf_writer *w, void **data_out,
+                                         size_t *size_out, npulm_error *err) {
+  *data_out = NULL;
+  *size_out = 0;
+  if (w->status != NPULM_OK) return report(w, err);
+  if (!w->memory || w->state != FINISHED) {
+    wfail(w, NPULM_ERR_ARG, "take_memory needs a finished in-memory writer");
+    return report(w, err);
+  }
+  *data_out = w->mem.data;
+  *size_out = w->mem.size;
+  w->mem = (struct npu_gguf_buf){0};
+  return NPULM_OK;
+}
+
+/* ---- Q8_0 ----------------------------------------------------------------------------------- */
+
+void npu_q8_0_quantize_row(const float *src, void *dst, size_t n) {
+  uint8_t *out = dst;
+  for (size_t b = 0; b < n / NPU_Q8_0_BLOCK; b++) {
+    const float *x = src + b * NPU_Q8_0_BLOCK;
+    uint8_t *block = out + b * NPU_Q8_0_BLOCK_BYTES;
+    float amax = 0.0f;
+    for (int j = 0; j < NPU_Q8_0_BLOCK; j++) {
+      float a = fabsf(x[j]);
+      if (a > amax) amax = a;
+    }
+    float d = amax / 127.0f;
+    uint16_t h = npu_f32_to_f16(d);
+    memcpy(block, &h, 2);
+    for (int j = 0; j < NPU_Q8_0_BLOCK; j++) {
+      float q = d != 0.0f ? roundf(x[j] / d) : 0.0f;
+      block[2 + j] = (uint8_t)(int8_t)(q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q);
+    }
+  }
+}
