@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -60,6 +61,38 @@ npulm_status npulm_model_open(const char *path, npulm_model **model_out, npulm_e
 void npulm_model_close(npulm_model *model); /* accepts NULL */
 void npulm_model_get_info(const npulm_model *model, npulm_model_info *info_out);
 
+/* ---- Compilation: static graphs for the NPU ---------------------------------------------- */
+
+#define NPULM_MAX_CHUNKS 8
+#define NPULM_MAX_BUCKETS 32
+
+typedef struct npulm_compile_params {
+  int chunks[NPULM_MAX_CHUNKS];  /* prefill chunk sizes; n_chunks = 0: 32 and 128 */
+  int n_chunks;
+  int buckets[NPULM_MAX_BUCKETS]; /* context buckets; n_buckets = 0: powers of two from 128 up to
+                                     the model's context (always included) */
+  int n_buckets;
+} npulm_compile_params;
+
+npulm_compile_params npulm_compile_default_params(void);
+
+/* Compile the model into static graphs, one per specialization (decode and each prefill chunk
+ * size, times each context bucket), partitioned between NPU and CPU and memory-planned. Replaces
+ * any program the model carries. A model opened from a program file already carries one. */
+npulm_status npulm_model_compile(npulm_model *model, const npulm_compile_params *params,
+                                 npulm_error *err);
+bool npulm_model_has_program(const npulm_model *model);
+
+/* Write the model with its program as one program file (.npu), which npulm_model_open reads
+ * back. 'progress' (may be NULL) is called as weight bytes are written. */
+npulm_status npulm_model_save_program(const npulm_model *model, const char *path,
+                                      void (*progress)(void *user, uint64_t done, uint64_t total),
+                                      void *user, npulm_error *err);
+
+/* Describe the model's program for people: specializations, per-op placement with counts, the
+ * CPU fallbacks with their reasons, arena sizes, KV cache size and weights size. */
+npulm_status npulm_model_print_program(const npulm_model *model, FILE *out, npulm_error *err);
+
 /* ---- Tokenizer ---------------------------------------------------------------------------- */
 
 /* Encode 'len' bytes of UTF-8 'text'. BOS is prepended when 'add_bos'; special-token text such as
@@ -80,14 +113,30 @@ const char *npulm_token_text(const npulm_model *model, int32_t id);
 size_t npulm_token_to_piece(const npulm_model *model, int32_t prev, int32_t id, char *buf,
                             size_t cap);
 
+/* True for tokens that end generation (EOS, end-of-turn, ...). */
+bool npulm_token_is_eog(const npulm_model *model, int32_t id);
+
 /* ---- Sessions: evaluate tokens over a KV cache -------------------------------------------- */
 
 typedef struct npulm_session npulm_session;
 
 typedef struct npulm_session_params {
-  int n_ctx;     /* context length (KV cache size); 0 = the model's training context */
-  int n_threads; /* worker threads; 0 = one per online CPU */
+  int n_ctx;      /* context length (KV cache size); 0 = the model's, at most 4096 */
+  int n_threads;  /* worker threads; 0 = one per online CPU */
+  bool reference; /* run the FP32 reference forward instead of the compiled graphs (the oracle) */
 } npulm_session_params;
+
+/* Where a session's time went (compiled engine; zeros for the reference). */
+typedef struct npulm_session_stats {
+  uint64_t n_steps;       /* graph executions */
+  double wall_s;          /* time inside npulm_session_eval */
+  double npu_busy_s;      /* time the NPU worker spent executing subgraphs */
+  double cpu_busy_s;      /* time the CPU worker spent executing subgraphs */
+  double overlap_s;       /* time both workers were busy at once */
+  uint64_t n_transfers;   /* tensors copied between the backends */
+} npulm_session_stats;
+
+void npulm_session_get_stats(const npulm_session *session, npulm_session_stats *stats_out);
 
 npulm_session_params npulm_session_default_params(void);
 

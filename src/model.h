@@ -1,0 +1,79 @@
+/* Llama-family models read from GGUF: the configuration, FP32 views of every weight, and the
+ * tokenizer. Weights stored as F32 are used in place (zero-copy); other types are dequantized
+ * once at load. */
+#ifndef NPU_MODEL_H
+#define NPU_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf.h"
+#include "npulm.h"
+#include "tokenizer.h"
+
+enum npu_arch { NPU_ARCH_LLAMA, NPU_ARCH_QWEN2 };
+
+/* How RoPE pairs the dimensions of a head: llama.cpp's "norm" rotates adjacent pairs (2i, 2i+1),
+ * "neox" rotates (i, i + rope_dim/2). */
+enum npu_rope_type { NPU_ROPE_NORM, NPU_ROPE_NEOX };
+
+struct npu_config {
+  enum npu_arch arch;
+  enum npu_rope_type rope_type;
+  int dim;         /* embedding width */
+  int n_layers;
+  int n_heads;
+  int n_kv_heads;  /* < n_heads for grouped-query attention */
+  int head_dim;
+  int rope_dim;    /* leading dimensions of each head that RoPE rotates (<= head_dim) */
+  int ffn_dim;
+  int n_vocab;
+  int n_ctx_train;
+  float rope_base;
+  float rms_eps;
+  bool tied_output;
+  bool has_qkv_bias; /* qwen2 */
+  char name[128];
+};
+
+struct npu_layer_weights {
+  const float *attn_norm; /* (dim) */
+  const float *wq;        /* (n_heads * head_dim, dim): row o holds the weights of output o */
+  const float *wk;        /* (n_kv_heads * head_dim, dim) */
+  const float *wv;        /* (n_kv_heads * head_dim, dim) */
+  const float *bq;        /* (n_heads * head_dim) or NULL */
+  const float *bk;        /* (n_kv_heads * head_dim) or NULL */
+  const float *bv;        /* (n_kv_heads * head_dim) or NULL */
+  const float *wo;        /* (dim, n_heads * head_dim) */
+  const float *ffn_norm;  /* (dim) */
+  const float *w_gate;    /* (ffn_dim, dim) */
+  const float *w_up;      /* (ffn_dim, dim) */
+  const float *w_down;    /* (dim, ffn_dim) */
+};
+
+struct npu_weights {
+  const float *token_embd;  /* (n_vocab, dim) */
+  struct npu_layer_weights *layers; /* (n_layers) */
+  const float *output_norm; /* (dim) */
+  const float *output;      /* (n_vocab, dim); token_embd when tied */
+  const float *rope_freqs;  /* (rope_dim / 2) frequency divisors (llama 3), or NULL */
+};
+
+struct npu_program;
+
+struct npulm_model {
+  struct npu_config cfg;
+  struct npu_program *program; /* static graphs, or NULL until compiled / loaded */
+  struct npu_weights w;
+  struct npu_tok *tok;
+  struct npu_gguf *gguf;
+  float **owned;   /* dequantized copies, freed with the model */
+  size_t n_owned;
+  uint64_t n_params;
+};
+
+/* Read the configuration of 'g' (keys as llama.cpp writes them) and check it is coherent. */
+npulm_status npu_config_read(const struct npu_gguf *g, struct npu_config *cfg, npulm_error *err);
+
+#endif /* NPU_MODEL_H */

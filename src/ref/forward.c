@@ -1,0 +1,212 @@
+/* The FP32 reference forward pass of the llama/qwen2 decoder, written to read like the paper. */
+#include "ref/forward.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+npulm_status npu_ref_state_init(struct npu_ref_state *s, const struct npu_config *c, int n_ctx,
+                                npulm_error *err) {
+  memset(s, 0, sizeof(*s));
+  s->n_ctx = n_ctx;
+  size_t q_dim = (size_t)c->n_heads * (size_t)c->head_dim;
+  size_t kv_dim = (size_t)c->n_kv_heads * (size_t)c->head_dim;
+  size_t wide = q_dim > (size_t)c->dim ? q_dim : (size_t)c->dim;
+  size_t cache = (size_t)c->n_layers * (size_t)n_ctx * kv_dim;
+  s->x = calloc((size_t)c->dim, sizeof(float));
+  s->xb = calloc(wide, sizeof(float));
+  s->xb2 = calloc((size_t)c->dim, sizeof(float));
+  s->hb = calloc((size_t)c->ffn_dim, sizeof(float));
+  s->hb2 = calloc((size_t)c->ffn_dim, sizeof(float));
+  s->q = calloc(q_dim, sizeof(float));
+  s->att = calloc((size_t)n_ctx, sizeof(float));
+  s->key_cache = calloc(cache, sizeof(float));
+  s->value_cache = calloc(cache, sizeof(float));
+  if (!s->x || !s->xb || !s->xb2 || !s->hb || !s->hb2 || !s->q || !s->att || !s->key_cache ||
+      !s->value_cache) {
+    npu_ref_state_free(s);
+    return npu_fail(err, NPULM_ERR_NOMEM, "out of memory allocating a %d-token KV cache (%zu MiB)",
+                    n_ctx, 2 * cache * sizeof(float) >> 20);
+  }
+  return NPULM_OK;
+}
+
+void npu_ref_state_free(struct npu_ref_state *s) {
+  free(s->x);
+  free(s->xb);
+  free(s->xb2);
+  free(s->hb);
+  free(s->hb2);
+  free(s->q);
+  free(s->att);
+  free(s->key_cache);
+  free(s->value_cache);
+  memset(s, 0, sizeof(*s));
+}
+
+void npu_ref_rmsnorm(float *out, const float *x, const float *weight, int n, float eps) {
+  float ss = 0.0f;
+  for (int i = 0; i < n; i++) ss += x[i] * x[i];
+  float scale = 1.0f / sqrtf(ss / (float)n + eps);
+  for (int i = 0; i < n; i++) out[i] = x[i] * scale * weight[i];
+}
+
+void npu_ref_matvec(float *out, const float *w, const float *bias, const float *x, int n_in,
+                    int n_out) {
+  for (int o = 0; o < n_out; o++) {
+    const float *row = w + (size_t)o * (size_t)n_in;
+    /* eight independent partial sums: the compiler keeps them in one vector register */
+    float acc[8] = {0};
+    int i = 0;
+    for (; i + 8 <= n_in; i += 8) {
+      for (int j = 0; j < 8; j++) acc[j] += row[i + j] * x[i + j];
+    }
+    float sum = 0.0f;
+    for (; i < n_in; i++) sum += row[i] * x[i];
+    sum += ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    out[o] = bias != NULL ? sum + bias[o] : sum;
+  }
+}
+
+void npu_ref_softmax(float *x, int n) {
+  float max = x[0];
+  for (int i = 1; i < n; i++) max = x[i] > max ? x[i] : max;
+  float sum = 0.0f;
+  for (int i = 0; i < n; i++) {
+    x[i] = expf(x[i] - max);
+    sum += x[i];
+  }
+  for (int i = 0; i < n; i++) x[i] /= sum;
+}
+
+void npu_ref_rope(float *vec, int n_heads, const struct npu_config *c, const float *freq_factors,
+                  int pos) {
+  int half = c->rope_dim / 2;
+  for (int i = 0; i < half; i++) {
+    float freq = powf(c->rope_base, -2.0f * (float)i / (float)c->rope_dim);
+    if (freq_factors != NULL) freq /= freq_factors[i];
+    float angle = (float)pos * freq;
+    float cs = cosf(angle), sn = sinf(angle);
+    /* norm rotates adjacent pairs, neox rotates the two halves of the rotated span */
+    int a = c->rope_type == NPU_ROPE_NORM ? 2 * i : i;
+    int b = c->rope_type == NPU_ROPE_NORM ? 2 * i + 1 : i + half;
+    for (int h = 0; h < n_heads; h++) {
+      float *v = vec + (size_t)h * (size_t)c->head_dim;
+      float v0 = v[a], v1 = v[b];
+      v[a] = v0 * cs - v1 * sn;
+      v[b] = v0 * sn + v1 * cs;
+    }
+  }
+}
+
+/* Multi-head attention of the current query over cache positions 0..pos; result in 'out'. */
+static void attention(const struct npu_config *c, struct npu_ref_state *s, int layer, int pos,
+                      float *out) {
+  int hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
+  size_t kv_dim = (size_t)c->n_kv_heads * (size_t)hd;
+  const float *keys = s->key_cache + (size_t)layer * (size_t)s->n_ctx * kv_dim;
+  const float *values = s->value_cache + (size_t)layer * (size_t)s->n_ctx * kv_dim;
+  float scale = 1.0f / sqrtf((float)hd);
+  for (int h = 0; h < c->n_heads; h++) {
+    const float *q = s->q + (size_t)h * (size_t)hd;
+    size_t kv_off = (size_t)(h / group) * (size_t)hd;
+    /* scores of every past position */
+    for (int t = 0; t <= pos; t++) {
+      const float *k = keys + (size_t)t * kv_dim + kv_off;
+      float dot = 0.0f;
+      for (int i = 0; i < hd; i++) dot += q[i] * k[i];
+      s->att[t] = dot * scale;
+    }
+    npu_ref_softmax(s->att, pos + 1);
+    /* weighted sum of the values */
+    float *o = out + (size_t)h * (size_t)hd;
+    memset(o, 0, (size_t)hd * sizeof(float));
+    for (int t = 0; t <= pos; t++) {
+      const float *v = values + (size_t)t * kv_dim + kv_off;
+      for (int i = 0; i < hd; i++) o[i] += s->att[t] * v[i];
+    }
+  }
+}
+
+/* Show an activation to the observer, if there is one. */
+static void observe(const struct npu_ref_observer *o, int layer, const char *what,
+                    const float *values, int n) {
+  if (o != NULL) o->fn(o->user, layer, what, values, n);
+}
+
+void npu_ref_forward(const struct npulm_model *m, struct npu_ref_state *s, int32_t token, int pos,
+                     float *logits, const struct npu_ref_observer *obs) {
+  const struct npu_config *c = &m->cfg;
+  const struct npu_weights *w = &m->w;
+  int dim = c->dim, q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
+
+  /* token embedding */
+  memcpy(s->x, w->token_embd + (size_t)token * (size_t)dim, (size_t)dim * sizeof(float));
+  observe(obs, -1, "embd", s->x, dim);
+
+  for (int l = 0; l < c->n_layers; l++) {
+    const struct npu_layer_weights *lw = &w->layers[l];
+    size_t cache_row = ((size_t)l * (size_t)s->n_ctx + (size_t)pos) * (size_t)kv_dim;
+    float *k = s->key_cache + cache_row;
+    float *v = s->value_cache + cache_row;
+
+    /* attention rmsnorm */
+    npu_ref_rmsnorm(s->xb, s->x, lw->attn_norm, dim, c->rms_eps);
+    observe(obs, l, "attn_norm", s->xb, dim);
+
+    /* q, k, v projections; k and v go straight into this position's cache row */
+    npu_ref_matvec(s->q, lw->wq, lw->bq, s->xb, dim, q_dim);
+    npu_ref_matvec(k, lw->wk, lw->bk, s->xb, dim, kv_dim);
+    npu_ref_matvec(v, lw->wv, lw->bv, s->xb, dim, kv_dim);
+    observe(obs, l, "attn_q", s->q, q_dim);
+    observe(obs, l, "attn_k", k, kv_dim);
+    observe(obs, l, "attn_v", v, kv_dim);
+
+    /* rotary position embedding of q and k */
+    npu_ref_rope(s->q, c->n_heads, c, w->rope_freqs, pos);
+    npu_ref_rope(k, c->n_kv_heads, c, w->rope_freqs, pos);
+    observe(obs, l, "q_rope", s->q, q_dim);
+    observe(obs, l, "k_rope", k, kv_dim);
+
+    /* attention, then output projection */
+    attention(c, s, l, pos, s->xb);
+    observe(obs, l, "kqv", s->xb, q_dim);
+    npu_ref_matvec(s->xb2, lw->wo, NULL, s->xb, q_dim, dim);
+    observe(obs, l, "attn_out", s->xb2, dim);
+
+    /* residual */
+    for (int i = 0; i < dim; i++) s->x[i] += s->xb2[i];
+    observe(obs, l, "attn_residual", s->x, dim);
+
+    /* ffn rmsnorm */
+    npu_ref_rmsnorm(s->xb, s->x, lw->ffn_norm, dim, c->rms_eps);
+    observe(obs, l, "ffn_norm", s->xb, dim);
+
+    /* SwiGLU feed-forward: down(silu(gate(x)) * up(x)) */
+    npu_ref_matvec(s->hb, lw->w_gate, NULL, s->xb, dim, c->ffn_dim);
+    npu_ref_matvec(s->hb2, lw->w_up, NULL, s->xb, dim, c->ffn_dim);
+    observe(obs, l, "ffn_gate", s->hb, c->ffn_dim);
+    observe(obs, l, "ffn_up", s->hb2, c->ffn_dim);
+    for (int i = 0; i < c->ffn_dim; i++) {
+      float g = s->hb[i];
+      s->hb[i] = g / (1.0f + expf(-g));
+    }
+    observe(obs, l, "ffn_silu", s->hb, c->ffn_dim);
+    for (int i = 0; i < c->ffn_dim; i++) s->hb[i] *= s->hb2[i];
+    observe(obs, l, "ffn_gate_par", s->hb, c->ffn_dim);
+    npu_ref_matvec(s->xb2, lw->w_down, NULL, s->hb, c->ffn_dim, dim);
+    observe(obs, l, "ffn_down", s->xb2, dim);
+
+    /* residual */
+    for (int i = 0; i < dim; i++) s->x[i] += s->xb2[i];
+    observe(obs, l, "ffn_residual", s->x, dim);
+  }
+
+  /* final rmsnorm and classifier */
+  npu_ref_rmsnorm(s->x, s->x, w->output_norm, dim, c->rms_eps);
+  observe(obs, -1, "output_norm", s->x, dim);
+  npu_ref_matvec(logits, w->output, NULL, s->x, dim, c->n_vocab);
+  observe(obs, -1, "logits", logits, c->n_vocab);
+}

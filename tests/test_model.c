@@ -1,0 +1,172 @@
+/* Model loading treats files as hostile: missing or misshapen tensors, missing keys and
+ * unsupported architectures or tensor types are one clear error each, never a crash. */
+#include <string.h>
+
+#include "gguf_write.h"
+#include "npulm.h"
+#include "test_util.h"
+
+/* What to break in the tiny model. */
+struct breakage {
+  const char *skip_tensor;  /* leave this tensor out */
+  const char *skip_key;     /* leave this key out */
+  const char *arch;         /* general.architecture (default "llama") */
+  const char *wide_tensor;  /* give this tensor a wrong row length */
+  uint32_t matrix_type;     /* ggml type of the matrices (default F32) */
+  uint32_t heads_kv;        /* attention.head_count_kv (default 1) */
+};
+
+enum { DIM = 32, HEADS = 2, FFN = 64, VOCAB = 259 + 5 };
+
+/* Write a tiny llama model (1 layer) with a byte-fallback SPM vocabulary to 'path'. */
+static void write_tiny(const char *path, const struct breakage *b) {
+  struct npu_gguf_writer *w;
+  npulm_error err;
+  assert_int_equal(npu_gguf_writer_open_file(path, &w, &err), NPULM_OK);
+  const char *arch = b->arch ? b->arch : "llama";
+  char key[128];
+#define KEY(suffix) (snprintf(key, sizeof(key), "%s.%s", arch, suffix), key)
+#define SKIP(k) (b->skip_key != NULL && strcmp(b->skip_key, k) == 0)
+  npu_gguf_writer_add_str(w, "general.architecture", arch);
+  if (!SKIP("embedding_length")) npu_gguf_writer_add_u32(w, KEY("embedding_length"), DIM);
+  if (!SKIP("block_count")) npu_gguf_writer_add_u32(w, KEY("block_count"), 1);
+  if (!SKIP("feed_forward_length")) npu_gguf_writer_add_u32(w, KEY("feed_forward_length"), FFN);
+  if (!SKIP("attention.head_count")) npu_gguf_writer_add_u32(w, KEY("attention.head_count"), HEADS);
+  npu_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), b->heads_kv ? b->heads_kv : 1);
+  if (!SKIP("context_length")) npu_gguf_writer_add_u32(w, KEY("context_length"), 64);
+  npu_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
+  npu_gguf_writer_add_str(w, "tokenizer.ggml.model", "llama");
+  static char names[VOCAB][16];
+  const char *tokens[VOCAB];
+  float scores[VOCAB];
+  int32_t types[VOCAB];
+  for (int i = 0; i < VOCAB; i++) {
+    if (i < 3) snprintf(names[i], 16, "%s", i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
+    else if (i < 259) snprintf(names[i], 16, "<0x%02X>", i - 3);
+    else snprintf(names[i], 16, "\xe2\x96\x81%c", 'a' + (i - 259));
+    tokens[i] = names[i];
+    scores[i] = (float)-i;
+    types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
+  }
+  npu_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tokens, VOCAB);
+  npu_gguf_writer_add_arr(w, "tokenizer.ggml.scores", NPU_GGUF_F32, scores, VOCAB);
+  npu_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", NPU_GGUF_I32, types, VOCAB);
+  npu_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1);
+  npu_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 2);
+  uint32_t mt = b->matrix_type;
+  struct { const char *name; uint64_t ne0, ne1; } specs[] = {
+      {"token_embd.weight", DIM, VOCAB},     {"output_norm.weight", DIM, 0},
+      {"blk.0.attn_norm.weight", DIM, 0},    {"blk.0.attn_q.weight", DIM, DIM},
+      {"blk.0.attn_k.weight", DIM, DIM / HEADS}, {"blk.0.attn_v.weight", DIM, DIM / HEADS},
+      {"blk.0.attn_output.weight", DIM, DIM}, {"blk.0.ffn_norm.weight", DIM, 0},
+      {"blk.0.ffn_gate.weight", DIM, FFN},   {"blk.0.ffn_up.weight", DIM, FFN},
+      {"blk.0.ffn_down.weight", FFN, DIM},
+  };
+  size_t n_declared = 0, idx[16];
+  for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++) {
+    if (b->skip_tensor != NULL && strcmp(b->skip_tensor, specs[i].name) == 0) continue;
+    uint64_t ne[2] = {specs[i].ne0, specs[i].ne1};
+    if (b->wide_tensor != NULL && strcmp(b->wide_tensor, specs[i].name) == 0) ne[0] += 32;
+    uint32_t type = specs[i].ne1 ? mt : NPU_GGML_F32;
+    assert_int_equal(npu_gguf_writer_add_tensor(w, specs[i].name, type, specs[i].ne1 ? 2 : 1, ne,
+                                                &idx[n_declared]),
+                     NPULM_OK);
+    n_declared++;
+  }
+  for (size_t i = 0; i < n_declared; i++) {
+    size_t nbytes = (size_t)npu_gguf_writer_tensor_nbytes(w, idx[i]);
+    uint8_t *data = calloc(nbytes, 1);
+    for (size_t j = 0; j + 4 <= nbytes; j += 4) {
+      float v = 0.01f * (float)((j / 4) % 7);
+      memcpy(data + j, &v, 4);
+    }
+    assert_int_equal(npu_gguf_writer_write_tensor(w, idx[i], data, &err), NPULM_OK);
+    free(data);
+  }
+  assert_int_equal(npu_gguf_writer_finish(w, &err), NPULM_OK);
+  npu_gguf_writer_free(w);
+#undef KEY
+#undef SKIP
+}
+
+/* Open a tiny model broken as 'b'; expect 'want' and a message containing 'needle'. */
+static void expect_open(const struct breakage *b, npulm_status want, const char *needle) {
+  char path[] = "/tmp/npulm-test-model-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  write_tiny(path, b);
+  npulm_model *m = NULL;
+  npulm_error err = {{0}};
+  npulm_status st = npulm_model_open(path, &m, &err);
+  unlink(path);
+  if (st != want) fail_msg("status %d (want %d): %s", st, want, err.msg);
+  if (want == NPULM_OK) {
+    assert_non_null(m);
+    npulm_model_close(m);
+    return;
+  }
+  assert_null(m);
+  if (strstr(err.msg, needle) == NULL) fail_msg("message '%s' lacks '%s'", err.msg, needle);
+  assert_null(strchr(err.msg, '\n'));
+}
+
+static void test_tiny_model_opens(void **state) {
+  (void)state;
+  struct breakage ok = {0};
+  expect_open(&ok, NPULM_OK, NULL);
+  struct breakage q8 = {.matrix_type = NPU_GGML_Q8_0};
+  expect_open(&q8, NPULM_OK, NULL);
+  struct breakage f16 = {.matrix_type = NPU_GGML_F16};
+  expect_open(&f16, NPULM_OK, NULL);
+}
+
+static void test_missing_tensors(void **state) {
+  (void)state;
+  const char *names[] = {"token_embd.weight", "output_norm.weight", "blk.0.attn_q.weight",
+                         "blk.0.ffn_down.weight", "blk.0.attn_norm.weight"};
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+    struct breakage b = {.skip_tensor = names[i]};
+    expect_open(&b, NPULM_ERR_FORMAT, names[i]);
+  }
+}
+
+static void test_wrong_shapes(void **state) {
+  (void)state;
+  const char *names[] = {"blk.0.attn_k.weight", "blk.0.ffn_up.weight", "output_norm.weight"};
+  for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+    struct breakage b = {.wide_tensor = names[i]};
+    expect_open(&b, NPULM_ERR_FORMAT, names[i]);
+  }
+}
+
+static void test_missing_keys(void **state) {
+  (void)state;
+  const char *keys[] = {"embedding_length", "block_count", "feed_forward_length",
+                        "attention.head_count", "context_length"};
+  for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+    struct breakage b = {.skip_key = keys[i]};
+    expect_open(&b, NPULM_ERR_FORMAT, keys[i]);
+  }
+}
+
+static void test_unsupported(void **state) {
+  (void)state;
+  struct breakage arch = {.arch = "mamba"};
+  expect_open(&arch, NPULM_ERR_UNSUPPORTED, "mamba");
+  struct breakage q40 = {.matrix_type = 2 /* Q4_0 */};
+  expect_open(&q40, NPULM_ERR_UNSUPPORTED, "Q4_0");
+  struct breakage gqa = {.heads_kv = 3};
+  expect_open(&gqa, NPULM_ERR_FORMAT, "KV heads");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_tiny_model_opens),
+      cmocka_unit_test(test_missing_tensors),
+      cmocka_unit_test(test_wrong_shapes),
+      cmocka_unit_test(test_missing_keys),
+      cmocka_unit_test(test_unsupported),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,220 @@
+/* FP32 reference forward: building blocks against double-precision definitions, and whole models
+ * against their documented greedy outputs. */
+#include <math.h>
+#include <string.h>
+
+#include "model.h"
+#include "npulm.h"
+#include "ref/forward.h"
+#include "test_util.h"
+
+static void test_matvec_matches_double(void **state) {
+  (void)state;
+  uint64_t rng = 1;
+  for (int trial = 0; trial < 200; trial++) {
+    int n_in = 1 + (int)(test_rand(&rng) % 300), n_out = 1 + (int)(test_rand(&rng) % 40);
+    bool with_bias = trial % 2;
+    float *w = malloc((size_t)n_in * (size_t)n_out * sizeof(float));
+    float *x = malloc((size_t)n_in * sizeof(float)), *b = malloc((size_t)n_out * sizeof(float));
+    float *y = malloc((size_t)n_out * sizeof(float));
+    for (int i = 0; i < n_in * n_out; i++) w[i] = (float)((int)(test_rand(&rng) % 2001) - 1000) / 1000.0f;
+    for (int i = 0; i < n_in; i++) x[i] = (float)((int)(test_rand(&rng) % 2001) - 1000) / 500.0f;
+    for (int i = 0; i < n_out; i++) b[i] = (float)((int)(test_rand(&rng) % 2001) - 1000) / 100.0f;
+    npu_ref_matvec(y, w, with_bias ? b : NULL, x, n_in, n_out);
+    for (int o = 0; o < n_out; o++) {
+      double ref = with_bias ? b[o] : 0.0, mag = fabs(ref);
+      for (int i = 0; i < n_in; i++) {
+        ref += (double)w[(size_t)o * (size_t)n_in + (size_t)i] * x[i];
+        mag += fabs((double)w[(size_t)o * (size_t)n_in + (size_t)i] * x[i]);
+      }
+      assert_true(fabs(y[o] - ref) <= 1e-6 * mag + 1e-6);
+    }
+    free(w);
+    free(x);
+    free(b);
+    free(y);
+  }
+}
+
+static void test_rmsnorm_and_softmax(void **state) {
+  (void)state;
+  float x[7] = {1, -2, 3, 0.5f, -0.25f, 4, 0}, w[7] = {1, 2, 0.5f, 1, 1, -1, 3}, out[7];
+  double ss = 0;
+  for (int i = 0; i < 7; i++) ss += (double)x[i] * x[i];
+  double scale = 1.0 / sqrt(ss / 7 + 1e-5);
+  npu_ref_rmsnorm(out, x, w, 7, 1e-5f);
+  for (int i = 0; i < 7; i++) assert_true(fabs(out[i] - x[i] * scale * w[i]) < 1e-5);
+  float p[5] = {1000, 1001, 999, -1e30f, 1000};
+  npu_ref_softmax(p, 5);
+  double sum = 0;
+  for (int i = 0; i < 5; i++) sum += p[i];
+  assert_true(fabs(sum - 1.0) < 1e-6);
+  assert_true(p[1] > p[0] && p[0] == p[4] && p[3] == 0.0f);
+}
+
+/* RoPE rotates the right pairs by pos * base^(-2i/d) and preserves each pair's norm. */
+static void test_rope_pairs(void **state) {
+  (void)state;
+  struct npu_config c = {.head_dim = 8, .rope_dim = 8, .rope_base = 10000.0f};
+  for (int type = 0; type < 2; type++) {
+    c.rope_type = type == 0 ? NPU_ROPE_NORM : NPU_ROPE_NEOX;
+    float v[16], orig[16];
+    for (int i = 0; i < 16; i++) orig[i] = v[i] = (float)(i + 1);
+    npu_ref_rope(v, 2, &c, NULL, 3);
+    for (int h = 0; h < 2; h++) {
+      for (int i = 0; i < 4; i++) {
+        int a = type == 0 ? 2 * i : i, b = type == 0 ? 2 * i + 1 : i + 4;
+        double ang = 3.0 * pow(10000.0, -2.0 * i / 8.0);
+        double x0 = orig[h * 8 + a], x1 = orig[h * 8 + b];
+        assert_true(fabs(v[h * 8 + a] - (x0 * cos(ang) - x1 * sin(ang))) < 1e-4);
+        assert_true(fabs(v[h * 8 + b] - (x0 * sin(ang) + x1 * cos(ang))) < 1e-4);
+      }
+    }
+  }
+}
+
+static npulm_model *open_shared(const char *rel) {
+  const char *path = test_shared_path(rel);
+  TEST_REQUIRE_FILE(path);
+  npulm_model *m = NULL;
+  npulm_error err;
+  npulm_status st = npulm_model_open(path, &m, &err);
+  if (st != NPULM_OK) fail_msg("%s", err.msg);
+  return m;
+}
+
+static void test_stories260k_config(void **state) {
+  (void)state;
+  npulm_model *m = open_shared("models/stories260K.gguf");
+  npulm_model_info info;
+  npulm_model_get_info(m, &info);
+  assert_string_equal(info.arch, "llama");
+  assert_int_equal(info.dim, 64);
+  assert_int_equal(info.n_layers, 5);
+  assert_int_equal(info.n_heads, 8);
+  assert_int_equal(info.n_kv_heads, 4);
+  assert_int_equal(info.ffn_dim, 172);
+  assert_int_equal(info.n_vocab, 512);
+  assert_int_equal(info.n_ctx_train, 512);
+  assert_true(info.tied_output);
+  assert_int_equal(info.n_params, 260032);
+  assert_int_equal(info.bos_id, 1);
+  assert_int_equal(info.eos_id, 2);
+  npulm_model_close(m);
+}
+
+/* Greedy continuation of 'prompt', decoded to text (prompt included). */
+static void greedy(npulm_model *m, const char *prompt, int n, char *out, size_t cap) {
+  npulm_model_info info;
+  npulm_model_get_info(m, &info);
+  npulm_session *s;
+  npulm_error err;
+  assert_int_equal(npulm_session_create(m, NULL, &s, &err), NPULM_OK);
+  int32_t ids[256];
+  size_t n_ids;
+  assert_int_equal(npulm_tokenize(m, prompt, strlen(prompt), true, false, ids, 256, &n_ids, &err),
+                   NPULM_OK);
+  assert_int_equal(npulm_session_eval(s, ids, n_ids, NULL, &err), NPULM_OK);
+  size_t len = 0;
+  for (size_t i = 0; i < n_ids; i++) {
+    len += npulm_token_to_piece(m, i ? ids[i - 1] : -1, ids[i], out + len, cap - len);
+  }
+  int32_t prev = ids[n_ids - 1];
+  for (int i = 0; i < n; i++) {
+    const float *logits = npulm_session_logits(s);
+    int32_t next = 0;
+    for (int v = 1; v < info.n_vocab; v++) next = logits[v] > logits[next] ? v : next;
+    if (npulm_token_is_eog(m, next)) break;
+    len += npulm_token_to_piece(m, prev, next, out + len, cap - len);
+    assert_true(len < cap);
+    prev = next;
+    assert_int_equal(npulm_session_eval(s, &next, 1, NULL, &err), NPULM_OK);
+  }
+  out[len] = '\0';
+  npulm_session_free(s);
+}
+
+static void test_stories260k_greedy(void **state) {
+  (void)state;
+  npulm_model *m = open_shared("models/stories260K.gguf");
+  char text[4096];
+  greedy(m, "Once upon a time", 60, text, sizeof(text));
+  const char *want = "Once upon a time, there was a little girl named Lily. She loved to play "
+                     "outside in the park. One day, she saw a big, red ball.";
+  if (strncmp(text, want, strlen(want)) != 0) fail_msg("got: %s", text);
+  npulm_model_close(m);
+}
+
+static void test_tinystories5m_greedy(void **state) {
+  (void)state;
+  npulm_model *m = open_shared("models/tinystories-5M.gguf");
+  char text[4096];
+  greedy(m, "Once upon a time", 30, text, sizeof(text));
+  const char *want =
+      "Once upon a time, there was a little girl named Lily. She loved to play with her toys";
+  if (strncmp(text, want, strlen(want)) != 0) fail_msg("got: %s", text);
+  npulm_model_close(m);
+}
+
+/* One call over n tokens gives the same logits as n calls of one token, and reset forgets. */
+static void test_batch_equals_stepwise(void **state) {
+  (void)state;
+  npulm_model *m = open_shared("models/stories260K.gguf");
+  enum { N = 12, V = 512 };
+  int32_t ids[N] = {1, 400, 31, 7, 290, 511, 3, 258, 100, 42, 9, 13};
+  static float all[N * V], one[V];
+  npulm_session *s;
+  npulm_error err;
+  npulm_session_params p = {.n_ctx = 32, .n_threads = 1};
+  assert_int_equal(npulm_session_create(m, &p, &s, &err), NPULM_OK);
+  assert_int_equal(npulm_session_eval(s, ids, N, all, &err), NPULM_OK);
+  assert_int_equal(npulm_session_pos(s), N);
+  npulm_session_reset(s);
+  assert_int_equal(npulm_session_pos(s), 0);
+  for (int i = 0; i < N; i++) {
+    assert_int_equal(npulm_session_eval(s, &ids[i], 1, one, &err), NPULM_OK);
+    assert_memory_equal(one, all + i * V, sizeof(one));
+    assert_memory_equal(npulm_session_logits(s), one, sizeof(one));
+  }
+  npulm_session_free(s);
+  npulm_model_close(m);
+}
+
+static void test_session_rejects_bad_input(void **state) {
+  (void)state;
+  npulm_model *m = open_shared("models/stories260K.gguf");
+  npulm_session *s;
+  npulm_error err;
+  npulm_session_params p = {.n_ctx = 8, .n_threads = 1};
+  assert_int_equal(npulm_session_create(m, &p, &s, &err), NPULM_OK);
+  int32_t ids[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  assert_int_equal(npulm_session_eval(s, ids, 9, NULL, &err), NPULM_ERR_ARG);
+  assert_non_null(strstr(err.msg, "context"));
+  assert_int_equal(npulm_session_pos(s), 0);
+  int32_t bad[2] = {1, 512};
+  assert_int_equal(npulm_session_eval(s, bad, 2, NULL, &err), NPULM_ERR_ARG);
+  assert_non_null(strstr(err.msg, "512"));
+  bad[1] = -1;
+  assert_int_equal(npulm_session_eval(s, bad, 2, NULL, &err), NPULM_ERR_ARG);
+  assert_int_equal(npulm_session_eval(s, ids, 8, NULL, &err), NPULM_OK);
+  assert_int_equal(npulm_session_eval(s, ids, 1, NULL, &err), NPULM_ERR_ARG);
+  npulm_session_free(s);
+  p.n_ctx = 513;
+  assert_int_equal(npulm_session_create(m, &p, &s, &err), NPULM_ERR_ARG);
+  assert_null(s);
+  npulm_model_close(m);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_matvec_matches_double),
+      cmocka_unit_test(test_rmsnorm_and_softmax),
+      cmocka_unit_test(test_rope_pairs),
+      cmocka_unit_test(test_stories260k_config),
+      cmocka_unit_test(test_stories260k_greedy),
+      cmocka_unit_test(test_tinystories5m_greedy),
+      cmocka_unit_test(test_batch_equals_stepwise),
+      cmocka_unit_test(test_session_rejects_bad_input),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

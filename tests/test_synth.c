@@ -1,0 +1,317 @@
+/* Synthetic model tests: the files have the real shapes' metadata and tensors, parse with the
+ * GGUF reader, are byte-identical for one seed, and report progress. Only small shapes are made. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+
+#include "gguf.h"
+#include "npulm.h"
+
+static void tmp_path(char *buf, size_t cap, const char *name) {
+  const char *d = getenv("TMPDIR");
+  snprintf(buf, cap, "%s/npulm-test-synth-%ld-%s", d != NULL && d[0] ? d : "/tmp", (long)getpid(),
+           name);
+}
+
+static void synth_ok(const char *shape, uint64_t seed, const char *type, const char *path) {
+  npulm_error err = {{0}};
+  npulm_status st = npulm_synth(shape, seed, type, path, NULL, NULL, &err);
+  if (st != NPULM_OK) fail_msg("synth %s %s: %s", shape, type, err.msg);
+}
+
+/* The whole file, malloc'd. */
+static uint8_t *slurp(const char *path, size_t *size_out) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  uint8_t *p = malloc((size_t)n + 1);
+  assert_non_null(p);
+  assert_int_equal(fread(p, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  *size_out = (size_t)n;
+  return p;
+}
+
+static uint32_t get_u32(const struct npu_gguf *g, const char *key) {
+  uint32_t v = 0;
+  npulm_error err = {{0}};
+  if (npu_gguf_get_u32(g, key, &v, &err) != NPULM_OK) fail_msg("%s", err.msg);
+  return v;
+}
+
+static float get_f32(const struct npu_gguf *g, const char *key) {
+  float v = 0;
+  npulm_error err = {{0}};
+  if (npu_gguf_get_f32(g, key, &v, &err) != NPULM_OK) fail_msg("%s", err.msg);
+  return v;
+}
+
+static void expect_str(const struct npu_gguf *g, const char *key, const char *want) {
+  struct npu_gguf_str s;
+  npulm_error err = {{0}};
+  if (npu_gguf_get_str(g, key, &s, &err) != NPULM_OK) fail_msg("%s", err.msg);
+  if (!npu_gguf_str_eq(s, want)) fail_msg("%s is '%.*s', want '%s'", key, (int)s.len, s.ptr, want);
+}
+
+static void expect_tensor(const struct npu_gguf *g, const char *name, uint32_t type, uint64_t ne0,
+                          uint64_t ne1) {
+  const struct npu_gguf_tensor *t = npu_gguf_find_tensor(g, name);
+  if (t == NULL) fail_msg("tensor %s is missing", name);
+  if (t->type != type || t->ne[0] != ne0 || t->ne[1] != ne1 || t->n_dims != (ne1 > 1 ? 2u : 1u)) {
+    fail_msg("tensor %s: type %u ne {%llu, %llu}, want type %u {%llu, %llu}", name, t->type,
+             (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], type,
+             (unsigned long long)ne0, (unsigned long long)ne1);
+  }
+}
+
+/* Mean and standard deviation of a tensor's values. */
+static void tensor_stats(const struct npu_gguf *g, const char *name, double *mean, double *sd) {
+  const struct npu_gguf_tensor *t = npu_gguf_find_tensor(g, name);
+  assert_non_null(t);
+  float *x = malloc((size_t)t->n_elems * sizeof(float));
+  assert_non_null(x);
+  npulm_error err = {{0}};
+  assert_int_equal(npu_gguf_tensor_to_f32(t, x, &err), NPULM_OK);
+  double s = 0, s2 = 0;
+  for (uint64_t i = 0; i < t->n_elems; i++) {
+    assert_true(isfinite(x[i]));
+    s += x[i];
+    s2 += (double)x[i] * x[i];
+  }
+  *mean = s / (double)t->n_elems;
+  *sd = sqrt(s2 / (double)t->n_elems - *mean * *mean);
+  free(x);
+}
+
+static void test_shape_names(void **state) {
+  (void)state;
+  const char *const *names = npulm_synth_shapes();
+  const char *required[] = {"stories15M", "stories110M", "smollm2-135m", "qwen2.5-0.5b",
+                            "llama-3.2-1b"};
+  for (size_t r = 0; r < sizeof(required) / sizeof(required[0]); r++) {
+    bool found = false;
+    for (size_t i = 0; names[i] != NULL; i++) found = found || strcmp(names[i], required[r]) == 0;
+    if (!found) fail_msg("shape %s is missing", required[r]);
+  }
+  char path[512];
+  tmp_path(path, sizeof(path), "bad.gguf");
+  npulm_error err = {{0}};
+  assert_int_equal(npulm_synth("stories16M", 1, "f32", path, NULL, NULL, &err), NPULM_ERR_ARG);
+  assert_non_null(strstr(err.msg, "stories16M"));
+  assert_non_null(strstr(err.msg, "stories15M"));
+  assert_non_null(strstr(err.msg, "llama-3.2-1b"));
+  memset(err.msg, 0, sizeof(err.msg));
+  assert_int_equal(npulm_synth("tiny", 1, "q4_0", path, NULL, NULL, &err), NPULM_ERR_ARG);
+  assert_non_null(strstr(err.msg, "q4_0"));
+  assert_non_null(strstr(err.msg, "q8_0"));
+  assert_int_not_equal(access(path, F_OK), 0);
+  char bad[600];
+  snprintf(bad, sizeof(bad), "%s.missing-dir/x.gguf", path);
+  memset(err.msg, 0, sizeof(err.msg));
+  assert_int_equal(npulm_synth("tiny", 1, "f32", bad, NULL, NULL, &err), NPULM_ERR_IO);
+  assert_non_null(strstr(err.msg, bad));
+}
+
+static void test_tiny_llama_q8_0(void **state) {
+  (void)state;
+  char path[512];
+  tmp_path(path, sizeof(path), "tiny-q8_0.gguf");
+  synth_ok("tiny", 7, "q8_0", path);
+  struct npu_gguf *g = NULL;
+  npulm_error err = {{0}};
+  assert_int_equal(npu_gguf_open(path, &g, &err), NPULM_OK);
+  expect_str(g, "general.architecture", "llama");
+  expect_str(g, "tokenizer.ggml.model", "llama");
+  assert_int_equal(get_u32(g, "general.alignment"), 32);
+  assert_int_equal(get_u32(g, "general.file_type"), 7);
+  assert_int_equal(get_u32(g, "llama.embedding_length"), 64);
+  assert_int_equal(get_u32(g, "llama.block_count"), 2);
+  assert_int_equal(get_u32(g, "llama.feed_forward_length"), 160);
+  assert_int_equal(get_u32(g, "llama.attention.head_count"), 4);
+  assert_int_equal(get_u32(g, "llama.attention.head_count_kv"), 2);
+  assert_int_equal(get_u32(g, "llama.rope.dimension_count"), 16);
+  assert_int_equal(get_u32(g, "llama.vocab_size"), 512);
+  assert_int_equal(get_u32(g, "llama.context_length"), 256);
+  assert_true(get_f32(g, "llama.rope.freq_base") == 10000.0f);
+  assert_true(get_f32(g, "llama.attention.layer_norm_rms_epsilon") == 1e-5f);
+  assert_int_equal(get_u32(g, "tokenizer.ggml.bos_token_id"), 1);
+  assert_int_equal(get_u32(g, "tokenizer.ggml.eos_token_id"), 2);
+  bool add_bos = false;
+  assert_int_equal(npu_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos, &err), NPULM_OK);
+  assert_true(add_bos);
+
+  /* Tensors: 2-D weights Q8_0, 1-D norms F32, separate output. */
+  expect_tensor(g, "token_embd.weight", NPU_GGML_Q8_0, 64, 512);
+  expect_tensor(g, "blk.0.attn_norm.weight", NPU_GGML_F32, 64, 1);
+  expect_tensor(g, "blk.1.attn_q.weight", NPU_GGML_Q8_0, 64, 64);
+  expect_tensor(g, "blk.1.attn_k.weight", NPU_GGML_Q8_0, 64, 32);
+  expect_tensor(g, "blk.1.attn_v.weight", NPU_GGML_Q8_0, 64, 32);
+  expect_tensor(g, "blk.1.attn_output.weight", NPU_GGML_Q8_0, 64, 64);
+  expect_tensor(g, "blk.1.ffn_norm.weight", NPU_GGML_F32, 64, 1);
+  expect_tensor(g, "blk.1.ffn_gate.weight", NPU_GGML_Q8_0, 64, 160);
+  expect_tensor(g, "blk.1.ffn_up.weight", NPU_GGML_Q8_0, 64, 160);
+  expect_tensor(g, "blk.1.ffn_down.weight", NPU_GGML_Q8_0, 160, 64);
+  expect_tensor(g, "output_norm.weight", NPU_GGML_F32, 64, 1);
+  expect_tensor(g, "output.weight", NPU_GGML_Q8_0, 64, 512);
+  assert_null(npu_gguf_find_tensor(g, "blk.2.attn_q.weight"));
+  assert_null(npu_gguf_find_tensor(g, "blk.0.attn_q.bias"));
+  assert_int_equal(g->n_tensors, 3 + 2 * 9);
+
+  /* Weights of realistic scale: matrices ~ N(0, 1/fan_in), norms ~ 1. */
+  double mean, sd;
+  tensor_stats(g, "blk.0.ffn_down.weight", &mean, &sd);
+  assert_true(fabs(mean) < 0.01 && fabs(sd - 1.0 / sqrt(160.0)) < 0.01);
+  tensor_stats(g, "token_embd.weight", &mean, &sd);
+  assert_true(fabs(mean) < 0.01 && fabs(sd - 0.125) < 0.01);
+  tensor_stats(g, "blk.1.attn_norm.weight", &mean, &sd);
+  assert_true(fabs(mean - 1.0) < 0.01 && sd > 0.005 && sd < 0.05);
+
+  /* The vocabulary: specials, bytes, then unique normal pieces. */
+  struct npu_gguf_arr tokens, types, scores;
+  assert_int_equal(npu_gguf_get_arr(g, "tokenizer.ggml.tokens", NPU_GGUF_STR, &tokens, &err),
+                   NPULM_OK);
+  assert_int_equal(npu_gguf_get_arr(g, "tokenizer.ggml.token_type", NPU_GGUF_I32, &types, &err),
+                   NPULM_OK);
+  assert_int_equal(npu_gguf_get_arr(g, "tokenizer.ggml.scores", NPU_GGUF_F32, &scores, &err),
+                   NPULM_OK);
+  assert_int_equal(tokens.n, 512);
+  assert_int_equal(types.n, 512);
+  assert_int_equal(scores.n, 512);
+  struct npu_gguf_value *tok = calloc(512, sizeof(*tok));
+  assert_non_null(tok);
+  npu_gguf_arr_values(&tokens, tok);
+  assert_true(npu_gguf_str_eq(tok[0].v.s, "<unk>") && npu_gguf_arr_num(&types, 0) == 2);
+  assert_true(npu_gguf_str_eq(tok[1].v.s, "<s>") && npu_gguf_arr_num(&types, 1) == 3);
+  assert_true(npu_gguf_str_eq(tok[2].v.s, "</s>") && npu_gguf_arr_num(&types, 2) == 3);
+  assert_true(npu_gguf_str_eq(tok[3 + 0x0A].v.s, "<0x0A>") && npu_gguf_arr_num(&types, 13) == 6);
+  assert_true(npu_gguf_str_eq(tok[258].v.s, "<0xFF>"));
+  assert_true(npu_gguf_str_eq(tok[259].v.s, "\xe2\x96\x81"));
+  for (uint64_t i = 259; i < 512; i++) {
+    assert_true(npu_gguf_arr_num(&types, i) == 1);
+    assert_true(tok[i].v.s.len > 0);
+    if (i > 259) assert_true(npu_gguf_arr_num(&scores, i) < npu_gguf_arr_num(&scores, i - 1));
+    for (uint64_t j = 0; j < i; j++) {
+      if (tok[i].v.s.len == tok[j].v.s.len &&
+          memcmp(tok[i].v.s.ptr, tok[j].v.s.ptr, tok[i].v.s.len) == 0) {
+        fail_msg("token %llu duplicates token %llu", (unsigned long long)i, (unsigned long long)j);
+      }
+    }
+  }
+  free(tok);
+  npu_gguf_close(g);
+  unlink(path);
+}
+
+static void test_tiny_qwen2_f16(void **state) {
+  (void)state;
+  char path[512];
+  tmp_path(path, sizeof(path), "tiny-qwen2-f16.gguf");
+  synth_ok("tiny-qwen2", 3, "f16", path);
+  struct npu_gguf *g = NULL;
+  npulm_error err = {{0}};
+  assert_int_equal(npu_gguf_open(path, &g, &err), NPULM_OK);
+  expect_str(g, "general.architecture", "qwen2");
+  assert_int_equal(get_u32(g, "general.file_type"), 1);
+  assert_int_equal(get_u32(g, "qwen2.embedding_length"), 64);
+  assert_int_equal(get_u32(g, "qwen2.attention.head_count_kv"), 1);
+  assert_true(get_f32(g, "qwen2.rope.freq_base") == 1e6f);
+  assert_true(get_f32(g, "qwen2.attention.layer_norm_rms_epsilon") == 1e-6f);
+  assert_null(npu_gguf_find(g, "qwen2.vocab_size")); /* the converter writes it for llama only */
+  expect_tensor(g, "token_embd.weight", NPU_GGML_F16, 64, 640);
+  expect_tensor(g, "blk.0.attn_q.weight", NPU_GGML_F16, 64, 64);
+  expect_tensor(g, "blk.0.attn_q.bias", NPU_GGML_F32, 64, 1);
+  expect_tensor(g, "blk.0.attn_k.bias", NPU_GGML_F32, 16, 1);
+  expect_tensor(g, "blk.1.attn_v.bias", NPU_GGML_F32, 16, 1);
+  assert_null(npu_gguf_find_tensor(g, "output.weight")); /* tied */
+  double mean, sd;
+  tensor_stats(g, "blk.0.attn_q.bias", &mean, &sd);
+  assert_true(sd > 0.005 && sd < 0.05);
+  npu_gguf_close(g);
+  unlink(path);
+}
+
+struct progress_log {
+  int calls;
+  uint64_t last_done;
+  uint64_t total;
+  bool monotone;
+};
+
+static void on_progress(void *user, uint64_t done, uint64_t total) {
+  struct progress_log *p = user;
+  if (done < p->last_done || (p->calls > 0 && total != p->total)) p->monotone = false;
+  p->calls++;
+  p->last_done = done;
+  p->total = total;
+}
+
+static void test_deterministic(void **state) {
+  (void)state;
+  char a[512], b[512], c[512];
+  tmp_path(a, sizeof(a), "det-a.gguf");
+  tmp_path(b, sizeof(b), "det-b.gguf");
+  tmp_path(c, sizeof(c), "det-c.gguf");
+  struct progress_log log = {.monotone = true};
+  npulm_error err = {{0}};
+  assert_int_equal(npulm_synth("tiny", 42, "f32", a, on_progress, &log, &err), NPULM_OK);
+  synth_ok("tiny", 42, "f32", b);
+  synth_ok("tiny", 43, "f32", c);
+  size_t na, nb, nc;
+  uint8_t *pa = slurp(a, &na), *pb = slurp(b, &nb), *pc = slurp(c, &nc);
+  assert_int_equal(na, nb);
+  assert_memory_equal(pa, pb, na);
+  assert_int_equal(na, nc);
+  assert_true(memcmp(pa, pc, na) != 0);
+  assert_true(log.calls > 0 && log.monotone);
+  assert_int_equal(log.last_done, log.total);
+  assert_true(log.total > 0 && log.total < na);
+  free(pa);
+  free(pb);
+  free(pc);
+  unlink(a);
+  unlink(b);
+  unlink(c);
+}
+
+/* A real shape end to end: stories15M (about 25 MB in Q8_0). */
+static void test_stories15m(void **state) {
+  (void)state;
+  char path[512];
+  tmp_path(path, sizeof(path), "stories15M-q8_0.gguf");
+  synth_ok("stories15M", 1, "q8_0", path);
+  struct npu_gguf *g = NULL;
+  npulm_error err = {{0}};
+  assert_int_equal(npu_gguf_open(path, &g, &err), NPULM_OK);
+  assert_int_equal(get_u32(g, "llama.embedding_length"), 288);
+  assert_int_equal(get_u32(g, "llama.block_count"), 6);
+  assert_int_equal(get_u32(g, "llama.attention.head_count"), 6);
+  assert_int_equal(get_u32(g, "llama.attention.head_count_kv"), 6);
+  assert_int_equal(get_u32(g, "llama.feed_forward_length"), 768);
+  assert_int_equal(get_u32(g, "llama.context_length"), 256);
+  assert_int_equal(get_u32(g, "llama.vocab_size"), 32000);
+  expect_tensor(g, "token_embd.weight", NPU_GGML_Q8_0, 288, 32000);
+  expect_tensor(g, "blk.5.ffn_down.weight", NPU_GGML_Q8_0, 768, 288);
+  assert_null(npu_gguf_find_tensor(g, "output.weight")); /* llama2.c shares the classifier */
+  struct npu_gguf_arr tokens;
+  assert_int_equal(npu_gguf_get_arr(g, "tokenizer.ggml.tokens", NPU_GGUF_STR, &tokens, &err),
+                   NPULM_OK);
+  assert_int_equal(tokens.n, 32000);
+  uint64_t n_params = 0;
+  for (uint64_t i = 0; i < g->n_tensors; i++) n_params += g->tensors[i].n_elems;
+  assert_int_equal(n_params, 15191712); /* stories15M's 15.2M parameters */
+  npu_gguf_close(g);
+  unlink(path);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_shape_names),    cmocka_unit_test(test_tiny_llama_q8_0),
+      cmocka_unit_test(test_tiny_qwen2_f16), cmocka_unit_test(test_deterministic),
+      cmocka_unit_test(test_stories15m),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
