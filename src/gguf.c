@@ -47,12 +47,18 @@ const char *npu_ggml_type_name(uint32_t type) {
   return type < GGML_TYPE_COUNT ? ggml_types[type].name : NULL;
 }
 
+bool npu_ggml_type_size(uint32_t type, uint32_t *block_out, uint32_t *nbytes_out) {
+  if (npu_ggml_type_name(type) == NULL) return false;
+  *block_out = ggml_types[type].block;
+  *nbytes_out = ggml_types[type].nbytes;
+  return true;
+}
+
 static const char *const vtype_names[NPU_GGUF_VTYPE_COUNT] = {
     "u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64", "f64",
 };
 
-/* Size of a fixed-width value type; 0 for string and array. */
-static size_t vtype_size(uint32_t type) {
+size_t npu_gguf_vtype_size(uint32_t type) {
   static const uint8_t sizes[NPU_GGUF_VTYPE_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
   return type < NPU_GGUF_VTYPE_COUNT ? sizes[type] : 0;
 }
@@ -158,6 +164,14 @@ static bool read_str(struct cursor *c, struct npu_gguf_str *s, const char *what)
   return true;
 }
 
+/* True if some byte of p[0 .. n-1] exceeds 'max'. */
+static bool memchr_above(const uint8_t *p, size_t n, uint8_t max) {
+  for (size_t i = 0; i < n; i++) {
+    if (p[i] > max) return true;
+  }
+  return false;
+}
+
 /* Read a value of 'type' (arrays recursively, up to GGUF_MAX_ARRAY_DEPTH). */
 static bool read_value(struct cursor *c, uint32_t type, struct npu_gguf_value *v, int depth,
                        const char *key) {
@@ -173,7 +187,7 @@ static bool read_value(struct cursor *c, uint32_t type, struct npu_gguf_value *v
   case NPU_GGUF_U64:
   case NPU_GGUF_BOOL: {
     uint64_t u = 0;
-    if (!read_bytes(c, &u, vtype_size(type), key)) return false; /* little-endian host */
+    if (!read_bytes(c, &u, npu_gguf_vtype_size(type), key)) return false; /* little-endian host */
     if (type == NPU_GGUF_BOOL && u > 1) {
       npu_fail(c->err, NPULM_ERR_FORMAT, "key '%s' has bool value %llu", key,
                (unsigned long long)u);
@@ -202,7 +216,7 @@ static bool read_value(struct cursor *c, uint32_t type, struct npu_gguf_value *v
       return false;
     }
     /* The smallest an element can be: its fixed size, or a length/header for strings/arrays. */
-    size_t elem_min = a->type == NPU_GGUF_STR ? 8 : a->type == NPU_GGUF_ARR ? 12 : vtype_size(a->type);
+    size_t elem_min = a->type == NPU_GGUF_STR ? 8 : a->type == NPU_GGUF_ARR ? 12 : npu_gguf_vtype_size(a->type);
     uint64_t min_bytes;
     if (!npu_mul_u64(a->n, elem_min, &min_bytes) || min_bytes > remaining(c)) {
       npu_fail(c->err, NPULM_ERR_FORMAT,
@@ -218,6 +232,11 @@ static bool read_value(struct cursor *c, uint32_t type, struct npu_gguf_value *v
         if (!read_value(c, a->type, &elem, depth + 1, key)) return false;
       }
     } else {
+      if (a->type == NPU_GGUF_BOOL && memchr_above(c->base + start, (size_t)min_bytes, 1)) {
+        npu_fail(c->err, NPULM_ERR_FORMAT, "key '%s' has a bool array element other than 0 or 1",
+                 key);
+        return false;
+      }
       c->pos += (size_t)min_bytes;
     }
     a->size = c->pos - start;
@@ -608,7 +627,7 @@ void npu_gguf_arr_values(const struct npu_gguf_arr *a, struct npu_gguf_value *ou
 }
 
 double npu_gguf_arr_num(const struct npu_gguf_arr *a, uint64_t i) {
-  const uint8_t *p = a->data + i * vtype_size(a->type);
+  const uint8_t *p = a->data + i * npu_gguf_vtype_size(a->type);
   switch (a->type) {
   case NPU_GGUF_U8: return *p;
   case NPU_GGUF_I8: return (int8_t)*p;

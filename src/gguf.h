@@ -127,6 +127,10 @@ double npu_gguf_arr_num(const struct npu_gguf_arr *a, uint64_t i);
 
 /* ggml's name for a tensor type ("F32", "Q4_K", ...), or NULL for an unknown id. */
 const char *npu_ggml_type_name(uint32_t type);
+/* Values per block and bytes per block of a ggml tensor type; false for an unknown id. */
+bool npu_ggml_type_size(uint32_t type, uint32_t *block_out, uint32_t *nbytes_out);
+/* Bytes of a fixed-width metadata value type; 0 for string, array and unknown types. */
+size_t npu_gguf_vtype_size(uint32_t type);
 
 /* Convert a tensor of type F32, F16, BF16 or Q8_0 to 't->n_elems' floats at 'dst'; any other type
  * is NPULM_ERR_UNSUPPORTED naming the type and the tensor. */

@@ -81,29 +81,6 @@ void npu_gguf_buf_put_str(struct npu_gguf_buf *b, const char *s) {
   npu_gguf_buf_put_strn(b, s, strlen(s));
 }
 
-/* ---- Tensor types the writer can size ------------------------------------------------------- */
-
-struct type_size {
-  uint32_t id;
-  uint32_t block;  /* values per block */
-  uint32_t nbytes; /* bytes per block */
-};
-
-/* ggml numbering; enough types to write files that exercise a reader's "unsupported" paths. */
-static const struct type_size type_sizes[] = {
-    {0, 1, 4},      {1, 1, 2},      {2, 32, 18},    {3, 32, 20},    {6, 32, 22},
-    {7, 32, 24},    {8, 32, 34},    {9, 32, 36},    {10, 256, 84},  {11, 256, 110},
-    {12, 256, 144}, {13, 256, 176}, {14, 256, 210}, {15, 256, 292}, {24, 1, 1},
-    {25, 1, 2},     {26, 1, 4},     {27, 1, 8},     {28, 1, 8},     {30, 1, 2},
-};
-
-static const struct type_size *find_type(uint32_t id) {
-  for (size_t i = 0; i < sizeof(type_sizes) / sizeof(type_sizes[0]); i++) {
-    if (type_sizes[i].id == id) return &type_sizes[i];
-  }
-  return NULL;
-}
-
 /* ---- Writer --------------------------------------------------------------------------------- */
 
 struct wtensor {
@@ -336,15 +313,9 @@ npulm_status npu_gguf_writer_add_str(struct npu_gguf_writer *w, const char *key,
   return end_kv(w, key);
 }
 
-/* Size of a fixed-width value type; 0 for string, array and unknown types. */
-static size_t vtype_size(uint32_t t) {
-  static const uint8_t sizes[NPU_GGUF_VTYPE_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
-  return t < NPU_GGUF_VTYPE_COUNT ? sizes[t] : 0;
-}
-
 npulm_status npu_gguf_writer_add_arr(struct npu_gguf_writer *w, const char *key,
                                      enum npu_gguf_vtype elem_type, const void *elems, size_t n) {
-  size_t size = vtype_size((uint32_t)elem_type);
+  size_t size = npu_gguf_vtype_size((uint32_t)elem_type);
   if (w->status != NPULM_OK) return w->status;
   if (size == 0) {
     return wfail(w, NPULM_ERR_ARG, "metadata '%s': array element type %d is not a fixed-size type",
@@ -386,8 +357,10 @@ npulm_status npu_gguf_writer_add_tensor(struct npu_gguf_writer *w, const char *n
   if (w->state != DECLARING) {
     return wfail(w, NPULM_ERR_ARG, "tensor '%s' declared after tensor data was written", name);
   }
-  const struct type_size *ts = find_type(type);
-  if (ts == NULL) return wfail(w, NPULM_ERR_ARG, "tensor '%s': unknown ggml type %u", name, type);
+  uint32_t block, block_bytes;
+  if (!npu_ggml_type_size(type, &block, &block_bytes)) {
+    return wfail(w, NPULM_ERR_ARG, "tensor '%s': unknown ggml type %u", name, type);
+  }
   if (n_dims < 1 || n_dims > NPU_GGUF_MAX_DIMS) {
     return wfail(w, NPULM_ERR_ARG, "tensor '%s': %u dimensions (1..%d allowed)", name, n_dims,
                  NPU_GGUF_MAX_DIMS);
@@ -406,12 +379,12 @@ npulm_status npu_gguf_writer_add_tensor(struct npu_gguf_writer *w, const char *n
                    (unsigned long long)t.ne[d]);
     }
   }
-  if (t.ne[0] % ts->block != 0) {
+  if (t.ne[0] % block != 0) {
     return wfail(w, NPULM_ERR_ARG, "tensor '%s': row length %llu is not a multiple of %u", name,
-                 (unsigned long long)t.ne[0], ts->block);
+                 (unsigned long long)t.ne[0], block);
   }
   uint64_t padded, end;
-  if (!npu_mul_u64(n_elems / ts->block, ts->nbytes, &t.nbytes) ||
+  if (!npu_mul_u64(n_elems / block, block_bytes, &t.nbytes) ||
       !npu_add_u64(t.nbytes, w->alignment - 1, &padded) ||
       !npu_add_u64(w->data_size, padded / w->alignment * w->alignment, &end)) {
     return wfail(w, NPULM_ERR_ARG, "tensor '%s' is too large", name);

@@ -971,6 +971,15 @@ static void test_bad_value_types(void **state) {
   npu_gguf_buf_put_u32(&b, NPU_GGUF_BOOL);
   npu_gguf_buf_put_u8(&b, 2);
   expect_fail_buf(&b, "k.b");
+  put_header(&b, 3, 0, 1); /* a bool array with an element that is neither 0 nor 1 */
+  npu_gguf_buf_put_str(&b, "k.ba");
+  npu_gguf_buf_put_u32(&b, NPU_GGUF_ARR);
+  npu_gguf_buf_put_u32(&b, NPU_GGUF_BOOL);
+  npu_gguf_buf_put_u64(&b, 3);
+  npu_gguf_buf_put_u8(&b, 1);
+  npu_gguf_buf_put_u8(&b, 7);
+  npu_gguf_buf_put_u8(&b, 0);
+  expect_fail_buf(&b, "k.ba");
 }
 
 static void test_bad_shapes(void **state) {

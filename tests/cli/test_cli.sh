@@ -2,6 +2,7 @@
 # CLI behaviour: the documented greedy output, and one-line errors with a non-zero exit for bad
 # input. Prints TAP lines ("ok N - name" / "not ok N - name").
 bin=${NPULM_BIN:-build/npulm}
+bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
 shared=${NPULM_SHARED:-../shared}
 model=$shared/models/stories260K.gguf
 tmp=$(mktemp -d)
@@ -36,16 +37,13 @@ greedy_story() {
 }
 check "run: greedy stories260K continuation" greedy_story
 
-default_model() {
-  (unset NPULM_MODEL; cd "$(dirname "$0")/../.." && "$OLDPWD/$bin" run -p "Once" -n 5 --temp 0 >/dev/null 2>&1) ||
-    (unset NPULM_MODEL; "$bin" run -p "Once" -n 5 --temp 0 >/dev/null 2>&1)
-}
+default_model() { (unset NPULM_MODEL; "$bin" run -p "Once" -n 5 --temp 0 >/dev/null 2>&1); }
 check "run: default model when -m is absent" default_model
 
 env_model() { NPULM_MODEL="$model" "$bin" run -p "Once" -n 3 --temp 0 >/dev/null 2>&1; }
 check "run: NPULM_MODEL picks the model" env_model
 
-no_default() { (cd "$tmp" && env -u NPULM_MODEL "$OLDPWD/$bin" run -p "x" 2>&1 | grep -q "pass -m"); }
+no_default() { (cd "$tmp" && env -u NPULM_MODEL "$bin" run -p "x" 2>&1 | grep -q "pass -m"); }
 check "run: no model at all explains how to pass one" no_default
 
 seeded() {
@@ -80,7 +78,55 @@ fails "ppl: missing text file" "cannot open" "$bin" ppl -m "$model" -f "$tmp/non
 printf 'Once upon a time.' >"$tmp/short.txt"
 fails "ppl: text too short" "needs at least" "$bin" ppl -m "$model" -f "$tmp/short.txt" -c 256
 
-for c in run tokenize ppl synth; do
+# compile and inspect: a program file runs exactly as the GGUF it came from
+npu=$tmp/stories260K.npu
+compile_ok() { "$bin" compile -m "$model" -o "$npu" --chunks 16,64 --ctx 128,512 2>"$tmp/compile.err" &&
+  [ -s "$npu" ] && grep -q "^wrote $npu" "$tmp/compile.err"; }
+check "compile: writes a program file" compile_ok
+inspect_ok() { "$bin" inspect "$npu" >"$tmp/inspect" && grep -q "specializations: 6 graphs" "$tmp/inspect" &&
+  grep -q "^placement" "$tmp/inspect" && grep -Eq "^  matmul +[0-9]+ +0$" "$tmp/inspect" &&
+  grep -q "^CPU fallbacks" "$tmp/inspect" && grep -Eq "^  softmax .*pinned to float" "$tmp/inspect" &&
+  grep -Eq "^  rmsnorm .*not on the NPU's supported list" "$tmp/inspect" &&
+  grep -q "^  KV cache" "$tmp/inspect" && grep -q "^  weights" "$tmp/inspect" && grep -q "^  arenas" "$tmp/inspect"; }
+check "inspect: graphs, placement, fallbacks with reasons, memory" inspect_ok
+inspect_m() { [ "$("$bin" inspect -m "$npu")" = "$(cat "$tmp/inspect")" ]; }
+check "inspect: -m MODEL.npu is the same as MODEL.npu" inspect_m
+inspect_gguf() { "$bin" inspect "$model" --ctx 128,512 --chunks 16,64 >"$tmp/inspect2" &&
+  grep -q "compiled in memory" "$tmp/inspect2" && [ "$(sed 1d "$tmp/inspect2")" = "$(cat "$tmp/inspect")" ]; }
+check "inspect: a GGUF is compiled in memory to the same program" inspect_gguf
+run_same() { a=$("$bin" run -m "$model" -p "Once upon a time" -n 40 --temp 0 2>/dev/null) &&
+  b=$("$bin" run -m "$npu" -p "Once upon a time" -n 40 --temp 0 2>/dev/null) && [ "$a" = "$b" ] &&
+  echo "$b" | grep -q "^Once upon a time, there was a little girl named Lily."; }
+check "run: a program file generates the same greedy text as its GGUF" run_same
+ppl_same() { a=$("$bin" ppl -m "$model" -f "$shared/data/tinystories-valid.txt" -c 128 -t 2 2>/dev/null | sed 's/, [0-9.]* s)$//') &&
+  b=$("$bin" ppl -m "$npu" -f "$shared/data/tinystories-valid.txt" -c 128 -t 2 2>/dev/null | sed 's/, [0-9.]* s)$//') &&
+  [ -n "$a" ] && [ "$a" = "$b" ]; }
+check "ppl: a program file gives the same perplexity as its GGUF" ppl_same
+recompile() { "$bin" compile -m "$npu" -o "$tmp/again.npu" --chunks 16,64 --ctx 128,512 2>/dev/null && cmp -s "$npu" "$tmp/again.npu"; }
+check "compile: recompiling a program file writes the same bytes" recompile
+fails "compile: no output file" "pass -o" "$bin" compile -m "$model"
+fails "compile: malformed list" "not a list" "$bin" compile -m "$model" -o "$tmp/x.npu" --chunks 32,abc
+fails "compile: empty list entry" "not a list" "$bin" compile -m "$model" -o "$tmp/x.npu" --ctx 128,,256
+fails "compile: descending chunk sizes" "ascending" "$bin" compile -m "$model" -o "$tmp/x.npu" --chunks 128,32
+fails "compile: bucket beyond the model's context" "context" "$bin" compile -m "$model" -o "$tmp/x.npu" --ctx 128,100000
+fails "compile: unwritable output" "cannot create" "$bin" compile -m "$model" -o "$tmp/no/such/dir.npu"
+fails "compile: missing model" "cannot open" "$bin" compile -m "$tmp/nope.gguf" -o "$tmp/x.npu"
+fails "compile: unknown option" "unknown option" "$bin" compile -m "$model" -o "$tmp/x.npu" --fast
+fails "inspect: no program given" "pass MODEL.npu" "$bin" inspect
+fails "inspect: missing file" "cannot open" "$bin" inspect "$tmp/nope.npu"
+head -c 3000 "$npu" >"$tmp/trunc.npu"
+fails "inspect: program file cut in its metadata" "does not fit in the file" "$bin" inspect "$tmp/trunc.npu"
+head -c $(($(wc -c <"$npu") - 1000)) "$npu" >"$tmp/trunc.npu"
+fails "run: program file cut in its weights" "outside the" "$bin" run -m "$tmp/trunc.npu" -p x
+# a program file from a newer npulm: npulm.program.version = 2
+cp "$npu" "$tmp/v2.npu"
+at=$(grep -obUa "npulm.program.version" "$tmp/v2.npu" | head -1 | cut -d: -f1)
+printf '\002' | dd of="$tmp/v2.npu" bs=1 seek=$((at + 21 + 4)) conv=notrunc 2>/dev/null
+fails "run: program file of a newer version" "version 2 is not supported" "$bin" run -m "$tmp/v2.npu" -p x
+usage_lists() { "$bin" --help | grep -q "^  compile" && "$bin" --help | grep -q "^  inspect"; }
+check "usage lists compile and inspect" usage_lists
+
+for c in run compile inspect tokenize ppl synth; do
   check "$c --help" "$bin" "$c" --help
 done
 fails "synth: unknown shape" "shape" "$bin" synth --shape nonesuch -o "$tmp/x.gguf"
