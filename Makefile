@@ -17,7 +17,7 @@ OBJS := $(SRCS:%.c=$(BUILD)/%.o)
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TESTS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test tests clean fuzz
+.PHONY: all test tests clean fuzz bench
 all: $(BUILD)/npulm
 
 $(BUILD)/libnpulm.a: $(OBJS)
@@ -25,7 +25,7 @@ $(BUILD)/libnpulm.a: $(OBJS)
 	$(AR) rcs $@ $^
 
 $(BUILD)/npulm: $(BUILD)/tools/npulm.o $(BUILD)/libnpulm.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ -ljansson $(LDLIBS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -34,7 +34,17 @@ $(BUILD)/%.o: %.c
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libnpulm.a
 	$(CC) $(LDFLAGS) -o $@ $^ -lcmocka $(LDLIBS)
 
+# test_noalloc counts every allocation call the library makes, through link-time wrappers
+$(BUILD)/tests/test_noalloc: LDFLAGS += \
+  -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=free,--wrap=aligned_alloc,--wrap=posix_memalign
+
 tests: $(TESTS)
+
+# Microbenchmarks (not tests): `make bench && build/bench/npu_kernels [runs]`
+BENCHES := $(BUILD)/bench/npu_kernels
+bench: $(BENCHES)
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libnpulm.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 test: $(BUILD)/npulm $(TESTS)
 	@tests/run.sh $(BUILD)
@@ -49,4 +59,4 @@ fuzz:
 clean:
 	rm -rf build build-san build-fuzz
 
--include $(OBJS:.o=.d) $(TESTS:=.d) $(BUILD)/tools/npulm.d
+-include $(OBJS:.o=.d) $(TESTS:=.d) $(BENCHES:=.d) $(BUILD)/tools/npulm.d

@@ -1,0 +1,151 @@
+/* Microbenchmark of the NPU integer kernels, one core: every variant of the GEMM on prefill and
+ * decode shapes (GOPS = 2*M*N*K / time, median of several runs), then the element-wise kernels
+ * (elements per second). Usage: npu_kernels [runs (default 11)] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "npu/ukernels.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+static uint64_t rnd(void) {
+  rng_state ^= rng_state >> 12;
+  rng_state ^= rng_state << 25;
+  rng_state ^= rng_state >> 27;
+  return rng_state * 0x2545F4914F6CDD1DULL;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Median and minimum over 'runs' of the seconds per call of 'body', each run at least ~10 ms
+ * long (the minimum is the robust figure on a shared machine). */
+#define TIME_MEDIAN(runs, result, best, body)                                                      \
+  do {                                                                                             \
+    double ts_[64];                                                                                \
+    long iters_ = 1;                                                                               \
+    for (;;) { /* calibrate */                                                                     \
+      const double t0_ = npu_now();                                                                \
+      for (long i_ = 0; i_ < iters_; i_++) {                                                       \
+        body;                                                                                      \
+      }                                                                                            \
+      if (npu_now() - t0_ > 0.01)                                                                  \
+        break;                                                                                     \
+      iters_ *= 2;                                                                                 \
+    }                                                                                              \
+    for (int r_ = 0; r_ < (runs); r_++) {                                                          \
+      const double t0_ = npu_now();                                                                \
+      for (long i_ = 0; i_ < iters_; i_++) {                                                       \
+        body;                                                                                      \
+      }                                                                                            \
+      ts_[r_] = (npu_now() - t0_) / (double)iters_;                                                \
+    }                                                                                              \
+    qsort(ts_, (size_t)(runs), sizeof(double), cmp_double);                                        \
+    (result) = ts_[(runs) / 2];                                                                    \
+    (best) = ts_[0];                                                                               \
+  } while (0)
+
+static void bench_gemm(int runs, size_t m, size_t n, size_t k) {
+  int8_t *x = malloc(m * k), *w = malloc(n * k), *y = malloc(m * n);
+  int32_t *mult = malloc(n * sizeof(int32_t)), *shift = malloc(n * sizeof(int32_t));
+  void *packed = malloc(npu_qs8_gemm_packed_size(n, k));
+  for (size_t i = 0; i < m * k; i++)
+    x[i] = (int8_t)rnd();
+  for (size_t i = 0; i < n * k; i++)
+    w[i] = (int8_t)(rnd() % 255 - 127);
+  for (size_t j = 0; j < n; j++) {
+    mult[j] = (1 << 30) + (int32_t)(rnd() % (1u << 30));
+    shift[j] = -14;
+  }
+  if (!npu_qs8_gemm_pack(n, k, w, NULL, packed)) {
+    fprintf(stderr, "pack failed\n");
+    exit(1);
+  }
+  const struct npu_qs8_gemm_params p = {mult, shift, -3, 5};
+  const uint32_t have = npu_isa_detect();
+  const double ops = 2.0 * (double)m * (double)n * (double)k;
+  struct {
+    const char *name;
+    uint32_t isa;
+    npu_qs8_gemm_fn *fn;
+  } vs[] = {
+    {"scalar", 0, npu_qs8_gemm__scalar},
+#if defined(__x86_64__)
+    {"avx2", NPU_ISA_AVX2, npu_qs8_gemm__avx2},
+#endif
+  };
+  for (size_t v = 0; v < sizeof(vs) / sizeof(vs[0]); v++) {
+    if ((vs[v].isa & ~have) != 0)
+      continue;
+    double t, tb;
+    TIME_MEDIAN(runs, t, tb, vs[v].fn(m, 0, n, k, x, k, packed, y, n, &p));
+    printf("| qs8_gemm__%-10s | %5zu | %5zu | %5zu | %9.2f | %8.1f | %8.1f |\n", vs[v].name, m, n,
+           k, t * 1e6, ops / t * 1e-9, ops / tb * 1e-9);
+  }
+  free(x), free(w), free(y), free(mult), free(shift), free(packed);
+}
+
+static void bench_elementwise(int runs) {
+  enum { N = 1 << 16 };
+  int8_t *a = malloc(N), *b = malloc(N), *y = malloc(N), table[256];
+  int32_t ids[64], mult[512], shift[512];
+  int8_t *emb = malloc(512 * 768);
+  for (size_t i = 0; i < N; i++) {
+    a[i] = (int8_t)rnd();
+    b[i] = (int8_t)rnd();
+  }
+  for (int i = 0; i < 256; i++)
+    table[i] = (int8_t)rnd();
+  for (int i = 0; i < 512 * 768; i++)
+    emb[i] = (int8_t)(rnd() % 255 - 127);
+  for (int i = 0; i < 512; i++) {
+    mult[i] = 1 << 30;
+    shift[i] = -1;
+  }
+  for (int i = 0; i < 64; i++)
+    ids[i] = (int32_t)(rnd() % 512);
+  int8_t *gy = malloc(64 * 768);
+  const struct npu_qadd_params ap = {3, -7, 20, 1 << 30, -1, 1500000000, -2, 1 << 30, -19, 4};
+  const struct npu_qmul_params mp = {3, -7, 1 << 30, -8, 1};
+  const struct npu_qs8_gather_params gp = {mult, shift, 0};
+  const uint32_t have = npu_isa_detect();
+  const uint32_t isas[2] = {0, have};
+  for (int v = 0; v < (have != 0 ? 2 : 1); v++) {
+    const uint32_t isa = isas[v];
+    struct npu_ukernels uk;
+    npu_ukernels_select(isa, &uk);
+    const char *name = isa ? "avx2" : "scalar";
+    double t, tb;
+    TIME_MEDIAN(runs, t, tb, uk.qs8_vadd(N, a, b, y, &ap));
+    printf("| qs8_vadd__%-10s | %8.0f | %8.0f |\n", name, N / t * 1e-6, N / tb * 1e-6);
+    TIME_MEDIAN(runs, t, tb, uk.qs8_vmul(N, a, b, y, &mp));
+    printf("| qs8_vmul__%-10s | %8.0f | %8.0f |\n", name, N / t * 1e-6, N / tb * 1e-6);
+    TIME_MEDIAN(runs, t, tb, uk.x8_lut(N, a, y, table));
+    printf("| x8_lut__%-12s | %8.0f | %8.0f |\n", name, N / t * 1e-6, N / tb * 1e-6);
+    TIME_MEDIAN(runs, t, tb, uk.qs8_gather(64, ids, 512, 768, emb, gy, 768, &gp));
+    printf("| qs8_gather__%-8s | %8.0f | %8.0f |\n", name, 64 * 768 / t * 1e-6,
+           64 * 768 / tb * 1e-6);
+  }
+  free(a), free(b), free(y), free(emb), free(gy);
+}
+
+int main(int argc, char **argv) {
+  int runs = argc > 1 ? atoi(argv[1]) : 11;
+  if (runs < 1 || runs > 64)
+    runs = 11;
+  printf("NPU int8 GEMM, one core, median of %d runs\n\n", runs);
+  printf("| kernel               |     M |     N |     K |   time us |     GOPS | best GOPS |\n");
+  printf("|----------------------|------:|------:|------:|----------:|---------:|----------:|\n");
+  static const size_t shapes[][3] = {{128, 768, 768}, {1, 768, 768},  {128, 2048, 768},
+                                     {1, 2048, 768},  {64, 172, 64},  {1, 172, 64},
+                                     {1, 64, 172},    {16, 704, 256}, {1, 256, 704}};
+  for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+    bench_gemm(runs, shapes[s][0], shapes[s][1], shapes[s][2]);
+  printf("\n| kernel               |  Melem/s |     best "
+         "|\n|----------------------|---------:|---------:|\n");
+  bench_elementwise(runs);
+  return 0;
+}

@@ -1,0 +1,245 @@
+/* npu_qs8_gemm__avx2 and npu_qs8_gemm_qs16__avx2: int8 GEMM in tiles of MR = 3 rows x 16
+ * channels (6 accumulators: the loop stays in the 16 ymm registers, where 4 rows spill), and for
+ * decode (m = 1) one row x 32 channels (two packed blocks). Per 4-byte k group, x[i, 4g..4g+3] is
+ * broadcast to 8 lanes and vpmaddubsw multiplies |x| (u8) by w with the sign of x applied
+ * (vpsignb): each pair sum is at most 2 * 128 * 127 < 2^15, so nothing saturates; vpmaddwd by 1
+ * then sums the pairs into one int32 per channel. The zero point enters once per channel as
+ * bias - x_zero_point * wsum (precomputed in the packed block). */
+#include "npu/ukernels.h"
+
+#if defined(__x86_64__)
+
+#include <assert.h>
+#include <string.h>
+
+#include "npu/avx2_util.h"
+
+enum { NR = NPU_QS8_GEMM_NR, KR = NPU_QS8_GEMM_KR, MR = 3 };
+
+/* acc += x-group (4 bytes, broadcast) times the 16 channels w0 (0..7), w1 (8..15). */
+#define GEMM_STEP(acc0, acc1, xword, w0, w1)                                                       \
+  do {                                                                                             \
+    const __m256i xb_ = _mm256_set1_epi32(xword);                                                  \
+    const __m256i xa_ = _mm256_abs_epi8(xb_);                                                      \
+    acc0 = _mm256_add_epi32(                                                                       \
+        acc0, _mm256_madd_epi16(_mm256_maddubs_epi16(xa_, _mm256_sign_epi8(w0, xb_)), ones));      \
+    acc1 = _mm256_add_epi32(                                                                       \
+        acc1, _mm256_madd_epi16(_mm256_maddubs_epi16(xa_, _mm256_sign_epi8(w1, xb_)), ones));      \
+  } while (0)
+
+static inline int32_t load_word(const int8_t *p) {
+  int32_t v;
+  memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+/* The last, partial k group: 'rem' (1..3) bytes, zero-filled (the packed weights are 0 there). */
+static inline int32_t load_tail(const int8_t *p, size_t rem) {
+  int32_t v = 0;
+  memcpy(&v, p, rem);
+  return v;
+}
+
+/* Requantize and store one row of 16 channels (nc of them valid). */
+NPU_INLINE_AVX2 void store_row(__m256i acc0, __m256i acc1, const struct npu_avx2_rq *rq0,
+                               const struct npu_avx2_rq *rq1, __m256i yzp, int out16, void *y,
+                               size_t nc) {
+  const __m256i q0 = npu_avx2_add_zp(npu_avx2_requantize(acc0, rq0), yzp);
+  const __m256i q1 = npu_avx2_add_zp(npu_avx2_requantize(acc1, rq1), yzp);
+  if (out16) {
+    const __m256i v = npu_avx2_pack_s16(q0, q1);
+    if (nc == NR) {
+      _mm256_storeu_si256((__m256i *)y, v);
+    } else {
+      int16_t tmp[NR];
+      _mm256_storeu_si256((__m256i *)tmp, v);
+      memcpy(y, tmp, nc * sizeof(int16_t));
+    }
+  } else {
+    const __m128i v = npu_avx2_pack_s8(q0, q1);
+    if (nc == NR) {
+      _mm_storeu_si128((__m128i *)y, v);
+    } else {
+      int8_t tmp[NR];
+      _mm_storeu_si128((__m128i *)tmp, v);
+      memcpy(y, tmp, nc);
+    }
+  }
+}
+
+/* 'mr' (1..4, a constant after inlining) rows x one block of 16 channels. */
+NPU_INLINE_AVX2 void gemm_tile(const int mr, size_t k, const int8_t *restrict x, size_t x_stride,
+                               const int8_t *restrict w, __m256i init0, __m256i init1,
+                               const struct npu_avx2_rq *rq0, const struct npu_avx2_rq *rq1,
+                               __m256i yzp, int out16, void *restrict y, size_t y_stride,
+                               size_t nc) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int8_t *x0 = x;
+  const int8_t *x1 = mr > 1 ? x0 + x_stride : x0;
+  const int8_t *x2 = mr > 2 ? x1 + x_stride : x1;
+  const int8_t *x3 = mr > 3 ? x2 + x_stride : x2;
+  __m256i a00 = init0, a01 = init1, a10 = init0, a11 = init1;
+  __m256i a20 = init0, a21 = init1, a30 = init0, a31 = init1;
+  const size_t kfull = k / KR * KR;
+  size_t kk = 0;
+  for (; kk < kfull; kk += KR) {
+    const __m256i w0 = _mm256_loadu_si256((const __m256i *)w);
+    const __m256i w1 = _mm256_loadu_si256((const __m256i *)(w + 32));
+    w += NR * KR;
+    GEMM_STEP(a00, a01, load_word(x0 + kk), w0, w1);
+    if (mr > 1)
+      GEMM_STEP(a10, a11, load_word(x1 + kk), w0, w1);
+    if (mr > 2)
+      GEMM_STEP(a20, a21, load_word(x2 + kk), w0, w1);
+    if (mr > 3)
+      GEMM_STEP(a30, a31, load_word(x3 + kk), w0, w1);
+  }
+  if (kk < k) {
+    const size_t rem = k - kk;
+    const __m256i w0 = _mm256_loadu_si256((const __m256i *)w);
+    const __m256i w1 = _mm256_loadu_si256((const __m256i *)(w + 32));
+    GEMM_STEP(a00, a01, load_tail(x0 + kk, rem), w0, w1);
+    if (mr > 1)
+      GEMM_STEP(a10, a11, load_tail(x1 + kk, rem), w0, w1);
+    if (mr > 2)
+      GEMM_STEP(a20, a21, load_tail(x2 + kk, rem), w0, w1);
+    if (mr > 3)
+      GEMM_STEP(a30, a31, load_tail(x3 + kk, rem), w0, w1);
+  }
+  const size_t esize = out16 ? sizeof(int16_t) : sizeof(int8_t);
+  uint8_t *yb = y;
+  store_row(a00, a01, rq0, rq1, yzp, out16, yb, nc);
+  if (mr > 1)
+    store_row(a10, a11, rq0, rq1, yzp, out16, yb + 1 * y_stride * esize, nc);
+  if (mr > 2)
+    store_row(a20, a21, rq0, rq1, yzp, out16, yb + 2 * y_stride * esize, nc);
+  if (mr > 3)
+    store_row(a30, a31, rq0, rq1, yzp, out16, yb + 3 * y_stride * esize, nc);
+}
+
+/* One row x two consecutive blocks (32 channels): the decode case (m = 1) shares each broadcast
+ * x group across four weight vectors. */
+NPU_INLINE_AVX2 void gemv_tile2(size_t k, const int8_t *restrict x, const int8_t *restrict wa,
+                                const int8_t *restrict wb, __m256i *acc) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+  const size_t kfull = k / KR * KR;
+  size_t kk = 0;
+  for (; kk < kfull; kk += KR) {
+    const __m256i w0 = _mm256_loadu_si256((const __m256i *)wa);
+    const __m256i w1 = _mm256_loadu_si256((const __m256i *)(wa + 32));
+    const __m256i w2 = _mm256_loadu_si256((const __m256i *)wb);
+    const __m256i w3 = _mm256_loadu_si256((const __m256i *)(wb + 32));
+    wa += NR * KR;
+    wb += NR * KR;
+    GEMM_STEP(a0, a1, load_word(x + kk), w0, w1);
+    GEMM_STEP(a2, a3, load_word(x + kk), w2, w3);
+  }
+  if (kk < k) {
+    const int32_t xt = load_tail(x + kk, k - kk);
+    GEMM_STEP(a0, a1, xt, _mm256_loadu_si256((const __m256i *)wa),
+              _mm256_loadu_si256((const __m256i *)(wa + 32)));
+    GEMM_STEP(a2, a3, xt, _mm256_loadu_si256((const __m256i *)wb),
+              _mm256_loadu_si256((const __m256i *)(wb + 32)));
+  }
+  acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3;
+}
+
+/* What a block of 16 channels needs besides its weights. */
+struct block_ctx {
+  __m256i init0, init1;        /* accumulator start: bias - x_zero_point * wsum */
+  struct npu_avx2_rq rq0, rq1; /* requantization of channels 0..7, 8..15 */
+  const int8_t *w;             /* packed weights */
+};
+
+NPU_INLINE_AVX2 void block_setup(const uint8_t *block, size_t n0, size_t nc, __m256i zx,
+                                 const struct npu_qs8_gemm_params *restrict p,
+                                 struct block_ctx *ctx) {
+  const __m256i *head = (const __m256i *)block;
+  ctx->init0 = _mm256_sub_epi32(_mm256_loadu_si256(head),
+                                _mm256_mullo_epi32(zx, _mm256_loadu_si256(head + 2)));
+  ctx->init1 = _mm256_sub_epi32(_mm256_loadu_si256(head + 1),
+                                _mm256_mullo_epi32(zx, _mm256_loadu_si256(head + 3)));
+  /* A partial block pads with mult 0, shift 0. */
+  int32_t mult[NR] = {0}, shift[NR] = {0};
+  memcpy(mult, p->mult + n0, nc * sizeof(int32_t));
+  memcpy(shift, p->shift + n0, nc * sizeof(int32_t));
+  npu_avx2_rq_init(&ctx->rq0, _mm256_loadu_si256((const __m256i *)mult),
+                   _mm256_loadu_si256((const __m256i *)shift));
+  npu_avx2_rq_init(&ctx->rq1, _mm256_loadu_si256((const __m256i *)mult + 1),
+                   _mm256_loadu_si256((const __m256i *)shift + 1));
+  ctx->w = (const int8_t *)(block + 2 * NR * sizeof(int32_t));
+}
+
+NPU_INLINE_AVX2 void gemm_avx2(size_t m, size_t n_begin, size_t n_end, size_t k,
+                               const int8_t *restrict x, size_t x_stride,
+                               const void *restrict w_packed, void *restrict y, size_t y_stride,
+                               const struct npu_qs8_gemm_params *restrict p, int out16) {
+  assert(k >= 1 && k <= 32768);
+  assert(n_begin % NR == 0);
+  assert(p->x_zero_point >= INT8_MIN && p->x_zero_point <= INT8_MAX);
+  const size_t kp = (k + KR - 1) / KR * KR;
+  const size_t block_size = 2 * NR * sizeof(int32_t) + NR * kp;
+  const size_t esize = out16 ? sizeof(int16_t) : sizeof(int8_t);
+  const __m256i zx = _mm256_set1_epi32(p->x_zero_point);
+  const __m256i yzp = _mm256_set1_epi32(p->y_zero_point);
+  const uint8_t *blocks = w_packed;
+  uint8_t *yb = y;
+  size_t n0 = n_begin;
+  if (m == 1) {
+    /* Decode: two blocks at a time. */
+    for (; n0 + 2 * NR <= n_end; n0 += 2 * NR) {
+      struct block_ctx a, b;
+      block_setup(blocks + n0 / NR * block_size, n0, NR, zx, p, &a);
+      block_setup(blocks + (n0 / NR + 1) * block_size, n0 + NR, NR, zx, p, &b);
+      __m256i acc[4] = {a.init0, a.init1, b.init0, b.init1};
+      gemv_tile2(k, x, a.w, b.w, acc);
+      store_row(acc[0], acc[1], &a.rq0, &a.rq1, yzp, out16, yb + n0 * esize, NR);
+      store_row(acc[2], acc[3], &b.rq0, &b.rq1, yzp, out16, yb + (n0 + NR) * esize, NR);
+    }
+  }
+  for (; n0 < n_end; n0 += NR) {
+    const size_t nc = n_end - n0 < NR ? n_end - n0 : NR;
+    struct block_ctx c;
+    block_setup(blocks + n0 / NR * block_size, n0, nc, zx, p, &c);
+    uint8_t *yn = yb + n0 * esize;
+    size_t i = 0;
+    for (; i + MR <= m; i += MR)
+      gemm_tile(MR, k, x + i * x_stride, x_stride, c.w, c.init0, c.init1, &c.rq0, &c.rq1, yzp,
+                out16, yn + i * y_stride * esize, y_stride, nc);
+    switch (m - i) { /* the last rows: fewer than MR */
+    case 3:
+      gemm_tile(3, k, x + i * x_stride, x_stride, c.w, c.init0, c.init1, &c.rq0, &c.rq1, yzp, out16,
+                yn + i * y_stride * esize, y_stride, nc);
+      break;
+    case 2:
+      gemm_tile(2, k, x + i * x_stride, x_stride, c.w, c.init0, c.init1, &c.rq0, &c.rq1, yzp, out16,
+                yn + i * y_stride * esize, y_stride, nc);
+      break;
+    case 1:
+      gemm_tile(1, k, x + i * x_stride, x_stride, c.w, c.init0, c.init1, &c.rq0, &c.rq1, yzp, out16,
+                yn + i * y_stride * esize, y_stride, nc);
+      break;
+    default:
+      break;
+    }
+  }
+}
+
+NPU_TARGET_AVX2 void npu_qs8_gemm__avx2(size_t m, size_t n_begin, size_t n_end, size_t k,
+                                        const int8_t *restrict x, size_t x_stride,
+                                        const void *restrict w_packed, int8_t *restrict y,
+                                        size_t y_stride,
+                                        const struct npu_qs8_gemm_params *restrict params) {
+  gemm_avx2(m, n_begin, n_end, k, x, x_stride, w_packed, y, y_stride, params, 0);
+}
+
+NPU_TARGET_AVX2 void npu_qs8_gemm_qs16__avx2(size_t m, size_t n_begin, size_t n_end, size_t k,
+                                             const int8_t *restrict x, size_t x_stride,
+                                             const void *restrict w_packed, int16_t *restrict y,
+                                             size_t y_stride,
+                                             const struct npu_qs8_gemm_params *restrict params) {
+  gemm_avx2(m, n_begin, n_end, k, x, x_stride, w_packed, y, y_stride, params, 1);
+}
+
+#endif /* __x86_64__ */

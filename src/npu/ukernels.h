@@ -1,0 +1,176 @@
+/* The NPU's integer microkernels: one function type per family, the parameter structs, the weight
+ * packing API, and the choice of the best variant for this CPU. The variants themselves
+ * (npu_<family>__scalar, __avx2, later __neon) are listed once in src/npu/ukernels.inc, which feeds
+ * the declarations below, the dispatch in ukernels.c and the tests. Integer-only by contract:
+ * requantization is src/npu/fixedpoint.h. Kernels never allocate and keep no state. */
+#ifndef NPU_NPU_UKERNELS_H
+#define NPU_NPU_UKERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- int8 GEMM with fused per-channel requantization -----------------------------------------
+ *
+ * y[i, n] = requant(bias[n] + sum_k (x[i, k] - x_zero_point) * w[n, k], mult[n], shift[n])
+ *           + y_zero_point, saturated to int8 (npu_qs8_gemm) or int16 (npu_qs8_gemm_qs16);
+ * requant = npu_requantize() of src/npu/fixedpoint.h.
+ *
+ * x: int8 [m, k], per-tensor asymmetric, row i at x + i * x_stride (x_stride >= k).
+ * w: int8 [N, k], symmetric per output channel, values in [-127, 127] (never -128: the AVX2 kernel
+ *    multiplies |x| (u8) by sign-adjusted w with vpmaddubsw, whose pairs then stay below 2^15),
+ *    packed once by npu_qs8_gemm_pack() into blocks of NR = 16 channels:
+ *      block b (channels 16b .. 16b+15, zero-padded past N), kp = k rounded up to KR = 4:
+ *        int32 bias[16]                           (0 without bias)
+ *        int32 wsum[16]                           sum_k w[n, k], for the zero-point correction
+ *        int8  w[kp / 4][16][4]                   w[16b + j][4g + t] at [g][j][t], zero-padded
+ *      block size = 128 + 16 * kp bytes (npu_qs8_gemm_packed_size(N, k) = blocks * that).
+ *    Each 32-byte row of 8 channels x 4 k is what vpmaddubsw (AVX2) and sdot (NEON dot product,
+ *    two 16-byte halves) consume: the layout is shared by every variant of the family.
+ * Columns [n_begin, n_end) (n_end <= N) are computed, for all m rows; n_begin must be a multiple
+ * of 16 (split work across threads in multiples of 16 columns, or split rows by offsetting x and
+ * y). No scratch memory is needed.
+ * y: row i at y + i * y_stride (in elements); only columns [n_begin, n_end) are written.
+ *
+ * Valid ranges: k in [1, 32768]; |bias| <= 2^30 (so no int32 accumulator can overflow);
+ * x_zero_point in [-128, 127]; y_zero_point in the output type's range; mult/shift as in
+ * fixedpoint.h, indexed by the absolute channel n. m == 0 or n_begin >= n_end does nothing. */
+#define NPU_QS8_GEMM_NR 16
+#define NPU_QS8_GEMM_KR 4
+
+struct npu_qs8_gemm_params {
+  const int32_t *mult;  /* [N] per output channel, [0, INT32_MAX] */
+  const int32_t *shift; /* [N] per output channel, [-31, 30] */
+  int32_t x_zero_point; /* [-128, 127] */
+  int32_t y_zero_point; /* [-128, 127] (int8 output) or [-32768, 32767] (int16 output) */
+};
+
+typedef void npu_qs8_gemm_fn(size_t m, size_t n_begin, size_t n_end, size_t k,
+                             const int8_t *restrict x, size_t x_stride,
+                             const void *restrict w_packed, int8_t *restrict y, size_t y_stride,
+                             const struct npu_qs8_gemm_params *restrict params);
+typedef void npu_qs8_gemm_qs16_fn(size_t m, size_t n_begin, size_t n_end, size_t k,
+                                  const int8_t *restrict x, size_t x_stride,
+                                  const void *restrict w_packed, int16_t *restrict y,
+                                  size_t y_stride,
+                                  const struct npu_qs8_gemm_params *restrict params);
+
+/* Bytes of the packed form of an [n, k] weight matrix. */
+size_t npu_qs8_gemm_packed_size(size_t n, size_t k);
+
+/* Pack int8 weights w [n, k] (row r at w + r * k) and optional int32 bias [n] (NULL: zero) into
+ * 'packed_out' (npu_qs8_gemm_packed_size(n, k) bytes, any alignment; 32 bytes is best). Integer
+ * only, done once at compile time. Return false, with 'packed_out' unspecified, if a weight is
+ * -128, k is 0 or above 32768, or a bias is beyond +-2^30. */
+bool npu_qs8_gemm_pack(size_t n, size_t k, const int8_t *restrict w, const int32_t *restrict bias,
+                       void *restrict packed_out);
+
+/* ---- standalone requantization of int32 values -------------------------------------------------
+ * y[i] = sat(npu_requantize(acc[i], mult[i], shift[i]) + zero_point): per-element multipliers
+ * (pass arrays of one repeated value for per-tensor). Ranges as in fixedpoint.h. */
+typedef void npu_qs32_requant_qs8_fn(size_t n, const int32_t *restrict acc,
+                                     const int32_t *restrict mult, const int32_t *restrict shift,
+                                     int32_t zero_point, int8_t *restrict y);
+typedef void npu_qs32_requant_qs16_fn(size_t n, const int32_t *restrict acc,
+                                      const int32_t *restrict mult, const int32_t *restrict shift,
+                                      int32_t zero_point, int16_t *restrict y);
+
+/* ---- element-wise add with requantization (TFLite's integer add) ------------------------------
+ * With real scales sa, sb, sy and s = 2 * max(sa, sb):
+ *   ta = npu_requantize((a - a_zero_point) * 2^left_shift, a_mult, a_shift)      ~ sa / s
+ *   tb = npu_requantize((b - b_zero_point) * 2^left_shift, b_mult, b_shift)      ~ sb / s
+ *   y  = sat(npu_requantize(ta + tb, y_mult, y_shift) + y_zero_point)  ~ s / (2^left_shift * sy)
+ * Valid ranges: input multipliers at most 0.5 (a_shift <= -1, or 0 with a_mult <= 2^30; same for
+ * b); |x - zero_point| * 2^left_shift < 2^30 for every input (int8: left_shift <= 22, 20 is
+ * TFLite's; int16: left_shift <= 14), so |ta + tb| < 2^30 never overflows; y_* as in
+ * fixedpoint.h. Make the params with npu_qadd_params_make() (src/quant/qparams.h). y may be a or b
+ * (in place); no other overlap. */
+struct npu_qadd_params {
+  int32_t a_zero_point, b_zero_point;
+  int32_t left_shift;
+  int32_t a_mult, a_shift;
+  int32_t b_mult, b_shift;
+  int32_t y_mult, y_shift, y_zero_point;
+};
+
+typedef void npu_qs8_vadd_fn(size_t n, const int8_t *a, const int8_t *b, int8_t *y,
+                             const struct npu_qadd_params *restrict params);
+typedef void npu_qs16_vadd_fn(size_t n, const int16_t *a, const int16_t *b, int16_t *y,
+                              const struct npu_qadd_params *restrict params);
+
+/* ---- element-wise multiply with requantization ------------------------------------------------
+ *   y = sat(npu_requantize((a - a_zero_point) * (b - b_zero_point), y_mult, y_shift)
+ *           + y_zero_point),   y_mult/y_shift ~ sa * sb / sy.
+ * Valid ranges: int8: zero points in [-128, 127]; int16: input zero points 0 (so the product fits
+ * in int32). y may be a or b (in place); no other overlap. */
+struct npu_qmul_params {
+  int32_t a_zero_point, b_zero_point;
+  int32_t y_mult, y_shift, y_zero_point;
+};
+
+typedef void npu_qs8_vmul_fn(size_t n, const int8_t *a, const int8_t *b, int8_t *y,
+                             const struct npu_qmul_params *restrict params);
+typedef void npu_qs16_vmul_fn(size_t n, const int16_t *a, const int16_t *b, int16_t *y,
+                              const struct npu_qmul_params *restrict params);
+
+/* ---- lookup-table activation ------------------------------------------------------------------
+ * y[i] = table[x[i] + 128]: any int8 -> int8 function with its quantization folded in (SiLU:
+ * npu_lut_s8_build() in src/quant/qparams.h). y may be x (in place); no other overlap. */
+typedef void npu_x8_lut_fn(size_t n, const int8_t *x, int8_t *y, const int8_t *restrict table);
+
+/* ---- gather rows with per-row requantization (embeddings) -------------------------------------
+ * y[t, c] = sat(npu_requantize(table[ids[t], c], mult[ids[t]], shift[ids[t]]) + y_zero_point)
+ * for t < n_ids, c < cols: 'table' int8 [n_rows, cols] (row r at table + r * cols, symmetric
+ * per row), mult/shift ~ row scale / output scale. y row t at y + t * y_stride (elements).
+ * ids must lie in [0, n_rows) (asserted: validate token ids before running a graph). */
+struct npu_qs8_gather_params {
+  const int32_t *mult;  /* [n_rows] */
+  const int32_t *shift; /* [n_rows] */
+  int32_t y_zero_point;
+};
+
+typedef void npu_qs8_gather_fn(size_t n_ids, const int32_t *restrict ids, size_t n_rows,
+                               size_t cols, const int8_t *restrict table, int8_t *restrict y,
+                               size_t y_stride,
+                               const struct npu_qs8_gather_params *restrict params);
+typedef void npu_qs8_gather_qs16_fn(size_t n_ids, const int32_t *restrict ids, size_t n_rows,
+                                    size_t cols, const int8_t *restrict table, int16_t *restrict y,
+                                    size_t y_stride,
+                                    const struct npu_qs8_gather_params *restrict params);
+
+/* ---- variants and dispatch --------------------------------------------------------------------*/
+
+/* Instruction-set extensions a variant needs (bit mask); 0 = plain C. */
+enum npu_isa {
+  NPU_ISA_AVX2 = 1u << 0, /* x86-64 AVX2 + FMA */
+  NPU_ISA_NEON = 1u << 1, /* AArch64 Advanced SIMD (reserved for the phone kernels) */
+};
+
+/* Declarations of every variant: npu_qs8_gemm__scalar, npu_qs8_gemm__avx2, ... */
+#define NPU_UKERNEL(family, variant, isa) npu_##family##_fn npu_##family##__##variant;
+#include "npu/ukernels.inc"
+#undef NPU_UKERNEL
+
+/* The chosen variant of each family. */
+struct npu_ukernels {
+  npu_qs8_gemm_fn *qs8_gemm;
+  npu_qs8_gemm_qs16_fn *qs8_gemm_qs16;
+  npu_qs32_requant_qs8_fn *qs32_requant_qs8;
+  npu_qs32_requant_qs16_fn *qs32_requant_qs16;
+  npu_qs8_vadd_fn *qs8_vadd;
+  npu_qs16_vadd_fn *qs16_vadd;
+  npu_qs8_vmul_fn *qs8_vmul;
+  npu_qs16_vmul_fn *qs16_vmul;
+  npu_x8_lut_fn *x8_lut;
+  npu_qs8_gather_fn *qs8_gather;
+  npu_qs8_gather_qs16_fn *qs8_gather_qs16;
+};
+
+/* The NPU_ISA_* extensions this CPU has. */
+uint32_t npu_isa_detect(void);
+
+/* Fill 'uk_out' with, for each family, the last variant in ukernels.inc whose extensions are all
+ * in 'isa' (pass npu_isa_detect(), or 0 to force the scalar reference kernels). */
+void npu_ukernels_select(uint32_t isa, struct npu_ukernels *uk_out);
+
+#endif /* NPU_NPU_UKERNELS_H */

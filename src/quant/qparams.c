@@ -1,0 +1,165 @@
+/* Compile-time quantization helpers (floating point allowed here, never in src/npu). */
+#include "quant/qparams.h"
+
+#include <math.h>
+
+bool npu_quantize_multiplier(double real, int32_t *mult_out, int32_t *shift_out) {
+  *mult_out = 0;
+  *shift_out = 0;
+  if (!(real >= 0.0) || !isfinite(real))
+    return false;
+  if (real == 0.0)
+    return true;
+  int e;
+  const double q = frexp(real, &e); /* real = q * 2^e, q in [0.5, 1) */
+  if (e < -31) {
+    /* Below the normalized range: keep the smallest shift and let mult shrink. */
+    *mult_out = (int32_t)llround(ldexp(real, 62));
+    *shift_out = -31;
+    return true;
+  }
+  long long m = llround(ldexp(q, 31));
+  if (m == (1LL << 31)) { /* q rounded up to 1.0 */
+    m = 1LL << 30;
+    e++;
+  }
+  if (e > 30) {
+    *mult_out = INT32_MAX;
+    *shift_out = 30;
+    return false;
+  }
+  *mult_out = (int32_t)m;
+  *shift_out = e;
+  return true;
+}
+
+bool npu_quantize_multipliers(float in_scale, const float *ch_scales, size_t n, float out_scale,
+                              int32_t *mult_out, int32_t *shift_out) {
+  bool ok = out_scale > 0.0f;
+  for (size_t i = 0; i < n; i++) {
+    const double real = ok ? (double)in_scale * ch_scales[i] / out_scale : 0.0;
+    ok = npu_quantize_multiplier(real, &mult_out[i], &shift_out[i]) && ok;
+  }
+  return ok;
+}
+
+bool npu_quantize_weights_per_channel(const float *w, size_t rows, size_t cols, int8_t *q_out,
+                                      float *scales_out) {
+  for (size_t r = 0; r < rows; r++) {
+    const float *row = w + r * cols;
+    float absmax = 0.0f;
+    for (size_t c = 0; c < cols; c++) {
+      if (!isfinite(row[c]))
+        return false;
+      absmax = fmaxf(absmax, fabsf(row[c]));
+    }
+    const float scale = absmax / 127.0f;
+    scales_out[r] = scale;
+    for (size_t c = 0; c < cols; c++) {
+      float v = scale > 0.0f ? roundf(row[c] / scale) : 0.0f;
+      v = fminf(fmaxf(v, -127.0f), 127.0f);
+      q_out[r * cols + c] = (int8_t)v;
+    }
+  }
+  return true;
+}
+
+bool npu_quantize_bias(const float *bias, size_t n, float x_scale, const float *w_scales,
+                       int32_t *q_out) {
+  for (size_t i = 0; i < n; i++) {
+    const double s = (double)x_scale * w_scales[i];
+    const double v = s > 0.0 ? round(bias[i] / s) : 0.0;
+    if (!(fabs(v) <= (double)(1 << 30)))
+      return false;
+    q_out[i] = (int32_t)v;
+  }
+  return true;
+}
+
+void npu_choose_qparams_s8(float min, float max, float *scale_out, int32_t *zero_point_out) {
+  min = fminf(min, 0.0f);
+  max = fmaxf(max, 0.0f);
+  if (!(max > min)) {
+    *scale_out = 1.0f;
+    *zero_point_out = 0;
+    return;
+  }
+  const double scale = ((double)max - min) / 255.0;
+  const double zp = round(-128.0 - min / scale);
+  *scale_out = (float)scale;
+  *zero_point_out = zp < -128.0 ? -128 : zp > 127.0 ? 127 : (int32_t)zp;
+}
+
+float npu_choose_scale_sym(float absmax, int32_t qmax) {
+  return absmax > 0.0f ? absmax / (float)qmax : 1.0f;
+}
+
+/* sat(round(x / scale) + zero_point) into [qmin, qmax], NaN -> zero_point. */
+static int32_t quantize_one(float x, float scale, int32_t zero_point, int32_t qmin, int32_t qmax) {
+  const float v = x / scale;
+  if (isnan(v))
+    return zero_point;
+  const double r = (double)roundf(v) + zero_point;
+  return r < qmin ? qmin : r > qmax ? qmax : (int32_t)r;
+}
+
+void npu_quantize_s8(const float *x, size_t n, float scale, int32_t zero_point, int8_t *q_out) {
+  for (size_t i = 0; i < n; i++)
+    q_out[i] = (int8_t)quantize_one(x[i], scale, zero_point, INT8_MIN, INT8_MAX);
+}
+
+void npu_quantize_s16(const float *x, size_t n, float scale, int32_t zero_point, int16_t *q_out) {
+  for (size_t i = 0; i < n; i++)
+    q_out[i] = (int16_t)quantize_one(x[i], scale, zero_point, INT16_MIN, INT16_MAX);
+}
+
+void npu_dequantize_s8(const int8_t *q, size_t n, float scale, int32_t zero_point, float *x_out) {
+  for (size_t i = 0; i < n; i++)
+    x_out[i] = scale * (float)(q[i] - zero_point);
+}
+
+void npu_dequantize_s16(const int16_t *q, size_t n, float scale, int32_t zero_point, float *x_out) {
+  for (size_t i = 0; i < n; i++)
+    x_out[i] = scale * (float)(q[i] - zero_point);
+}
+
+bool npu_qadd_params_make(float a_scale, int32_t a_zero_point, float b_scale, int32_t b_zero_point,
+                          float y_scale, int32_t y_zero_point, bool int16,
+                          struct npu_qadd_params *params_out) {
+  struct npu_qadd_params *p = params_out;
+  p->a_zero_point = a_zero_point;
+  p->b_zero_point = b_zero_point;
+  p->y_zero_point = y_zero_point;
+  p->left_shift = int16 ? 14 : 20;
+  const double twice_max = 2.0 * fmax(a_scale, b_scale);
+  bool ok = a_scale > 0.0f && b_scale > 0.0f && y_scale > 0.0f;
+  const double ra = ok ? a_scale / twice_max : 0.0; /* <= 0.5 */
+  const double rb = ok ? b_scale / twice_max : 0.0;
+  const double ry = ok ? twice_max / (ldexp(1.0, p->left_shift) * y_scale) : 0.0;
+  ok = npu_quantize_multiplier(ra, &p->a_mult, &p->a_shift) && ok;
+  ok = npu_quantize_multiplier(rb, &p->b_mult, &p->b_shift) && ok;
+  ok = npu_quantize_multiplier(ry, &p->y_mult, &p->y_shift) && ok;
+  return ok;
+}
+
+bool npu_qmul_params_make(float a_scale, int32_t a_zero_point, float b_scale, int32_t b_zero_point,
+                          float y_scale, int32_t y_zero_point, struct npu_qmul_params *params_out) {
+  params_out->a_zero_point = a_zero_point;
+  params_out->b_zero_point = b_zero_point;
+  params_out->y_zero_point = y_zero_point;
+  const bool ok = y_scale > 0.0f;
+  const double real = ok ? (double)a_scale * b_scale / y_scale : 0.0;
+  return npu_quantize_multiplier(real, &params_out->y_mult, &params_out->y_shift) && ok;
+}
+
+void npu_lut_s8_build(double (*fn)(double), float x_scale, int32_t x_zero_point, float y_scale,
+                      int32_t y_zero_point, int8_t table_out[256]) {
+  for (int q = INT8_MIN; q <= INT8_MAX; q++) {
+    const double y = fn((double)x_scale * (q - x_zero_point));
+    double v = isnan(y) ? 0.0 : round(y / y_scale);
+    v = fmin(fmax(v + y_zero_point, INT8_MIN), INT8_MAX);
+    table_out[q + 128] = (int8_t)v;
+  }
+}
+
+double npu_silu(double x) { return x / (1.0 + exp(-x)); }

@@ -1,0 +1,49 @@
+#!/bin/sh
+# The NPU contract: no floating point in src/npu (kernels and executor). Three checks, TAP lines:
+# 1. no float/double/_Float16 token anywhere in src/npu/*.c and *.h (comments included, as the
+#    pre-stop hook greps them);
+# 2. the compiled src/npu objects contain no floating-point arithmetic or conversion instruction
+#    (x87, scalar/packed SSE/AVX float math, FMA, cvt*) -- moves and bitwise ops of the float
+#    domain (movaps, xorps, vbroadcastss, ...) are allowed, compilers use them for integers;
+# 3. they call no libm function.
+# Objects are looked for next to $NPULM_BIN (BUILD/npulm -> BUILD/src/npu/*.o); skipped if absent.
+root=$(cd "$(dirname "$0")/../.." && pwd)
+bin=${NPULM_BIN:-build/npulm}
+case "$bin" in /*) ;; *) bin="$PWD/$bin" ;; esac
+objdir=$(dirname "$bin")/src/npu
+n=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+notok() { n=$((n + 1)); echo "not ok $n - $1"; }
+skip() { n=$((n + 1)); echo "ok $n - $1 # SKIP $2"; }
+
+hits=$(grep -nE '\b(float|double|_Float16)\b' "$root"/src/npu/*.c "$root"/src/npu/*.h 2>/dev/null)
+if [ -z "$hits" ]; then ok "no float/double/_Float16 token in src/npu"; else
+  notok "no float/double/_Float16 token in src/npu"; echo "$hits" | sed "s|$root/||; s/^/#   /"; fi
+
+set -- "$objdir"/*.o
+if [ ! -e "$1" ] || ! command -v objdump >/dev/null 2>&1; then
+  skip "no floating-point instructions in src/npu objects" "no objects in $objdir or no objdump"
+  skip "no libm calls from src/npu objects" "no objects in $objdir"
+  exit 0
+fi
+
+# Mnemonics (AT&T, as objdump prints them) of floating-point arithmetic, compares, conversions.
+fp='(f[a-z0-9]*|v?(add|sub|mul|div|sqrt|min|max|rcp|rsqrt|round|hadd|hsub|addsub|dp)(ss|sd|ps|pd)'
+fp="$fp"'|v?cmp[a-z]*(ss|sd|ps|pd)|v?u?comis[sd]|v?cvt[a-z0-9]*|vfn?m(add|sub)[a-z0-9]*'
+fp="$fp"'|vfm(addsub|subadd)[a-z0-9]*'
+fp="$fp"'|v(rndscale|getexp|getmant|scalef|rcp14|rsqrt14|range|reduce|fixupimm)[a-z0-9]*)'
+bad=$(for o in "$@"; do
+  objdump -d --no-show-raw-insn "$o" |
+    awk -F'\t' -v f="${o##*/}" 'NF >= 2 { split($2, w, " "); print f " " w[1] }'
+done | grep -E " $fp\$" | sort -u)
+if [ -z "$bad" ]; then ok "no floating-point instructions in src/npu objects"; else
+  notok "no floating-point instructions in src/npu objects"
+  echo "$bad" | head -20 | sed 's/^/#   /'
+fi
+
+libm='^(a?(sin|cos|tan)h?|atan2|exp[0-9m]*1?|log[0-9p]*1?|pow|sqrt|cbrt|hypot|erfc?|fma'
+libm="$libm"'|l?l?round|l?l?rint|nearbyint|floor|ceil|trunc|fabs|fmod|frexp|ldexp|modf'
+libm="$libm"'|fmin|fmax)[fl]?$'
+calls=$(for o in "$@"; do nm -u "$o" | awk '{ print $2 }'; done | grep -E "$libm" | sort -u)
+if [ -z "$calls" ]; then ok "no libm calls from src/npu objects"; else
+  notok "no libm calls from src/npu objects"; echo "$calls" | sed 's/^/#   /'; fi

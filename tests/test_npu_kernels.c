@@ -1,0 +1,818 @@
+/* NPU integer kernels: the requantization definition on its edge cases, the compile-time
+ * quantization helpers, and every kernel variant of src/npu/ukernels.inc against a naive
+ * reference, bit for bit, on awkward shapes, zero-point extremes, both output types and
+ * sub-ranges; plus the scalar GEMM against plain floating-point math of the same dequantized
+ * computation (within one output LSB). */
+#include <math.h>
+#include <string.h>
+
+#include "npu/fixedpoint.h"
+#include "npu/ukernels.h"
+#include "quant/qparams.h"
+#include "test_util.h"
+
+/* ---- helpers ----------------------------------------------------------------------------------*/
+
+static int32_t rand_range(uint64_t *rng, int32_t lo, int32_t hi) { /* inclusive */
+  return lo + (int32_t)(test_rand(rng) % (uint64_t)((int64_t)hi - lo + 1));
+}
+
+static double rand_unit(uint64_t *rng) { return (double)(test_rand(rng) >> 11) * 0x1p-53; }
+
+static void *xmalloc(size_t n) {
+  void *p = malloc(n > 0 ? n : 1);
+  assert_non_null(p);
+  return p;
+}
+
+/* Skip a variant whose instruction set this CPU lacks. */
+static void require_isa(uint32_t need) {
+  if ((need & ~npu_isa_detect()) != 0) {
+    print_message("CPU lacks the variant's instruction set: skipped\n");
+    skip();
+  }
+}
+
+/* Exact round-half-up of acc * mult * 2^(shift - 31) from the mathematical definition (no
+ * left/right split), valid when no saturating left shift is involved. */
+static int64_t exact_requant(int32_t acc, int32_t mult, int32_t shift) {
+  const __int128 num = (__int128)acc * mult; /* value = num / 2^(31 - shift) */
+  const int t = 31 - shift;                  /* >= 1 */
+  return (int64_t)((2 * num + ((__int128)1 << t)) >> (t + 1));
+}
+
+static bool left_saturates(int32_t acc, int32_t shift) {
+  const int64_t v = (int64_t)acc * ((int64_t)1 << npu_requant_left(shift));
+  return v > INT32_MAX || v < INT32_MIN;
+}
+
+/* ---- requantization: the one definition -------------------------------------------------------*/
+
+static void test_requantize_ties(void **state) {
+  (void)state;
+  /* real = 0.5 (mult 2^30, shift 0): x.5 rounds towards +infinity. */
+  assert_int_equal(npu_requantize(5, 1 << 30, 0), 3);
+  assert_int_equal(npu_requantize(-5, 1 << 30, 0), -2);
+  assert_int_equal(npu_requantize(3, 1 << 30, 0), 2);
+  assert_int_equal(npu_requantize(-3, 1 << 30, 0), -1);
+  assert_int_equal(npu_requantize(1, 1 << 30, 0), 1);
+  assert_int_equal(npu_requantize(-1, 1 << 30, 0), 0);
+  /* real = 2^-6 (shift -5): 96 / 64 = 1.5 -> 2, -1.5 -> -1; just off the ties. */
+  assert_int_equal(npu_requantize(96, 1 << 30, -5), 2);
+  assert_int_equal(npu_requantize(-96, 1 << 30, -5), -1);
+  assert_int_equal(npu_requantize(95, 1 << 30, -5), 1);
+  assert_int_equal(npu_requantize(-97, 1 << 30, -5), -2);
+  /* The largest right shift: real = 2^-32. */
+  assert_int_equal(npu_requantize(INT32_MIN, 1 << 30, -31), 0);    /* -0.5 -> 0 */
+  assert_int_equal(npu_requantize(INT32_MAX, 1 << 30, -31), 0);    /* 0.49999... */
+  assert_int_equal(npu_requantize(INT32_MIN, INT32_MAX, -31), -1); /* -(1 - 2^-31) */
+  /* Ties through the saturating int8 / int16 paths with zero points. */
+  assert_int_equal(npu_requantize_s8(5, 1 << 30, 0, -128), -125);
+  assert_int_equal(npu_requantize_s8(-5, 1 << 30, 0, 127), 125);
+  assert_int_equal(npu_requantize_s16(-5, 1 << 30, 0, 0), -2);
+  /* Identity: real = 1 - 2^-31 is not exactly 1, but round() of it is for small acc. */
+  for (int32_t a = -1000; a <= 1000; a++)
+    assert_int_equal(npu_requantize(a, INT32_MAX, 0), a);
+  /* real = 1 exactly as (2^30, 1). */
+  assert_int_equal(npu_requantize(123456789, 1 << 30, 1), 123456789);
+  assert_int_equal(npu_requantize((1 << 29) - 1, 1 << 30, 1), (1 << 29) - 1);
+  assert_int_equal(npu_requantize(-(1 << 29), 1 << 30, 1), -(1 << 29));
+  /* Beyond that the left shift (by 2) saturates: the magnitude stays at mult / 2 = 2^29. */
+  assert_int_equal(npu_requantize(INT32_MIN, 1 << 30, 1), -(1 << 29));
+  assert_int_equal(npu_requantize(INT32_MAX, 1 << 30, 1), 1 << 29);
+}
+
+static void test_requantize_extremes(void **state) {
+  (void)state;
+  const int32_t accs[] = {
+      INT32_MIN, INT32_MIN + 1, -(1 << 30), -65536, -32769,  -255,          -1,       0,
+      1,         255,           32768,      65535,  1 << 30, INT32_MAX - 1, INT32_MAX};
+  const int32_t mults[] = {0, 1, 1 << 30, (1 << 30) + 1, INT32_MAX - 1, INT32_MAX};
+  for (size_t ia = 0; ia < sizeof(accs) / sizeof(accs[0]); ia++)
+    for (size_t im = 0; im < sizeof(mults) / sizeof(mults[0]); im++)
+      for (int32_t shift = -31; shift <= 30; shift++) {
+        const int32_t acc = accs[ia], mult = mults[im];
+        const int32_t r = npu_requantize(acc, mult, shift);
+        if (!left_saturates(acc, shift)) {
+          assert_true(r == exact_requant(acc, mult, shift));
+        } else {
+          /* Saturated left shift: the magnitude is still at least about mult / 2. */
+          assert_true(acc > 0 ? r >= mult / 2 - 1 : r <= -(mult / 2));
+        }
+        if (mult == 0)
+          assert_int_equal(r, 0);
+        /* Saturation to int8 / int16 at the extreme zero points. */
+        const int64_t r8lo = (int64_t)r - 128, r8hi = (int64_t)r + 127;
+        assert_int_equal(npu_requantize_s8(acc, mult, shift, -128), r8lo < -128  ? -128
+                                                                    : r8lo > 127 ? 127
+                                                                                 : r8lo);
+        assert_int_equal(npu_requantize_s8(acc, mult, shift, 127), r8hi < -128  ? -128
+                                                                   : r8hi > 127 ? 127
+                                                                                : r8hi);
+        const int64_t r16lo = (int64_t)r - 32768, r16hi = (int64_t)r + 32767;
+        assert_int_equal(npu_requantize_s16(acc, mult, shift, -32768), r16lo < -32768  ? -32768
+                                                                       : r16lo > 32767 ? 32767
+                                                                                       : r16lo);
+        assert_int_equal(npu_requantize_s16(acc, mult, shift, 32767), r16hi < -32768  ? -32768
+                                                                      : r16hi > 32767 ? 32767
+                                                                                      : r16hi);
+      }
+  /* Full-scale accumulators saturate both output types. */
+  assert_int_equal(npu_requantize_s8(INT32_MAX, INT32_MAX, 30, 0), 127);
+  assert_int_equal(npu_requantize_s8(INT32_MIN, INT32_MAX, 30, 0), -128);
+  assert_int_equal(npu_requantize_s16(INT32_MAX, 1 << 30, 0, 0), 32767);
+  assert_int_equal(npu_requantize_s16(INT32_MIN, 1 << 30, 0, 0), -32768);
+  assert_int_equal(npu_requantize_s8(INT32_MIN, INT32_MAX, -1, 127), -128);
+}
+
+static void test_requantize_random(void **state) {
+  (void)state;
+  uint64_t rng = 0x5eed;
+  for (int i = 0; i < 200000; i++) {
+    const int32_t acc = (int32_t)(uint32_t)test_rand(&rng) >> rand_range(&rng, 0, 31);
+    const int32_t mult = rand_range(&rng, 1 << 30, INT32_MAX);
+    const int32_t shift = rand_range(&rng, -31, 30);
+    if (!left_saturates(acc, shift))
+      assert_true(npu_requantize(acc, mult, shift) == exact_requant(acc, mult, shift));
+  }
+}
+
+/* ---- compile-time helpers ---------------------------------------------------------------------*/
+
+static void test_quantize_multiplier(void **state) {
+  (void)state;
+  int32_t m, s;
+  assert_true(npu_quantize_multiplier(0.0, &m, &s));
+  assert_int_equal(m, 0);
+  assert_int_equal(s, 0);
+  assert_true(npu_quantize_multiplier(0.5, &m, &s));
+  assert_int_equal(m, 1 << 30);
+  assert_int_equal(s, 0);
+  assert_true(npu_quantize_multiplier(1.0, &m, &s));
+  assert_int_equal(m, 1 << 30);
+  assert_int_equal(s, 1);
+  /* Rounds up to 1.0 -> renormalized. */
+  assert_true(npu_quantize_multiplier(1.0 - 0x1p-40, &m, &s));
+  assert_int_equal(m, 1 << 30);
+  assert_int_equal(s, 1);
+  /* Tiny: denormal multiplier at shift -31. */
+  assert_true(npu_quantize_multiplier(0x1p-40, &m, &s));
+  assert_int_equal(s, -31);
+  assert_int_equal(m, 1 << 22);
+  assert_true(npu_quantize_multiplier(1e-30, &m, &s));
+  assert_int_equal(m, 0);
+  /* Large, and out of range. */
+  assert_true(npu_quantize_multiplier(0x1p29 * 1.5, &m, &s));
+  assert_int_equal(s, 30);
+  assert_false(npu_quantize_multiplier(0x1p30, &m, &s));
+  assert_false(npu_quantize_multiplier(-1.0, &m, &s));
+  assert_false(npu_quantize_multiplier(NAN, &m, &s));
+  assert_false(npu_quantize_multiplier(INFINITY, &m, &s));
+  /* Round trips over the whole range: within half a Q31 ulp. */
+  uint64_t rng = 42;
+  for (int i = 0; i < 100000; i++) {
+    const double real = ldexp(0.5 + 0.5 * rand_unit(&rng), rand_range(&rng, -45, 29));
+    assert_true(npu_quantize_multiplier(real, &m, &s));
+    assert_true(s >= -31 && s <= 30 && m >= 0);
+    if (s > -31)
+      assert_true(m >= (1 << 30));
+    const double back = ldexp((double)m, s - 31);
+    assert_true(fabs(back - real) <= ldexp(1.0, s - 32));
+  }
+}
+
+static void test_quantize_weights(void **state) {
+  (void)state;
+  uint64_t rng = 3;
+  enum { R = 9, C = 33 };
+  float w[R * C], scales[R];
+  int8_t q[R * C];
+  for (int i = 0; i < R * C; i++)
+    w[i] = (float)(rand_unit(&rng) * 2.0 - 1.0) * (float)(1 + i / C);
+  for (int c = 0; c < C; c++)
+    w[4 * C + c] = 0.0f;  /* an all-zero row */
+  w[2 * C + 5] = -100.0f; /* the absmax of row 2 is negative */
+  assert_true(npu_quantize_weights_per_channel(w, R, C, q, scales));
+  for (int r = 0; r < R; r++) {
+    float absmax = 0.0f;
+    for (int c = 0; c < C; c++)
+      absmax = fmaxf(absmax, fabsf(w[r * C + c]));
+    assert_true(scales[r] == absmax / 127.0f);
+    for (int c = 0; c < C; c++) {
+      assert_true(q[r * C + c] >= -127 && q[r * C + c] <= 127);
+      assert_true(fabsf(w[r * C + c] - scales[r] * q[r * C + c]) <= 0.5001f * scales[r]);
+    }
+  }
+  assert_int_equal(q[2 * C + 5], -127);
+  assert_true(scales[4] == 0.0f);
+  w[7] = NAN;
+  assert_false(npu_quantize_weights_per_channel(w, R, C, q, scales));
+  w[7] = INFINITY;
+  assert_false(npu_quantize_weights_per_channel(w, R, C, q, scales));
+}
+
+static void test_quantize_activations(void **state) {
+  (void)state;
+  /* Round half away from zero, saturation, NaN. */
+  const float x[] = {1.25f,    -1.25f, 0.75f,    -0.75f,    1000.0f,
+                     -1000.0f, NAN,    INFINITY, -INFINITY, 0.0f};
+  int8_t q[10];
+  npu_quantize_s8(x, 10, 0.5f, 3, q);
+  const int8_t want[] = {6, 0, 5, 1, 127, -128, 3, 127, -128, 3};
+  assert_memory_equal(q, want, sizeof(want));
+  int16_t q16[10];
+  npu_quantize_s16(x, 10, 0.5f, 0, q16);
+  assert_int_equal(q16[0], 3);
+  assert_int_equal(q16[1], -3);
+  assert_int_equal(q16[4], 2000);
+  assert_int_equal(q16[7], 32767);
+  /* Asymmetric params: 0 exact, round trip within half a step. */
+  float scale;
+  int32_t zp;
+  npu_choose_qparams_s8(-0.3f, 2.7f, &scale, &zp);
+  assert_true(fabsf(scale - 3.0f / 255.0f) < 1e-7f);
+  const float zero = 0.0f;
+  int8_t qz;
+  npu_quantize_s8(&zero, 1, scale, zp, &qz);
+  assert_int_equal(qz, zp);
+  float back;
+  npu_dequantize_s8(&qz, 1, scale, zp, &back);
+  assert_true(back == 0.0f);
+  uint64_t rng = 11;
+  for (int i = 0; i < 1000; i++) {
+    const float v = (float)(-0.3 + 3.0 * rand_unit(&rng));
+    int8_t qv;
+    npu_quantize_s8(&v, 1, scale, zp, &qv);
+    npu_dequantize_s8(&qv, 1, scale, zp, &back);
+    assert_true(fabsf(back - v) <= 0.5001f * scale);
+  }
+  npu_choose_qparams_s8(0.5f, 2.0f, &scale, &zp); /* widened to contain 0 */
+  assert_int_equal(zp, -128);
+  npu_choose_qparams_s8(-4.0f, -1.0f, &scale, &zp);
+  assert_int_equal(zp, 127);
+  npu_choose_qparams_s8(0.0f, 0.0f, &scale, &zp);
+  assert_true(scale == 1.0f && zp == 0);
+  assert_true(npu_choose_scale_sym(254.0f, 127) == 2.0f);
+  int16_t s16 = -32768;
+  npu_dequantize_s16(&s16, 1, 0.5f, 0, &back);
+  assert_true(back == -16384.0f);
+  /* Bias: range check. */
+  const float bias[2] = {1.0f, 1e12f};
+  const float ws[2] = {0.01f, 0.01f};
+  int32_t qb[2];
+  assert_true(npu_quantize_bias(bias, 1, 0.1f, ws, qb));
+  assert_int_equal(qb[0], 1000);
+  assert_false(npu_quantize_bias(bias, 2, 0.1f, ws, qb));
+}
+
+static void test_lut_build_silu(void **state) {
+  (void)state;
+  int8_t table[256];
+  const float xs = 8.0f / 128, ys = 8.0f / 128;
+  npu_lut_s8_build(npu_silu, xs, 0, ys, -20, table);
+  for (int q = -128; q <= 127; q++) {
+    const double want = npu_silu(xs * q) / ys - 20;
+    assert_true(fabs(table[q + 128] - fmin(fmax(round(want), -128), 127)) < 1e-9);
+  }
+  assert_int_equal(table[128], -20); /* silu(0) = 0 */
+}
+
+/* ---- GEMM -------------------------------------------------------------------------------------*/
+
+struct gemm_case {
+  size_t m, n, k, x_stride, y_stride;
+  int8_t *x, *w;
+  int32_t *bias; /* NULL: none */
+  int32_t *mult, *shift;
+  int32_t zx, zy;
+  void *packed;
+};
+
+static void gemm_case_make(struct gemm_case *c, size_t m, size_t n, size_t k, bool with_bias,
+                           int32_t zx, int32_t zy, uint64_t *rng) {
+  c->m = m;
+  c->n = n;
+  c->k = k;
+  c->x_stride = k + (size_t)rand_range(rng, 0, 5);
+  c->y_stride = n + (size_t)rand_range(rng, 0, 3);
+  c->x = xmalloc(m * c->x_stride);
+  c->w = xmalloc(n * k);
+  c->bias = with_bias ? xmalloc(n * sizeof(int32_t)) : NULL;
+  c->mult = xmalloc(n * sizeof(int32_t));
+  c->shift = xmalloc(n * sizeof(int32_t));
+  c->zx = zx;
+  c->zy = zy;
+  const int mode = rand_range(rng, 0, 3); /* 0: extreme values, else random */
+  for (size_t i = 0; i < m * c->x_stride; i++)
+    c->x[i] = mode == 0 ? (int8_t)(i % 3 == 0 ? 127 : -128) : (int8_t)rand_range(rng, -128, 127);
+  for (size_t i = 0; i < n * k; i++)
+    c->w[i] = mode == 0 ? (int8_t)(i % 2 ? 127 : -127) : (int8_t)rand_range(rng, -127, 127);
+  /* Multipliers that spread the outputs over the int8 range, plus some extremes. */
+  const double typical = 1.0 / (64.0 * 128.0 * sqrt((double)k));
+  for (size_t j = 0; j < n; j++) {
+    if (c->bias != NULL)
+      c->bias[j] = rand_range(rng, -(1 << 30), 1 << 30) >> rand_range(rng, 0, 30);
+    if (rand_range(rng, 0, 9) == 0) {
+      c->mult[j] = rand_range(rng, 0, 1) ? INT32_MAX : (1 << 30);
+      c->shift[j] = rand_range(rng, -31, 30);
+    } else {
+      assert_true(npu_quantize_multiplier(typical * (0.25 + 4.0 * rand_unit(rng)), &c->mult[j],
+                                          &c->shift[j]));
+    }
+  }
+  c->packed = xmalloc(npu_qs8_gemm_packed_size(n, k));
+  assert_true(npu_qs8_gemm_pack(n, k, c->w, c->bias, c->packed));
+}
+
+static void gemm_case_free(struct gemm_case *c) {
+  free(c->x);
+  free(c->w);
+  free(c->bias);
+  free(c->mult);
+  free(c->shift);
+  free(c->packed);
+}
+
+/* The naive reference: y[i, j] from unpacked weights. */
+static int32_t gemm_ref(const struct gemm_case *c, size_t i, size_t j, bool out16) {
+  int32_t acc = c->bias != NULL ? c->bias[j] : 0;
+  for (size_t kk = 0; kk < c->k; kk++)
+    acc += (c->x[i * c->x_stride + kk] - c->zx) * c->w[j * c->k + kk];
+  return out16 ? npu_requantize_s16(acc, c->mult[j], c->shift[j], c->zy)
+               : npu_requantize_s8(acc, c->mult[j], c->shift[j], c->zy);
+}
+
+/* Run columns [n_begin, n_end) of case 'c' through fn8 or fn16; compare with the reference and
+ * check that nothing else in y was written. */
+static void gemm_check(const struct gemm_case *c, npu_qs8_gemm_fn *fn8, npu_qs8_gemm_qs16_fn *fn16,
+                       size_t n_begin, size_t n_end) {
+  const bool out16 = fn16 != NULL;
+  const size_t esize = out16 ? 2 : 1;
+  const size_t ysize = c->m * c->y_stride * esize;
+  uint8_t *y = xmalloc(ysize);
+  memset(y, 0x5a, ysize);
+  const struct npu_qs8_gemm_params p = {c->mult, c->shift, c->zx, c->zy};
+  if (out16)
+    fn16(c->m, n_begin, n_end, c->k, c->x, c->x_stride, c->packed, (int16_t *)y, c->y_stride, &p);
+  else
+    fn8(c->m, n_begin, n_end, c->k, c->x, c->x_stride, c->packed, (int8_t *)y, c->y_stride, &p);
+  for (size_t i = 0; i < c->m; i++)
+    for (size_t j = 0; j < c->y_stride; j++) {
+      const uint8_t *e = y + (i * c->y_stride + j) * esize;
+      if (j >= n_begin && j < n_end) {
+        const int32_t got = out16 ? ((const int16_t *)y)[i * c->y_stride + j]
+                                  : ((const int8_t *)y)[i * c->y_stride + j];
+        const int32_t want = gemm_ref(c, i, j, out16);
+        if (got != want)
+          fail_msg("m=%zu n=%zu k=%zu zx=%d zy=%d bias=%d out16=%d [%zu,%zu): y[%zu,%zu] = %d, "
+                   "want %d (mult %d shift %d)",
+                   c->m, c->n, c->k, c->zx, c->zy, c->bias != NULL, out16, n_begin, n_end, i, j,
+                   got, want, c->mult[j], c->shift[j]);
+      } else {
+        for (size_t b = 0; b < esize; b++)
+          assert_int_equal(e[b], 0x5a);
+      }
+    }
+  free(y);
+}
+
+static void gemm_family_check(npu_qs8_gemm_fn *fn8, npu_qs8_gemm_qs16_fn *fn16) {
+  static const size_t ms[] = {1, 2, 3, 5, 17, 33};
+  static const size_t ns[] = {1, 7, 8, 9, 63, 172};
+  static const size_t ks[] = {1, 7, 31, 32, 33, 64, 172, 704};
+  const bool out16 = fn16 != NULL;
+  uint64_t rng = out16 ? 1234 : 4321;
+  int idx = 0;
+  for (size_t im = 0; im < 6; im++)
+    for (size_t in = 0; in < 6; in++)
+      for (size_t ik = 0; ik < 8; ik++, idx++) {
+        static const int32_t zxs[] = {-128, 127, 0, 5};
+        const int32_t zx = zxs[idx % 4];
+        const int32_t zy = out16 ? (idx % 3 == 0   ? -32768
+                                    : idx % 3 == 1 ? 32767
+                                                   : 0)
+                                 : (idx % 3 == 0   ? -128
+                                    : idx % 3 == 1 ? 127
+                                                   : 3);
+        struct gemm_case c;
+        gemm_case_make(&c, ms[im], ns[in], ks[ik], idx % 2 == 0, zx, zy, &rng);
+        gemm_check(&c, fn8, fn16, 0, c.n);
+        /* A sub-range of columns starting at a block boundary. */
+        const size_t nb = (size_t)rand_range(&rng, 0, (int32_t)((c.n - 1) / NPU_QS8_GEMM_NR));
+        const size_t n_begin = nb * NPU_QS8_GEMM_NR;
+        const size_t n_end =
+            n_begin + 1 + (size_t)rand_range(&rng, 0, (int32_t)(c.n - n_begin - 1));
+        gemm_check(&c, fn8, fn16, n_begin, n_end);
+        gemm_check(&c, fn8, fn16, n_begin, n_begin); /* empty */
+        gemm_case_free(&c);
+      }
+  /* Random shapes and zero points. */
+  for (int rep = 0; rep < 60; rep++) {
+    struct gemm_case c;
+    const int32_t zy = out16 ? rand_range(&rng, -32768, 32767) : rand_range(&rng, -128, 127);
+    gemm_case_make(&c, (size_t)rand_range(&rng, 1, 40), (size_t)rand_range(&rng, 1, 200),
+                   (size_t)rand_range(&rng, 1, 800), rep % 3 != 0, rand_range(&rng, -128, 127), zy,
+                   &rng);
+    gemm_check(&c, fn8, fn16, 0, c.n);
+    gemm_case_free(&c);
+  }
+}
+
+static void check_qs8_gemm(npu_qs8_gemm_fn *fn) { gemm_family_check(fn, NULL); }
+static void check_qs8_gemm_qs16(npu_qs8_gemm_qs16_fn *fn) { gemm_family_check(NULL, fn); }
+
+static void test_gemm_pack(void **state) {
+  (void)state;
+  int8_t w[3 * 5] = {0};
+  int32_t bias[3] = {0, 1 << 30, -(1 << 30)};
+  uint8_t packed[1024];
+  assert_true(npu_qs8_gemm_packed_size(3, 5) == 128 + 16 * 8);
+  assert_true(npu_qs8_gemm_packed_size(17, 4) == 2 * (128 + 16 * 4));
+  assert_true(npu_qs8_gemm_pack(3, 5, w, bias, packed));
+  assert_false(npu_qs8_gemm_pack(3, 0, w, NULL, packed));
+  w[7] = -128;
+  assert_false(npu_qs8_gemm_pack(3, 5, w, NULL, packed));
+  w[7] = -127;
+  bias[1] = (1 << 30) + 1;
+  assert_false(npu_qs8_gemm_pack(3, 5, w, bias, packed));
+  /* Layout: bias, wsum, then w[n][k] at group k/4, channel n, byte k%4. */
+  for (int i = 0; i < 15; i++)
+    w[i] = (int8_t)(i + 1);
+  bias[1] = 7;
+  assert_true(npu_qs8_gemm_pack(3, 5, w, bias, packed));
+  int32_t head[32];
+  memcpy(head, packed, sizeof(head));
+  assert_int_equal(head[1], 7);
+  assert_int_equal(head[16 + 2], 11 + 12 + 13 + 14 + 15);
+  const int8_t *wq = (const int8_t *)(packed + 128);
+  assert_int_equal(wq[0 * 64 + 2 * 4 + 3], 14); /* w[2][3] */
+  assert_int_equal(wq[1 * 64 + 1 * 4 + 0], 10); /* w[1][4] */
+  assert_int_equal(wq[1 * 64 + 1 * 4 + 1], 0);  /* k padding */
+  assert_int_equal(wq[0 * 64 + 5 * 4 + 0], 0);  /* n padding */
+}
+
+/* The scalar GEMM against the dequantized computation in double: within one output LSB. */
+static void test_gemm_vs_float(void **state) {
+  (void)state;
+  uint64_t rng = 99;
+  static const size_t shapes[][3] = {{1, 172, 64}, {5, 64, 172}, {3, 33, 704}, {17, 9, 256}};
+  for (size_t s = 0; s < 4; s++) {
+    const size_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+    float *wf = xmalloc(n * k * sizeof(float)), *wscale = xmalloc(n * sizeof(float));
+    float *xf = xmalloc(m * k * sizeof(float)), *bf = xmalloc(n * sizeof(float));
+    int8_t *wq = xmalloc(n * k), *xq = xmalloc(m * k), *y = xmalloc(m * n);
+    int32_t *bq = xmalloc(n * sizeof(int32_t)), *mult = xmalloc(n * sizeof(int32_t));
+    int32_t *shift = xmalloc(n * sizeof(int32_t));
+    for (size_t i = 0; i < n * k; i++)
+      wf[i] = (float)((rand_unit(&rng) - 0.5) * (1.0 + (double)(i / k % 5)));
+    for (size_t i = 0; i < m * k; i++)
+      xf[i] = (float)(rand_unit(&rng) * 3.0 - 1.0);
+    for (size_t j = 0; j < n; j++)
+      bf[j] = (float)(rand_unit(&rng) - 0.5);
+    assert_true(npu_quantize_weights_per_channel(wf, n, k, wq, wscale));
+    float sx, sy;
+    int32_t zx, zy;
+    npu_choose_qparams_s8(-1.0f, 2.0f, &sx, &zx);
+    npu_quantize_s8(xf, m * k, sx, zx, xq);
+    const float yr = 3.0f * sqrtf((float)k);
+    npu_choose_qparams_s8(-yr, yr * 0.7f, &sy, &zy);
+    assert_true(npu_quantize_bias(bf, n, sx, wscale, bq));
+    assert_true(npu_quantize_multipliers(sx, wscale, n, sy, mult, shift));
+    void *packed = xmalloc(npu_qs8_gemm_packed_size(n, k));
+    assert_true(npu_qs8_gemm_pack(n, k, wq, bq, packed));
+    const struct npu_qs8_gemm_params p = {mult, shift, zx, zy};
+    npu_qs8_gemm__scalar(m, 0, n, k, xq, k, packed, y, n, &p);
+    int saturated = 0;
+    for (size_t i = 0; i < m; i++)
+      for (size_t j = 0; j < n; j++) {
+        double acc = (double)bq[j] * sx * wscale[j];
+        for (size_t kk = 0; kk < k; kk++)
+          acc += ((double)sx * (xq[i * k + kk] - zx)) * ((double)wscale[j] * wq[j * k + kk]);
+        const double want = fmin(fmax(round(acc / sy) + zy, -128.0), 127.0);
+        saturated += want == -128.0 || want == 127.0;
+        if (fabs(y[i * n + j] - want) > 1.0)
+          fail_msg("shape %zu: y[%zu,%zu] = %d, float %g", s, i, j, y[i * n + j], want);
+      }
+    assert_true(saturated < (int)(m * n / 4)); /* the test spans the range, not just the ends */
+    free(wf), free(wscale), free(xf), free(bf), free(wq), free(xq), free(y);
+    free(bq), free(mult), free(shift), free(packed);
+  }
+}
+
+/* ---- standalone requantization ----------------------------------------------------------------*/
+
+/* Every shift x extreme multipliers x extreme and random accumulators, n with SIMD body and tail.
+ */
+static void requant_inputs(size_t n, int32_t *acc, int32_t *mult, int32_t *shift, uint64_t *rng) {
+  static const int32_t accs[] = {
+      INT32_MIN, INT32_MIN + 1, -(1 << 30), -65537, -32768,  -129,     -1, 0,
+      1,         127,           32767,      65536,  1 << 30, INT32_MAX};
+  static const int32_t mults[] = {0, 1, 1 << 30, (1 << 30) + 1, INT32_MAX};
+  for (size_t i = 0; i < n; i++) {
+    const size_t r = (size_t)rand_range(rng, 0, 3);
+    acc[i] = r == 0 ? accs[i % 14] : (int32_t)(uint32_t)test_rand(rng) >> rand_range(rng, 0, 31);
+    mult[i] = r == 1 ? mults[i % 5] : rand_range(rng, 0, INT32_MAX);
+    shift[i] = (int32_t)(i / 5 % 62) - 31;
+  }
+}
+
+static void check_qs32_requant_qs8(npu_qs32_requant_qs8_fn *fn) {
+  uint64_t rng = 77;
+  enum { N = 62 * 5 * 16 + 13 };
+  int32_t *acc = xmalloc(N * 4), *mult = xmalloc(N * 4), *shift = xmalloc(N * 4);
+  int8_t *y = xmalloc(N);
+  for (int rep = 0; rep < 20; rep++) {
+    requant_inputs(N, acc, mult, shift, &rng);
+    const int32_t zp = rep % 3 == 0 ? -128 : rep % 3 == 1 ? 127 : rand_range(&rng, -128, 127);
+    const size_t n = rep == 0 ? N : (size_t)rand_range(&rng, 0, N);
+    fn(n, acc, mult, shift, zp, y);
+    for (size_t i = 0; i < n; i++)
+      if (y[i] != npu_requantize_s8(acc[i], mult[i], shift[i], zp))
+        fail_msg("acc %d mult %d shift %d zp %d: got %d want %d", acc[i], mult[i], shift[i], zp,
+                 y[i], npu_requantize_s8(acc[i], mult[i], shift[i], zp));
+  }
+  free(acc), free(mult), free(shift), free(y);
+}
+
+static void check_qs32_requant_qs16(npu_qs32_requant_qs16_fn *fn) {
+  uint64_t rng = 78;
+  enum { N = 62 * 5 * 16 + 13 };
+  int32_t *acc = xmalloc(N * 4), *mult = xmalloc(N * 4), *shift = xmalloc(N * 4);
+  int16_t *y = xmalloc(N * 2);
+  for (int rep = 0; rep < 20; rep++) {
+    requant_inputs(N, acc, mult, shift, &rng);
+    const int32_t zp = rep % 3 == 0   ? -32768
+                       : rep % 3 == 1 ? 32767
+                                      : rand_range(&rng, -32768, 32767);
+    const size_t n = rep == 0 ? N : (size_t)rand_range(&rng, 0, N);
+    fn(n, acc, mult, shift, zp, y);
+    for (size_t i = 0; i < n; i++)
+      if (y[i] != npu_requantize_s16(acc[i], mult[i], shift[i], zp))
+        fail_msg("acc %d mult %d shift %d zp %d: got %d want %d", acc[i], mult[i], shift[i], zp,
+                 y[i], npu_requantize_s16(acc[i], mult[i], shift[i], zp));
+  }
+  free(acc), free(mult), free(shift), free(y);
+}
+
+/* ---- element-wise add / mul -------------------------------------------------------------------*/
+
+static const size_t elem_sizes[] = {0, 1, 15, 16, 17, 31, 32, 33, 100, 1000};
+#define N_ELEM_SIZES (sizeof(elem_sizes) / sizeof(elem_sizes[0]))
+
+static float rand_scale(uint64_t *rng) {
+  return (float)ldexp(0.5 + rand_unit(rng), rand_range(rng, -12, 6));
+}
+
+static int32_t add_ref(int32_t a, int32_t b, const struct npu_qadd_params *p, int32_t lo,
+                       int32_t hi) {
+  const int32_t ta =
+      npu_requantize((a - p->a_zero_point) * (1 << p->left_shift), p->a_mult, p->a_shift);
+  const int32_t tb =
+      npu_requantize((b - p->b_zero_point) * (1 << p->left_shift), p->b_mult, p->b_shift);
+  return npu_clamp_i64((int64_t)npu_requantize(ta + tb, p->y_mult, p->y_shift) + p->y_zero_point,
+                       lo, hi);
+}
+
+static void check_qs8_vadd(npu_qs8_vadd_fn *fn) {
+  uint64_t rng = 5;
+  int8_t a[1000], b[1000], y[1000];
+  for (int rep = 0; rep < 60; rep++) {
+    const float sa = rand_scale(&rng), sb = rep % 5 == 0 ? sa : rand_scale(&rng);
+    const float sy = rep % 7 == 0 ? (float)ldexp(1.0, -20) : rand_scale(&rng) * 4;
+    const int32_t za = rep % 4 == 0 ? -128 : rep % 4 == 1 ? 127 : rand_range(&rng, -128, 127);
+    const int32_t zb = rep % 3 == 0 ? 127 : rand_range(&rng, -128, 127);
+    const int32_t zy = rep % 2 == 0 ? -128 : 127;
+    struct npu_qadd_params p;
+    assert_true(npu_qadd_params_make(sa, za, sb, zb, sy, zy, false, &p));
+    for (size_t s = 0; s < N_ELEM_SIZES; s++) {
+      const size_t n = elem_sizes[s];
+      for (size_t i = 0; i < n; i++) {
+        a[i] = (int8_t)rand_range(&rng, -128, 127);
+        b[i] = (int8_t)(i % 17 == 0 ? -128 : rand_range(&rng, -128, 127));
+      }
+      fn(n, a, b, y, &p);
+      for (size_t i = 0; i < n; i++) {
+        assert_int_equal(y[i], add_ref(a[i], b[i], &p, INT8_MIN, INT8_MAX));
+        /* Within one LSB of the real sum, unless saturated. */
+        const double real = (sa * (a[i] - za) + sb * (b[i] - zb)) / sy + zy;
+        if (real > -128 && real < 127)
+          assert_true(fabs(y[i] - real) <= 1.0);
+      }
+      /* In place. */
+      int8_t want[1000];
+      memcpy(want, y, n);
+      fn(n, a, b, a, &p);
+      assert_memory_equal(a, want, n);
+    }
+  }
+}
+
+static void check_qs16_vadd(npu_qs16_vadd_fn *fn) {
+  uint64_t rng = 6;
+  int16_t a[1000], b[1000], y[1000];
+  for (int rep = 0; rep < 60; rep++) {
+    const float sa = rand_scale(&rng), sb = rand_scale(&rng), sy = rand_scale(&rng) * 2;
+    const int32_t za = rep % 4 == 0 ? 0 : rep % 4 == 1 ? -32768 : rand_range(&rng, -100, 100);
+    const int32_t zb = rep % 4 == 2 ? 32767 : 0;
+    const int32_t zy = rep % 3 == 0 ? -32768 : rep % 3 == 1 ? 32767 : 0;
+    struct npu_qadd_params p;
+    assert_true(npu_qadd_params_make(sa, za, sb, zb, sy, zy, true, &p));
+    for (size_t s = 0; s < N_ELEM_SIZES; s++) {
+      const size_t n = elem_sizes[s];
+      for (size_t i = 0; i < n; i++) {
+        a[i] = (int16_t)(i % 13 == 0 ? 32767 : rand_range(&rng, -32768, 32767));
+        b[i] = (int16_t)(i % 11 == 0 ? -32768 : rand_range(&rng, -32768, 32767));
+      }
+      fn(n, a, b, y, &p);
+      for (size_t i = 0; i < n; i++) {
+        assert_int_equal(y[i], add_ref(a[i], b[i], &p, INT16_MIN, INT16_MAX));
+        const double real = (sa * (a[i] - za) + sb * (b[i] - zb)) / sy + zy;
+        if (real > -32768 && real < 32767)
+          assert_true(fabs(y[i] - real) <= 1.0);
+      }
+      int16_t want[1000];
+      memcpy(want, y, n * 2);
+      fn(n, a, b, b, &p);
+      assert_memory_equal(b, want, n * 2);
+    }
+  }
+}
+
+static void check_qs8_vmul(npu_qs8_vmul_fn *fn) {
+  uint64_t rng = 7;
+  int8_t a[1000], b[1000], y[1000];
+  for (int rep = 0; rep < 60; rep++) {
+    const float sa = rand_scale(&rng), sb = rand_scale(&rng);
+    const float sy =
+        rep % 5 == 0 ? sa * sb * 1e-3f : sa * sb * (float)(100 + 200 * rand_unit(&rng));
+    const int32_t za = rep % 3 == 0 ? -128 : rep % 3 == 1 ? 127 : rand_range(&rng, -128, 127);
+    const int32_t zb = rep % 2 == 0 ? -128 : rand_range(&rng, -128, 127);
+    const int32_t zy = rep % 4 == 0 ? 127 : rep % 4 == 1 ? -128 : 0;
+    struct npu_qmul_params p;
+    assert_true(npu_qmul_params_make(sa, za, sb, zb, sy, zy, &p));
+    for (size_t s = 0; s < N_ELEM_SIZES; s++) {
+      const size_t n = elem_sizes[s];
+      for (size_t i = 0; i < n; i++) {
+        a[i] = (int8_t)rand_range(&rng, -128, 127);
+        b[i] = (int8_t)rand_range(&rng, -128, 127);
+      }
+      fn(n, a, b, y, &p);
+      for (size_t i = 0; i < n; i++) {
+        assert_int_equal(y[i],
+                         npu_requantize_s8((a[i] - za) * (b[i] - zb), p.y_mult, p.y_shift, zy));
+        const double real = (double)sa * (a[i] - za) * sb * (b[i] - zb) / sy + zy;
+        if (real > -128 && real < 127)
+          assert_true(fabs(y[i] - real) <= 0.5 + 1e-6);
+      }
+    }
+  }
+}
+
+static void check_qs16_vmul(npu_qs16_vmul_fn *fn) {
+  uint64_t rng = 8;
+  int16_t a[1000], b[1000], y[1000];
+  for (int rep = 0; rep < 60; rep++) {
+    const float sa = rand_scale(&rng), sb = rand_scale(&rng);
+    const float sy = sa * sb * (float)ldexp(1.0 + rand_unit(&rng), rand_range(&rng, 0, 20));
+    const int32_t zy = rep % 3 == 0 ? 32767 : rep % 3 == 1 ? -32768 : 0;
+    struct npu_qmul_params p;
+    assert_true(npu_qmul_params_make(sa, 0, sb, 0, sy, zy, &p));
+    for (size_t s = 0; s < N_ELEM_SIZES; s++) {
+      const size_t n = elem_sizes[s];
+      for (size_t i = 0; i < n; i++) {
+        a[i] = (int16_t)(i % 9 == 0 ? -32768 : rand_range(&rng, -32768, 32767));
+        b[i] = (int16_t)(i % 7 == 0 ? -32768
+                                    : rand_range(&rng, -32768, 32767) >> rand_range(&rng, 0, 15));
+      }
+      fn(n, a, b, y, &p);
+      for (size_t i = 0; i < n; i++)
+        assert_int_equal(y[i], npu_requantize_s16(a[i] * b[i], p.y_mult, p.y_shift, zy));
+      int16_t want[1000];
+      memcpy(want, y, n * 2);
+      fn(n, a, b, a, &p);
+      assert_memory_equal(a, want, n * 2);
+    }
+  }
+}
+
+/* ---- LUT and gather ---------------------------------------------------------------------------*/
+
+static void check_x8_lut(npu_x8_lut_fn *fn) {
+  uint64_t rng = 9;
+  int8_t table[256], x[1000], y[1000];
+  for (int rep = 0; rep < 50; rep++) {
+    for (int i = 0; i < 256; i++)
+      table[i] = (int8_t)(rep == 0 ? i - 128 : rep == 1 ? 127 - i : rand_range(&rng, -128, 127));
+    for (size_t s = 0; s < N_ELEM_SIZES; s++) {
+      const size_t n = elem_sizes[s] > 0 ? elem_sizes[s] : 256;
+      for (size_t i = 0; i < n; i++) /* every code, then random */
+        x[i] = (int8_t)(i < 256 && n >= 256 ? (int)i - 128 : rand_range(&rng, -128, 127));
+      fn(n, x, y, table);
+      for (size_t i = 0; i < n; i++)
+        if (y[i] != table[x[i] + 128])
+          fail_msg("x = %d: got %d, want %d (n = %zu)", x[i], y[i], table[x[i] + 128], n);
+      fn(n, x, x, table); /* in place */
+      assert_memory_equal(x, y, n);
+    }
+  }
+}
+
+static void gather_family_check(npu_qs8_gather_fn *fn8, npu_qs8_gather_qs16_fn *fn16) {
+  static const size_t colss[] = {1, 15, 16, 17, 64, 172, 257};
+  const bool out16 = fn16 != NULL;
+  uint64_t rng = out16 ? 10 : 11;
+  enum { ROWS = 37, IDS = 9 };
+  for (size_t ic = 0; ic < 7; ic++) {
+    const size_t cols = colss[ic], y_stride = cols + ic;
+    int8_t *table = xmalloc(ROWS * cols);
+    int32_t mult[ROWS], shift[ROWS], ids[IDS];
+    for (size_t i = 0; i < ROWS * cols; i++)
+      table[i] = (int8_t)(i % 29 == 0 ? -128 : rand_range(&rng, -127, 127));
+    for (int r = 0; r < ROWS; r++) {
+      if (r % 6 == 0) {
+        mult[r] = r % 12 == 0 ? INT32_MAX : 1 << 30;
+        shift[r] = rand_range(&rng, -31, 30);
+      } else {
+        assert_true(npu_quantize_multiplier(out16 ? 100.0 * rand_unit(&rng) : 2.0 * rand_unit(&rng),
+                                            &mult[r], &shift[r]));
+      }
+    }
+    for (int t = 0; t < IDS; t++)
+      ids[t] = t == 0 ? 0 : t == 1 ? ROWS - 1 : rand_range(&rng, 0, ROWS - 1);
+    const int32_t zy = out16 ? (ic % 2 ? -32768 : 32767) : (ic % 2 ? -128 : 127);
+    const struct npu_qs8_gather_params p = {mult, shift, out16 ? zy : (ic == 3 ? 0 : zy)};
+    const size_t esize = out16 ? 2 : 1;
+    uint8_t *y = xmalloc(IDS * y_stride * esize);
+    memset(y, 0x5a, IDS * y_stride * esize);
+    if (out16)
+      fn16(IDS, ids, ROWS, cols, table, (int16_t *)y, y_stride, &p);
+    else
+      fn8(IDS, ids, ROWS, cols, table, (int8_t *)y, y_stride, &p);
+    for (int t = 0; t < IDS; t++)
+      for (size_t c = 0; c < y_stride; c++) {
+        const size_t at = t * y_stride + c;
+        if (c >= cols) {
+          assert_int_equal(y[at * esize], 0x5a);
+          continue;
+        }
+        const int8_t v = table[ids[t] * cols + c];
+        if (out16)
+          assert_int_equal(((int16_t *)y)[at],
+                           npu_requantize_s16(v, mult[ids[t]], shift[ids[t]], p.y_zero_point));
+        else
+          assert_int_equal(((int8_t *)y)[at],
+                           npu_requantize_s8(v, mult[ids[t]], shift[ids[t]], p.y_zero_point));
+      }
+    free(table);
+    free(y);
+  }
+}
+
+static void check_qs8_gather(npu_qs8_gather_fn *fn) { gather_family_check(fn, NULL); }
+static void check_qs8_gather_qs16(npu_qs8_gather_qs16_fn *fn) { gather_family_check(NULL, fn); }
+
+/* ---- dispatch ---------------------------------------------------------------------------------*/
+
+static void test_dispatch(void **state) {
+  (void)state;
+  struct npu_ukernels uk;
+  npu_ukernels_select(0, &uk);
+  assert_true(uk.qs8_gemm == npu_qs8_gemm__scalar);
+  assert_true(uk.x8_lut == npu_x8_lut__scalar);
+  assert_true(uk.qs8_gather_qs16 == npu_qs8_gather_qs16__scalar);
+#if defined(__x86_64__)
+  npu_ukernels_select(NPU_ISA_AVX2, &uk);
+  assert_true(uk.qs8_gemm == npu_qs8_gemm__avx2);
+  assert_true(uk.qs16_vadd == npu_qs16_vadd__avx2);
+#endif
+  npu_ukernels_select(npu_isa_detect(), &uk);
+  /* Every family is filled. */
+  const void *const *fns = (const void *const *)&uk;
+  for (size_t i = 0; i < sizeof(uk) / sizeof(void *); i++)
+    assert_non_null(fns[i]);
+}
+
+/* ---- one test per variant, from the list ------------------------------------------------------*/
+
+#define NPU_UKERNEL(family, variant, isa)                                                          \
+  static void test_##family##__##variant(void **state) {                                           \
+    (void)state;                                                                                   \
+    require_isa(isa);                                                                              \
+    check_##family(npu_##family##__##variant);                                                     \
+  }
+#include "npu/ukernels.inc"
+#undef NPU_UKERNEL
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_requantize_ties),   cmocka_unit_test(test_requantize_extremes),
+      cmocka_unit_test(test_requantize_random), cmocka_unit_test(test_quantize_multiplier),
+      cmocka_unit_test(test_quantize_weights),  cmocka_unit_test(test_quantize_activations),
+      cmocka_unit_test(test_lut_build_silu),    cmocka_unit_test(test_gemm_pack),
+      cmocka_unit_test(test_gemm_vs_float),     cmocka_unit_test(test_dispatch),
+#define NPU_UKERNEL(family, variant, isa) cmocka_unit_test(test_##family##__##variant),
+#include "npu/ukernels.inc"
+#undef NPU_UKERNEL
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
