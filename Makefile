@@ -17,14 +17,15 @@ OBJS := $(SRCS:%.c=$(BUILD)/%.o)
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TESTS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test tests clean fuzz bench
+.PHONY: all test tests clean fuzz fuzz-program bench
 all: $(BUILD)/npulm
 
 $(BUILD)/libnpulm.a: $(OBJS)
 	@rm -f $@
 	$(AR) rcs $@ $^
 
-$(BUILD)/npulm: $(BUILD)/tools/npulm.o $(BUILD)/libnpulm.a
+TOOL_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard tools/*.c)))
+$(BUILD)/npulm: $(TOOL_OBJS) $(BUILD)/libnpulm.a
 	$(CC) $(LDFLAGS) -o $@ $^ -ljansson $(LDLIBS)
 
 $(BUILD)/%.o: %.c
@@ -56,7 +57,13 @@ fuzz:
 	clang -std=c11 -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc -g -O1 -fsanitize=fuzzer,address,undefined \
 	  -o build-fuzz/fuzz_gguf fuzz/fuzz_gguf.c $(SRCS) $(LDLIBS)
 
+# libFuzzer harness for program files (clang only): `make fuzz-program`, seeds and runs in fuzz/README.md
+fuzz-program:
+	@mkdir -p build-fuzz
+	clang -std=c11 -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc -g -O1 -fsanitize=fuzzer,address,undefined \
+	  -o build-fuzz/fuzz_program fuzz/fuzz_program.c $(SRCS) $(LDLIBS)
+
 clean:
 	rm -rf build build-san build-fuzz
 
--include $(OBJS:.o=.d) $(TESTS:=.d) $(BENCHES:=.d) $(BUILD)/tools/npulm.d
+-include $(OBJS:.o=.d) $(TESTS:=.d) $(BENCHES:=.d) $(TOOL_OBJS:.o=.d)

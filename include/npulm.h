@@ -31,6 +31,9 @@ typedef struct npulm_error {
 /* Short name of a status ("ok", "I/O error", ...). */
 const char *npulm_status_name(npulm_status status);
 
+/* Progress of long work: 'done' of 'total' units (bytes, tokens, ...). */
+typedef void (*npulm_progress_fn)(void *user, uint64_t done, uint64_t total);
+
 /* ---- Models ------------------------------------------------------------------------------- */
 
 typedef struct npulm_model npulm_model;
@@ -72,6 +75,19 @@ typedef struct npulm_compile_params {
   int buckets[NPULM_MAX_BUCKETS]; /* context buckets; n_buckets = 0: powers of two from 128 up to
                                      the model's context (always included) */
   int n_buckets;
+  /* How the NPU computes: "w8a8-smooth" (NULL: the default), "w8a8-shadow", "w8a8-naive", or
+   * "f32" (no quantization: the static graphs compute in FP32). */
+  const char *quant;
+  /* Ops the precision policy keeps in float on the CPU: a comma list of softmax, qk, pv (NULL:
+   * all three; "" or "none": none). */
+  const char *float_ops;
+  const char *calib_text; /* calibration text (NULL: a built-in text) */
+  size_t calib_len;
+  int calib_tokens;       /* use at most this many tokens of it (0: 1024) */
+  float smooth_alpha;     /* SmoothQuant strength (0: 0.5) */
+  float shadow_threshold; /* outlier channel: absmax > this x the median channel's (0: 6) */
+  npulm_progress_fn progress; /* calibration progress in tokens (may be NULL) */
+  void *progress_user;
 } npulm_compile_params;
 
 npulm_compile_params npulm_compile_default_params(void);
@@ -125,6 +141,9 @@ typedef struct npulm_session_params {
   int n_threads;  /* worker threads; 0 = one per online CPU */
   bool reference; /* run the FP32 reference forward instead of the compiled graphs (the oracle) */
 } npulm_session_params;
+/* A session runs the model's program (npulm_model_compile, or the one a program file carries).
+ * On a model without one it compiles FP32 static graphs of its own: calibrating for the integer
+ * NPU needs text and time, so it is never done implicitly. */
 
 /* Where a session's time went (compiled engine; zeros for the reference). */
 typedef struct npulm_session_stats {
@@ -198,20 +217,139 @@ typedef void (*npulm_ppl_progress_fn)(void *user, int chunks_done, int n_chunks,
 npulm_status npulm_perplexity(const npulm_model *model, const char *text, size_t len, int n_ctx,
                               int n_threads, npulm_ppl_progress_fn progress, void *user,
                               npulm_ppl_result *result_out, npulm_error *err);
+/* The same on the FP32 reference forward instead of the compiled graphs (the oracle). */
+npulm_status npulm_perplexity_reference(const npulm_model *model, const char *text, size_t len,
+                                        int n_ctx, int n_threads, npulm_ppl_progress_fn progress,
+                                        void *user, npulm_ppl_result *result_out,
+                                        npulm_error *err);
+
+/* ---- Error attribution: compiled model against the FP32 reference ------------------------ */
+
+typedef struct npulm_diff_entry {
+  char name[48];       /* activation, e.g. "blk.3.ffn_down" */
+  const char *op;      /* the op that writes it: "matmul", "add", ... */
+  const char *backend; /* "NPU" or "CPU" */
+  const char *dtype;   /* how it is stored: "f32", "i8", "i16" */
+  int layer;           /* -1 outside the blocks */
+  double sqnr_db;      /* 10 log10(sum ref^2 / sum (x - ref)^2); infinity when exact */
+  double max_abs_err;
+  uint64_t n_values;
+} npulm_diff_entry;
+
+typedef struct npulm_diff_report {
+  int n_tokens;
+  int n_entries;
+  npulm_diff_entry *entries; /* in data-flow order */
+  double kl_mean;            /* KL(reference || compiled) of the next-token distributions */
+  double kl_max;
+  double top1_agreement;     /* share of positions whose argmax agrees */
+} npulm_diff_report;
+
+/* Run the FP32 reference and the model's program (compiled with the defaults if it has none)
+ * side by side over 'text' (tokenized with BOS, at most the session context), one token at a time,
+ * and compare every named activation and the final logits. */
+npulm_status npulm_diff(const npulm_model *model, const char *text, size_t len,
+                        npulm_diff_report **report_out, npulm_error *err);
+void npulm_diff_free(npulm_diff_report *report); /* accepts NULL */
 
 /* ---- Synthetic models of real shapes, for speed work -------------------------------------- */
 
 /* Names of the shapes 'npulm_synth' knows, NULL-terminated. */
 const char *const *npulm_synth_shapes(void);
 
-/* Progress of long work: 'done' of 'total' units (bytes, tokens, ...). */
-typedef void (*npulm_progress_fn)(void *user, uint64_t done, uint64_t total);
-
 /* Write a GGUF with the tensor shapes and metadata of 'shape', seeded random weights of realistic
  * scale and a synthetic SentencePiece tokenizer. 'type' is "f32", "f16" or "q8_0" (norms stay
  * F32). 'progress' (may be NULL) is called as tensor data is written. */
 npulm_status npulm_synth(const char *shape, uint64_t seed, const char *type, const char *path,
                          npulm_progress_fn progress, void *user, npulm_error *err);
+
+/* ---- Speed: the host's roofline, and the NPU cost model ------------------------------------
+ * Decode speed ~ memory bandwidth / bytes per token; prefill speed ~ int8 MAC rate. These calls
+ * measure both ceilings on this machine and predict what a compiled program would take on public
+ * NPU parts, so that every measured speed can be placed against them. */
+
+/* The two ceilings of this machine, as npulm_roofline_measure found them. */
+typedef struct npulm_roofline {
+  int n_threads;          /* threads measured with (each pinned to nothing: the OS places them) */
+  double int8_macs;       /* int8 multiply-accumulates per second, all threads: the NPU's own int8
+                             GEMM kernel ('kernel') on cache-resident shapes, the best of several */
+  double f32_macs;        /* float MACs per second of the CPU backend's matmul kernel, the same way */
+  double read_bytes;      /* bytes per second read streaming through 'buffer_bytes' */
+  double copy_bytes;      /* bytes per second of a streaming copy, counting bytes read + written */
+  double mem_bytes;       /* the bandwidth ceiling: the larger of read_bytes and copy_bytes */
+  uint64_t buffer_bytes;  /* bytes streamed per pass (well above the last-level cache) */
+  uint64_t cache_bytes;   /* the last-level cache size the system reports (0 if unknown) */
+  char kernel[32];        /* the int8 GEMM variant measured, e.g. "qs8_gemm__avx2" */
+  double seconds;         /* how long measuring took */
+} npulm_roofline;
+
+/* Measure int8 MAC/s with the NPU's GEMM microkernel and memory bandwidth with a streaming read
+ * and copy, on 'n_threads' threads (0: one per online CPU) that persist for the whole measurement
+ * and work at once. Takes about a second; allocates a few hundred MiB for the duration. */
+npulm_status npulm_roofline_measure(int n_threads, npulm_roofline *out, npulm_error *err);
+
+/* A public NPU part for the cost model. Figures are vendor or third-party public numbers where
+ * they exist; 'estimates' names the ones that are npulm's estimates (src/runtime/costmodel.c cites
+ * every source). */
+typedef struct npulm_npu_profile {
+  const char *name;        /* short id: "hexagon-v75", "m4-ane", "mtl-npu" */
+  const char *part;        /* e.g. "Qualcomm Hexagon V75 NPU (Snapdragon 8 Gen 3)" */
+  double int8_tops;        /* dense int8 tera-operations per second (1 MAC = 2 operations) */
+  double fp16_tflops;      /* dense fp16 tera-FLOPs per second */
+  double dram_gbs;         /* DRAM bandwidth, 1e9 bytes per second */
+  double sram_mib;         /* on-chip memory that holds a graph's activations */
+  double dispatch_us;      /* overhead of launching one NPU subgraph */
+  const char *estimates;   /* which of the figures above are estimates */
+} npulm_npu_profile;
+
+/* The built-in NPU profiles; '*n_out' receives their number. */
+const npulm_npu_profile *npulm_npu_profiles(int *n_out);
+
+/* What one decode step (one token) of the model's program reads. */
+typedef struct npulm_decode_traffic {
+  const char *quant;         /* how the program's NPU computes: "w8a8-naive", ..., or "f32" */
+  uint64_t weight_bytes_npu; /* weights the NPU nodes read: int8 packed matmul weights with their
+                                per-channel data (float for an "f32" program), embedding rows */
+  uint64_t weight_bytes_cpu; /* float weights the CPU nodes read (norms, float matmuls, outlier
+                                channels) */
+  uint64_t kv_bytes;         /* KV cache bytes read (positions 0 .. pos) and written (pos) */
+  uint64_t bytes;            /* the sum: what a token must move at least */
+  uint64_t macs;             /* multiply-accumulates of the step (matmuls and attention) */
+  uint64_t model_bytes;      /* every weight the program's graphs hold (whole embedding table) */
+} npulm_decode_traffic;
+
+/* The traffic of a decode step at cache position 'pos' (0-based: the token's own position) on the
+ * model's program. NPULM_ERR_ARG if the model has no program or 'pos' is outside its contexts. */
+npulm_status npulm_decode_traffic_at(const npulm_model *model, int pos,
+                                     npulm_decode_traffic *out, npulm_error *err);
+
+/* Rows of the largest step of the model's program: its largest prefill chunk (what llama.cpp
+ * calls n_ubatch); 0 if the model has no program. */
+int npulm_program_max_rows(const npulm_model *model);
+
+/* The cost model's prediction of one run. */
+typedef struct npulm_prediction {
+  double seconds;       /* the whole run: the sum of the four parts below */
+  double npu_s;         /* NPU nodes: each max(MACs / peak, DRAM bytes / bandwidth) */
+  double cpu_s;         /* CPU nodes, the same at the host's measured rates */
+  double dispatch_s;    /* one dispatch per NPU subgraph per step */
+  double transfer_s;    /* tensors crossing between CPU and NPU (written, then read, in DRAM) */
+  uint64_t macs;        /* MACs of the run's matmuls and attention, both backends */
+  uint64_t bytes;       /* DRAM bytes of the run, both backends */
+  int n_steps;          /* graph executions */
+  int n_dispatches;     /* NPU subgraph launches */
+} npulm_prediction;
+
+/* Predict a llama-bench test on the model's program: 'n_prompt' tokens in one evaluation (pp), or
+ * 'n_gen' single-token evaluations (tg), starting from an empty cache, cut into steps as a session
+ * cuts them. NPU nodes run on 'profile' (NULL: on this host at 'host''s int8 rate and bandwidth,
+ * with no dispatch or transfer cost: the host's own roofline bound); CPU nodes at the 'host' rates.
+ * Activations count as DRAM traffic only when a graph's NPU arena exceeds the profile's SRAM (the
+ * host's last-level cache for NULL). Element-wise ops count one MAC per output element. CPU and
+ * NPU work is summed, not overlapped: a bound for a serial schedule. */
+npulm_status npulm_predict(const npulm_model *model, const npulm_npu_profile *profile,
+                           const npulm_roofline *host, int n_prompt, int n_gen,
+                           npulm_prediction *out, npulm_error *err);
 
 #ifdef __cplusplus
 }

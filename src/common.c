@@ -11,6 +11,10 @@ npulm_status npu_fail(npulm_error *err, npulm_status status, const char *fmt, ..
     va_start(ap, fmt);
     vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
     va_end(ap);
+    /* one line, whatever a hostile file's names hold */
+    for (char *c = err->msg; *c != '\0'; c++) {
+      if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
+    }
   }
   return status;
 }

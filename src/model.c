@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "graph/program.h"
 
 /* Read '{arch}.{suffix}' as a positive int no larger than 'max'. */
 static npulm_status arch_int(const struct npu_gguf *g, const char *arch, const char *suffix,
@@ -220,8 +221,14 @@ npulm_status npulm_model_open(const char *path, npulm_model **model_out, npulm_e
   struct npulm_model *m = calloc(1, sizeof(*m));
   if (m == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
   npulm_status st;
-  if ((st = npu_gguf_open(path, &m->gguf, err)) || (st = npu_config_read(m->gguf, &m->cfg, err)) ||
-      (st = npu_tok_load(m->gguf, &m->tok, err)) || (st = load_weights(m, err))) {
+  bool is_program = false;
+  /* a program file (one with npulm.program.version) is a GGUF with the compiled graphs added:
+   * its version is checked first, so that a newer file says so instead of failing further on */
+  if ((st = npu_gguf_open(path, &m->gguf, err)) ||
+      (st = npu_program_file_check(m->gguf, &is_program, err)) ||
+      (st = npu_config_read(m->gguf, &m->cfg, err)) ||
+      (st = npu_tok_load(m->gguf, &m->tok, err)) || (st = load_weights(m, err)) ||
+      (is_program && (st = npu_program_load(m, &m->program, err)))) {
     npulm_model_close(m);
     return st;
   }
@@ -231,6 +238,7 @@ npulm_status npulm_model_open(const char *path, npulm_model **model_out, npulm_e
 
 void npulm_model_close(npulm_model *m) {
   if (m == NULL) return;
+  npu_program_free(m->program);
   for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
   free(m->owned);
   free(m->w.layers);
@@ -267,6 +275,29 @@ npulm_status npulm_tokenize(const npulm_model *m, const char *text, size_t len, 
                             bool parse_special, int32_t *ids, size_t cap, size_t *n_out,
                             npulm_error *err) {
   return npu_tok_encode(m->tok, text, len, add_bos, parse_special, ids, cap, n_out, err);
+}
+
+npulm_status npu_tokenize_alloc(const struct npulm_model *m, const char *text, size_t len,
+                                bool add_bos, int32_t **ids_out, size_t *n_out, npulm_error *err) {
+  /* a first guess that fits most text; a vocabulary without a piece for the space may need up to
+   * three byte tokens a byte, so ask again with the exact size when it does not */
+  size_t cap = len + 2, n = 0;
+  int32_t *ids = malloc(cap * sizeof(int32_t));
+  npulm_status st = ids == NULL ? npu_fail(err, NPULM_ERR_NOMEM, "out of memory")
+                                : npu_tok_encode(m->tok, text, len, add_bos, false, ids, cap, &n, err);
+  if (st == NPULM_ERR_ARG && n > cap) {
+    int32_t *bigger = realloc(ids, n * sizeof(int32_t));
+    st = bigger == NULL ? npu_fail(err, NPULM_ERR_NOMEM, "out of memory")
+                        : npu_tok_encode(m->tok, text, len, add_bos, false, bigger, n, &n, err);
+    if (bigger != NULL) ids = bigger;
+  }
+  if (st != NPULM_OK) {
+    free(ids);
+    return st;
+  }
+  *ids_out = ids;
+  *n_out = n;
+  return NPULM_OK;
 }
 
 const char *npulm_token_text(const npulm_model *m, int32_t id) { return npu_tok_text(m->tok, id); }

@@ -73,6 +73,10 @@ struct npulm_model {
   uint64_t n_params;
 };
 
+/* Tokenize all of 'text' into a malloc'd array (free it with free()), sized as the text needs. */
+npulm_status npu_tokenize_alloc(const struct npulm_model *m, const char *text, size_t len,
+                                bool add_bos, int32_t **ids_out, size_t *n_out, npulm_error *err);
+
 /* Read the configuration of 'g' (keys as llama.cpp writes them) and check it is coherent. */
 npulm_status npu_config_read(const struct npu_gguf *g, struct npu_config *cfg, npulm_error *err);
 

@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "common.h"
+#include "model.h"
+#include "runtime/perplexity.h"
 
 struct ppl_job {
   const npulm_model *model;
@@ -17,6 +19,7 @@ struct ppl_job {
   int n_chunks;
   int n_vocab;
   int32_t bos;
+  bool reference; /* sessions run the FP32 reference forward */
   double *nll;  /* (n_chunks) summed negative log-likelihood of each window */
   double *nll2; /* (n_chunks) summed squares */
   bool *finished; /* (n_chunks) guarded by 'lock' */
@@ -40,7 +43,7 @@ static double nll_of(const float *logits, int n_vocab, int32_t target) {
 static void *ppl_worker(void *arg) {
   struct ppl_job *job = arg;
   npulm_session *session = NULL;
-  npulm_session_params sp = {.n_ctx = job->n_ctx, .n_threads = 1};
+  npulm_session_params sp = {.n_ctx = job->n_ctx, .n_threads = 1, .reference = job->reference};
   npulm_error err;
   size_t n_ctx = (size_t)job->n_ctx;
   float *logits = malloc(n_ctx * (size_t)job->n_vocab * sizeof(float));
@@ -90,6 +93,21 @@ static void *ppl_worker(void *arg) {
 npulm_status npulm_perplexity(const npulm_model *model, const char *text, size_t len, int n_ctx,
                               int n_threads, npulm_ppl_progress_fn progress, void *user,
                               npulm_ppl_result *result_out, npulm_error *err) {
+  return npu_perplexity_run(model, text, len, n_ctx, n_threads, false, progress, user, result_out,
+                            err);
+}
+
+npulm_status npulm_perplexity_reference(const npulm_model *model, const char *text, size_t len,
+                                        int n_ctx, int n_threads, npulm_ppl_progress_fn progress,
+                                        void *user, npulm_ppl_result *result_out,
+                                        npulm_error *err) {
+  return npu_perplexity_run(model, text, len, n_ctx, n_threads, true, progress, user, result_out,
+                            err);
+}
+
+npulm_status npu_perplexity_run(const npulm_model *model, const char *text, size_t len, int n_ctx,
+                                int n_threads, bool reference, npulm_ppl_progress_fn progress,
+                                void *user, npulm_ppl_result *result_out, npulm_error *err) {
   memset(result_out, 0, sizeof(*result_out));
   npulm_model_info info;
   npulm_model_get_info(model, &info);
@@ -99,13 +117,10 @@ npulm_status npulm_perplexity(const npulm_model *model, const char *text, size_t
   }
   double t0 = npu_now();
   struct ppl_job job = {.model = model, .n_ctx = n_ctx, .n_vocab = info.n_vocab,
-                        .bos = info.add_bos ? info.bos_id : -1};
-  /* every token covers at least one byte, but for BOS and SentencePiece's leading space */
-  size_t n_tokens = 0, cap = len + 2;
-  int32_t *tokens = malloc(cap * sizeof(int32_t));
-  npulm_status st = tokens == NULL ? npu_fail(err, NPULM_ERR_NOMEM, "out of memory")
-                                   : npulm_tokenize(model, text, len, info.add_bos, false, tokens,
-                                                    cap, &n_tokens, err);
+                        .bos = info.add_bos ? info.bos_id : -1, .reference = reference};
+  size_t n_tokens = 0;
+  int32_t *tokens = NULL;
+  npulm_status st = npu_tokenize_alloc(model, text, len, info.add_bos, &tokens, &n_tokens, err);
   if (st != NPULM_OK) goto done;
   if (n_tokens < 2 * (size_t)n_ctx) {
     st = npu_fail(err, NPULM_ERR_ARG,

@@ -1,28 +1,168 @@
-/* Sessions: a model plus the state of one sequence (KV cache, position, last logits). For now a
- * session runs the FP32 reference forward token by token. */
+/* Sessions: a model plus the state of one sequence (KV cache, position, last logits). By default a
+ * session runs the model's compiled program: each evaluation is cut into steps (prefill chunks,
+ * decode), each step runs its specialization's graph subgraph by subgraph on the NPU and CPU
+ * worker threads, and consecutive chunks overlap. Everything a step touches (KV cache, arenas,
+ * logits, rope table, step list) is allocated when the session is created: evaluating tokens
+ * allocates nothing. With params.reference the session runs the FP32 reference forward instead. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "common.h"
+#include "cpu/kernels.h"
+#include "graph/program.h"
 #include "model.h"
 #include "ref/forward.h"
+#include "runtime/exec.h"
+#include "runtime/session_internal.h"
+#include "runtime/scheduler.h"
 
 /* Context used when the caller asks for the model's own: capped so that models trained for very
  * long contexts do not allocate gigabytes of KV cache by default. */
 #define DEFAULT_CTX_CAP 4096
+#define ARENA_ALIGN 64
+
+/* The memory one chunk in flight works in. */
+struct slot {
+  uint8_t *arena[NPU_BE_COUNT]; /* activations, at the planner's offsets */
+  int32_t *ids;                 /* (max_rows) the chunk's token ids, padded */
+};
 
 struct npulm_session {
   const struct npulm_model *model;
-  struct npu_ref_state ref;
+  bool reference;
+  int n_ctx;
   int pos;
   int n_threads;
-  float *logits; /* (n_vocab) of the last evaluated token */
+  float *last_logits; /* (n_vocab) of the last evaluated token */
+
+  /* reference engine */
+  struct npu_ref_state ref;
+
+  /* compiled engine */
+  struct npu_program *owned_program; /* compiled here when the model carried none */
+  const struct npu_program *prog;
+  int32_t max_rows;
+  float *kv;         /* (n_layers, 2, n_ctx, kv_dim): K then V of each layer */
+  float **k_cache;   /* (n_layers) into kv */
+  float **v_cache;   /* (n_layers) into kv */
+  float *rope_cos;   /* (n_ctx + max_rows, rope_dim / 2) */
+  float *rope_sin;
+  float *scratch_logits; /* (max_rows, n_vocab) for steps whose rows do not all go to the caller */
+  struct slot slots[NPU_SCHED_SLOTS];
+  struct npu_step *steps;                /* (n_ctx) the steps of the evaluation in progress */
+  const struct npu_graph **step_graphs;  /* (n_ctx) */
+  double *costs;        /* measured seconds of every subgraph of every graph (scheduler's) */
+  int32_t *cost_off;    /* (n_graphs) where each graph's durations start in 'costs' */
+  double **step_costs;  /* (n_ctx) each step's graph's durations */
+  struct npu_sched *sched;
+  /* the evaluation in progress: read by the workers */
+  const int32_t *tokens;
+  float *logits_out;
+  int32_t n_steps;
+  /* error attribution (npu_session_observe) */
+  npu_node_observer observe;
+  void *observe_user;
+  /* accounting */
+  uint64_t n_steps_total;
+  uint64_t n_transfers;
+  double wall_s;
 };
 
 npulm_session_params npulm_session_default_params(void) {
-  npulm_session_params p = {.n_ctx = 0, .n_threads = 0};
+  npulm_session_params p = {.n_ctx = 0, .n_threads = 0, .reference = false};
   return p;
+}
+
+/* Allocate 'size' bytes aligned for the kernels (never zero bytes), or NULL. */
+static void *alloc_aligned(uint64_t size) {
+  size = (size + ARENA_ALIGN - 1) & ~(uint64_t)(ARENA_ALIGN - 1);
+  if (size == 0) size = ARENA_ALIGN;
+  if (size > SIZE_MAX) return NULL;
+  return aligned_alloc(ARENA_ALIGN, (size_t)size);
+}
+
+/* Set up the compiled engine of 's' for a context of s->n_ctx. */
+static npulm_status compiled_init(struct npulm_session *s, npulm_error *err) {
+  const struct npulm_model *m = s->model;
+  const struct npu_config *c = &m->cfg;
+  npulm_status st;
+  if (m->program == NULL) {
+    struct npu_compile_options o;
+    npu_compile_default_options(c, &o);
+    if ((st = npu_compile(m, &o, &s->owned_program, err)) != NPULM_OK) return st;
+    s->prog = s->owned_program;
+  } else {
+    s->prog = m->program;
+  }
+  const struct npu_program *p = s->prog;
+  const struct npu_compile_options *o = &p->opts;
+  int32_t max_bucket = o->buckets[o->n_buckets - 1];
+  if (s->n_ctx > max_bucket) {
+    return npu_fail(err, NPULM_ERR_ARG,
+                    "context length %d exceeds the program's largest context bucket %d", s->n_ctx,
+                    max_bucket);
+  }
+  /* the graphs this session can use: up to the smallest bucket that holds its whole context */
+  int32_t top_bucket = max_bucket;
+  for (int32_t i = o->n_buckets - 1; i >= 0 && o->buckets[i] >= s->n_ctx; i--) {
+    top_bucket = o->buckets[i];
+  }
+  uint64_t arena[NPU_BE_COUNT] = {0};
+  s->max_rows = 1;
+  for (int32_t i = 0; i < p->n_graphs; i++) {
+    const struct npu_graph *g = &p->graphs[i];
+    if (g->ctx > top_bucket) continue;
+    if (g->rows > s->max_rows) s->max_rows = g->rows;
+    for (int be = 0; be < NPU_BE_COUNT; be++) {
+      if (g->arena_size[be] > arena[be]) arena[be] = g->arena_size[be];
+    }
+  }
+
+  size_t kv_dim = (size_t)c->n_kv_heads * (size_t)c->head_dim;
+  size_t layer_rows = (size_t)s->n_ctx * kv_dim;
+  size_t n_rope = ((size_t)s->n_ctx + (size_t)s->max_rows) * (size_t)(c->rope_dim / 2 + 1);
+  s->kv = calloc(2 * (size_t)c->n_layers * layer_rows, sizeof(float));
+  s->k_cache = calloc((size_t)c->n_layers, sizeof(*s->k_cache));
+  s->v_cache = calloc((size_t)c->n_layers, sizeof(*s->v_cache));
+  s->rope_cos = malloc(n_rope * sizeof(float));
+  s->rope_sin = malloc(n_rope * sizeof(float));
+  s->scratch_logits = alloc_aligned((uint64_t)s->max_rows * (uint64_t)c->n_vocab * sizeof(float));
+  s->steps = calloc((size_t)s->n_ctx, sizeof(*s->steps));
+  s->step_graphs = calloc((size_t)s->n_ctx, sizeof(*s->step_graphs));
+  s->step_costs = calloc((size_t)s->n_ctx, sizeof(*s->step_costs));
+  s->cost_off = calloc((size_t)p->n_graphs + 1, sizeof(*s->cost_off));
+  if (s->cost_off != NULL) {
+    for (int32_t i = 0; i < p->n_graphs; i++) {
+      s->cost_off[i + 1] = s->cost_off[i] + p->graphs[i].n_subgraphs;
+    }
+    s->costs = calloc((size_t)s->cost_off[p->n_graphs] + 1, sizeof(*s->costs));
+  }
+  if (s->kv == NULL || s->k_cache == NULL || s->v_cache == NULL || s->rope_cos == NULL ||
+      s->rope_sin == NULL || s->scratch_logits == NULL || s->steps == NULL ||
+      s->step_graphs == NULL || s->step_costs == NULL || s->cost_off == NULL ||
+      s->costs == NULL) {
+    return npu_fail(err, NPULM_ERR_NOMEM, "out of memory allocating a %d-token KV cache (%zu MiB)",
+                    s->n_ctx, (2 * (size_t)c->n_layers * layer_rows * sizeof(float)) >> 20);
+  }
+  for (int32_t l = 0; l < c->n_layers; l++) {
+    s->k_cache[l] = s->kv + (2 * (size_t)l) * layer_rows;
+    s->v_cache[l] = s->kv + (2 * (size_t)l + 1) * layer_rows;
+  }
+  npu_f32_rope_table(s->rope_cos, s->rope_sin, s->n_ctx + s->max_rows, c, m->w.rope_freqs);
+  for (int i = 0; i < NPU_SCHED_SLOTS; i++) {
+    struct slot *sl = &s->slots[i];
+    sl->ids = calloc((size_t)s->max_rows, sizeof(int32_t));
+    if (sl->ids == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+    for (int be = 0; be < NPU_BE_COUNT; be++) {
+      sl->arena[be] = alloc_aligned(arena[be]);
+      if (sl->arena[be] == NULL) {
+        return npu_fail(err, NPULM_ERR_NOMEM, "out of memory allocating a %s arena of %llu bytes",
+                        npu_backend_name((enum npu_backend)be), (unsigned long long)arena[be]);
+      }
+    }
+  }
+  return npu_sched_create(&s->sched, err);
 }
 
 npulm_status npulm_session_create(const npulm_model *model, const npulm_session_params *params,
@@ -31,10 +171,17 @@ npulm_status npulm_session_create(const npulm_model *model, const npulm_session_
   npulm_session_params p = params != NULL ? *params : npulm_session_default_params();
   int n_ctx_train = model->cfg.n_ctx_train;
   if (p.n_ctx < 0) return npu_fail(err, NPULM_ERR_ARG, "context length %d is negative", p.n_ctx);
-  if (p.n_ctx == 0) p.n_ctx = n_ctx_train < DEFAULT_CTX_CAP ? n_ctx_train : DEFAULT_CTX_CAP;
   if (p.n_ctx > n_ctx_train) {
     return npu_fail(err, NPULM_ERR_ARG, "context length %d exceeds the model's %d", p.n_ctx,
                     n_ctx_train);
+  }
+  if (p.n_ctx == 0) {
+    p.n_ctx = n_ctx_train < DEFAULT_CTX_CAP ? n_ctx_train : DEFAULT_CTX_CAP;
+    const struct npu_program *prog = model->program;
+    if (!p.reference && prog != NULL && prog->opts.n_buckets > 0 &&
+        prog->opts.buckets[prog->opts.n_buckets - 1] < p.n_ctx) {
+      p.n_ctx = prog->opts.buckets[prog->opts.n_buckets - 1];
+    }
   }
   if (p.n_threads <= 0) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -43,37 +190,134 @@ npulm_status npulm_session_create(const npulm_model *model, const npulm_session_
   struct npulm_session *s = calloc(1, sizeof(*s));
   if (s == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
   s->model = model;
+  s->reference = p.reference;
+  s->n_ctx = p.n_ctx;
   s->n_threads = p.n_threads;
-  s->logits = calloc((size_t)model->cfg.n_vocab, sizeof(float));
-  npulm_status st = s->logits == NULL ? npu_fail(err, NPULM_ERR_NOMEM, "out of memory")
-                                      : npu_ref_state_init(&s->ref, &model->cfg, p.n_ctx, err);
-  if (st != NPULM_OK) {
-    npulm_session_free(s);
-    return st;
+  npulm_status st = NPULM_OK;
+  s->last_logits = calloc((size_t)model->cfg.n_vocab, sizeof(float));
+  if (s->last_logits == NULL) {
+    st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+    goto fail;
   }
+  st = s->reference ? npu_ref_state_init(&s->ref, &model->cfg, p.n_ctx, err)
+                    : compiled_init(s, err);
+  if (st != NPULM_OK) goto fail;
   *session_out = s;
   return NPULM_OK;
+fail:
+  npulm_session_free(s);
+  return st;
 }
 
 void npulm_session_free(npulm_session *s) {
   if (s == NULL) return;
+  npu_sched_free(s->sched); /* first: the workers may not outlive the memory they use */
   npu_ref_state_free(&s->ref);
-  free(s->logits);
+  for (int i = 0; i < NPU_SCHED_SLOTS; i++) {
+    free(s->slots[i].ids);
+    for (int be = 0; be < NPU_BE_COUNT; be++) free(s->slots[i].arena[be]);
+  }
+  free(s->kv);
+  free(s->k_cache);
+  free(s->v_cache);
+  free(s->rope_cos);
+  free(s->rope_sin);
+  free(s->scratch_logits);
+  free(s->steps);
+  free(s->step_graphs);
+  free(s->step_costs);
+  free(s->cost_off);
+  free(s->costs);
+  npu_program_free(s->owned_program);
+  free(s->last_logits);
   free(s);
 }
 
 void npulm_session_reset(npulm_session *s) { s->pos = 0; }
 int npulm_session_pos(const npulm_session *s) { return s->pos; }
-int npulm_session_ctx(const npulm_session *s) { return s->ref.n_ctx; }
-const float *npulm_session_logits(const npulm_session *s) { return s->logits; }
+int npulm_session_ctx(const npulm_session *s) { return s->n_ctx; }
+const float *npulm_session_logits(const npulm_session *s) { return s->last_logits; }
+
+void npulm_session_get_stats(const npulm_session *s, npulm_session_stats *stats_out) {
+  memset(stats_out, 0, sizeof(*stats_out));
+  stats_out->n_steps = s->n_steps_total;
+  stats_out->wall_s = s->wall_s;
+  stats_out->n_transfers = s->n_transfers;
+  if (s->sched != NULL) {
+    struct npu_sched_stats st;
+    npu_sched_get_stats(s->sched, &st);
+    stats_out->npu_busy_s = st.busy_s[NPU_BE_NPU];
+    stats_out->cpu_busy_s = st.busy_s[NPU_BE_CPU];
+    stats_out->overlap_s = st.overlap_s;
+  }
+}
+
+/* Where step 'st' writes its logits: straight into the caller's buffer when every row of the
+ * graph is a real token the caller wants, else the scratch buffer. */
+static float *step_logits(const struct npulm_session *s, const struct npu_step *st) {
+  if (s->logits_out != NULL && st->n_valid == st->g->rows) {
+    return s->logits_out + (size_t)st->row0 * (size_t)s->model->cfg.n_vocab;
+  }
+  return s->scratch_logits;
+}
+
+/* Scheduler task: subgraph 'sub' of step 'step' in slot 'slot' (see scheduler.h for the order
+ * guarantees this relies on: the scratch logits of step c are consumed in its last subgraph before
+ * step c+1's last subgraph overwrites them). */
+static void run_task(void *user, int32_t step, int32_t sub, int32_t slot) {
+  struct npulm_session *s = user;
+  const struct npu_step *st = &s->steps[step];
+  const struct npu_graph *g = st->g;
+  const struct npu_config *c = &s->model->cfg;
+  struct slot *sl = &s->slots[slot];
+  const size_t n_vocab = (size_t)c->n_vocab;
+  if (sub == 0) {
+    /* the chunk's ids, padded with a valid id */
+    memcpy(sl->ids, s->tokens + st->row0, (size_t)st->n_valid * sizeof(int32_t));
+    for (int32_t t = st->n_valid; t < g->rows; t++) sl->ids[t] = sl->ids[0];
+  }
+  float *logits = step_logits(s, st);
+  struct npu_exec_ctx ctx = {
+      .prog = s->prog,
+      .cfg = c,
+      .ids = sl->ids,
+      .pos0 = st->pos0,
+      .n_valid = st->n_valid,
+      .arena = {sl->arena[NPU_BE_NPU], sl->arena[NPU_BE_CPU]},
+      .k_cache = s->k_cache,
+      .v_cache = s->v_cache,
+      .logits = logits,
+      .rope_cos = s->rope_cos,
+      .rope_sin = s->rope_sin,
+      .observe = s->observe,
+      .observe_user = s->observe_user,
+  };
+  npu_exec_subgraph(g, &g->subgraphs[sub], &ctx);
+  if (sub == g->n_subgraphs - 1) {
+    /* epilogue: the real rows to the caller, the last one kept */
+    if (s->logits_out != NULL && logits == s->scratch_logits) {
+      memcpy(s->logits_out + (size_t)st->row0 * n_vocab, logits,
+             (size_t)st->n_valid * n_vocab * sizeof(float));
+    }
+    if (step == s->n_steps - 1) {
+      memcpy(s->last_logits, logits + (size_t)(st->n_valid - 1) * n_vocab,
+             n_vocab * sizeof(float));
+    }
+  }
+}
+
+void npu_session_observe(npulm_session *s, npu_node_observer fn, void *user) {
+  s->observe = fn;
+  s->observe_user = user;
+}
 
 npulm_status npulm_session_eval(npulm_session *s, const int32_t *tokens, size_t n,
                                 float *logits_out, npulm_error *err) {
   const struct npu_config *c = &s->model->cfg;
-  if (n > (size_t)(s->ref.n_ctx - s->pos)) {
+  if (n > (size_t)(s->n_ctx - s->pos)) {
     return npu_fail(err, NPULM_ERR_ARG,
                     "%zu tokens do not fit in the context: %d of %d positions are used", n, s->pos,
-                    s->ref.n_ctx);
+                    s->n_ctx);
   }
   for (size_t i = 0; i < n; i++) {
     if (tokens[i] < 0 || tokens[i] >= c->n_vocab) {
@@ -81,12 +325,40 @@ npulm_status npulm_session_eval(npulm_session *s, const int32_t *tokens, size_t 
                       tokens[i], c->n_vocab - 1);
     }
   }
-  for (size_t i = 0; i < n; i++) {
-    npu_ref_forward(s->model, &s->ref, tokens[i], s->pos, s->logits, NULL);
-    s->pos++;
-    if (logits_out != NULL) {
-      memcpy(logits_out + i * (size_t)c->n_vocab, s->logits, (size_t)c->n_vocab * sizeof(float));
+  if (n == 0) return NPULM_OK;
+  if (s->reference) {
+    for (size_t i = 0; i < n; i++) {
+      npu_ref_forward(s->model, &s->ref, tokens[i], s->pos, s->last_logits, NULL);
+      s->pos++;
+      if (logits_out != NULL) {
+        memcpy(logits_out + i * (size_t)c->n_vocab, s->last_logits,
+               (size_t)c->n_vocab * sizeof(float));
+      }
     }
+    return NPULM_OK;
   }
+
+  double t0 = npu_now();
+  int32_t n_steps = npu_exec_plan_steps(s->prog, s->pos, (int32_t)n, s->steps);
+  if (n_steps < 0) {
+    return npu_fail(err, NPULM_ERR_UNSUPPORTED,
+                    "the program has no graph for %zu tokens at position %d", n, s->pos);
+  }
+  for (int32_t i = 0; i < n_steps; i++) {
+    s->step_graphs[i] = s->steps[i].g;
+    s->step_costs[i] = s->costs + s->cost_off[s->steps[i].g - s->prog->graphs];
+    s->n_transfers += (uint64_t)s->steps[i].g->n_transfers;
+  }
+  s->tokens = tokens;
+  s->logits_out = logits_out;
+  s->n_steps = n_steps;
+  struct npu_sched_job job = {.n_steps = n_steps, .graphs = s->step_graphs,
+                              .cost = s->step_costs, .run = run_task, .user = s};
+  npu_sched_run(s->sched, &job);
+  s->tokens = NULL;
+  s->logits_out = NULL;
+  s->pos += (int)n;
+  s->n_steps_total += (uint64_t)n_steps;
+  s->wall_s += npu_now() - t0;
   return NPULM_OK;
 }

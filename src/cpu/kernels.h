@@ -1,0 +1,82 @@
+/* FP32 kernels of the CPU backend: one per graph op. Each computes every output element in the
+ * same order of operations as the reference forward (src/ref/forward.c), so a graph run in FP32
+ * reproduces the reference bit for bit, and an element never depends on how many rows the step
+ * has or how the kernel tiles them (chunked prefill == token-by-token decode exactly).
+ * Kernels never allocate; operands never alias (restrict). Shapes follow the graph IR:
+ * activations [rows, cols] row-major, attention scores [heads, rows, ctx]. */
+#ifndef NPU_CPU_KERNELS_H
+#define NPU_CPU_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+
+/* Attention of row 't' of a step starting at cache position 'pos0' with 'n_valid' real rows sees
+ * cache positions 0 .. len-1: causal (j <= pos0 + t), and never past the step's real tokens, so
+ * padded rows read only what the step wrote and never beyond it. */
+static inline int32_t npu_attn_len(int32_t pos0, int32_t n_valid, int32_t t) {
+  int32_t last = t < n_valid ? t : n_valid - 1;
+  return pos0 + last + 1;
+}
+
+/* out[t] = table[ids[t]] for t < rows; each id in 0 .. table rows-1. */
+void npu_f32_gather(float *restrict out, const float *restrict table, const int32_t *restrict ids,
+                    int32_t rows, int32_t cols);
+
+/* out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w, per row. */
+void npu_f32_rmsnorm(float *restrict out, const float *restrict x, const float *restrict w,
+                     int32_t rows, int32_t cols, float eps);
+
+/* out[t, n] = sum_i x[t, i] * w[n, i] (+ bias[n]): x [rows, k], w [n, k], out [rows, n]; bias may
+ * be NULL. Each weight row is read once per tile of rows (uses AVX2 when the CPU has it). */
+void npu_f32_matmul(float *restrict out, const float *restrict x, const float *restrict w,
+                    const float *restrict bias, int32_t rows, int32_t k, int32_t n);
+
+/* The variants behind npu_f32_matmul, for tests: the portable one, and the AVX2 one (callable
+ * only when npu_f32_have_avx2()). Both give the same bits. */
+void npu_f32_matmul__generic(float *restrict out, const float *restrict x,
+                             const float *restrict w, const float *restrict bias, int32_t rows,
+                             int32_t k, int32_t n);
+void npu_f32_matmul__avx2(float *restrict out, const float *restrict x, const float *restrict w,
+                          const float *restrict bias, int32_t rows, int32_t k, int32_t n);
+bool npu_f32_have_avx2(void);
+
+/* The rotation table of RoPE for positions 0 .. n_pos-1: cos_out/sin_out (n_pos, rope_dim / 2),
+ * computed as the reference does; 'freq_factors' (rope_dim / 2) may be NULL. */
+void npu_f32_rope_table(float *restrict cos_out, float *restrict sin_out, int32_t n_pos,
+                        const struct npu_config *cfg, const float *restrict freq_factors);
+
+/* out = x with each head of row t rotated to position pos0 + t (table rows must cover
+ * pos0 + rows - 1); x [rows, heads * head_dim]. Pairs per cfg->rope_type ("norm": (2i, 2i+1),
+ * "neox": (i, i + rope_dim/2)); dimensions past rope_dim are copied. */
+void npu_f32_rope(float *restrict out, const float *restrict x, const float *restrict cos_tab,
+                  const float *restrict sin_tab, const struct npu_config *cfg, int32_t rows,
+                  int32_t heads, int32_t pos0);
+
+/* cache rows pos0 .. pos0+n_valid-1 = x rows 0 .. n_valid-1 (row width 'cols'). */
+void npu_f32_kv_write(float *restrict cache, const float *restrict x, int32_t pos0,
+                      int32_t n_valid, int32_t cols);
+
+/* Scores s[h, t, j] = q[t, h] . k[j, h / group] * scale for j < npu_attn_len(t), -inf for the rest
+ * of the bucket's 'ctx' positions. q [rows, heads * hd]; k cache rows of kv_heads * hd floats. */
+void npu_f32_qk(float *restrict s, const float *restrict q, const float *restrict k, int32_t heads,
+                int32_t kv_heads, int32_t hd, int32_t rows, int32_t ctx, int32_t pos0,
+                int32_t n_valid, float scale);
+
+/* Softmax of each score row over its first npu_attn_len(t) entries; the masked rest become 0. */
+void npu_f32_softmax(float *restrict p, const float *restrict s, int32_t heads, int32_t rows,
+                     int32_t ctx, int32_t pos0, int32_t n_valid);
+
+/* out[t, h] = sum_{j < npu_attn_len(t)} p[h, t, j] * v[j, h / group]; out [rows, heads * hd]. */
+void npu_f32_pv(float *restrict out, const float *restrict p, const float *restrict v,
+                int32_t heads, int32_t kv_heads, int32_t hd, int32_t rows, int32_t ctx,
+                int32_t pos0, int32_t n_valid);
+
+/* Element-wise over n floats. */
+void npu_f32_add(float *restrict out, const float *restrict a, const float *restrict b, size_t n);
+void npu_f32_mul(float *restrict out, const float *restrict a, const float *restrict b, size_t n);
+void npu_f32_silu(float *restrict out, const float *restrict x, size_t n);
+
+#endif /* NPU_CPU_KERNELS_H */

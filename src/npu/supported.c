@@ -1,0 +1,27 @@
+/* The emulated NPU's declared operator list. Like Hexagon HTP it runs matmuls, element-wise ops,
+ * lookup-table activations, gathers and the attention matmuls and softmax (the last three only
+ * when the precision policy lets them off the CPU). Normalization, RoPE and KV-cache writes are
+ * not on the list: they fall back to the CPU. */
+#include "npu/supported.h"
+
+bool npu_npu_supports(enum npu_op op) {
+  switch (op) {
+  case NPU_OP_GATHER:
+  case NPU_OP_MATMUL:
+  case NPU_OP_ADD:
+  case NPU_OP_MUL:
+  case NPU_OP_SILU:
+  case NPU_OP_QK:
+  case NPU_OP_SOFTMAX:
+  case NPU_OP_PV:
+    return true;
+  case NPU_OP_RMSNORM:
+  case NPU_OP_ROPE:
+  case NPU_OP_KV_WRITE:
+  case NPU_OP_TRANSFER:
+  case NPU_OP_SHADOW:
+  case NPU_OP_COUNT:
+    break;
+  }
+  return false;
+}

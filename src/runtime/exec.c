@@ -1,0 +1,192 @@
+/* The graph executor: resolves each node's tensors to addresses (arena, weight, KV cache, ids,
+ * logits) and calls the FP32 kernel of its op. Both backends run FP32 kernels for now; the NPU's
+ * integer kernels (src/npu/) will take over the NPU nodes. */
+#include "runtime/exec.h"
+
+#include <assert.h>
+#include <math.h>
+#include <string.h>
+
+#include "cpu/kernels.h"
+#include "npu/executor.h"
+#include "quant/qparams.h"
+
+/* Address of tensor 'id' for this step. */
+static void *tensor_data(const struct npu_graph *g, int32_t id, const struct npu_exec_ctx *ctx) {
+  const struct npu_ir_tensor *t = &g->tensors[id];
+  switch ((enum npu_tensor_kind)t->kind) {
+  case NPU_TK_ACT: return ctx->arena[t->backend] + t->offset;
+  case NPU_TK_WEIGHT: return (void *)ctx->prog->weights[t->ref].data;
+  case NPU_TK_INPUT_IDS: return (void *)ctx->ids;
+  case NPU_TK_KV: return t->kv_is_value ? ctx->v_cache[t->ref] : ctx->k_cache[t->ref];
+  case NPU_TK_LOGITS: return ctx->logits;
+  }
+  assert(!"unknown tensor kind");
+  return NULL;
+}
+
+static size_t elems(const struct npu_ir_tensor *t) {
+  return (size_t)t->ne[0] * (size_t)t->ne[1] * (size_t)t->ne[2];
+}
+
+/* Copy the first 'n' values of a tensor between the backends' arenas (or from a KV cache to the
+ * NPU); between a float tensor and an integer one this is where the CPU quantizes (with the
+ * integer tensor's scale) or dequantizes. */
+static void transfer(const struct npu_ir_tensor *src_t, const void *src,
+                     const struct npu_ir_tensor *dst_t, void *dst, size_t n) {
+  if (src_t->dtype == dst_t->dtype) {
+    memcpy(dst, src, n * npu_dtype_size((enum npu_dtype)dst_t->dtype));
+  } else if (src_t->dtype == NPU_DT_F32 && dst_t->dtype == NPU_DT_I8) {
+    npu_quantize_s8(src, n, dst_t->q.scale, dst_t->q.zero_point, dst);
+  } else if (src_t->dtype == NPU_DT_F32 && dst_t->dtype == NPU_DT_I16) {
+    npu_quantize_s16(src, n, dst_t->q.scale, dst_t->q.zero_point, dst);
+  } else if (src_t->dtype == NPU_DT_I8 && dst_t->dtype == NPU_DT_F32) {
+    npu_dequantize_s8(src, n, src_t->q.scale, src_t->q.zero_point, dst);
+  } else {
+    assert(src_t->dtype == NPU_DT_I16 && dst_t->dtype == NPU_DT_F32);
+    npu_dequantize_s16(src, n, src_t->q.scale, src_t->q.zero_point, dst);
+  }
+}
+
+/* Shadow outlier execution, CPU side: the outlier input channels' share of a matmul, in float.
+ * x is the matmul's float input, or for the FFN product the FFN norm output from which the CPU
+ * recomputes silu(gate) * up for just those channels. */
+static void shadow(const struct npu_qsite *s, const float *x, size_t x_cols, size_t rows,
+                   float *out) {
+  enum { MAX_CHUNK = 64 };
+  for (size_t t = 0; t < rows; t++) {
+    const float *xt = x + t * x_cols;
+    float *o = out + t * (size_t)s->n;
+    memset(o, 0, (size_t)s->n * sizeof(float));
+    for (int32_t c0 = 0; c0 < s->n_outliers; c0 += MAX_CHUNK) {
+      float v[MAX_CHUNK];
+      int32_t cn = s->n_outliers - c0 < MAX_CHUNK ? s->n_outliers - c0 : MAX_CHUNK;
+      for (int32_t j = 0; j < cn; j++) {
+        int32_t c = c0 + j;
+        if (s->outlier_gate != NULL) {
+          float gsum = 0.0f, usum = 0.0f;
+          const float *gr = s->outlier_gate + (size_t)c * (size_t)s->outlier_dim;
+          const float *ur = s->outlier_up + (size_t)c * (size_t)s->outlier_dim;
+          for (int32_t i = 0; i < s->outlier_dim; i++) {
+            gsum += gr[i] * xt[i];
+            usum += ur[i] * xt[i];
+          }
+          v[j] = gsum / (1.0f + expf(-gsum)) * usum;
+        } else {
+          v[j] = xt[s->outliers[c]];
+        }
+      }
+      for (int32_t n = 0; n < s->n; n++) {
+        const float *w = s->outlier_w + (size_t)n * (size_t)s->n_outliers + (size_t)c0;
+        float acc = 0.0f;
+        for (int32_t j = 0; j < cn; j++) acc += w[j] * v[j];
+        o[n] += acc;
+      }
+    }
+  }
+}
+
+static void exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
+                      const struct npu_exec_ctx *ctx) {
+  const struct npu_config *c = ctx->cfg;
+  int32_t index = (int32_t)(n - g->nodes);
+  if (g->node_site != NULL && n->backend == NPU_BE_NPU) {
+    npu_npu_exec_node(g, n, &ctx->prog->qsites[g->node_site[index]], &ctx->prog->uk, ctx->arena,
+                      ctx->ids, ctx->pos0, ctx->n_valid);
+    return;
+  }
+  const struct npu_ir_tensor *out_t = &g->tensors[n->out];
+  const struct npu_ir_tensor *a_t = n->in[0] >= 0 ? &g->tensors[n->in[0]] : NULL;
+  const struct npu_ir_tensor *b_t = n->in[1] >= 0 ? &g->tensors[n->in[1]] : NULL;
+  float *out = tensor_data(g, n->out, ctx);
+  const float *a = n->in[0] >= 0 ? tensor_data(g, n->in[0], ctx) : NULL;
+  const float *b = n->in[1] >= 0 ? tensor_data(g, n->in[1], ctx) : NULL;
+  const float *bias = n->in[2] >= 0 ? tensor_data(g, n->in[2], ctx) : NULL;
+  switch ((enum npu_op)n->op) {
+  case NPU_OP_GATHER:
+    npu_f32_gather(out, b, (const int32_t *)(const void *)a, out_t->ne[0], out_t->ne[1]);
+    return;
+  case NPU_OP_RMSNORM:
+    npu_f32_rmsnorm(out, a, b, a_t->ne[0], a_t->ne[1], n->param);
+    return;
+  case NPU_OP_MATMUL:
+    /* W is [N, K]; x [rows, K] */
+    npu_f32_matmul(out, a, b, bias, a_t->ne[0], a_t->ne[1], b_t->ne[0]);
+    return;
+  case NPU_OP_ROPE:
+    npu_f32_rope(out, a, ctx->rope_cos, ctx->rope_sin, c, a_t->ne[0], a_t->ne[1] / c->head_dim,
+                 ctx->pos0);
+    return;
+  case NPU_OP_KV_WRITE:
+    npu_f32_kv_write(out, a, ctx->pos0, ctx->n_valid, a_t->ne[1]);
+    return;
+  case NPU_OP_QK: {
+    /* q [rows, heads * hd], K cache [ctx, kv_dim] -> scores [heads, rows, ctx] */
+    int32_t heads = out_t->ne[0], hd = a_t->ne[1] / heads;
+    npu_f32_qk(out, a, b, heads, b_t->ne[1] / hd, hd, out_t->ne[1], out_t->ne[2], ctx->pos0,
+               ctx->n_valid, n->param);
+    return;
+  }
+  case NPU_OP_SOFTMAX:
+    npu_f32_softmax(out, a, a_t->ne[0], a_t->ne[1], a_t->ne[2], ctx->pos0, ctx->n_valid);
+    return;
+  case NPU_OP_PV: {
+    /* probs [heads, rows, ctx], V cache [ctx, kv_dim] -> out [rows, heads * hd] */
+    int32_t heads = a_t->ne[0], hd = out_t->ne[1] / heads;
+    npu_f32_pv(out, a, b, heads, b_t->ne[1] / hd, hd, a_t->ne[1], a_t->ne[2], ctx->pos0,
+               ctx->n_valid);
+    return;
+  }
+  case NPU_OP_ADD: npu_f32_add(out, a, b, elems(out_t)); return;
+  case NPU_OP_MUL: npu_f32_mul(out, a, b, elems(out_t)); return;
+  case NPU_OP_SILU: npu_f32_silu(out, a, elems(out_t)); return;
+  case NPU_OP_TRANSFER:
+    /* a KV cache copied for the integer NPU's attention: the rows this step attends over, which
+     * are all the session's cache is sure to hold */
+    transfer(a_t, a, out_t, out,
+             a_t->kind == NPU_TK_KV ? (size_t)(ctx->pos0 + ctx->n_valid) * (size_t)a_t->ne[1]
+                                    : elems(out_t));
+    return;
+  case NPU_OP_SHADOW:
+    shadow(&ctx->prog->qsites[g->node_site[index]], a, (size_t)a_t->ne[1], (size_t)a_t->ne[0], out);
+    return;
+  case NPU_OP_COUNT: break;
+  }
+  assert(!"unknown op");
+}
+
+void npu_exec_subgraph(const struct npu_graph *g, const struct npu_subgraph *sg,
+                       const struct npu_exec_ctx *ctx) {
+  for (int32_t i = sg->first; i < sg->first + sg->count; i++) {
+    exec_node(g, &g->nodes[i], ctx);
+    if (ctx->observe != NULL) ctx->observe(ctx->observe_user, g, i, ctx);
+  }
+}
+
+void npu_exec_graph(const struct npu_graph *g, const struct npu_exec_ctx *ctx) {
+  for (int32_t s = 0; s < g->n_subgraphs; s++) npu_exec_subgraph(g, &g->subgraphs[s], ctx);
+}
+
+int32_t npu_exec_plan_steps(const struct npu_program *p, int32_t pos, int32_t n,
+                            struct npu_step *steps_out) {
+  const struct npu_compile_options *o = &p->opts;
+  int32_t largest = o->n_chunks > 0 ? o->chunks[o->n_chunks - 1] : 1;
+  int32_t n_steps = 0, done = 0;
+  while (done < n) {
+    int32_t left = n - done, rows = 1, take = 1;
+    if (left >= largest) {
+      rows = take = largest;
+    } else if (left > 1) {
+      for (int32_t i = 0; i < o->n_chunks && rows == 1; i++) {
+        if (o->chunks[i] >= left) rows = o->chunks[i];
+      }
+      take = left;
+    }
+    const struct npu_graph *g = npu_program_find(p, rows, pos + done + take);
+    if (g == NULL) return -1;
+    steps_out[n_steps++] = (struct npu_step){.g = g, .row0 = done, .pos0 = pos + done,
+                                             .n_valid = take};
+    done += take;
+  }
+  return n_steps;
+}

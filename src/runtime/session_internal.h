@@ -1,0 +1,15 @@
+/* What the library's own tools (error attribution) may do to a session beyond the public API. */
+#ifndef NPU_RUNTIME_SESSION_INTERNAL_H
+#define NPU_RUNTIME_SESSION_INTERNAL_H
+
+#include "npulm.h"
+#include "runtime/exec.h"
+
+typedef void (*npu_node_observer)(void *user, const struct npu_graph *g, int32_t node,
+                                  const struct npu_exec_ctx *ctx);
+
+/* Call 'fn' after every node the session's graphs execute (NULL: stop). Observers run on the
+ * backend worker threads, one node at a time for a single-chunk step. */
+void npu_session_observe(npulm_session *session, npu_node_observer fn, void *user);
+
+#endif /* NPU_RUNTIME_SESSION_INTERNAL_H */

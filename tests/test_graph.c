@@ -1,0 +1,545 @@
+/* Graph execution against the FP32 reference: the float kernels bit for bit against the
+ * reference's building blocks, the step policy, and whole models: every specialization (decode and
+ * each chunk size, times each context bucket) within 1e-4 relative error of the reference, chunked
+ * prefill equal to token-by-token decode, greedy output and perplexity identical. */
+#include <math.h>
+#include <string.h>
+
+#include "cpu/kernels.h"
+#include "graph/program.h"
+#include "model.h"
+#include "npulm.h"
+#include "ref/forward.h"
+#include "runtime/exec.h"
+#include "runtime/perplexity.h"
+#include "test_util.h"
+
+static float rand_float(uint64_t *rng, float scale) {
+  return (float)((int)(test_rand(rng) % 20001) - 10000) / 10000.0f * scale;
+}
+
+static void fill(float *x, size_t n, uint64_t *rng, float scale) {
+  for (size_t i = 0; i < n; i++) x[i] = rand_float(rng, scale);
+}
+
+/* ---- Kernels ------------------------------------------------------------------------------- */
+
+/* Both matmul variants give exactly the reference matvec's bits, row by row, on shapes that hit
+ * every tile edge: rows not a multiple of 4 or 2, n not a multiple of the tile, k % 8 != 0. */
+static void test_matmul_matches_reference_bits(void **state) {
+  (void)state;
+  uint64_t rng = 7;
+  for (int trial = 0; trial < 300; trial++) {
+    int rows = 1 + (int)(test_rand(&rng) % 11), k = 1 + (int)(test_rand(&rng) % 300);
+    int n = 1 + (int)(test_rand(&rng) % 45);
+    if (trial % 10 == 0) k = 8 * (1 + (int)(test_rand(&rng) % 40)); /* no tail */
+    if (trial == 1) {
+      rows = 130;
+      k = 256;
+      n = 300; /* several weight tiles */
+    }
+    bool with_bias = trial % 3 == 0;
+    float *w = malloc((size_t)n * (size_t)k * sizeof(float));
+    float *x = malloc((size_t)rows * (size_t)k * sizeof(float));
+    float *b = malloc((size_t)n * sizeof(float));
+    float *want = malloc((size_t)rows * (size_t)n * sizeof(float));
+    float *got = malloc((size_t)rows * (size_t)n * sizeof(float));
+    fill(w, (size_t)n * (size_t)k, &rng, 1.0f);
+    fill(x, (size_t)rows * (size_t)k, &rng, 2.0f);
+    fill(b, (size_t)n, &rng, 10.0f);
+    for (int t = 0; t < rows; t++) {
+      npu_ref_matvec(want + (size_t)t * (size_t)n, w, with_bias ? b : NULL, x + (size_t)t * (size_t)k,
+                     k, n);
+    }
+    npu_f32_matmul__generic(got, x, w, with_bias ? b : NULL, rows, k, n);
+    assert_memory_equal(got, want, (size_t)rows * (size_t)n * sizeof(float));
+    if (npu_f32_have_avx2()) {
+      memset(got, 0, (size_t)rows * (size_t)n * sizeof(float));
+      npu_f32_matmul__avx2(got, x, w, with_bias ? b : NULL, rows, k, n);
+      assert_memory_equal(got, want, (size_t)rows * (size_t)n * sizeof(float));
+    }
+    free(w);
+    free(x);
+    free(b);
+    free(want);
+    free(got);
+  }
+}
+
+/* RoPE from the table, both pairings, partial rotation and frequency factors, equals the
+ * reference's rotation at each row's position bit for bit. */
+static void test_rope_matches_reference_bits(void **state) {
+  (void)state;
+  uint64_t rng = 3;
+  float factors[4] = {1.0f, 2.0f, 4.5f, 8.0f};
+  for (int variant = 0; variant < 4; variant++) {
+    struct npu_config c = {.head_dim = 8, .rope_dim = variant < 2 ? 8 : 6, .rope_base = 10000.0f,
+                           .rope_type = variant % 2 ? NPU_ROPE_NEOX : NPU_ROPE_NORM};
+    const float *ff = variant == 3 ? factors : NULL;
+    enum { ROWS = 5, HEADS = 3, POS0 = 17, NPOS = 32 };
+    float cos_t[NPOS * 4], sin_t[NPOS * 4], x[ROWS * HEADS * 8], got[ROWS * HEADS * 8];
+    npu_f32_rope_table(cos_t, sin_t, NPOS, &c, ff);
+    fill(x, ROWS * HEADS * 8, &rng, 3.0f);
+    npu_f32_rope(got, x, cos_t, sin_t, &c, ROWS, HEADS, POS0);
+    for (int t = 0; t < ROWS; t++) {
+      float want[HEADS * 8];
+      memcpy(want, x + t * HEADS * 8, sizeof(want));
+      npu_ref_rope(want, HEADS, &c, ff, POS0 + t);
+      assert_memory_equal(got + t * HEADS * 8, want, sizeof(want));
+    }
+  }
+}
+
+/* QK, softmax and PV over a cache with grouped heads and padded rows equal the reference's
+ * attention of each real row bit for bit; masked scores are -inf, masked probabilities 0, and padded
+ * rows see exactly the step's real positions. Head dims cover the 32-wide, 8-wide and scalar
+ * paths. */
+static void test_attention_matches_reference_bits(void **state) {
+  (void)state;
+  uint64_t rng = 11;
+  const int hds[3] = {8, 12, 40};
+  for (int v = 0; v < 3; v++) {
+    const int hd = hds[v], heads = 4, kv_heads = 2, rows = 6, ctx = 24, pos0 = 9, n_valid = 4;
+    const int q_cols = heads * hd, kv_cols = kv_heads * hd;
+    float *q = malloc((size_t)rows * (size_t)q_cols * sizeof(float));
+    float *kc = malloc((size_t)ctx * (size_t)kv_cols * sizeof(float));
+    float *vc = malloc((size_t)ctx * (size_t)kv_cols * sizeof(float));
+    float *s = malloc((size_t)heads * (size_t)rows * (size_t)ctx * sizeof(float));
+    float *p = malloc((size_t)heads * (size_t)rows * (size_t)ctx * sizeof(float));
+    float *out = malloc((size_t)rows * (size_t)q_cols * sizeof(float));
+    fill(q, (size_t)rows * (size_t)q_cols, &rng, 1.0f);
+    fill(kc, (size_t)ctx * (size_t)kv_cols, &rng, 1.0f);
+    fill(vc, (size_t)ctx * (size_t)kv_cols, &rng, 1.0f);
+    /* positions from the step's last real token on hold NaN: a kernel that reads them fails */
+    for (int j = pos0 + n_valid; j < ctx; j++) {
+      for (int i = 0; i < kv_cols; i++) kc[j * kv_cols + i] = vc[j * kv_cols + i] = NAN;
+    }
+    float scale = 1.0f / sqrtf((float)hd);
+    npu_f32_qk(s, q, kc, heads, kv_heads, hd, rows, ctx, pos0, n_valid, scale);
+    npu_f32_softmax(p, s, heads, rows, ctx, pos0, n_valid);
+    npu_f32_pv(out, p, vc, heads, kv_heads, hd, rows, ctx, pos0, n_valid);
+    for (int t = 0; t < rows; t++) {
+      int len = npu_attn_len(pos0, n_valid, t);
+      assert_int_equal(len, t < n_valid ? pos0 + t + 1 : pos0 + n_valid);
+      for (int h = 0; h < heads; h++) {
+        /* the reference's attention() for one head, at position len - 1 */
+        const float *qh = q + t * q_cols + h * hd;
+        int kv_off = (h / (heads / kv_heads)) * hd;
+        float att[24], o[40] = {0};
+        for (int j = 0; j < len; j++) {
+          float dot = 0.0f;
+          for (int i = 0; i < hd; i++) dot += qh[i] * kc[j * kv_cols + kv_off + i];
+          att[j] = dot * scale;
+        }
+        const float *srow = s + ((size_t)h * rows + (size_t)t) * ctx;
+        const float *prow = p + ((size_t)h * rows + (size_t)t) * ctx;
+        assert_memory_equal(srow, att, (size_t)len * sizeof(float));
+        npu_ref_softmax(att, len);
+        assert_memory_equal(prow, att, (size_t)len * sizeof(float));
+        for (int j = len; j < ctx; j++) {
+          assert_true(isinf(srow[j]) && srow[j] < 0);
+          assert_true(prow[j] == 0.0f);
+        }
+        for (int j = 0; j < len; j++) {
+          for (int i = 0; i < hd; i++) o[i] += att[j] * vc[j * kv_cols + kv_off + i];
+        }
+        assert_memory_equal(out + t * q_cols + h * hd, o, (size_t)hd * sizeof(float));
+      }
+    }
+    free(q);
+    free(kc);
+    free(vc);
+    free(s);
+    free(p);
+    free(out);
+  }
+}
+
+/* ---- Models --------------------------------------------------------------------------------- */
+
+static npulm_model *open_shared(const char *rel) {
+  const char *path = test_shared_path(rel);
+  TEST_REQUIRE_FILE(path);
+  npulm_model *m = NULL;
+  npulm_error err;
+  npulm_status st = npulm_model_open(path, &m, &err);
+  if (st != NPULM_OK) fail_msg("%s", err.msg);
+  return m;
+}
+
+/* Compile 'm' into FP32 graphs with the given chunk sizes and context buckets. */
+static void compile(npulm_model *m, const int *chunks, int n_chunks, const int *buckets,
+                    int n_buckets) {
+  npulm_compile_params cp = npulm_compile_default_params();
+  cp.quant = "f32"; /* this file checks the FP32 graphs; the integer NPU is tested elsewhere */
+  for (int i = 0; i < n_chunks; i++) cp.chunks[i] = chunks[i];
+  cp.n_chunks = n_chunks;
+  for (int i = 0; i < n_buckets; i++) cp.buckets[i] = buckets[i];
+  cp.n_buckets = n_buckets;
+  npulm_error err;
+  if (npulm_model_compile(m, &cp, &err) != NPULM_OK) fail_msg("%s", err.msg);
+}
+
+static npulm_session *new_session(const npulm_model *m, int n_ctx, bool reference) {
+  npulm_session_params p = npulm_session_default_params();
+  p.n_ctx = n_ctx;
+  p.reference = reference;
+  npulm_session *s = NULL;
+  npulm_error err;
+  if (npulm_session_create(m, &p, &s, &err) != NPULM_OK) fail_msg("%s", err.msg);
+  return s;
+}
+
+static char *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = malloc((size_t)n + 1);
+  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+  buf[n] = '\0';
+  fclose(f);
+  *len = (size_t)n;
+  return buf;
+}
+
+/* 'n' tokens of real text (BOS first). */
+static int32_t *text_tokens(const npulm_model *m, int n) {
+  size_t len;
+  char *text = slurp(test_shared_path("data/tinystories-valid.txt"), &len);
+  int32_t *ids = malloc((len + 2) * sizeof(int32_t));
+  size_t n_ids;
+  npulm_error err;
+  assert_int_equal(npulm_tokenize(m, text, len, true, false, ids, len + 2, &n_ids, &err), NPULM_OK);
+  assert_true(n_ids >= (size_t)n);
+  free(text);
+  return ids;
+}
+
+/* Max |a - b| over a row, relative to the row's largest |b|. */
+static double rel_err(const float *a, const float *b, int n) {
+  double diff = 0.0, mag = 1e-30;
+  for (int i = 0; i < n; i++) {
+    diff = fmax(diff, fabs((double)a[i] - (double)b[i]));
+    mag = fmax(mag, fabs((double)b[i]));
+  }
+  return diff / mag;
+}
+
+/* Where a program's graph sits in the program's list. */
+static int graph_index(const struct npu_program *p, const struct npu_graph *g) {
+  return (int)(g - p->graphs);
+}
+
+/* Evaluate 'n_tok' tokens as the steps of 'schedule' (eval sizes) from an empty session; every
+ * row's logits go to 'out'. Each step's specialization error against 'want' is folded into
+ * 'max_err' (per graph) and 'used' counts the graphs run. */
+static void run_schedule(npulm_model *m, npulm_session *s, const int32_t *ids, const int *schedule,
+                         int n_sched, const float *want, float *out, double *max_err, int *used) {
+  const struct npu_program *p = m->program;
+  int n_vocab = m->cfg.n_vocab;
+  struct npu_step steps[600];
+  npulm_error err;
+  npulm_session_reset(s);
+  int pos = 0;
+  for (int i = 0; i < n_sched; i++) {
+    int n = schedule[i];
+    float *rows = out + (size_t)pos * (size_t)n_vocab;
+    if (npulm_session_eval(s, ids + pos, (size_t)n, rows, &err) != NPULM_OK) fail_msg("%s", err.msg);
+    assert_memory_equal(npulm_session_logits(s), rows + (size_t)(n - 1) * (size_t)n_vocab,
+                        (size_t)n_vocab * sizeof(float));
+    int n_steps = npu_exec_plan_steps(p, pos, n, steps);
+    assert_true(n_steps > 0);
+    for (int k = 0; k < n_steps; k++) {
+      int gi = graph_index(p, steps[k].g);
+      used[gi]++;
+      for (int r = 0; r < steps[k].n_valid; r++) {
+        size_t row = (size_t)(pos + steps[k].row0 + r) * (size_t)n_vocab;
+        double e = rel_err(out + row, want + row, n_vocab);
+        if (e > max_err[gi]) max_err[gi] = e;
+      }
+    }
+    pos += n;
+  }
+  assert_int_equal(npulm_session_pos(s), pos);
+}
+
+/* Every specialization of the default program (decode, 32, 128) x (128, 256, 512) on 300 tokens
+ * of text: within 1e-4 of the reference; every chunked schedule gives the decode schedule's bits. */
+static void check_model_against_reference(const char *rel) {
+  npulm_model *m = open_shared(rel);
+  enum { L = 300 };
+  compile(m, (int[]){32, 128}, 2, (int[]){128, 256, 512}, 3);
+  const struct npu_program *p = m->program;
+  assert_int_equal(p->n_graphs, 9);
+  int n_vocab = m->cfg.n_vocab;
+  int32_t *ids = text_tokens(m, L);
+  float *want = malloc((size_t)L * (size_t)n_vocab * sizeof(float));
+  float *stepwise = malloc((size_t)L * (size_t)n_vocab * sizeof(float));
+  float *chunked = malloc((size_t)L * (size_t)n_vocab * sizeof(float));
+  npulm_error err;
+  npulm_session *ref = new_session(m, 512, true);
+  assert_int_equal(npulm_session_eval(ref, ids, L, want, &err), NPULM_OK);
+  npulm_session_free(ref);
+
+  double max_err[9] = {0};
+  int used[9] = {0};
+  npulm_session *s = new_session(m, 512, false);
+  /* token by token: decode in each bucket */
+  int decode[L];
+  for (int i = 0; i < L; i++) decode[i] = 1;
+  run_schedule(m, s, ids, decode, L, want, stepwise, max_err, used);
+  /* lengths 1, C-1, C, C+1 and several chunks; the ends cross every bucket */
+  static const int sched_a[] = {1, 31, 32, 33, 127, 76};
+  static const int sched_b[] = {128, 32, 96, 44};
+  static const int sched_c[] = {32, 128, 129, 11};
+  static const int sched_d[] = {299, 1};
+  const int *scheds[] = {sched_a, sched_b, sched_c, sched_d};
+  const int n_sched[] = {6, 4, 4, 2};
+  for (int k = 0; k < 4; k++) {
+    run_schedule(m, s, ids, scheds[k], n_sched[k], want, chunked, max_err, used);
+    assert_memory_equal(chunked, stepwise, (size_t)L * (size_t)n_vocab * sizeof(float));
+  }
+  for (int gi = 0; gi < p->n_graphs; gi++) {
+    print_message("%s rows %3d ctx %3d: %3d steps, max rel error %.3g\n", rel, p->graphs[gi].rows,
+                  p->graphs[gi].ctx, used[gi], max_err[gi]);
+    assert_true(used[gi] > 0);
+    assert_true(max_err[gi] <= 1e-4);
+  }
+  npulm_session_free(s);
+  free(ids);
+  free(want);
+  free(stepwise);
+  free(chunked);
+  npulm_model_close(m);
+}
+
+static void test_stories260k_matches_reference(void **state) {
+  (void)state;
+  check_model_against_reference("models/stories260K.gguf");
+}
+
+static void test_tinystories5m_matches_reference(void **state) {
+  (void)state;
+  check_model_against_reference("models/tinystories-5M.gguf");
+}
+
+/* The step policy: the largest chunk while it fits, a lone token to decode, else the smallest
+ * chunk that holds the rest (padded); the smallest bucket that holds each step's last token. */
+static void test_step_policy(void **state) {
+  (void)state;
+  npulm_model *m = open_shared("models/stories260K.gguf");
+  compile(m, (int[]){32, 128}, 2, (int[]){128, 256, 512}, 3);
+  const struct npu_program *p = m->program;
+  struct npu_step st[16];
+  struct {
+    int pos, n, n_steps;
+    int rows[4], ctx[4], valid[4];
+  } cases[] = {
+      {0, 1, 1, {1}, {128}, {1}},
+      {0, 31, 1, {32}, {128}, {31}},
+      {0, 33, 1, {128}, {128}, {33}},
+      {0, 129, 2, {128, 1}, {128, 256}, {128, 1}},
+      {100, 300, 3, {128, 128, 128}, {256, 512, 512}, {128, 128, 44}},
+      {127, 1, 1, {1}, {128}, {1}},
+      {128, 1, 1, {1}, {256}, {1}},
+      {500, 12, 1, {32}, {512}, {12}},
+  };
+  for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+    int n = npu_exec_plan_steps(p, cases[c].pos, cases[c].n, st);
+    assert_int_equal(n, cases[c].n_steps);
+    int row0 = 0;
+    for (int k = 0; k < n; k++) {
+      assert_int_equal(st[k].g->rows, cases[c].rows[k]);
+      assert_int_equal(st[k].g->ctx, cases[c].ctx[k]);
+      assert_int_equal(st[k].n_valid, cases[c].valid[k]);
+      assert_int_equal(st[k].row0, row0);
+      assert_int_equal(st[k].pos0, cases[c].pos + row0);
+      row0 += st[k].n_valid;
+    }
+  }
+  npulm_model_close(m);
+}
+
+/* Any chunk sizes: odd ones (3, 8, 48) and a short context whose padded chunks reach past the end
+ * of the KV cache (n_ctx 61: the last chunk of 48 holds 13 tokens). Logits equal decode's. */
+static void test_odd_chunks_and_short_context(void **state) {
+  (void)state;
+  npulm_model *m = open_shared("models/stories260K.gguf");
+  compile(m, (int[]){3, 8, 48}, 3, (int[]){64, 512}, 2);
+  enum { L = 61, V = 512 };
+  int32_t *ids = text_tokens(m, L);
+  static float want[L * V], got[L * V];
+  npulm_error err;
+  npulm_session *s = new_session(m, L, false);
+  for (int i = 0; i < L; i++) {
+    assert_int_equal(npulm_session_eval(s, ids + i, 1, want + i * V, &err), NPULM_OK);
+  }
+  npulm_session *ref = new_session(m, L, true);
+  assert_int_equal(npulm_session_eval(ref, ids, L, got, &err), NPULM_OK);
+  for (int i = 0; i < L; i++) assert_true(rel_err(want + i * V, got + i * V, V) <= 1e-4);
+  npulm_session_free(ref);
+  static const int sizes[][8] = {{2, 3, 4, 7, 9, 13, 23}, {48, 13}, {1, 47, 13}, {5, 5, 5, 46}};
+  static const int counts[] = {7, 2, 3, 4};
+  for (int k = 0; k < 4; k++) {
+    npulm_session_reset(s);
+    int pos = 0;
+    for (int i = 0; i < counts[k]; i++) {
+      assert_int_equal(npulm_session_eval(s, ids + pos, (size_t)sizes[k][i], got + pos * V, &err),
+                       NPULM_OK);
+      pos += sizes[k][i];
+    }
+    assert_int_equal(pos, L);
+    assert_memory_equal(got, want, sizeof(want));
+  }
+  /* the context is full */
+  assert_int_equal(npulm_session_eval(s, ids, 1, NULL, &err), NPULM_ERR_ARG);
+  npulm_session_free(s);
+  free(ids);
+  npulm_model_close(m);
+}
+
+/* Greedy continuation of 'prompt' as token ids; returns how many. */
+static int greedy_ids(npulm_model *m, bool reference, const char *prompt, int n, int32_t *out) {
+  npulm_session *s = new_session(m, 0, reference);
+  int32_t ids[64];
+  size_t n_ids;
+  npulm_error err;
+  assert_int_equal(npulm_tokenize(m, prompt, strlen(prompt), true, false, ids, 64, &n_ids, &err),
+                   NPULM_OK);
+  assert_int_equal(npulm_session_eval(s, ids, n_ids, NULL, &err), NPULM_OK);
+  int count = 0;
+  for (; count < n; count++) {
+    const float *logits = npulm_session_logits(s);
+    int32_t next = 0;
+    for (int v = 1; v < m->cfg.n_vocab; v++) next = logits[v] > logits[next] ? v : next;
+    out[count] = next;
+    if (npulm_token_is_eog(m, next)) break;
+    assert_int_equal(npulm_session_eval(s, &next, 1, NULL, &err), NPULM_OK);
+  }
+  npulm_session_free(s);
+  return count;
+}
+
+static void test_greedy_identical(void **state) {
+  (void)state;
+  const char *models[2] = {"models/stories260K.gguf", "models/tinystories-5M.gguf"};
+  for (int k = 0; k < 2; k++) {
+    npulm_model *m = open_shared(models[k]);
+    int32_t a[100], b[100];
+    int na = greedy_ids(m, true, "Once upon a time", 100, a); /* compiles privately */
+    int nb = greedy_ids(m, false, "Once upon a time", 100, b);
+    assert_null(m->program);
+    assert_int_equal(na, nb);
+    assert_memory_equal(a, b, (size_t)na * sizeof(int32_t));
+    npulm_model_close(m);
+  }
+}
+
+/* Perplexity through the graphs equals the reference's to 4 significant digits (here: exactly). */
+static void test_perplexity_identical(void **state) {
+  (void)state;
+  struct {
+    const char *model;
+    int n_ctx;
+    size_t bytes;
+  } cases[2] = {{"models/stories260K.gguf", 256, 16000}, {"models/tinystories-5M.gguf", 256, 3000}};
+  size_t len;
+  char *text = slurp(test_shared_path("data/tinystories-valid.txt"), &len);
+  for (int k = 0; k < 2; k++) {
+    npulm_model *m = open_shared(cases[k].model);
+    npulm_ppl_result ref, graph;
+    npulm_error err;
+    size_t n = cases[k].bytes < len ? cases[k].bytes : len;
+    assert_int_equal(npu_perplexity_run(m, text, n, cases[k].n_ctx, 2, true, NULL, NULL, &ref, &err),
+                     NPULM_OK);
+    assert_int_equal(npulm_perplexity(m, text, n, cases[k].n_ctx, 2, NULL, NULL, &graph, &err),
+                     NPULM_OK);
+    char a[32], b[32];
+    snprintf(a, sizeof(a), "%.4g", ref.ppl);
+    snprintf(b, sizeof(b), "%.4g", graph.ppl);
+    print_message("%s: ppl reference %.6f (%.2f s), graphs %.6f (%.2f s), %d windows\n",
+                  cases[k].model, ref.ppl, ref.seconds, graph.ppl, graph.seconds, ref.n_chunks);
+    assert_string_equal(a, b);
+    assert_true(ref.n_chunks >= 2);
+    npulm_model_close(m);
+  }
+  free(text);
+}
+
+/* A prefill of several chunks keeps both workers busy and overlaps them; the stats add up. */
+static void test_stats(void **state) {
+  (void)state;
+  npulm_model *m = open_shared("models/tinystories-5M.gguf");
+  enum { L = 300 };
+  int32_t *ids = text_tokens(m, L);
+  npulm_session *s = new_session(m, 512, false);
+  npulm_session_stats st;
+  npulm_session_get_stats(s, &st);
+  assert_true(st.n_steps == 0 && st.wall_s == 0.0 && st.npu_busy_s == 0.0);
+  npulm_error err;
+  assert_int_equal(npulm_session_eval(s, ids, L, NULL, &err), NPULM_OK);
+  npulm_session_get_stats(s, &st);
+  print_message("prefill %d tokens: %llu steps, wall %.1f ms, NPU busy %.1f ms, CPU busy %.1f ms, "
+                "overlap %.1f ms, %llu transfers\n",
+                L, (unsigned long long)st.n_steps, st.wall_s * 1e3, st.npu_busy_s * 1e3,
+                st.cpu_busy_s * 1e3, st.overlap_s * 1e3, (unsigned long long)st.n_transfers);
+  assert_int_equal(st.n_steps, 3); /* 128 + 128 + 44 in a chunk of 128 */
+  assert_true(st.npu_busy_s > 0.0 && st.cpu_busy_s > 0.0);
+  assert_true(st.overlap_s >= 0.0);
+  assert_true(st.overlap_s <= fmin(st.npu_busy_s, st.cpu_busy_s) + 1e-6);
+  assert_true(st.npu_busy_s + st.cpu_busy_s - st.overlap_s <= st.wall_s + 1e-3);
+  assert_true(st.n_transfers > 0 && st.n_transfers % 3 == 0);
+  npulm_session_free(s);
+  /* the reference engine reports nothing */
+  s = new_session(m, 64, true);
+  assert_int_equal(npulm_session_eval(s, ids, 10, NULL, &err), NPULM_OK);
+  npulm_session_get_stats(s, &st);
+  assert_true(st.n_steps == 0 && st.npu_busy_s == 0.0 && st.wall_s == 0.0);
+  npulm_session_free(s);
+  free(ids);
+  npulm_model_close(m);
+}
+
+/* Bad input is refused before anything runs; a context past the program's largest bucket is
+ * refused; the default context fits the program. */
+static void test_session_arguments(void **state) {
+  (void)state;
+  npulm_model *m = open_shared("models/stories260K.gguf");
+  compile(m, (int[]){32}, 1, (int[]){64, 128}, 2);
+  npulm_session *s;
+  npulm_error err;
+  npulm_session_params p = npulm_session_default_params();
+  p.n_ctx = 256;
+  assert_int_equal(npulm_session_create(m, &p, &s, &err), NPULM_ERR_ARG);
+  assert_null(s);
+  assert_non_null(strstr(err.msg, "bucket"));
+  s = new_session(m, 0, false);
+  assert_int_equal(npulm_session_ctx(s), 128);
+  int32_t ids[3] = {1, 400, 512};
+  assert_int_equal(npulm_session_eval(s, ids, 3, NULL, &err), NPULM_ERR_ARG);
+  assert_int_equal(npulm_session_pos(s), 0);
+  assert_int_equal(npulm_session_eval(s, ids, 0, NULL, &err), NPULM_OK);
+  assert_int_equal(npulm_session_eval(s, ids, 2, NULL, &err), NPULM_OK);
+  assert_int_equal(npulm_session_pos(s), 2);
+  npulm_session_free(s);
+  npulm_model_close(m);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_matmul_matches_reference_bits),
+      cmocka_unit_test(test_rope_matches_reference_bits),
+      cmocka_unit_test(test_attention_matches_reference_bits),
+      cmocka_unit_test(test_step_policy),
+      cmocka_unit_test(test_stories260k_matches_reference),
+      cmocka_unit_test(test_tinystories5m_matches_reference),
+      cmocka_unit_test(test_odd_chunks_and_short_context),
+      cmocka_unit_test(test_greedy_identical),
+      cmocka_unit_test(test_perplexity_identical),
+      cmocka_unit_test(test_stats),
+      cmocka_unit_test(test_session_arguments),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

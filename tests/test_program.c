@@ -1,0 +1,1605 @@
+/* Program files: compile -> save -> open gives the same graphs, weights, metadata, configuration
+ * and tokenizer, and for integer programs (naive, shadow, smooth) the same integer data and the
+ * same logits bit for bit; and hostile program files (truncated, another version, tampered graph
+ * records, plans that reach outside an arena, wrong weight names, missing keys, tampered
+ * quantization tables, sites, packed weights, outliers and multipliers) are one-line errors,
+ * never a crash (run under SAN=1). Files go to /tmp. */
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "test_util.h"
+
+#include "gguf_write.h"
+#include "graph/program.h"
+#include "model.h"
+#include "npulm.h"
+#include "quant/calibrate.h"
+#include "quant/quantize.h"
+
+/* ---- A tiny model ------------------------------------------------------------------------- */
+
+enum { DIM = 32, HEADS = 4, KV_HEADS = 2, HEAD_DIM = DIM / HEADS, FFN = 64, VOCAB = 259 + 5 };
+
+struct tiny {
+  const char *arch; /* "llama" (default) or "qwen2" (Q/K/V biases) */
+  int n_layers;     /* default 1 */
+  bool untied;      /* write output.weight */
+  bool rope_freqs;  /* write rope_freqs.weight (llama 3) */
+  uint32_t mtype;   /* ggml type of the matrices (default F32) */
+  bool extra_keys;  /* metadata of every value type, nested arrays included */
+};
+
+/* Write a tiny model with a byte-fallback SPM vocabulary and seeded random weights to 'path'. */
+static void write_tiny(const char *path, const struct tiny *t) {
+  struct npu_gguf_writer *w;
+  npulm_error err;
+  assert_int_equal(npu_gguf_writer_open_file(path, &w, &err), NPULM_OK);
+  const char *arch = t->arch ? t->arch : "llama";
+  int n_layers = t->n_layers ? t->n_layers : 1;
+  bool bias = strcmp(arch, "qwen2") == 0;
+  char key[128];
+#define KEY(suffix) (snprintf(key, sizeof(key), "%s.%s", arch, suffix), key)
+  npu_gguf_writer_add_str(w, "general.architecture", arch);
+  npu_gguf_writer_add_str(w, "general.name", "tiny test model");
+  npu_gguf_writer_add_u32(w, "general.file_type", 1);
+  npu_gguf_writer_add_u32(w, KEY("embedding_length"), DIM);
+  npu_gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)n_layers);
+  npu_gguf_writer_add_u32(w, KEY("feed_forward_length"), FFN);
+  npu_gguf_writer_add_u32(w, KEY("attention.head_count"), HEADS);
+  npu_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), KV_HEADS);
+  npu_gguf_writer_add_u32(w, KEY("context_length"), 64);
+  npu_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
+  npu_gguf_writer_add_f32(w, KEY("rope.freq_base"), 10000.0f);
+  if (t->extra_keys) {
+    npu_gguf_writer_add_u8(w, "test.u8", 200);
+    npu_gguf_writer_add_i8(w, "test.i8", -100);
+    npu_gguf_writer_add_u16(w, "test.u16", 60000);
+    npu_gguf_writer_add_i16(w, "test.i16", -30000);
+    npu_gguf_writer_add_i32(w, "test.i32", -2000000000);
+    npu_gguf_writer_add_u64(w, "test.u64", 0xfedcba9876543210ull);
+    npu_gguf_writer_add_i64(w, "test.i64", -5);
+    npu_gguf_writer_add_f64(w, "test.f64", 3.14159265358979);
+    npu_gguf_writer_add_f32(w, "test.f32_nan", NAN);
+    npu_gguf_writer_add_bool(w, "test.bool", true);
+    npu_gguf_writer_add_str(w, "test.empty", "");
+    /* an array of two arrays of u16 */
+    struct npu_gguf_buf b = {0};
+    npu_gguf_buf_put_u32(&b, NPU_GGUF_ARR);
+    npu_gguf_buf_put_u64(&b, 2);
+    for (int i = 0; i < 2; i++) {
+      npu_gguf_buf_put_u32(&b, NPU_GGUF_U16);
+      npu_gguf_buf_put_u64(&b, 3);
+      for (int j = 0; j < 3; j++) npu_gguf_buf_put_u16(&b, (uint16_t)(10 * i + j));
+    }
+    assert_false(b.failed);
+    npu_gguf_writer_add_raw(w, "test.nested", NPU_GGUF_ARR, b.data, b.size);
+    npu_gguf_buf_free(&b);
+    npu_gguf_writer_add_u32(w, "npulm.stale.key", 1); /* a foreign npulm.* key is not copied */
+  }
+  npu_gguf_writer_add_str(w, "tokenizer.ggml.model", "llama");
+  static char names[VOCAB][16];
+  const char *tokens[VOCAB];
+  float scores[VOCAB];
+  int32_t types[VOCAB];
+  for (int i = 0; i < VOCAB; i++) {
+    if (i < 3)
+      snprintf(names[i], 16, "%s", i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
+    else if (i < 259)
+      snprintf(names[i], 16, "<0x%02X>", i - 3);
+    else
+      snprintf(names[i], 16, "\xe2\x96\x81%c", 'a' + (i - 259));
+    tokens[i] = names[i];
+    scores[i] = (float)-i;
+    types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
+  }
+  npu_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tokens, VOCAB);
+  npu_gguf_writer_add_arr(w, "tokenizer.ggml.scores", NPU_GGUF_F32, scores, VOCAB);
+  npu_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", NPU_GGUF_I32, types, VOCAB);
+  npu_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1);
+  npu_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 2);
+#undef KEY
+
+  struct spec {
+    char name[64];
+    uint64_t ne0, ne1; /* ne1 = 0: a vector */
+  } specs[64];
+  int n = 0;
+  uint64_t kv_dim = KV_HEADS * HEAD_DIM;
+#define ADD(nm, a, b) \
+  (snprintf(specs[n].name, 64, "%s", nm), specs[n].ne0 = (a), specs[n++].ne1 = (b))
+  ADD("token_embd.weight", DIM, VOCAB);
+  ADD("output_norm.weight", DIM, 0);
+  if (t->untied) ADD("output.weight", DIM, VOCAB);
+  if (t->rope_freqs) ADD("rope_freqs.weight", HEAD_DIM / 2, 0);
+  for (int l = 0; l < n_layers; l++) {
+    char nm[64];
+#define LAYER(suffix, a, b) (snprintf(nm, 64, "blk.%d.%s", l, suffix), ADD(nm, a, b))
+    LAYER("attn_norm.weight", DIM, 0);
+    LAYER("attn_q.weight", DIM, DIM);
+    LAYER("attn_k.weight", DIM, kv_dim);
+    LAYER("attn_v.weight", DIM, kv_dim);
+    if (bias) {
+      LAYER("attn_q.bias", DIM, 0);
+      LAYER("attn_k.bias", kv_dim, 0);
+      LAYER("attn_v.bias", kv_dim, 0);
+    }
+    LAYER("attn_output.weight", DIM, DIM);
+    LAYER("ffn_norm.weight", DIM, 0);
+    LAYER("ffn_gate.weight", DIM, FFN);
+    LAYER("ffn_up.weight", DIM, FFN);
+    LAYER("ffn_down.weight", FFN, DIM);
+#undef LAYER
+  }
+#undef ADD
+  size_t idx[64];
+  for (int i = 0; i < n; i++) {
+    uint64_t ne[2] = {specs[i].ne0, specs[i].ne1};
+    uint32_t type = specs[i].ne1 ? t->mtype : NPU_GGML_F32;
+    assert_int_equal(
+        npu_gguf_writer_add_tensor(w, specs[i].name, type, specs[i].ne1 ? 2 : 1, ne, &idx[i]),
+        NPULM_OK);
+  }
+  uint64_t seed = 42;
+  for (int i = 0; i < n; i++) {
+    size_t count = (size_t)(specs[i].ne0 * (specs[i].ne1 ? specs[i].ne1 : 1));
+    uint32_t type = specs[i].ne1 ? t->mtype : NPU_GGML_F32;
+    uint8_t *data = malloc(count * 4);
+    assert_non_null(data);
+    for (size_t j = 0; j < count; j++) {
+      float v = (float)((int64_t)(test_rand(&seed) % 2001) - 1000) / 5000.0f;
+      if (specs[i].ne1 == 0) v = 1.0f + v; /* norms near 1, rope divisors positive */
+      if (type == NPU_GGML_F16) {
+        uint16_t h = npu_f32_to_f16(v);
+        memcpy(data + 2 * j, &h, 2);
+      } else {
+        memcpy(data + 4 * j, &v, 4);
+      }
+    }
+    assert_int_equal(npu_gguf_writer_write_tensor(w, idx[i], data, &err), NPULM_OK);
+    free(data);
+  }
+  assert_int_equal(npu_gguf_writer_finish(w, &err), NPULM_OK);
+  npu_gguf_writer_free(w);
+}
+
+/* ---- Files -------------------------------------------------------------------------------- */
+
+static char *tmp_path(void) {
+  char *path = strdup("/tmp/npulm-test-program-XXXXXX");
+  assert_non_null(path);
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  return path;
+}
+
+static uint8_t *read_all(const char *path, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  assert_int_equal(fseek(f, 0, SEEK_END), 0);
+  long n = ftell(f);
+  assert_true(n > 0);
+  rewind(f);
+  uint8_t *buf = malloc((size_t)n);
+  assert_non_null(buf);
+  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  *size = (size_t)n;
+  return buf;
+}
+
+static void write_all(const char *path, const uint8_t *data, size_t size) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(data, 1, size, f), size);
+  assert_int_equal(fclose(f), 0);
+}
+
+static npulm_model *open_ok(const char *path) {
+  npulm_model *m = NULL;
+  npulm_error err = {{0}};
+  npulm_status st = npulm_model_open(path, &m, &err);
+  if (st != NPULM_OK) fail_msg("cannot open '%s': %s", path, err.msg);
+  return m;
+}
+
+/* Compile with 'cp' (NULL: the defaults); FP32 unless 'cp' names a quantization (the integer
+ * programs are made with npu_quantize_program below, on options of the tests' choosing). */
+static void compile_ok(npulm_model *m, const npulm_compile_params *cp) {
+  npulm_error err = {{0}};
+  npulm_compile_params params = cp != NULL ? *cp : npulm_compile_default_params();
+  if (params.quant == NULL) params.quant = "f32";
+  npulm_status st = npulm_model_compile(m, &params, &err);
+  if (st != NPULM_OK) fail_msg("compile failed: %s", err.msg);
+  st = npu_program_verify(m, m->program, &err);
+  if (st != NPULM_OK) fail_msg("the compiler's own program fails verification: %s", err.msg);
+}
+
+static void save_ok(const npulm_model *m, const char *path) {
+  npulm_error err = {{0}};
+  npulm_status st = npulm_model_save_program(m, path, NULL, NULL, &err);
+  if (st != NPULM_OK) fail_msg("save failed: %s", err.msg);
+}
+
+/* ---- Comparisons -------------------------------------------------------------------------- */
+
+static void assert_graphs_equal(const struct npu_graph *a, const struct npu_graph *b) {
+  assert_int_equal(a->rows, b->rows);
+  assert_int_equal(a->ctx, b->ctx);
+  assert_int_equal(a->n_tensors, b->n_tensors);
+  assert_int_equal(a->n_nodes, b->n_nodes);
+  assert_int_equal(a->n_subgraphs, b->n_subgraphs);
+  assert_int_equal(a->n_transfers, b->n_transfers);
+  for (int be = 0; be < NPU_BE_COUNT; be++) assert_int_equal(a->arena_size[be], b->arena_size[be]);
+  for (int32_t i = 0; i < a->n_tensors; i++) {
+    const struct npu_ir_tensor *x = &a->tensors[i], *y = &b->tensors[i];
+    assert_int_equal(x->kind, y->kind);
+    assert_int_equal(x->dtype, y->dtype);
+    assert_int_equal(x->backend, y->backend);
+    assert_int_equal(x->kv_is_value, y->kv_is_value);
+    for (int d = 0; d < 3; d++) assert_int_equal(x->ne[d], y->ne[d]);
+    assert_int_equal(x->ref, y->ref);
+    assert_int_equal(x->offset, y->offset);
+    assert_memory_equal(&x->q.scale, &y->q.scale, sizeof(float));
+    assert_int_equal(x->q.zero_point, y->q.zero_point);
+    assert_string_equal(x->name, y->name);
+  }
+  for (int32_t i = 0; i < a->n_nodes; i++) {
+    const struct npu_ir_node *x = &a->nodes[i], *y = &b->nodes[i];
+    assert_int_equal(x->op, y->op);
+    assert_int_equal(x->backend, y->backend);
+    assert_int_equal(x->pinned, y->pinned);
+    assert_int_equal(x->pad, y->pad);
+    for (int s = 0; s < NPU_IR_MAX_IN; s++) assert_int_equal(x->in[s], y->in[s]);
+    assert_int_equal(x->out, y->out);
+    assert_int_equal(x->layer, y->layer);
+    assert_memory_equal(&x->param, &y->param, sizeof(float));
+  }
+  for (int32_t i = 0; i < a->n_subgraphs; i++) {
+    assert_int_equal(a->subgraphs[i].first, b->subgraphs[i].first);
+    assert_int_equal(a->subgraphs[i].count, b->subgraphs[i].count);
+    assert_int_equal(a->subgraphs[i].backend, b->subgraphs[i].backend);
+  }
+}
+
+static void assert_programs_equal(const struct npu_program *a, const struct npu_program *b) {
+  assert_memory_equal(&a->opts, &b->opts, sizeof(a->opts));
+  assert_int_equal(a->n_graphs, b->n_graphs);
+  for (int32_t i = 0; i < a->n_graphs; i++) assert_graphs_equal(&a->graphs[i], &b->graphs[i]);
+  assert_int_equal(a->n_weights, b->n_weights);
+  for (int32_t i = 0; i < a->n_weights; i++) {
+    const struct npu_weight *x = &a->weights[i], *y = &b->weights[i];
+    assert_string_equal(x->name, y->name);
+    assert_int_equal(x->ne0, y->ne0);
+    assert_int_equal(x->ne1, y->ne1);
+    assert_int_equal(x->data == NULL, y->data == NULL);
+    if (x->data != NULL) {
+      assert_memory_equal(x->data, y->data, (size_t)x->ne0 * (size_t)x->ne1 * sizeof(float));
+    }
+  }
+  assert_int_equal(a->weight_bytes, b->weight_bytes);
+  assert_int_equal(a->kv_bytes, b->kv_bytes);
+}
+
+/* The source's metadata must reappear in the program file value for value and in order, less
+ * general.alignment and npulm.*; general.file_type becomes 0 (F32). */
+static void assert_metadata_copied(const struct npu_gguf *src, const struct npu_gguf *dst) {
+  uint64_t j = 0;
+  for (uint64_t i = 0; i < src->n_kv; i++) {
+    const struct npu_gguf_kv *a = &src->kv[i];
+    if (npu_gguf_str_eq(a->key, "general.alignment") ||
+        (a->key.len >= 6 && memcmp(a->key.ptr, "npulm.", 6) == 0)) {
+      continue;
+    }
+    while (j < dst->n_kv && npu_gguf_str_eq(dst->kv[j].key, "general.alignment")) j++;
+    assert_true(j < dst->n_kv);
+    const struct npu_gguf_kv *b = &dst->kv[j++];
+    assert_int_equal(a->key.len, b->key.len);
+    assert_memory_equal(a->key.ptr, b->key.ptr, (size_t)a->key.len);
+    if (npu_gguf_str_eq(a->key, "general.file_type")) {
+      assert_int_equal(b->val.type, NPU_GGUF_U32);
+      assert_int_equal(b->val.v.u, 0);
+      continue;
+    }
+    assert_int_equal(a->val.type, b->val.type);
+    switch (a->val.type) {
+    case NPU_GGUF_STR:
+      assert_int_equal(a->val.v.s.len, b->val.v.s.len);
+      assert_memory_equal(a->val.v.s.ptr, b->val.v.s.ptr, (size_t)a->val.v.s.len + 0);
+      break;
+    case NPU_GGUF_ARR:
+      assert_int_equal(a->val.v.a.type, b->val.v.a.type);
+      assert_int_equal(a->val.v.a.n, b->val.v.a.n);
+      assert_int_equal(a->val.v.a.size, b->val.v.a.size);
+      if (a->val.v.a.size)
+        assert_memory_equal(a->val.v.a.data, b->val.v.a.data, (size_t)a->val.v.a.size);
+      break;
+    default:
+      if (memcmp(&a->val.v, &b->val.v, sizeof(a->val.v.u)) != 0) { /* u, i and f alike */
+        fail_msg("metadata '%.*s' (type %u) changed", (int)a->key.len, a->key.ptr, a->val.type);
+      }
+    }
+  }
+  /* what follows is the program */
+  assert_true(j < dst->n_kv);
+  assert_true(npu_gguf_str_eq(dst->kv[j].key, "npulm.program.version"));
+}
+
+static void assert_models_equal(const npulm_model *a, const npulm_model *b) {
+  npulm_model_info x, y;
+  npulm_model_get_info(a, &x);
+  npulm_model_get_info(b, &y);
+  assert_string_equal(x.arch, y.arch);
+  assert_string_equal(x.name, y.name);
+  assert_int_equal(x.n_vocab, y.n_vocab);
+  assert_int_equal(x.dim, y.dim);
+  assert_int_equal(x.n_layers, y.n_layers);
+  assert_int_equal(x.n_heads, y.n_heads);
+  assert_int_equal(x.n_kv_heads, y.n_kv_heads);
+  assert_int_equal(x.head_dim, y.head_dim);
+  assert_int_equal(x.ffn_dim, y.ffn_dim);
+  assert_int_equal(x.n_ctx_train, y.n_ctx_train);
+  assert_true(x.rope_base == y.rope_base && x.rms_eps == y.rms_eps);
+  assert_int_equal(x.tied_output, y.tied_output);
+  assert_int_equal(x.bos_id, y.bos_id);
+  assert_int_equal(x.eos_id, y.eos_id);
+  assert_int_equal(x.add_bos, y.add_bos);
+  assert_int_equal(x.n_params, y.n_params);
+  assert_memory_equal(&a->cfg, &b->cfg, sizeof(a->cfg));
+  /* the tokenizer: every token's text, and an encoding */
+  for (int32_t id = 0; id < x.n_vocab; id++) {
+    assert_string_equal(npulm_token_text(a, id), npulm_token_text(b, id));
+  }
+  const char *text = "Once upon a time, there was a dog.\n";
+  int32_t ia[256], ib[256];
+  size_t na, nb;
+  assert_int_equal(npulm_tokenize(a, text, strlen(text), true, false, ia, 256, &na, NULL),
+                   NPULM_OK);
+  assert_int_equal(npulm_tokenize(b, text, strlen(text), true, false, ib, 256, &nb, NULL),
+                   NPULM_OK);
+  assert_int_equal(na, nb);
+  assert_memory_equal(ia, ib, na * sizeof(int32_t));
+  /* the RoPE frequencies, which no graph names */
+  assert_int_equal(a->w.rope_freqs == NULL, b->w.rope_freqs == NULL);
+  if (a->w.rope_freqs != NULL) {
+    assert_memory_equal(a->w.rope_freqs, b->w.rope_freqs,
+                        (size_t)a->cfg.rope_dim / 2 * sizeof(float));
+  }
+}
+
+/* compile 'src' with 'cp', save, open, compare; save again: the same bytes. */
+static void round_trip(const char *src, const npulm_compile_params *cp) {
+  char *npu = tmp_path(), *npu2 = tmp_path();
+  npulm_model *m = open_ok(src);
+  assert_false(npulm_model_has_program(m));
+  compile_ok(m, cp);
+  assert_true(npulm_model_has_program(m));
+  save_ok(m, npu);
+  npulm_model *p = open_ok(npu);
+  assert_true(npulm_model_has_program(p));
+  assert_programs_equal(m->program, p->program);
+  assert_models_equal(m, p);
+  assert_metadata_copied(m->gguf, p->gguf);
+  /* weights are used in place from the mapping, aligned */
+  for (uint64_t i = 0; i < p->gguf->n_tensors; i++) {
+    assert_int_equal(p->gguf->tensors[i].type, NPU_GGML_F32);
+    assert_int_equal((uintptr_t)p->gguf->tensors[i].data % 64, 0);
+  }
+  assert_int_equal(p->n_owned, 0);
+  /* saving the opened program file again gives the same file */
+  save_ok(p, npu2);
+  size_t n1, n2;
+  uint8_t *b1 = read_all(npu, &n1), *b2 = read_all(npu2, &n2);
+  assert_int_equal(n1, n2);
+  assert_memory_equal(b1, b2, n1);
+  free(b1);
+  free(b2);
+  npulm_model_close(p);
+  npulm_model_close(m);
+  unlink(npu);
+  unlink(npu2);
+  free(npu);
+  free(npu2);
+}
+
+/* ---- Round trips -------------------------------------------------------------------------- */
+
+static void test_round_trip_tiny(void **state) {
+  (void)state;
+  struct tiny variants[] = {
+      {.extra_keys = true},
+      {.n_layers = 2, .untied = true, .rope_freqs = true, .mtype = NPU_GGML_F16},
+      {.arch = "qwen2", .n_layers = 2, .mtype = NPU_GGML_Q8_0},
+  };
+  npulm_compile_params custom = npulm_compile_default_params();
+  custom.n_chunks = 2;
+  custom.chunks[0] = 4;
+  custom.chunks[1] = 16;
+  custom.n_buckets = 3;
+  custom.buckets[0] = 16;
+  custom.buckets[1] = 32;
+  custom.buckets[2] = 64;
+  npulm_compile_params one = npulm_compile_default_params(); /* fewer than the defaults */
+  one.n_chunks = 1;
+  one.chunks[0] = 8;
+  one.n_buckets = 2;
+  one.buckets[0] = 32;
+  one.buckets[1] = 64;
+  for (size_t i = 0; i < sizeof(variants) / sizeof(variants[0]); i++) {
+    char *src = tmp_path();
+    write_tiny(src, &variants[i]);
+    round_trip(src, NULL);
+    round_trip(src, &custom);
+    round_trip(src, &one);
+    unlink(src);
+    free(src);
+  }
+}
+
+static void test_round_trip_stories(void **state) {
+  (void)state;
+  const char *path = test_shared_path("models/stories260K.gguf");
+  TEST_REQUIRE_FILE(path);
+  round_trip(path, NULL);
+}
+
+/* Default chunk sizes that exceed the context are dropped; the model's context is the last
+ * bucket; given options are checked. */
+static void test_compile_params(void **state) {
+  (void)state;
+  char *src = tmp_path();
+  struct tiny t = {0};
+  write_tiny(src, &t);
+  npulm_model *m = open_ok(src);
+  compile_ok(m, NULL);
+  const struct npu_program *p = m->program;
+  assert_int_equal(p->opts.n_chunks, 1);
+  assert_int_equal(p->opts.chunks[0], 32);
+  assert_int_equal(p->opts.n_buckets, 1);
+  assert_int_equal(p->opts.buckets[0], 64);
+  assert_int_equal(p->n_graphs, 2);
+
+  struct {
+    int chunks[3], n_chunks, buckets[3], n_buckets;
+    const char *needle;
+  } bad[] = {
+      {{16, 4}, 2, {0}, 0, "ascending"}, {{4}, 1, {32, 16}, 2, "ascending"},
+      {{4}, 1, {128}, 1, "context"},     {{1}, 1, {0}, 0, "at least 2"},
+      {{32}, 1, {16}, 1, "exceeds"},     {{4}, 9, {0}, 0, "chunk sizes"},
+      {{4}, 1, {16}, -1, "buckets"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    npulm_compile_params cp = npulm_compile_default_params();
+    cp.n_chunks = bad[i].n_chunks;
+    memcpy(cp.chunks, bad[i].chunks, sizeof(bad[i].chunks));
+    cp.n_buckets = bad[i].n_buckets;
+    memcpy(cp.buckets, bad[i].buckets, sizeof(bad[i].buckets));
+    npulm_error err = {{0}};
+    assert_int_equal(npulm_model_compile(m, &cp, &err), NPULM_ERR_ARG);
+    if (strstr(err.msg, bad[i].needle) == NULL) fail_msg("'%s' lacks '%s'", err.msg, bad[i].needle);
+    assert_ptr_equal(m->program, p); /* a failed compile keeps the program */
+  }
+  npulm_model_close(m);
+  unlink(src);
+  free(src);
+}
+
+static void test_api_errors(void **state) {
+  (void)state;
+  char *src = tmp_path(), *out = tmp_path();
+  struct tiny t = {0};
+  write_tiny(src, &t);
+  npulm_model *m = open_ok(src);
+  npulm_error err = {{0}};
+  assert_int_equal(npulm_model_save_program(m, out, NULL, NULL, &err), NPULM_ERR_ARG);
+  assert_non_null(strstr(err.msg, "compile"));
+  assert_int_equal(npulm_model_print_program(m, stdout, &err), NPULM_ERR_ARG);
+  compile_ok(m, NULL);
+  assert_int_equal(npulm_model_save_program(m, "/nonexistent-dir/x.npu", NULL, NULL, &err),
+                   NPULM_ERR_IO);
+  assert_non_null(strstr(err.msg, "/nonexistent-dir/x.npu"));
+  npulm_model_close(m);
+  unlink(src);
+  unlink(out);
+  free(src);
+  free(out);
+}
+
+struct progress_log {
+  uint64_t last, total;
+  int calls;
+  bool monotonic;
+};
+
+static void log_progress(void *user, uint64_t done, uint64_t total) {
+  struct progress_log *l = user;
+  if (done < l->last || (l->calls > 0 && total != l->total) || done > total) l->monotonic = false;
+  l->last = done;
+  l->total = total;
+  l->calls++;
+}
+
+static void test_progress_and_print(void **state) {
+  (void)state;
+  char *src = tmp_path(), *out = tmp_path();
+  struct tiny t = {.untied = true};
+  write_tiny(src, &t);
+  npulm_model *m = open_ok(src);
+  compile_ok(m, NULL);
+  struct progress_log log = {.monotonic = true};
+  npulm_error err = {{0}};
+  assert_int_equal(npulm_model_save_program(m, out, log_progress, &log, &err), NPULM_OK);
+  assert_true(log.monotonic);
+  assert_true(log.calls >= 2);
+  assert_int_equal(log.last, log.total);
+  assert_int_equal(log.total, m->program->weight_bytes);
+
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  assert_non_null(f);
+  assert_int_equal(npulm_model_print_program(m, f, &err), NPULM_OK);
+  fclose(f);
+  const char *needles[] = {"specializations: 2 graphs",
+                           "decode",
+                           "prefill",
+                           "rmsnorm",
+                           "not on the NPU's supported list",
+                           "pinned to float",
+                           "CPU fallbacks",
+                           "KV cache",
+                           "weights",
+                           "arenas",
+                           "transfer",
+                           "quantization: f32",
+                           "MACs per step",
+                           "weight matmuls"};
+  for (size_t i = 0; i < sizeof(needles) / sizeof(needles[0]); i++) {
+    if (strstr(text, needles[i]) == NULL) fail_msg("description lacks '%s':\n%s", needles[i], text);
+  }
+  free(text);
+  npulm_model_close(m);
+  unlink(src);
+  unlink(out);
+  free(src);
+  free(out);
+}
+
+/* The verifier on a compiled program changed in memory: two live activations made to share
+ * bytes (still inside the arena) are caught. */
+static void test_verify_aliasing(void **state) {
+  (void)state;
+  char *src = tmp_path();
+  struct tiny t = {.n_layers = 2};
+  write_tiny(src, &t);
+  npulm_model *m = open_ok(src);
+  compile_ok(m, NULL);
+  int checked = 0;
+  for (int32_t gi = 0; gi < m->program->n_graphs; gi++) {
+    struct npu_graph *g = &m->program->graphs[gi];
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+      const struct npu_ir_node *n = &g->nodes[i];
+      if (n->op != NPU_OP_ADD) continue;
+      struct npu_ir_tensor *a = &g->tensors[n->in[0]], *out = &g->tensors[n->out];
+      uint64_t saved = out->offset;
+      out->offset = a->offset; /* same shape, same arena: in bounds, but aliased */
+      npulm_error err = {{0}};
+      assert_int_equal(npu_program_verify(m, m->program, &err), NPULM_ERR_FORMAT);
+      if (strstr(err.msg, "share arena bytes") == NULL) fail_msg("'%s'", err.msg);
+      out->offset = saved;
+      assert_int_equal(npu_program_verify(m, m->program, &err), NPULM_OK);
+      checked++;
+    }
+  }
+  assert_true(checked > 0);
+  npulm_model_close(m);
+  unlink(src);
+  free(src);
+}
+
+/* ---- Hostile program files ---------------------------------------------------------------- */
+
+/* A valid program file in memory, and where its fields are. */
+struct image {
+  uint8_t *data;
+  size_t size;
+  struct npu_gguf *g; /* parsed view of 'data', for locating fields */
+  char *path;         /* scratch file the tampered copies are written to */
+};
+
+static void image_load(struct image *im) {
+  char *src = tmp_path();
+  struct tiny t = {.n_layers = 2};
+  write_tiny(src, &t);
+  npulm_model *m = open_ok(src);
+  npulm_compile_params cp = npulm_compile_default_params();
+  cp.n_chunks = 1;
+  cp.chunks[0] = 4;
+  cp.n_buckets = 2;
+  cp.buckets[0] = 16;
+  cp.buckets[1] = 64;
+  compile_ok(m, &cp);
+  im->path = tmp_path();
+  save_ok(m, im->path);
+  npulm_model_close(m);
+  unlink(src);
+  free(src);
+  im->data = read_all(im->path, &im->size);
+  npulm_error err = {{0}};
+  assert_int_equal(npu_gguf_open_memory(im->data, im->size, &im->g, &err), NPULM_OK);
+}
+
+static void image_free(struct image *im) {
+  npu_gguf_close(im->g);
+  free(im->data);
+  unlink(im->path);
+  free(im->path);
+}
+
+static const struct npu_gguf_kv *image_kv(const struct image *im, const char *key) {
+  const struct npu_gguf_kv *kv = npu_gguf_find(im->g, key);
+  if (kv == NULL) fail_msg("the test program has no key '%s'", key);
+  return kv;
+}
+
+/* Offset in the file of a scalar key's value; of an array's first element. */
+static size_t value_at(const struct image *im, const char *key) {
+  const struct npu_gguf_kv *kv = image_kv(im, key);
+  if (kv->val.type == NPU_GGUF_ARR) return (size_t)(kv->val.v.a.data - im->data);
+  return (size_t)((const uint8_t *)kv->key.ptr + kv->key.len + 4 - im->data);
+}
+
+/* Open 'size' bytes of 'data' as a model file; return the status, the model closed. The scratch
+ * file holds the image again afterwards. */
+static npulm_status open_bytes(const struct image *im, const uint8_t *data, size_t size,
+                               npulm_error *err) {
+  write_all(im->path, data, size);
+  npulm_model *m = NULL;
+  npulm_status st = npulm_model_open(im->path, &m, err);
+  write_all(im->path, im->data, im->size);
+  if (st == NPULM_OK) {
+    assert_non_null(m);
+    npulm_model_close(m);
+  } else {
+    assert_null(m);
+    assert_true(strlen(err->msg) > 0);
+    assert_null(strchr(err->msg, '\n'));
+  }
+  return st;
+}
+
+/* Evaluate a few tokens with a model a tampered file gave: whatever the verifier lets through
+ * must run without reading or writing out of bounds (SAN=1). */
+static void run_briefly(const npulm_model *m) {
+  npulm_session_params sp = npulm_session_default_params();
+  sp.n_ctx = 16;
+  sp.n_threads = 1;
+  npulm_session *s = NULL;
+  npulm_error err = {{0}};
+  if (npulm_session_create(m, &sp, &s, &err) != NPULM_OK) return;
+  const int32_t ids[5] = {1, 10, 20, 30, 40};
+  (void)npulm_session_eval(s, ids, 4, NULL, &err);
+  (void)npulm_session_eval(s, ids + 4, 1, NULL, &err);
+  npulm_session_free(s);
+}
+
+/* Open the image with the i32 at byte 'at' set to 'v'. The scratch file is patched in place and
+ * restored (rewriting whole files makes some filesystems flush each one). */
+static npulm_status open_patched(const struct image *im, size_t at, int32_t v, npulm_error *err) {
+  FILE *f = fopen(im->path, "r+b");
+  assert_non_null(f);
+  assert_int_equal(fseek(f, (long)at, SEEK_SET), 0);
+  assert_int_equal(fwrite(&v, 4, 1, f), 1);
+  assert_int_equal(fflush(f), 0);
+  npulm_model *m = NULL;
+  npulm_status st = npulm_model_open(im->path, &m, err);
+  if (st == NPULM_OK) {
+    assert_non_null(m);
+    run_briefly(m);
+    npulm_model_close(m);
+  } else {
+    assert_null(m);
+    assert_true(strlen(err->msg) > 0);
+    assert_null(strchr(err->msg, '\n'));
+  }
+  assert_int_equal(fseek(f, (long)at, SEEK_SET), 0);
+  assert_int_equal(fwrite(im->data + at, 4, 1, f), 1);
+  assert_int_equal(fclose(f), 0);
+  return st;
+}
+
+static int32_t read_i32(const struct image *im, size_t at) {
+  int32_t v;
+  memcpy(&v, im->data + at, 4);
+  return v;
+}
+
+/* Set the i32 at 'at' to 'v' and expect 'want' with 'needle' in the message. */
+static void expect_patch(const struct image *im, const char *what, size_t at, int32_t v,
+                         npulm_status want, const char *needle) {
+  npulm_error err = {{0}};
+  npulm_status st = open_patched(im, at, v, &err);
+  if (st != want) fail_msg("%s: status %d (want %d): %s", what, st, want, err.msg);
+  if (needle != NULL && strstr(err.msg, needle) == NULL) {
+    fail_msg("%s: message '%s' lacks '%s'", what, err.msg, needle);
+  }
+}
+
+/* Offset of field 'f' of record 'r' in an i32 record array 'key' of 'fields' per record. */
+static size_t field_at(const struct image *im, const char *key, int fields, int r, int f) {
+  const struct npu_gguf_kv *kv = image_kv(im, key);
+  assert_true((uint64_t)(r * fields + f) < kv->val.v.a.n);
+  return value_at(im, key) + 4 * (size_t)(r * fields + f);
+}
+
+/* The first tensor of graph 0 of 'kind' on 'backend' (backend < 0: any). */
+static int find_tensor(const struct image *im, int kind, int backend) {
+  const struct npu_gguf_kv *kv = image_kv(im, "npulm.graph.0.tensors");
+  for (int i = 0; (uint64_t)(i + 1) * 12 <= kv->val.v.a.n; i++) {
+    if (read_i32(im, field_at(im, "npulm.graph.0.tensors", 12, i, 0)) == kind &&
+        (backend < 0 || read_i32(im, field_at(im, "npulm.graph.0.tensors", 12, i, 2)) == backend)) {
+      return i;
+    }
+  }
+  fail_msg("no tensor of kind %d", kind);
+  return -1;
+}
+
+/* The first node of graph 0 running 'op'. */
+static int find_node(const struct image *im, int op) {
+  const struct npu_gguf_kv *kv = image_kv(im, "npulm.graph.0.nodes");
+  for (int i = 0; (uint64_t)(i + 1) * 9 <= kv->val.v.a.n; i++) {
+    if (read_i32(im, field_at(im, "npulm.graph.0.nodes", 9, i, 0)) == op) return i;
+  }
+  fail_msg("no node running op %d", op);
+  return -1;
+}
+
+static void test_hostile_version_and_keys(void **state) {
+  (void)state;
+  struct image im;
+  image_load(&im);
+  npulm_error err = {{0}};
+  assert_int_equal(open_bytes(&im, im.data, im.size, &err), NPULM_OK);
+
+  size_t v = value_at(&im, "npulm.program.version");
+  expect_patch(&im, "version 3", v, 3, NPULM_ERR_UNSUPPORTED, "version 3");
+  expect_patch(&im, "version 1", v, 1, NPULM_ERR_UNSUPPORTED, "recompile");
+  expect_patch(&im, "version 0", v, 0, NPULM_ERR_UNSUPPORTED, "version 0");
+  /* the version as an f32 (the same width, so the file still parses) */
+  expect_patch(&im, "version type", v - 4, NPU_GGUF_F32, NPULM_ERR_FORMAT, "npulm.program.version");
+
+  /* missing keys: rename each by changing its last byte */
+  const char *keys[] = {"npulm.compile.chunks",       "npulm.compile.buckets",
+                        "npulm.compile.float_ops",    "npulm.weights",
+                        "npulm.graph.count",          "npulm.graph.1.info",
+                        "npulm.graph.2.arena_size",   "npulm.graph.3.tensors",
+                        "npulm.graph.0.tensor_names", "npulm.graph.1.nodes",
+                        "npulm.graph.2.subgraphs",    "llama.block_count",
+                        "tokenizer.ggml.tokens",      "npulm.quant.mode"};
+  for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+    const struct npu_gguf_kv *kv = image_kv(&im, keys[i]);
+    uint8_t *copy = malloc(im.size);
+    assert_non_null(copy);
+    memcpy(copy, im.data, im.size);
+    copy[(const uint8_t *)kv->key.ptr + kv->key.len - 1 - im.data] ^= 0x20;
+    npulm_status st = open_bytes(&im, copy, im.size, &err);
+    free(copy);
+    if (st != NPULM_ERR_FORMAT || strstr(err.msg, keys[i]) == NULL) {
+      fail_msg("renamed '%s': status %d, '%s'", keys[i], st, err.msg);
+    }
+  }
+  /* the wrong type for a record array: i32 -> f32 elements */
+  size_t at = value_at(&im, "npulm.graph.0.nodes") - 12;
+  expect_patch(&im, "nodes as f32", at, NPU_GGUF_F32, NPULM_ERR_FORMAT, "npulm.graph.0.nodes");
+  image_free(&im);
+}
+
+static void test_hostile_weights(void **state) {
+  (void)state;
+  struct image im;
+  image_load(&im);
+  npulm_error err = {{0}};
+  /* a weight name that is not the model's */
+  const struct npu_gguf_kv *kv = image_kv(&im, "npulm.weights");
+  const uint8_t *names = kv->val.v.a.data;
+  const char *needle = "blk.1.attn_q.weight";
+  const uint8_t *hit = NULL;
+  for (size_t i = 0; i + strlen(needle) <= kv->val.v.a.size && hit == NULL; i++) {
+    if (memcmp(names + i, needle, strlen(needle)) == 0) hit = names + i;
+  }
+  assert_non_null(hit);
+  uint8_t *copy = malloc(im.size);
+  assert_non_null(copy);
+  memcpy(copy, im.data, im.size);
+  copy[hit - im.data + 11] = 'x'; /* attn_q -> attn_x */
+  assert_int_equal(open_bytes(&im, copy, im.size, &err), NPULM_ERR_FORMAT);
+  assert_non_null(strstr(err.msg, "blk.1.attn_x.weight"));
+  free(copy);
+
+  /* a weight tensor renamed away: the model loader misses it */
+  const struct npu_gguf_tensor *t = npu_gguf_find_tensor(im.g, "blk.0.ffn_up.weight");
+  assert_non_null(t);
+  copy = malloc(im.size);
+  assert_non_null(copy);
+  memcpy(copy, im.data, im.size);
+  copy[(const uint8_t *)t->name.ptr - im.data] = 'X';
+  assert_int_equal(open_bytes(&im, copy, im.size, &err), NPULM_ERR_FORMAT);
+  assert_non_null(strstr(err.msg, "blk.0.ffn_up.weight"));
+  free(copy);
+
+  /* a graph weight tensor pointing at another weight (of another shape) */
+  int w = find_tensor(&im, NPU_TK_WEIGHT, -1);
+  expect_patch(&im, "weight ref", field_at(&im, "npulm.graph.0.tensors", 12, w, 7), 1,
+               NPULM_ERR_FORMAT, "graph 0");
+  expect_patch(&im, "weight ref range", field_at(&im, "npulm.graph.0.tensors", 12, w, 7), 9999,
+               NPULM_ERR_FORMAT, "graph 0");
+  /* an absent bias (the tiny llama has none) */
+  expect_patch(&im, "absent weight", field_at(&im, "npulm.graph.0.tensors", 12, w, 7), 3 + 4,
+               NPULM_ERR_FORMAT, "does not have");
+  image_free(&im);
+}
+
+static void test_hostile_records(void **state) {
+  (void)state;
+  struct image im;
+  image_load(&im);
+  const char *T = "npulm.graph.0.tensors", *N = "npulm.graph.0.nodes",
+             *S = "npulm.graph.0.subgraphs";
+  int act = find_tensor(&im, NPU_TK_ACT, NPU_BE_NPU);
+  int kv = find_tensor(&im, NPU_TK_KV, -1);
+  int rms = find_node(&im, NPU_OP_RMSNORM), mm = find_node(&im, NPU_OP_MATMUL);
+  struct {
+    const char *what;
+    size_t at;
+    int32_t v;
+    const char *needle;
+  } cases[] = {
+      {"node input id", field_at(&im, N, 9, 3, 3), 9999, "input tensor id out of range"},
+      {"node input id -2", field_at(&im, N, 9, 3, 4), -2, "input tensor id out of range"},
+      {"node output id", field_at(&im, N, 9, 2, 6), -1, "output tensor id out of range"},
+      {"node output id big", field_at(&im, N, 9, 2, 6), INT32_MAX, "output tensor id out of range"},
+      {"node op", field_at(&im, N, 9, 1, 0), NPU_OP_COUNT, "unknown op"},
+      {"node backend", field_at(&im, N, 9, 1, 1), 2, "unknown backend"},
+      {"node layer", field_at(&im, N, 9, 1, 7), 2, "layer"},
+      {"node param", field_at(&im, N, 9, rms, 8), 0x7fc00000, "not finite"},
+      {"rmsnorm on the NPU", field_at(&im, N, 9, rms, 1), NPU_BE_NPU, "does not support"},
+      {"matmul on the CPU", field_at(&im, N, 9, mm, 1), NPU_BE_CPU, "arena"},
+      {"node reads an unwritten tensor", field_at(&im, N, 9, 1, 3), act + 40, "graph 0"},
+      {"tensor kind", field_at(&im, T, 12, act, 0), 7, "unknown kind"},
+      {"tensor dtype", field_at(&im, T, 12, act, 1), 9, "unknown dtype"},
+      {"tensor dtype i8", field_at(&im, T, 12, act, 1), NPU_DT_I8, "graph 0"},
+      {"tensor backend", field_at(&im, T, 12, act, 2), -1, "unknown backend"},
+      {"tensor shape 0", field_at(&im, T, 12, act, 5), 0, "dimension"},
+      {"tensor shape big", field_at(&im, T, 12, act, 5), INT32_MAX, "graph 0"},
+      {"tensor offset beyond the arena", field_at(&im, T, 12, act, 8), 1 << 30, "outside"},
+      {"tensor offset high word", field_at(&im, T, 12, act, 9), 1, "outside"},
+      {"tensor offset misaligned", field_at(&im, T, 12, act, 8), 2, "not aligned"},
+      {"tensor scale", field_at(&im, T, 12, act, 10), 0, "quantization"},
+      {"kv cache width", field_at(&im, T, 12, kv, 5), 2 * KV_HEADS * HEAD_DIM, "graph 0"},
+      {"kv cache layer", field_at(&im, T, 12, kv, 7), 5, "graph 0"},
+      {"arena too small", value_at(&im, "npulm.graph.0.arena_size"), 64, "outside"},
+      {"arena absurd", value_at(&im, "npulm.graph.0.arena_size") + 4, 1 << 20, "larger"},
+      {"subgraph count", field_at(&im, S, 3, 0, 1), 1000, "subgraph 0"},
+      {"subgraph first", field_at(&im, S, 3, 1, 0), 0, "subgraph 1"},
+      {"subgraph backend", field_at(&im, S, 3, 0, 2), 1 - read_i32(&im, field_at(&im, S, 3, 0, 2)),
+       "subgraph 0"},
+      {"transfers", field_at(&im, "npulm.graph.0.info", 3, 0, 2), 1, "transfers"},
+      {"rows", field_at(&im, "npulm.graph.0.info", 3, 0, 0), 4, "expected rows 1"},
+      {"ctx", field_at(&im, "npulm.graph.1.info", 3, 0, 1), 32, "expected rows 1, ctx 64"},
+      {"graph count", value_at(&im, "npulm.graph.count"), 3, "graphs"},
+      {"float ops", value_at(&im, "npulm.compile.float_ops"), -1, "unknown ops"},
+      {"chunks", value_at(&im, "npulm.compile.chunks"), 1000, "compile options"},
+      {"buckets", value_at(&im, "npulm.compile.buckets") + 4, 8, "compile options"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    expect_patch(&im, cases[i].what, cases[i].at, cases[i].v, NPULM_ERR_FORMAT, cases[i].needle);
+  }
+
+  /* two live activations sharing bytes: move the output of a matmul onto its input */
+  int32_t x = read_i32(&im, field_at(&im, N, 9, mm, 3)),
+          y = read_i32(&im, field_at(&im, N, 9, mm, 6));
+  uint8_t *copy = malloc(im.size);
+  assert_non_null(copy);
+  memcpy(copy, im.data, im.size);
+  memcpy(copy + field_at(&im, T, 12, y, 8), im.data + field_at(&im, T, 12, x, 8), 8);
+  npulm_error err = {{0}};
+  npulm_status st = open_bytes(&im, copy, im.size, &err);
+  free(copy);
+  if (st != NPULM_ERR_FORMAT ||
+      (strstr(err.msg, "share") == NULL && strstr(err.msg, "outside") == NULL)) {
+    fail_msg("aliasing plan: status %d, '%s'", st, err.msg);
+  }
+
+  /* a NUL inside a tensor name */
+  const struct npu_gguf_kv *names = image_kv(&im, "npulm.graph.0.tensor_names");
+  copy = malloc(im.size);
+  assert_non_null(copy);
+  memcpy(copy, im.data, im.size);
+  copy[names->val.v.a.data - im.data + 8] = '\0'; /* first name's first byte */
+  assert_int_equal(open_bytes(&im, copy, im.size, &err), NPULM_ERR_FORMAT);
+  assert_non_null(strstr(err.msg, "name"));
+  free(copy);
+  image_free(&im);
+}
+
+/* Every i32 of graph 0's records and every program scalar, set to edge values: each file opens or
+ * fails with one line; none crashes or reads out of bounds (SAN=1). */
+static void test_hostile_sweep(void **state) {
+  (void)state;
+  struct image im;
+  image_load(&im);
+  const char *arrays[] = {"npulm.graph.0.info",       "npulm.graph.0.tensors",
+                          "npulm.graph.0.nodes",      "npulm.graph.0.subgraphs",
+                          "npulm.graph.0.arena_size", "npulm.compile.chunks",
+                          "npulm.compile.buckets"};
+  int accepted = 0, rejected = 0;
+  for (size_t k = 0; k < sizeof(arrays) / sizeof(arrays[0]); k++) {
+    const struct npu_gguf_kv *kv = image_kv(&im, arrays[k]);
+    size_t base = value_at(&im, arrays[k]);
+    size_t n_words = (size_t)kv->val.v.a.size / 4;
+    for (size_t i = 0; i < n_words; i++) {
+      int32_t old = read_i32(&im, base + 4 * i);
+      int32_t values[] = {-1, old + 1, INT32_MAX, INT32_MIN, 64};
+      for (size_t j = 0; j < sizeof(values) / sizeof(values[0]); j++) {
+        if (values[j] == old) continue;
+        npulm_error err = {{0}};
+        npulm_status st = open_patched(&im, base + 4 * i, values[j], &err);
+        if (st == NPULM_OK)
+          accepted++;
+        else
+          rejected++;
+      }
+    }
+  }
+  print_message(
+      "record sweep: %d tampered files rejected, %d accepted (fields such as the layer "
+      "of a node or an unused zero point are free)\n",
+      rejected, accepted);
+  assert_true(rejected > accepted);
+  image_free(&im);
+}
+
+/* Every prefix of the metadata and tensor infos, and cuts through the weights: a clear error. */
+static void test_hostile_truncated(void **state) {
+  (void)state;
+  struct image im;
+  image_load(&im);
+  size_t header = (size_t)im.g->data_offset;
+  size_t step = header / 3000 + 1;
+  int n = 0;
+  /* from the longest cut to the shortest, so that each is a truncate() of the last */
+  write_all(im.path, im.data, im.size);
+  for (size_t cut = im.size - 1; cut > 0;
+       cut -= cut > header ? (im.size - header) / 50 + 1 : step) {
+    assert_int_equal(truncate(im.path, (off_t)cut), 0);
+    npulm_model *m = NULL;
+    npulm_error err = {{0}};
+    npulm_status st = npulm_model_open(im.path, &m, &err);
+    if (st == NPULM_OK)
+      fail_msg("a program file cut at %zu of %zu bytes was accepted", cut, im.size);
+    assert_null(m);
+    assert_null(strchr(err.msg, '\n'));
+    n++;
+    if (cut < step) break;
+  }
+  print_message("%d truncated program files rejected\n", n);
+  image_free(&im);
+}
+
+/* ---- Shape products that overflow 64 bits -------------------------------------------------- */
+
+/* [2^21, 2^21, 2^22] has 2^64 elements: a product that wraps to 0 must not pass as small. */
+static void test_ir_shape_overflow(void **state) {
+  (void)state;
+  struct npu_ir_tensor t = {
+      .kind = NPU_TK_ACT, .dtype = NPU_DT_F32, .ne = {1 << 21, 1 << 21, 1 << 22}};
+  assert_int_equal(npu_ir_tensor_bytes(&t), UINT64_MAX);
+  t.ne[2] = 1;
+  assert_int_equal(npu_ir_tensor_bytes(&t), 4ull << 42);
+  t.ne[0] = INT32_MAX;
+  t.ne[1] = INT32_MAX;
+  t.ne[2] = INT32_MAX;
+  assert_int_equal(npu_ir_tensor_bytes(&t), UINT64_MAX);
+
+  struct image im;
+  image_load(&im);
+  int act = find_tensor(&im, NPU_TK_ACT, NPU_BE_NPU);
+  const char *T = "npulm.graph.0.tensors";
+  uint8_t *copy = malloc(im.size);
+  assert_non_null(copy);
+  memcpy(copy, im.data, im.size);
+  int32_t dims[3] = {1 << 21, 1 << 21, 1 << 22};
+  for (int d = 0; d < 3; d++) memcpy(copy + field_at(&im, T, 12, act, 4 + d), &dims[d], 4);
+  npulm_error err = {{0}};
+  assert_int_equal(open_bytes(&im, copy, im.size, &err), NPULM_ERR_FORMAT);
+  if (strstr(err.msg, "invalid") == NULL) fail_msg("'%s'", err.msg);
+  free(copy);
+  image_free(&im);
+}
+
+/* ---- Integer programs ----------------------------------------------------------------------- */
+
+/* Replace the program of 'm' with one compiled with 'o' and quantized in 'mode' (shadow
+ * threshold 'threshold' if > 0) on the built-in calibration text; it must pass verification. */
+static void quantize_ok(npulm_model *m, const struct npu_compile_options *o,
+                        enum npu_quant_mode mode, float threshold) {
+  npulm_error err = {{0}};
+  struct npu_program *p = NULL;
+  if (npu_compile(m, o, &p, &err) != NPULM_OK) fail_msg("compile: %s", err.msg);
+  size_t len = strlen(npu_calib_default_text), cap = 4 * len + 16, n = 0;
+  int32_t *ids = malloc(cap * sizeof(int32_t));
+  assert_non_null(ids);
+  assert_int_equal(npulm_tokenize(m, npu_calib_default_text, len, false, false, ids, cap, &n, &err),
+                   NPULM_OK);
+  if (n > 512) n = 512;
+  npulm_model_info info;
+  npulm_model_get_info(m, &info);
+  struct npu_quant_options qo;
+  npu_quant_default_options(&qo);
+  qo.mode = mode;
+  if (threshold > 0.0f) qo.shadow_threshold = threshold;
+  npulm_status st = npu_quantize_program(m, p, ids, n, info.add_bos ? info.bos_id : -1, &qo, NULL,
+                                         NULL, &err);
+  free(ids);
+  if (st != NPULM_OK) fail_msg("quantize (%s): %s", npu_quant_mode_name(mode), err.msg);
+  npu_program_free(m->program);
+  m->program = p;
+  if (npu_program_verify(m, p, &err) != NPULM_OK) {
+    fail_msg("the quantizer's own program fails verification: %s", err.msg);
+  }
+}
+
+static void assert_sites_equal(const struct npu_qsite *x, const struct npu_qsite *y) {
+  assert_string_equal(x->name, y->name);
+  assert_int_equal(x->op, y->op);
+  assert_int_equal(x->n, y->n);
+  assert_int_equal(x->k, y->k);
+  assert_int_equal(x->packed_size, y->packed_size);
+  assert_int_equal(x->packed == NULL, y->packed == NULL);
+  if (x->packed != NULL) assert_memory_equal(x->packed, y->packed, (size_t)x->packed_size);
+  size_t n = (size_t)x->n;
+  assert_int_equal(x->mult == NULL, y->mult == NULL);
+  assert_int_equal(x->shift == NULL, y->shift == NULL);
+  if (x->mult != NULL) assert_memory_equal(x->mult, y->mult, n * sizeof(int32_t));
+  if (x->shift != NULL) assert_memory_equal(x->shift, y->shift, n * sizeof(int32_t));
+  /* the kernels' parameter blocks: the same values, pointing at the site's own arrays */
+  assert_int_equal(x->gemm.x_zero_point, y->gemm.x_zero_point);
+  assert_int_equal(x->gemm.y_zero_point, y->gemm.y_zero_point);
+  assert_int_equal(x->gather.y_zero_point, y->gather.y_zero_point);
+  assert_true((x->gemm.mult == x->mult) == (y->gemm.mult == y->mult));
+  assert_true((x->gemm.shift == x->shift) == (y->gemm.shift == y->shift));
+  assert_true((x->gather.mult == x->mult) == (y->gather.mult == y->mult));
+  assert_true((x->gather.shift == x->shift) == (y->gather.shift == y->shift));
+  assert_memory_equal(&x->add, &y->add, sizeof(x->add));
+  assert_memory_equal(&x->mul, &y->mul, sizeof(x->mul));
+  assert_memory_equal(x->lut, y->lut, sizeof(x->lut));
+  assert_int_equal(x->n_outliers, y->n_outliers);
+  assert_int_equal(x->outlier_dim, y->outlier_dim);
+  size_t no = (size_t)x->n_outliers, dim = (size_t)x->outlier_dim;
+  if (no > 0) {
+    assert_memory_equal(x->outliers, y->outliers, no * sizeof(int32_t));
+    assert_memory_equal(x->outlier_w, y->outlier_w, no * n * sizeof(float));
+  }
+  assert_int_equal(x->outlier_gate == NULL, y->outlier_gate == NULL);
+  assert_int_equal(x->outlier_up == NULL, y->outlier_up == NULL);
+  if (x->outlier_gate != NULL) {
+    assert_memory_equal(x->outlier_gate, y->outlier_gate, no * dim * sizeof(float));
+    assert_memory_equal(x->outlier_up, y->outlier_up, no * dim * sizeof(float));
+  }
+}
+
+/* The integer halves of two programs: mode, options, table, sites, the graphs' links. */
+static void assert_quant_equal(const struct npu_program *a, const struct npu_program *b) {
+  assert_int_equal(a->quant_mode, b->quant_mode);
+  assert_memory_equal(&a->smooth_alpha, &b->smooth_alpha, sizeof(float));
+  assert_memory_equal(&a->shadow_threshold, &b->shadow_threshold, sizeof(float));
+  assert_int_equal(a->n_qtensors, b->n_qtensors);
+  for (int32_t i = 0; i < a->n_qtensors; i++) {
+    assert_string_equal(a->qtensors[i].name, b->qtensors[i].name);
+    assert_int_equal(a->qtensors[i].dtype, b->qtensors[i].dtype);
+    assert_memory_equal(&a->qtensors[i].q.scale, &b->qtensors[i].q.scale, sizeof(float));
+    assert_int_equal(a->qtensors[i].q.zero_point, b->qtensors[i].q.zero_point);
+  }
+  assert_int_equal(a->n_qsites, b->n_qsites);
+  for (int32_t i = 0; i < a->n_qsites; i++) assert_sites_equal(&a->qsites[i], &b->qsites[i]);
+  for (int32_t gi = 0; gi < a->n_graphs; gi++) {
+    const struct npu_graph *x = &a->graphs[gi], *y = &b->graphs[gi];
+    assert_int_equal(x->node_site == NULL, y->node_site == NULL);
+    if (x->node_site != NULL) {
+      assert_memory_equal(x->node_site, y->node_site, (size_t)x->n_nodes * sizeof(int32_t));
+    }
+  }
+}
+
+/* Logits of 'm' for a prompt evaluated as one prefill and then token by token (decode). */
+static float *eval_logits(const npulm_model *m, size_t *n_out) {
+  static const char *text = "Once upon a time, there was a little girl named Lily. She loved";
+  int32_t ids[128];
+  size_t n;
+  npulm_error err = {{0}};
+  assert_int_equal(npulm_tokenize(m, text, strlen(text), true, false, ids, 128, &n, &err),
+                   NPULM_OK);
+  if (n > 40) n = 40; /* a byte-level vocabulary needs many */
+  npulm_model_info info;
+  npulm_model_get_info(m, &info);
+  npulm_session_params sp = npulm_session_default_params();
+  sp.n_ctx = 64;
+  sp.n_threads = 2;
+  npulm_session *s = NULL;
+  if (npulm_session_create(m, &sp, &s, &err) != NPULM_OK) fail_msg("session: %s", err.msg);
+  size_t vocab = (size_t)info.n_vocab, split = n - 4;
+  float *logits = malloc(n * vocab * sizeof(float));
+  assert_non_null(logits);
+  if (npulm_session_eval(s, ids, split, logits, &err) != NPULM_OK) fail_msg("eval: %s", err.msg);
+  for (size_t i = split; i < n; i++) {
+    if (npulm_session_eval(s, &ids[i], 1, logits + i * vocab, &err) != NPULM_OK) {
+      fail_msg("eval: %s", err.msg);
+    }
+  }
+  npulm_session_free(s);
+  *n_out = n * vocab;
+  return logits;
+}
+
+/* The options of the integer round trips: two prefill sizes and two buckets, so that both kinds
+ * of step run. */
+static void small_options(const npulm_model *m, struct npu_compile_options *o) {
+  npu_compile_default_options(&m->cfg, o);
+  memset(o->chunks, 0, sizeof(o->chunks));
+  memset(o->buckets, 0, sizeof(o->buckets));
+  o->n_chunks = 1;
+  o->chunks[0] = 16;
+  o->n_buckets = 2;
+  o->buckets[0] = m->cfg.n_ctx_train > 128 ? 64 : m->cfg.n_ctx_train / 2;
+  o->buckets[1] = m->cfg.n_ctx_train;
+}
+
+/* Quantize 'src' in 'mode', save, open: the same program, integer data and logits; saved again,
+ * the same bytes. Returns the number of outlier channels. */
+static int32_t quant_round_trip(const char *src, enum npu_quant_mode mode, float threshold) {
+  char *npu = tmp_path(), *npu2 = tmp_path();
+  npulm_model *m = open_ok(src);
+  struct npu_compile_options o;
+  small_options(m, &o);
+  quantize_ok(m, &o, mode, threshold);
+  save_ok(m, npu);
+  npulm_model *p = open_ok(npu);
+  assert_programs_equal(m->program, p->program);
+  assert_quant_equal(m->program, p->program);
+  assert_models_equal(m, p);
+  /* packed weights are used in place from the mapping, aligned; the rest is the program's own */
+  const struct npu_program *lp = p->program;
+  assert_true(lp->qsites_mapped);
+  int32_t outliers = 0;
+  for (int32_t i = 0; i < lp->n_qsites; i++) {
+    const struct npu_qsite *site = &lp->qsites[i];
+    outliers += site->n_outliers;
+    if (site->packed == NULL) continue;
+    const uint8_t *at = site->packed;
+    assert_true(at >= p->gguf->base && at + site->packed_size <= p->gguf->base + p->gguf->size);
+    assert_int_equal((uintptr_t)at % 64, 0);
+  }
+  assert_int_equal(p->n_owned, 0);
+  /* the same logits, bit for bit, prefill and decode */
+  size_t n1, n2;
+  float *l1 = eval_logits(m, &n1), *l2 = eval_logits(p, &n2);
+  assert_int_equal(n1, n2);
+  assert_memory_equal(l1, l2, n1 * sizeof(float));
+  /* ... and they are the integer program's: not those of the FP32 program */
+  npulm_model *f = open_ok(src);
+  compile_ok(f, NULL);
+  size_t n3;
+  float *l3 = eval_logits(f, &n3);
+  assert_int_equal(n1, n3);
+  assert_true(memcmp(l1, l3, n1 * sizeof(float)) != 0);
+  free(l1);
+  free(l2);
+  free(l3);
+  npulm_model_close(f);
+  /* saving the opened program file again gives the same file */
+  save_ok(p, npu2);
+  size_t s1, s2;
+  uint8_t *b1 = read_all(npu, &s1), *b2 = read_all(npu2, &s2);
+  assert_int_equal(s1, s2);
+  assert_memory_equal(b1, b2, s1);
+  free(b1);
+  free(b2);
+  npulm_model_close(p);
+  npulm_model_close(m);
+  unlink(npu);
+  unlink(npu2);
+  free(npu);
+  free(npu2);
+  return outliers;
+}
+
+static void test_round_trip_quantized(void **state) {
+  (void)state;
+  const char *path = test_shared_path("models/stories260K.gguf");
+  TEST_REQUIRE_FILE(path);
+  assert_int_equal(quant_round_trip(path, NPU_QUANT_NAIVE, 0.0f), 0);
+  int32_t outliers = quant_round_trip(path, NPU_QUANT_SHADOW, 3.0f);
+  print_message("stories260K, w8a8-shadow at threshold 3: %d outlier channels\n", outliers);
+  assert_true(outliers > 0);
+  assert_int_equal(quant_round_trip(path, NPU_QUANT_SMOOTH, 0.0f), 0);
+}
+
+/* The tiny models: biases (qwen2: folded into the packed weights), an untied classifier, GQA. */
+static void test_round_trip_quantized_tiny(void **state) {
+  (void)state;
+  struct tiny variants[] = {
+      {.arch = "qwen2", .n_layers = 2},
+      {.n_layers = 2, .untied = true, .rope_freqs = true},
+  };
+  for (size_t i = 0; i < sizeof(variants) / sizeof(variants[0]); i++) {
+    char *src = tmp_path();
+    write_tiny(src, &variants[i]);
+    quant_round_trip(src, NPU_QUANT_SHADOW, 2.0f);
+    quant_round_trip(src, NPU_QUANT_SMOOTH, 0.0f);
+    unlink(src);
+    free(src);
+  }
+}
+
+/* A small w8a8-shadow program of stories260K (one prefill size, one bucket) and where its parts
+ * are: sites by kind, graph 0's nodes by kind. */
+struct qimage {
+  struct image im;
+  int mm_gate;   /* a matmul site whose outliers are FFN channels (gate/up rows kept) */
+  int mm_plain;  /* a matmul site whose outliers are channels of its float input */
+  int mm;        /* a matmul site without outliers */
+  int gather, add8, add16, mul, silu; /* sites; add8/add16: int8 / int16 output (-1: none) */
+  int k_gate, k_plain;                /* their k */
+  int shadow_node, transfer_node, mm_node; /* nodes of graph 0 */
+  int i8_tensor;                      /* an NPU I8 activation of graph 0 */
+  int qt_i8;                          /* its quantization table entry */
+};
+
+static bool qimage_load(struct qimage *q) {
+  const char *path = test_shared_path("models/stories260K.gguf");
+  if (access(path, R_OK) != 0) return false;
+  struct image *im = &q->im;
+  npulm_model *m = open_ok(path);
+  struct npu_compile_options o;
+  npu_compile_default_options(&m->cfg, &o);
+  memset(o.chunks, 0, sizeof(o.chunks));
+  memset(o.buckets, 0, sizeof(o.buckets));
+  o.n_chunks = 1;
+  o.chunks[0] = 16;
+  o.n_buckets = 1;
+  o.buckets[0] = 64;
+  quantize_ok(m, &o, NPU_QUANT_SHADOW, 3.0f);
+  im->path = tmp_path();
+  save_ok(m, im->path);
+  const struct npu_program *p = m->program;
+  q->mm_gate = q->mm_plain = q->mm = q->gather = q->add8 = q->add16 = q->mul = q->silu = -1;
+  for (int i = 0; i < p->n_qsites; i++) {
+    const struct npu_qsite *s = &p->qsites[i];
+    const struct npu_qtensor *y = npu_program_qtensor(p, s->name);
+    int *slot = NULL;
+    switch ((enum npu_op)s->op) {
+    case NPU_OP_MATMUL:
+      slot = s->n_outliers == 0 ? &q->mm : s->outlier_gate != NULL ? &q->mm_gate : &q->mm_plain;
+      break;
+    case NPU_OP_GATHER: slot = &q->gather; break;
+    case NPU_OP_ADD: slot = y != NULL && y->dtype == NPU_DT_I16 ? &q->add16 : &q->add8; break;
+    case NPU_OP_MUL: slot = &q->mul; break;
+    case NPU_OP_SILU: slot = &q->silu; break;
+    default: break;
+    }
+    if (slot != NULL && *slot < 0) *slot = i;
+  }
+  assert_true(q->mm_gate >= 0 && q->mm_plain >= 0 && q->mm >= 0 && q->gather >= 0 &&
+              q->add16 >= 0 && q->mul >= 0 && q->silu >= 0);
+  q->k_gate = p->qsites[q->mm_gate].k;
+  q->k_plain = p->qsites[q->mm_plain].k;
+  const struct npu_graph *g = &p->graphs[0];
+  q->shadow_node = q->transfer_node = q->mm_node = q->i8_tensor = -1;
+  for (int i = 0; i < g->n_nodes; i++) {
+    int op = g->nodes[i].op;
+    if (op == NPU_OP_SHADOW && q->shadow_node < 0) q->shadow_node = i;
+    if (op == NPU_OP_TRANSFER && q->transfer_node < 0) q->transfer_node = i;
+    if (op == NPU_OP_MATMUL && q->mm_node < 0) q->mm_node = i;
+  }
+  for (int i = 0; i < g->n_tensors && q->i8_tensor < 0; i++) {
+    if (g->tensors[i].kind == NPU_TK_ACT && g->tensors[i].dtype == NPU_DT_I8) q->i8_tensor = i;
+  }
+  q->qt_i8 = (int)(npu_program_qtensor(p, g->tensors[q->i8_tensor].name) - p->qtensors);
+  assert_true(q->shadow_node >= 0 && q->transfer_node >= 0 && q->mm_node >= 0);
+  npulm_model_close(m);
+  im->data = read_all(im->path, &im->size);
+  npulm_error err = {{0}};
+  assert_int_equal(npu_gguf_open_memory(im->data, im->size, &im->g, &err), NPULM_OK);
+  return true;
+}
+
+/* File offset of element 'i' (of 'size' bytes) of tensor 'name''s data; of its ne0 field. */
+static size_t tensor_at(const struct image *im, const char *name, size_t i, size_t size) {
+  const struct npu_gguf_tensor *t = npu_gguf_find_tensor(im->g, name);
+  if (t == NULL) fail_msg("the test program has no tensor '%s'", name);
+  return (size_t)((const uint8_t *)t->data - im->data) + i * size;
+}
+
+static size_t tensor_ne0_at(const struct image *im, const char *name) {
+  const struct npu_gguf_tensor *t = npu_gguf_find_tensor(im->g, name);
+  if (t == NULL) fail_msg("the test program has no tensor '%s'", name);
+  return (size_t)((const uint8_t *)t->name.ptr + t->name.len + 4 - im->data);
+}
+
+static const char *site_tensor_name(int site, const char *field) {
+  static char buf[8][64];
+  static int next;
+  char *b = buf[next++ % 8];
+  snprintf(b, 64, "npulm.qsite.%d.%s", site, field);
+  return b;
+}
+
+static void test_hostile_quant(void **state) {
+  (void)state;
+  struct qimage q;
+  if (!qimage_load(&q)) {
+    print_message("missing stories260K: skipped\n");
+    skip();
+  }
+  const struct image *im = &q.im;
+  npulm_error err = {{0}};
+  assert_int_equal(open_bytes(im, im->data, im->size, &err), NPULM_OK);
+  const char *S = "npulm.qsites", *QT = "npulm.qtensors", *T = "npulm.graph.0.tensors",
+             *N = "npulm.graph.0.nodes";
+  size_t packed = tensor_at(im, site_tensor_name(q.mm, "packed"), 0, 1);
+  struct {
+    const char *what;
+    size_t at;
+    int32_t v;
+    const char *needle;
+  } cases[] = {
+      /* sizes */
+      {"packed size", tensor_ne0_at(im, site_tensor_name(q.mm, "packed")), 4096,
+       "npulm.qsite.%d.packed"},
+      {"site k", field_at(im, S, 23, q.mm, 2), 63, "packed"},
+      {"site n", field_at(im, S, 23, q.mm, 1), 65, "packed"},
+      {"site k above the GEMM's limit", field_at(im, S, 23, q.mm, 2), 40000, "invalid shape"},
+      {"gather rows", field_at(im, S, 23, q.gather, 1), 511, "packed"},
+      {"mult count", tensor_ne0_at(im, site_tensor_name(q.mm, "mult")), 63, "mult"},
+      {"outlier_w shape", tensor_ne0_at(im, site_tensor_name(q.mm_plain, "outlier_w")), 1,
+       "outlier_w"},
+      {"more outliers than stored", field_at(im, S, 23, q.mm_plain, 3), 4, "outliers"},
+      {"outliers beyond k", field_at(im, S, 23, q.mm_plain, 3), 1000, "outlier channels"},
+      {"gate rows dropped", field_at(im, S, 23, q.mm_gate, 4), 0, "maps"},
+      /* outliers */
+      {"outlier index = k", tensor_at(im, site_tensor_name(q.mm_plain, "outliers"), 0, 4),
+       q.k_plain, "outlier 0 is channel"},
+      {"outlier index negative", tensor_at(im, site_tensor_name(q.mm_gate, "outliers"), 0, 4), -1,
+       "outlier 0 is channel -1"},
+      {"outliers not ascending", tensor_at(im, site_tensor_name(q.mm_plain, "outliers"), 1, 4), 0,
+       "outlier 1"},
+      {"outlier weight NaN", tensor_at(im, site_tensor_name(q.mm_plain, "outlier_w"), 0, 4),
+       0x7fc00000, "not finite"},
+      /* multipliers, shifts, zero points */
+      {"shift 31", tensor_at(im, site_tensor_name(q.mm, "shift"), 3, 4), 31, "shift 31"},
+      {"shift -32", tensor_at(im, site_tensor_name(q.gather, "shift"), 0, 4), -32, "shift -32"},
+      {"mult -1", tensor_at(im, site_tensor_name(q.mm, "mult"), 0, 4), -1, "multiplier -1"},
+      {"add left shift 23", field_at(im, S, 23, q.add16, 10), 23, "add parameters"},
+      {"add left shift -1", field_at(im, S, 23, q.add16, 10), -1, "add parameters"},
+      {"int16 add left shift 15", field_at(im, S, 23, q.add16, 10), 15, "above 14"},
+      {"add input multiplier above 0.5", field_at(im, S, 23, q.add16, 12), 3, "add parameters"},
+      {"add output shift", field_at(im, S, 23, q.add16, 16), 40, "add parameters"},
+      {"add zero point", field_at(im, S, 23, q.add16, 17), 70000, "zero points"},
+      {"add zero point not the tensor's", field_at(im, S, 23, q.add16, 8), 5, "not its tensors'"},
+      {"gemm x zero point", field_at(im, S, 23, q.mm, 5), 200, "zero points 200"},
+      {"gemm y zero point not the tensor's", field_at(im, S, 23, q.mm, 6), 7, "not its tensors'"},
+      {"gather zero point", field_at(im, S, 23, q.gather, 7), -40000, "zero point"},
+      {"mul zero point", field_at(im, S, 23, q.mul, 18), 300, "multiply parameters"},
+      {"mul shift", field_at(im, S, 23, q.mul, 21), -32, "multiply parameters"},
+      /* packed weights */
+      {"packed bias", packed, (1 << 30) + 1, "invalid bias"},
+      {"packed -128", packed + 128, (int32_t)0x80808080u, "-128"},
+      {"packed weight sum", packed + 64, 123456, "weight sum"},
+      /* types: the table, the graphs, the sites agree */
+      {"table dtype", field_at(im, QT, 3, q.qt_i8, 0), NPU_DT_I16, "does not match"},
+      {"table dtype f32", field_at(im, QT, 3, q.qt_i8, 0), NPU_DT_F32, "dtype 0"},
+      {"table scale", field_at(im, QT, 3, q.qt_i8, 1), 0, "scale"},
+      {"table zero point", field_at(im, QT, 3, q.qt_i8, 2), 200, "zero point"},
+      {"graph dtype", field_at(im, T, 12, q.i8_tensor, 1), NPU_DT_I16, "does not match"},
+      {"graph dtype f32", field_at(im, T, 12, q.i8_tensor, 1), NPU_DT_F32, "is not I8 or I16"},
+      {"graph zero point", field_at(im, T, 12, q.i8_tensor, 11), 3, "does not match"},
+      /* ops and placement */
+      {"site op", field_at(im, S, 23, q.mm, 0), NPU_OP_ADD, "must be 0"},
+      {"site op without a kernel", field_at(im, S, 23, q.add16, 0), NPU_OP_ROPE,
+       "no integer kernel"},
+      {"silu site as mul", field_at(im, S, 23, q.silu, 0), NPU_OP_MUL, "luts"},
+      {"shadow on the NPU", field_at(im, N, 9, q.shadow_node, 1), NPU_BE_NPU, "does not support"},
+      {"transfer on the NPU", field_at(im, N, 9, q.transfer_node, 1), NPU_BE_NPU,
+       "no integer data"},
+      {"matmul on the CPU", field_at(im, N, 9, q.mm_node, 1), NPU_BE_CPU, "arena"},
+      {"quant mode 7", value_at(im, "npulm.quant.mode"), 7, "mode 7"},
+      {"quant mode f32", value_at(im, "npulm.quant.mode"), 0, "is not F32"},
+      {"quant mode naive", value_at(im, "npulm.quant.mode"), 1, NULL}, /* a label only */
+  };
+  int accepted = 0;
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    char needle[96];
+    snprintf(needle, sizeof(needle), cases[i].needle != NULL ? cases[i].needle : "", q.mm);
+    if (cases[i].needle == NULL) {
+      npulm_error e = {{0}};
+      accepted += open_patched(im, cases[i].at, cases[i].v, &e) == NPULM_OK;
+      continue;
+    }
+    expect_patch(im, cases[i].what, cases[i].at, cases[i].v, NPULM_ERR_FORMAT, needle);
+  }
+  assert_int_equal(accepted, 1);
+
+  /* keys and tensors renamed away (their last byte changed); a site renamed (no site for a node) */
+  const char *keys[] = {"npulm.quant.mode",      "npulm.quant.smooth_alpha", "npulm.qtensors",
+                        "npulm.qtensor_names",   "npulm.qsites",             "npulm.qsite_names",
+                        "npulm.qsites.luts"};
+  for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+    const struct npu_gguf_kv *kv = image_kv(im, keys[i]);
+    uint8_t *copy = malloc(im->size);
+    assert_non_null(copy);
+    memcpy(copy, im->data, im->size);
+    copy[(const uint8_t *)kv->key.ptr + kv->key.len - 1 - im->data] ^= 0x20;
+    npulm_status st = open_bytes(im, copy, im->size, &err);
+    free(copy);
+    if (st != NPULM_ERR_FORMAT || strstr(err.msg, keys[i]) == NULL) {
+      fail_msg("renamed '%s': status %d, '%s'", keys[i], st, err.msg);
+    }
+  }
+  const char *fields[] = {"packed", "mult", "shift", "outliers", "outlier_w", "outlier_gate",
+                          "outlier_up"};
+  for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+    const char *name = site_tensor_name(q.mm_gate, fields[i]);
+    const struct npu_gguf_tensor *t = npu_gguf_find_tensor(im->g, name);
+    assert_non_null(t);
+    uint8_t *copy = malloc(im->size);
+    assert_non_null(copy);
+    memcpy(copy, im->data, im->size);
+    copy[(const uint8_t *)t->name.ptr - im->data] = 'X';
+    npulm_status st = open_bytes(im, copy, im->size, &err);
+    free(copy);
+    if (st != NPULM_ERR_FORMAT || strstr(err.msg, "is missing") == NULL ||
+        strstr(err.msg, fields[i]) == NULL) {
+      fail_msg("renamed '%s': status %d, '%s'", name, st, err.msg);
+    }
+  }
+  /* a site renamed: the node whose data it was has none */
+  const struct npu_gguf_kv *names = image_kv(im, "npulm.qsite_names");
+  uint8_t *copy = malloc(im->size);
+  assert_non_null(copy);
+  memcpy(copy, im->data, im->size);
+  copy[names->val.v.a.data - im->data + 8] ^= 0x20; /* first name's first byte */
+  assert_int_equal(open_bytes(im, copy, im->size, &err), NPULM_ERR_FORMAT);
+  if (strstr(err.msg, "has no integer data") == NULL) fail_msg("renamed site: '%s'", err.msg);
+  free(copy);
+  image_free(&q.im);
+}
+
+/* Every i32 of some sites' records, of the quantization table's first entries and of a shadowed
+ * matmul's small arrays, set to edge values: each file opens or fails with one line; none crashes
+ * or reads out of bounds (SAN=1); an accepted one runs (open_patched evaluates it). */
+static void test_hostile_quant_sweep(void **state) {
+  (void)state;
+  struct qimage q;
+  if (!qimage_load(&q)) {
+    print_message("missing stories260K: skipped\n");
+    skip();
+  }
+  const struct image *im = &q.im;
+  struct {
+    size_t base, n_words;
+  } ranges[16];
+  int n = 0;
+  int sites[] = {q.mm_gate, q.mm_plain, q.gather, q.add16, q.mul, q.silu};
+  for (size_t i = 0; i < sizeof(sites) / sizeof(sites[0]); i++) {
+    ranges[n].base = field_at(im, "npulm.qsites", 23, sites[i], 0);
+    ranges[n++].n_words = 23;
+  }
+  ranges[n].base = value_at(im, "npulm.qtensors");
+  ranges[n++].n_words = 3 * 8;
+  const char *fields[] = {"outliers", "mult", "shift"};
+  for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+    ranges[n].base = tensor_at(im, site_tensor_name(q.mm_plain, fields[i]), 0, 4);
+    ranges[n++].n_words = i == 0 ? 3 : 8;
+  }
+  ranges[n].base = tensor_ne0_at(im, site_tensor_name(q.mm_gate, "outlier_gate"));
+  ranges[n++].n_words = 4; /* ne0 and ne1 of the gate rows */
+  int accepted = 0, rejected = 0;
+  for (int r = 0; r < n; r++) {
+    for (size_t i = 0; i < ranges[r].n_words; i++) {
+      size_t at = ranges[r].base + 4 * i;
+      int32_t old = read_i32(im, at);
+      int32_t values[] = {-1, old + 1, old - 1, INT32_MAX, INT32_MIN, 64};
+      for (size_t j = 0; j < sizeof(values) / sizeof(values[0]); j++) {
+        if (values[j] == old) continue;
+        npulm_error err = {{0}};
+        if (open_patched(im, at, values[j], &err) == NPULM_OK)
+          accepted++;
+        else
+          rejected++;
+      }
+    }
+  }
+  print_message("integer data sweep: %d tampered files rejected, %d accepted (and run)\n",
+                rejected, accepted);
+  assert_true(rejected > 4 * accepted);
+  image_free(&q.im);
+}
+
+/* The MAC statistics: an FP32 program runs nothing in int8; an integer one every weight matmul
+ * but the shadowed channels' share; attention stays in float. */
+static void test_mac_stats(void **state) {
+  (void)state;
+  const char *path = test_shared_path("models/stories260K.gguf");
+  TEST_REQUIRE_FILE(path);
+  npulm_model *m = open_ok(path);
+  struct npu_compile_options o;
+  small_options(m, &o);
+  const struct npu_config *c = &m->cfg;
+  compile_ok(m, NULL);
+  struct npu_mac_stats st;
+  const struct npu_graph *g = npu_program_find(m->program, 1, 64);
+  assert_non_null(g);
+  npu_program_mac_stats(m->program, g, &st);
+  uint64_t per_layer = (uint64_t)c->dim * (uint64_t)(c->n_heads * c->head_dim) * 2 +
+                       (uint64_t)c->dim * (uint64_t)(c->n_kv_heads * c->head_dim) * 2 +
+                       3ull * (uint64_t)c->dim * (uint64_t)c->ffn_dim;
+  uint64_t want = per_layer * (uint64_t)c->n_layers + (uint64_t)c->dim * (uint64_t)c->n_vocab;
+  assert_int_equal(st.matmul, want);
+  assert_int_equal(st.matmul_npu, want);
+  assert_int_equal(st.matmul_int8, 0);
+  assert_int_equal(st.attention, 2ull * (uint64_t)c->n_layers * (uint64_t)c->n_heads *
+                                     (uint64_t)g->ctx * (uint64_t)c->head_dim);
+  assert_int_equal(st.attention_npu, 0);
+
+  quantize_ok(m, &o, NPU_QUANT_SHADOW, 3.0f);
+  g = npu_program_find(m->program, 16, 64);
+  assert_non_null(g);
+  npu_program_mac_stats(m->program, g, &st);
+  assert_int_equal(st.matmul, 16 * want);
+  assert_int_equal(st.matmul_int8 + st.matmul_shadow, st.matmul);
+  assert_true(st.matmul_shadow > 0 && st.n_outliers > 0 && st.n_shadowed > 0);
+  assert_true(st.shadow_extra > 0); /* an FFN down projection has outliers */
+  assert_int_equal(st.attention_int8, 0);
+
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  assert_non_null(f);
+  npulm_error err = {{0}};
+  assert_int_equal(npulm_model_print_program(m, f, &err), NPULM_OK);
+  fclose(f);
+  const char *needles[] = {"quantization: w8a8-shadow", "I8", "I16", "outlier channels: ",
+                           "quantization table", "MACs per step", "decode", "prefill"};
+  for (size_t i = 0; i < sizeof(needles) / sizeof(needles[0]); i++) {
+    if (strstr(text, needles[i]) == NULL) fail_msg("description lacks '%s':\n%s", needles[i], text);
+  }
+  free(text);
+  npulm_model_close(m);
+}
+
+int main(void) {
+  /* clang-format off */
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_round_trip_tiny),
+      cmocka_unit_test(test_round_trip_stories),
+      cmocka_unit_test(test_compile_params),
+      cmocka_unit_test(test_api_errors),
+      cmocka_unit_test(test_progress_and_print),
+      cmocka_unit_test(test_verify_aliasing),
+      cmocka_unit_test(test_hostile_version_and_keys),
+      cmocka_unit_test(test_hostile_weights),
+      cmocka_unit_test(test_hostile_records),
+      cmocka_unit_test(test_hostile_sweep),
+      cmocka_unit_test(test_hostile_truncated),
+      cmocka_unit_test(test_ir_shape_overflow),
+      cmocka_unit_test(test_round_trip_quantized),
+      cmocka_unit_test(test_round_trip_quantized_tiny),
+      cmocka_unit_test(test_hostile_quant),
+      cmocka_unit_test(test_hostile_quant_sweep),
+      cmocka_unit_test(test_mac_stats),
+  };
+  /* clang-format on */
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
