@@ -771,6 +771,278 @@ static void gather_family_check(npu_qs8_gather_fn *fn8, npu_qs8_gather_qs16_fn *
 static void check_qs8_gather(npu_qs8_gather_fn *fn) { gather_family_check(fn, NULL); }
 static void check_qs8_gather_qs16(npu_qs8_gather_qs16_fn *fn) { gather_family_check(NULL, fn); }
 
+/* ---- attention --------------------------------------------------------------------------------*/
+
+/* Shapes: heads/kv_heads, head dims around the SIMD blocks (and past the AVX2 kernel's 256), steps
+ * of one and many rows with padding, keys around blocks of 8 and 16. */
+struct attn_case {
+  struct npu_attn_shape sh;
+  size_t q_cols, kv_cols, n_keys; /* caches hold exactly n_keys = pos0 + n_valid rows */
+};
+
+static struct attn_case attn_case_make(int32_t heads, int32_t kv_heads, int32_t hd, int32_t rows,
+                                       int32_t ctx, int32_t pos0, int32_t n_valid) {
+  struct attn_case c = {.sh = {heads, kv_heads, hd, rows, ctx, pos0, n_valid}};
+  c.q_cols = (size_t)heads * (size_t)hd;
+  c.kv_cols = (size_t)kv_heads * (size_t)hd;
+  c.n_keys = (size_t)pos0 + (size_t)n_valid;
+  return c;
+}
+
+/* A list of cases: fixed awkward ones, then random. */
+static int attn_cases(struct attn_case *out, uint64_t *rng) {
+  static const int32_t fixed[][7] = {
+      /* heads, kv_heads, hd, rows, ctx, pos0, n_valid */
+      {1, 1, 1, 1, 1, 0, 1},         {8, 4, 8, 1, 128, 77, 1},   {8, 4, 8, 32, 128, 0, 32},
+      {8, 4, 8, 32, 256, 100, 17},   {4, 2, 16, 5, 40, 3, 5},    {6, 1, 24, 3, 64, 60, 2},
+      {2, 2, 33, 7, 50, 11, 7},      {4, 4, 64, 9, 200, 130, 9}, {2, 1, 72, 4, 33, 20, 3},
+      {3, 3, 7, 2, 9, 0, 1},         {2, 1, 300, 3, 20, 10, 3},  {1, 1, 128, 1, 1100, 1099, 1},
+      {4, 2, 8, 16, 2100, 2070, 16},
+  };
+  int n = 0;
+  for (size_t i = 0; i < sizeof(fixed) / sizeof(fixed[0]); i++) {
+    const int32_t *f = fixed[i];
+    out[n++] = attn_case_make(f[0], f[1], f[2], f[3], f[4], f[5], f[6]);
+  }
+  for (int i = 0; i < 20; i++) {
+    const int32_t kv = rand_range(rng, 1, 4), heads = kv * rand_range(rng, 1, 3);
+    const int32_t rows = rand_range(rng, 1, 20), n_valid = rand_range(rng, 1, rows);
+    const int32_t pos0 = rand_range(rng, 0, 90), ctx = pos0 + rows + rand_range(rng, 0, 40);
+    out[n++] = attn_case_make(heads, kv, rand_range(rng, 1, 80), rows, ctx, pos0, n_valid);
+  }
+  return n;
+}
+
+static void fill_s8(int8_t *x, size_t n, int mode, uint64_t *rng) {
+  for (size_t i = 0; i < n; i++)
+    x[i] = mode == 0 ? (int8_t)(i % 3 == 0 ? 127 : -128) : (int8_t)rand_range(rng, -128, 127);
+}
+
+static void check_qs8_qk_qs16(npu_qs8_qk_qs16_fn *fn) {
+  uint64_t rng = 21;
+  struct attn_case cases[64];
+  const int n_cases = attn_cases(cases, &rng);
+  for (int ci = 0; ci < n_cases; ci++) {
+    const struct attn_case *c = &cases[ci];
+    const struct npu_attn_shape *sh = &c->sh;
+    const size_t n_s = (size_t)sh->heads * (size_t)sh->rows * (size_t)sh->ctx;
+    int8_t *q = xmalloc((size_t)sh->rows * c->q_cols), *k = xmalloc(c->n_keys * c->kv_cols);
+    int16_t *s = xmalloc(n_s * sizeof(int16_t));
+    const int mode = ci % 4;
+    fill_s8(q, (size_t)sh->rows * c->q_cols, mode, &rng);
+    fill_s8(k, c->n_keys * c->kv_cols, mode, &rng);
+    struct npu_qs8_qk_params p = {.q_zero_point = ci % 5 == 0 ? -128 : rand_range(&rng, -128, 127),
+                                  .k_zero_point = ci % 5 == 1 ? 127 : rand_range(&rng, -128, 127),
+                                  .s_zero_point = ci % 3 == 0 ? 0 : rand_range(&rng, -300, 300)};
+    if (ci % 7 == 3) {
+      p.mult = INT32_MAX, p.shift = rand_range(&rng, -31, 30); /* extremes, saturating */
+    } else {
+      const double typical = 8000.0 / (255.0 * 255.0 * sh->head_dim);
+      assert_true(
+          npu_quantize_multiplier(typical * (0.1 + 2.0 * rand_unit(&rng)), &p.mult, &p.shift));
+    }
+    fn(sh, q, k, s, &p);
+    const int32_t group = sh->heads / sh->kv_heads;
+    for (int32_t h = 0; h < sh->heads; h++)
+      for (int32_t t = 0; t < sh->rows; t++) {
+        const int32_t len = sh->pos0 + (t < sh->n_valid ? t : sh->n_valid - 1) + 1;
+        for (int32_t j = 0; j < sh->ctx; j++) {
+          int32_t want = INT16_MIN;
+          if (j < len) {
+            int32_t acc = 0;
+            for (int32_t i = 0; i < sh->head_dim; i++)
+              acc += (q[(size_t)t * c->q_cols + (size_t)(h * sh->head_dim + i)] - p.q_zero_point) *
+                     (k[(size_t)j * c->kv_cols + (size_t)((h / group) * sh->head_dim + i)] -
+                      p.k_zero_point);
+            want = npu_requantize_s16(acc, p.mult, p.shift, p.s_zero_point);
+          }
+          const int32_t got =
+              s[((size_t)h * (size_t)sh->rows + (size_t)t) * (size_t)sh->ctx + (size_t)j];
+          if (got != want)
+            fail_msg(
+                "case %d (heads %d/%d hd %d rows %d ctx %d pos0 %d valid %d): s[%d,%d,%d] = %d, "
+                "want %d",
+                ci, sh->heads, sh->kv_heads, sh->head_dim, sh->rows, sh->ctx, sh->pos0, sh->n_valid,
+                h, t, j, got, want);
+        }
+      }
+    free(q), free(k), free(s);
+  }
+}
+
+/* The integer softmax of one row, step by step from its definition in ukernels.h. */
+static void softmax_row_ref(const int16_t *x, int32_t len, const struct npu_qs16_softmax_params *p,
+                            int32_t *out) {
+  int32_t r = 1;
+  while ((len >> r) != 0)
+    r++;
+  int32_t m = INT16_MIN;
+  for (int32_t j = 0; j < len; j++)
+    m = x[j] > m ? x[j] : m;
+  int64_t e[4096], sum = 0;
+  assert_true(len <= 4096);
+  for (int32_t j = 0; j < len; j++) {
+    const int32_t u = npu_requantize(m - x[j], p->mult, p->shift);
+    const int64_t n = (int64_t)(u >> 8) + r;
+    e[j] = n > 31 ? 0 : npu_exp2_q30[u & 255] >> n;
+    sum += e[j];
+  }
+  assert_true(sum < (1 << 30));
+  const int64_t inv = ((int64_t)1 << (60 - r)) / sum;
+  assert_true(inv <= (1 << 30));
+  for (int32_t j = 0; j < len; j++) {
+    const int64_t v = (e[j] * inv + ((int64_t)1 << (44 - r))) >> (45 - r);
+    out[j] = v > 32767 ? 32767 : (int32_t)v;
+  }
+}
+
+static void check_qs16_softmax(npu_qs16_softmax_fn *fn) {
+  uint64_t rng = 22;
+  struct attn_case cases[64];
+  const int n_cases = attn_cases(cases, &rng);
+  int32_t want[4096];
+  for (int ci = 0; ci < n_cases; ci++) {
+    const struct npu_attn_shape *sh = &cases[ci].sh;
+    const size_t n_s = (size_t)sh->heads * (size_t)sh->rows * (size_t)sh->ctx;
+    int16_t *s = xmalloc(n_s * sizeof(int16_t)), *p = xmalloc(n_s * sizeof(int16_t));
+    const int mode = ci % 4;
+    for (size_t i = 0; i < n_s; i++) {
+      s[i] = mode == 0   ? (int16_t)(i % 5 == 0 ? INT16_MAX : INT16_MIN)
+             : mode == 1 ? (int16_t)rand_range(&rng, -2000, 2000)
+             : mode == 2 ? (int16_t)(i % 7) /* ties and a flat row */
+                         : (int16_t)rand_range(&rng, INT16_MIN, INT16_MAX);
+    }
+    /* score scales from fine to coarse, and the extremes of the multiplier */
+    const double s_scale = ldexp(1.0, rand_range(&rng, -14, 0)) * (1.0 + rand_unit(&rng));
+    struct npu_qs16_softmax_params prm;
+    if (ci % 9 == 4) {
+      prm.mult = ci % 2 ? 0 : INT32_MAX, prm.shift = ci % 2 ? 0 : 30;
+    } else {
+      assert_true(npu_quantize_multiplier(s_scale * 256.0 / log(2.0), &prm.mult, &prm.shift));
+    }
+    fn(sh, s, p, &prm);
+    for (int32_t h = 0; h < sh->heads; h++)
+      for (int32_t t = 0; t < sh->rows; t++) {
+        const size_t off = ((size_t)h * (size_t)sh->rows + (size_t)t) * (size_t)sh->ctx;
+        const int32_t len = sh->pos0 + (t < sh->n_valid ? t : sh->n_valid - 1) + 1;
+        softmax_row_ref(s + off, len, &prm, want);
+        int64_t total = 0;
+        for (int32_t j = 0; j < sh->ctx; j++) {
+          const int32_t w = j < len ? want[j] : 0;
+          if (p[off + (size_t)j] != w)
+            fail_msg("case %d (len %d ctx %d): p[%d,%d,%d] = %d, want %d", ci, len, sh->ctx, h, t,
+                     j, p[off + (size_t)j], w);
+          total += w;
+        }
+        /* probabilities: they sum to 1 within the rounding of each */
+        assert_true(total >= 32768 - len && total <= 32768 + len);
+      }
+    free(s), free(p);
+  }
+}
+
+/* The fixed-point softmax against the real one: within 2e-3 per probability at scores of any
+ * spread, rows long and short. */
+static void test_softmax_vs_float(void **state) {
+  (void)state;
+  for (int f = 0; f < 256; f++) /* the table is 2^30 * 2^(-f/256), rounded */
+    assert_true(llabs(npu_exp2_q30[f] - llround(ldexp(exp2(-f / 256.0), 30))) == 0);
+  uint64_t rng = 23;
+  enum { CTX = 3000 };
+  int16_t *s = xmalloc(CTX * 2), *p = xmalloc(CTX * 2);
+  double *want = xmalloc(CTX * sizeof(double));
+  for (int rep = 0; rep < 60; rep++) {
+    const int32_t len = rep < 3 ? rep + 1 : rand_range(&rng, 1, CTX);
+    const double spread =
+        ldexp(1.0, rand_range(&rng, -2, 5)); /* real scores in [-spread, spread] */
+    const double s_scale = 2.0 * spread / 32767.0;
+    for (int32_t j = 0; j < len; j++)
+      s[j] = (int16_t)lround((2.0 * rand_unit(&rng) - 1.0) * spread / s_scale);
+    struct npu_qs16_softmax_params prm;
+    assert_true(npu_quantize_multiplier(s_scale * 256.0 / log(2.0), &prm.mult, &prm.shift));
+    const struct npu_attn_shape sh = {1, 1, 1, 1, len, len - 1, 1};
+    npu_qs16_softmax__scalar(&sh, s, p, &prm);
+    double m = -1e300, sum = 0;
+    for (int32_t j = 0; j < len; j++)
+      m = fmax(m, s[j] * s_scale);
+    for (int32_t j = 0; j < len; j++)
+      sum += want[j] = exp(s[j] * s_scale - m);
+    for (int32_t j = 0; j < len; j++) {
+      const double got = p[j] / 32768.0, w = want[j] / sum;
+      if (fabs(got - w) > 2e-3 + 4e-3 * w)
+        fail_msg("len %d spread %g: p[%d] = %g, real %g", len, spread, j, got, w);
+    }
+  }
+  free(s), free(p), free(want);
+}
+
+static void check_qs16_pv_qs8(npu_qs16_pv_qs8_fn *fn) {
+  uint64_t rng = 24;
+  struct attn_case cases[64];
+  const int n_cases = attn_cases(cases, &rng);
+  for (int ci = 0; ci < n_cases; ci++) {
+    const struct attn_case *c = &cases[ci];
+    const struct npu_attn_shape *sh = &c->sh;
+    const size_t n_p = (size_t)sh->heads * (size_t)sh->rows * (size_t)sh->ctx;
+    const size_t n_out = (size_t)sh->rows * c->q_cols;
+    int16_t *p = xmalloc(n_p * sizeof(int16_t));
+    int8_t *v = xmalloc(c->n_keys * c->kv_cols), *out = xmalloc(n_out);
+    const int mode = ci % 4;
+    fill_s8(v, c->n_keys * c->kv_cols, mode, &rng);
+    /* rows of probabilities: random weights summing to at most 2^16, one-hot rows, garbage past
+     * the row's length (never read) */
+    for (int32_t h = 0; h < sh->heads; h++)
+      for (int32_t t = 0; t < sh->rows; t++) {
+        int16_t *pr = p + ((size_t)h * (size_t)sh->rows + (size_t)t) * (size_t)sh->ctx;
+        const int32_t len = sh->pos0 + (t < sh->n_valid ? t : sh->n_valid - 1) + 1;
+        int64_t total = 0;
+        for (int32_t j = 0; j < sh->ctx; j++) {
+          pr[j] = (int16_t)(mode == 0 ? 32767 : rand_range(&rng, 0, 32767));
+          if (j < len)
+            total += pr[j];
+        }
+        if (mode == 1) {
+          for (int32_t j = 0; j < len; j++)
+            pr[j] = 0;
+          pr[rand_range(&rng, 0, len - 1)] = 32767;
+        } else if (total > 65536) {
+          for (int32_t j = 0; j < len; j++)
+            pr[j] = (int16_t)(pr[j] * 65536 / total);
+        }
+      }
+    struct npu_qs16_pv_params prm = {
+        .v_zero_point = ci % 5 == 0 ? -128 : rand_range(&rng, -128, 127),
+        .y_zero_point = ci % 5 == 1 ? 127 : rand_range(&rng, -128, 127)};
+    if (ci % 7 == 3) {
+      prm.mult = INT32_MAX, prm.shift = rand_range(&rng, -31, 30);
+    } else {
+      assert_true(npu_quantize_multiplier((1.0 + 4.0 * rand_unit(&rng)) / (32768.0 * 4.0),
+                                          &prm.mult, &prm.shift));
+    }
+    fn(sh, p, v, out, &prm);
+    const int32_t group = sh->heads / sh->kv_heads;
+    for (int32_t t = 0; t < sh->rows; t++) {
+      const int32_t len = sh->pos0 + (t < sh->n_valid ? t : sh->n_valid - 1) + 1;
+      for (int32_t h = 0; h < sh->heads; h++)
+        for (int32_t i = 0; i < sh->head_dim; i++) {
+          const int16_t *pr = p + ((size_t)h * (size_t)sh->rows + (size_t)t) * (size_t)sh->ctx;
+          int32_t acc = 0;
+          for (int32_t j = 0; j < len; j++)
+            acc += pr[j] * (v[(size_t)j * c->kv_cols + (size_t)((h / group) * sh->head_dim + i)] -
+                            prm.v_zero_point);
+          const int32_t want = npu_requantize_s8(acc, prm.mult, prm.shift, prm.y_zero_point);
+          const int32_t got = out[(size_t)t * c->q_cols + (size_t)(h * sh->head_dim + i)];
+          if (got != want)
+            fail_msg("case %d (heads %d/%d hd %d rows %d ctx %d pos0 %d valid %d): out[%d,%d,%d] "
+                     "= %d, want %d",
+                     ci, sh->heads, sh->kv_heads, sh->head_dim, sh->rows, sh->ctx, sh->pos0,
+                     sh->n_valid, t, h, i, got, want);
+        }
+    }
+    free(p), free(v), free(out);
+  }
+}
+
 /* ---- dispatch ---------------------------------------------------------------------------------*/
 
 static void test_dispatch(void **state) {
@@ -810,6 +1082,7 @@ int main(void) {
       cmocka_unit_test(test_quantize_weights),  cmocka_unit_test(test_quantize_activations),
       cmocka_unit_test(test_lut_build_silu),    cmocka_unit_test(test_gemm_pack),
       cmocka_unit_test(test_gemm_vs_float),     cmocka_unit_test(test_dispatch),
+      cmocka_unit_test(test_softmax_vs_float),
 #define NPU_UKERNEL(family, variant, isa) cmocka_unit_test(test_##family##__##variant),
 #include "npu/ukernels.inc"
 #undef NPU_UKERNEL

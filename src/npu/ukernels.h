@@ -138,6 +138,89 @@ typedef void npu_qs8_gather_qs16_fn(size_t n_ids, const int32_t *restrict ids, s
                                     size_t y_stride,
                                     const struct npu_qs8_gather_params *restrict params);
 
+/* ---- attention: scores, softmax, weighted values over a context bucket -----------------------
+ * The three attention ops of a step of 'rows' tokens over a bucket of 'ctx' cache positions, in
+ * the graph's layouts: q [rows, heads * head_dim]; the K and V caches [ctx, kv_heads * head_dim]
+ * (int8 copies the CPU quantized for this step); scores and probabilities [heads, rows, ctx];
+ * the output [rows, heads * head_dim]. Query head h reads K/V head h / (heads / kv_heads)
+ * (grouped-query attention). Row t of a step that starts at cache position pos0 with n_valid real
+ * rows sees keys j < len(t) = pos0 + min(t, n_valid - 1) + 1: causal, and a padded row
+ * (t >= n_valid) sees what the last real row sees, so no kernel reads a cache row at or past
+ * pos0 + n_valid (the copies hold only those rows). */
+struct npu_attn_shape {
+  int32_t heads, kv_heads, head_dim; /* heads a multiple of kv_heads; head_dim in [1, 32768] */
+  int32_t rows, ctx;
+  int32_t pos0, n_valid; /* 1 <= n_valid <= rows; pos0 >= 0; pos0 + n_valid <= ctx */
+};
+
+/* len(t) of the shape above. */
+static inline int32_t npu_attn_len_of(const struct npu_attn_shape *shape, int32_t t) {
+  return shape->pos0 + (t < shape->n_valid ? t : shape->n_valid - 1) + 1;
+}
+
+/* Scores: for j < len(t)
+ *   s[h, t, j] = sat_int16(npu_requantize(sum_i (q[t, h, i] - q_zero_point)
+ *                                               * (k[j, h / group, i] - k_zero_point),
+ *                                         mult, shift) + s_zero_point)
+ * (mult/shift ~ q_scale * k_scale * 1/sqrt(head_dim) / s_scale), and the mask
+ * s[h, t, j] = NPU_ATTN_MASKED for len(t) <= j < ctx. Zero points in [-128, 127]; the int32 sum
+ * cannot overflow (255^2 * 32768 < 2^31). */
+#define NPU_ATTN_MASKED INT16_MIN
+
+struct npu_qs8_qk_params {
+  int32_t q_zero_point, k_zero_point;
+  int32_t mult, shift; /* fixedpoint.h ranges */
+  int32_t s_zero_point; /* [-32768, 32767] */
+};
+
+typedef void npu_qs8_qk_qs16_fn(const struct npu_attn_shape *restrict shape,
+                                const int8_t *restrict q, const int8_t *restrict k,
+                                int16_t *restrict s,
+                                const struct npu_qs8_qk_params *restrict params);
+
+/* Softmax of int16 scores into Q15 probabilities (real p = q * 2^-15, zero point 0), over the
+ * first len(t) entries of each row, in fixed point. With m the row's maximum over j < len and
+ * r = the bit width of len (len < 2^r):
+ *   d_j = m - s_j                                   in [0, 65535]
+ *   u_j = npu_requantize(d_j, mult, shift)          d_j * s_scale / ln 2 in 1/256ths of an octave
+ *   e_j = npu_exp2_q30[u_j & 255] >> min((u_j >> 8) + r, 31)      2^-(u_j / 256) in Q(30 - r)
+ *   sum = sum_j e_j                                 < 2^30 (e_j <= 2^(30 - r), len < 2^r)
+ *   inv = floor(2^(60 - r) / sum)                   <= 2^30 (sum >= e of the maximum = 2^(30-r))
+ *   p_j = min(floor((e_j * inv + 2^(44 - r)) / 2^(45 - r)), 32767)  ~ round(2^15 * e_j / sum)
+ * (e_j * inv < 2^60 in int64) and p_j = 0 for len <= j < ctx. The input's zero point cancels in
+ * d_j. mult/shift (fixedpoint.h ranges) ~ s_scale * 256 / ln 2; a multiplier that saturates only
+ * makes far-below-maximum entries 0. len < 2^24. */
+#define NPU_PROB_BITS 15 /* probabilities are Q15: scale 2^-15, zero point 0, in [0, 32767] */
+
+struct npu_qs16_softmax_params {
+  int32_t mult, shift;
+};
+
+/* round(2^30 * 2^(-f / 256)) for f in [0, 255]: the exponential of the integer softmax. */
+extern const int32_t npu_exp2_q30[256];
+
+typedef void npu_qs16_softmax_fn(const struct npu_attn_shape *restrict shape,
+                                 const int16_t *restrict s, int16_t *restrict p,
+                                 const struct npu_qs16_softmax_params *restrict params);
+
+/* Weighted values: for every t, h, i
+ *   out[t, h, i] = sat_int8(npu_requantize(sum_{j < len(t)} p[h, t, j]
+ *                                             * (v[j, h / group, i] - v_zero_point),
+ *                                          mult, shift) + y_zero_point)
+ * (mult/shift ~ 2^-15 * v_scale / y_scale). p holds probabilities: values in [0, 32767] whose
+ * sum over a row is at most 2^16 (any softmax output), so |sum| <= 2^16 * 255 never overflows.
+ * Zero points in [-128, 127]. */
+struct npu_qs16_pv_params {
+  int32_t v_zero_point;
+  int32_t mult, shift;
+  int32_t y_zero_point;
+};
+
+typedef void npu_qs16_pv_qs8_fn(const struct npu_attn_shape *restrict shape,
+                                const int16_t *restrict p, const int8_t *restrict v,
+                                int8_t *restrict out,
+                                const struct npu_qs16_pv_params *restrict params);
+
 /* ---- variants and dispatch --------------------------------------------------------------------*/
 
 /* Instruction-set extensions a variant needs (bit mask); 0 = plain C. */
@@ -164,6 +247,9 @@ struct npu_ukernels {
   npu_x8_lut_fn *x8_lut;
   npu_qs8_gather_fn *qs8_gather;
   npu_qs8_gather_qs16_fn *qs8_gather_qs16;
+  npu_qs8_qk_qs16_fn *qs8_qk_qs16;
+  npu_qs16_softmax_fn *qs16_softmax;
+  npu_qs16_pv_qs8_fn *qs16_pv_qs8;
 };
 
 /* The NPU_ISA_* extensions this CPU has. */

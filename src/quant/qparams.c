@@ -162,4 +162,32 @@ void npu_lut_s8_build(double (*fn)(double), float x_scale, int32_t x_zero_point,
   }
 }
 
+bool npu_qk_params_make(float q_scale, int32_t q_zero_point, float k_scale, int32_t k_zero_point,
+                        float attn_scale, float s_scale, int32_t s_zero_point,
+                        struct npu_qs8_qk_params *params_out) {
+  params_out->q_zero_point = q_zero_point;
+  params_out->k_zero_point = k_zero_point;
+  params_out->s_zero_point = s_zero_point;
+  const bool ok = q_scale > 0.0f && k_scale > 0.0f && attn_scale > 0.0f && s_scale > 0.0f;
+  const double real = ok ? (double)q_scale * k_scale * attn_scale / s_scale : 0.0;
+  return npu_quantize_multiplier(real, &params_out->mult, &params_out->shift) && ok;
+}
+
+bool npu_softmax_params_make(float s_scale, struct npu_qs16_softmax_params *params_out) {
+  const bool ok = s_scale > 0.0f;
+  const double real = ok ? (double)s_scale * 256.0 / log(2.0) : 0.0;
+  return npu_quantize_multiplier(real, &params_out->mult, &params_out->shift) && ok;
+}
+
+bool npu_pv_params_make(float v_scale, int32_t v_zero_point, float y_scale, int32_t y_zero_point,
+                        struct npu_qs16_pv_params *params_out) {
+  params_out->v_zero_point = v_zero_point;
+  params_out->y_zero_point = y_zero_point;
+  const bool ok = v_scale > 0.0f && y_scale > 0.0f;
+  const double real = ok ? ldexp((double)v_scale / y_scale, -NPU_PROB_BITS) : 0.0;
+  return npu_quantize_multiplier(real, &params_out->mult, &params_out->shift) && ok;
+}
+
+float npu_prob_scale(void) { return ldexpf(1.0f, -NPU_PROB_BITS); }
+
 double npu_silu(double x) { return x / (1.0 + exp(-x)); }

@@ -68,6 +68,20 @@ bool npu_qmul_params_make(float a_scale, int32_t a_zero_point, float b_scale, in
 void npu_lut_s8_build(double (*fn)(double), float x_scale, int32_t x_zero_point, float y_scale,
                       int32_t y_zero_point, int8_t table_out[256]);
 
+/* Attention on the integer NPU (ukernels.h): the scores' multiplier q_scale * k_scale *
+ * attn_scale / s_scale (attn_scale = 1/sqrt(head_dim)); the softmax's s_scale * 256 / ln 2 (into
+ * 1/256ths of an octave); P.V's 2^-15 * v_scale / y_scale. Return false if a multiplier is not
+ * representable (npu_quantize_multiplier) or a scale is not positive. */
+bool npu_qk_params_make(float q_scale, int32_t q_zero_point, float k_scale, int32_t k_zero_point,
+                        float attn_scale, float s_scale, int32_t s_zero_point,
+                        struct npu_qs8_qk_params *params_out);
+bool npu_softmax_params_make(float s_scale, struct npu_qs16_softmax_params *params_out);
+bool npu_pv_params_make(float v_scale, int32_t v_zero_point, float y_scale, int32_t y_zero_point,
+                        struct npu_qs16_pv_params *params_out);
+
+/* The real scale of the NPU's probabilities, 2^-NPU_PROB_BITS (zero point 0). */
+float npu_prob_scale(void);
+
 /* SiLU, x * sigmoid(x), for npu_lut_s8_build. */
 double npu_silu(double x);
 

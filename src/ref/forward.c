@@ -101,9 +101,19 @@ void npu_ref_rope(float *vec, int n_heads, const struct npu_config *c, const flo
   }
 }
 
+/* Show an activation to the observer, if there is one. */
+static void observe(const struct npu_ref_observer *o, int layer, const char *what,
+                    const float *values, int n) {
+  if (o != NULL) o->fn(o->user, layer, what, values, n);
+}
+
+bool npu_ref_per_head(const char *what) {
+  return strcmp(what, "kq") == 0 || strcmp(what, "kq_softmax") == 0;
+}
+
 /* Multi-head attention of the current query over cache positions 0..pos; result in 'out'. */
 static void attention(const struct npu_config *c, struct npu_ref_state *s, int layer, int pos,
-                      float *out) {
+                      float *out, const struct npu_ref_observer *obs) {
   int hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
   size_t kv_dim = (size_t)c->n_kv_heads * (size_t)hd;
   const float *keys = s->key_cache + (size_t)layer * (size_t)s->n_ctx * kv_dim;
@@ -119,7 +129,9 @@ static void attention(const struct npu_config *c, struct npu_ref_state *s, int l
       for (int i = 0; i < hd; i++) dot += q[i] * k[i];
       s->att[t] = dot * scale;
     }
+    observe(obs, layer, "kq", s->att, pos + 1);
     npu_ref_softmax(s->att, pos + 1);
+    observe(obs, layer, "kq_softmax", s->att, pos + 1);
     /* weighted sum of the values */
     float *o = out + (size_t)h * (size_t)hd;
     memset(o, 0, (size_t)hd * sizeof(float));
@@ -128,12 +140,6 @@ static void attention(const struct npu_config *c, struct npu_ref_state *s, int l
       for (int i = 0; i < hd; i++) o[i] += s->att[t] * v[i];
     }
   }
-}
-
-/* Show an activation to the observer, if there is one. */
-static void observe(const struct npu_ref_observer *o, int layer, const char *what,
-                    const float *values, int n) {
-  if (o != NULL) o->fn(o->user, layer, what, values, n);
 }
 
 void npu_ref_forward(const struct npulm_model *m, struct npu_ref_state *s, int32_t token, int pos,
@@ -171,7 +177,7 @@ void npu_ref_forward(const struct npulm_model *m, struct npu_ref_state *s, int32
     observe(obs, l, "k_rope", k, kv_dim);
 
     /* attention, then output projection */
-    attention(c, s, l, pos, s->xb);
+    attention(c, s, l, pos, s->xb, obs);
     observe(obs, l, "kqv", s->xb, q_dim);
     npu_ref_matvec(s->xb2, lw->wo, NULL, s->xb, q_dim, dim);
     observe(obs, l, "attn_out", s->xb2, dim);

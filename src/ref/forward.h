@@ -25,11 +25,17 @@ void npu_ref_state_free(struct npu_ref_state *s);
 
 /* Sees every intermediate activation of one token, named as the graph builder names its tensors
  * ("embd", "attn_norm", "attn_q", ..., "ffn_residual", "output_norm", "logits"; 'layer' is -1
- * outside the blocks). Calibration and error attribution use it. */
+ * outside the blocks). Calibration and error attribution use it. The attention scores ("kq",
+ * after the 1/sqrt(head_dim) scale) and probabilities ("kq_softmax") are shown one head at a
+ * time, heads in order, each with the pos + 1 values of the positions the token attends to (the
+ * graph's [heads, rows, ctx] tensors, without the masked rest): npu_ref_per_head() says which. */
 struct npu_ref_observer {
   void (*fn)(void *user, int layer, const char *what, const float *values, int n);
   void *user;
 };
+
+/* True for the names shown one head at a time (see npu_ref_observer). */
+bool npu_ref_per_head(const char *what);
 
 /* Run token 'token' at position 'pos' (0 <= pos < s->n_ctx; positions before it must already be
  * in the cache) and write n_vocab logits to 'logits'. 'observer' may be NULL. */

@@ -1,0 +1,72 @@
+/* The NPU executor: one node of a quantized graph, integer kernels only. */
+#include "npu/executor.h"
+
+#include <assert.h>
+
+static void *addr(const struct npu_graph *g, int32_t id, uint8_t *const arena[NPU_BE_COUNT]) {
+  const struct npu_ir_tensor *t = &g->tensors[id];
+  return arena[t->backend] + t->offset;
+}
+
+void npu_npu_exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
+                       const struct npu_qsite *site, const struct npu_ukernels *uk,
+                       uint8_t *const arena[NPU_BE_COUNT], const int32_t *ids, int32_t pos0,
+                       int32_t n_valid) {
+  const struct npu_ir_tensor *out = &g->tensors[n->out];
+  size_t rows = (size_t)out->ne[0], cols = (size_t)out->ne[1];
+  size_t count = rows * cols * (size_t)out->ne[2];
+  void *y = addr(g, n->out, arena);
+  bool wide = out->dtype == NPU_DT_I16;
+  switch ((enum npu_op)n->op) {
+  case NPU_OP_MATMUL: {
+    const int8_t *x = addr(g, n->in[0], arena);
+    size_t k = (size_t)site->k;
+    if (wide) uk->qs8_gemm_qs16(rows, 0, cols, k, x, k, site->packed, y, cols, &site->gemm);
+    else uk->qs8_gemm(rows, 0, cols, k, x, k, site->packed, y, cols, &site->gemm);
+    return;
+  }
+  case NPU_OP_GATHER:
+    if (wide) {
+      uk->qs8_gather_qs16(rows, ids, (size_t)site->n, cols, site->packed, y, cols, &site->gather);
+    } else {
+      uk->qs8_gather(rows, ids, (size_t)site->n, cols, site->packed, y, cols, &site->gather);
+    }
+    return;
+  case NPU_OP_ADD:
+    if (wide) uk->qs16_vadd(count, addr(g, n->in[0], arena), addr(g, n->in[1], arena), y, &site->add);
+    else uk->qs8_vadd(count, addr(g, n->in[0], arena), addr(g, n->in[1], arena), y, &site->add);
+    return;
+  case NPU_OP_MUL:
+    uk->qs8_vmul(count, addr(g, n->in[0], arena), addr(g, n->in[1], arena), y, &site->mul);
+    return;
+  case NPU_OP_SILU:
+    uk->x8_lut(count, addr(g, n->in[0], arena), y, site->lut);
+    return;
+  case NPU_OP_QK: {
+    /* q [rows, heads * hd], K copy [ctx, kv_dim] -> scores [heads, rows, ctx] */
+    const struct npu_ir_tensor *q = &g->tensors[n->in[0]], *k = &g->tensors[n->in[1]];
+    const int32_t heads = out->ne[0], hd = q->ne[1] / heads;
+    const struct npu_attn_shape shape = {heads, k->ne[1] / hd, hd, out->ne[1], out->ne[2], pos0,
+                                         n_valid};
+    uk->qs8_qk_qs16(&shape, addr(g, n->in[0], arena), addr(g, n->in[1], arena), y, &site->qk);
+    return;
+  }
+  case NPU_OP_SOFTMAX: {
+    const struct npu_attn_shape shape = {out->ne[0], out->ne[0], 1, out->ne[1], out->ne[2], pos0,
+                                         n_valid};
+    uk->qs16_softmax(&shape, addr(g, n->in[0], arena), y, &site->softmax);
+    return;
+  }
+  case NPU_OP_PV: {
+    /* probabilities [heads, rows, ctx], V copy [ctx, kv_dim] -> out [rows, heads * hd] */
+    const struct npu_ir_tensor *pr = &g->tensors[n->in[0]], *v = &g->tensors[n->in[1]];
+    const int32_t heads = pr->ne[0], hd = out->ne[1] / heads;
+    const struct npu_attn_shape shape = {heads, v->ne[1] / hd, hd, pr->ne[1], pr->ne[2], pos0,
+                                         n_valid};
+    uk->qs16_pv_qs8(&shape, addr(g, n->in[0], arena), addr(g, n->in[1], arena), y, &site->pv);
+    return;
+  }
+  default:
+    assert(!"op without an integer kernel: the quantizer rejects it");
+  }
+}
