@@ -1,0 +1,109 @@
+#!/bin/sh
+# npulm bench: the llama-bench table and JSON (its field names, so its tools read ours), the
+# roofline ceilings and the SVG plot, and one-line errors for bad arguments. Prints TAP lines.
+bin=${NPULM_BIN:-build/npulm}
+bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
+shared=${NPULM_SHARED:-../shared}
+model=$shared/models/stories260K.gguf
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+n=0
+
+check() { # check NAME COMMAND...: the command must succeed
+  name=$1; shift
+  n=$((n + 1))
+  if "$@" >"$tmp/out" 2>"$tmp/err"; then echo "ok $n - $name"; else
+    echo "not ok $n - $name"; sed 's/^/#   /' "$tmp/out" "$tmp/err" | head -20; fi
+}
+
+# fails NAME PATTERN COMMAND...: exit 1..127 with one line on stderr matching PATTERN
+fails() {
+  name=$1; pattern=$2; shift 2
+  n=$((n + 1))
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  lines=$(wc -l <"$tmp/err")
+  if [ "$rc" -ge 1 ] && [ "$rc" -lt 128 ] && [ "$lines" -eq 1 ] && grep -q -- "$pattern" "$tmp/err"; then
+    echo "ok $n - $name"
+  else
+    echo "not ok $n - $name (exit $rc, $lines lines)"; sed 's/^/#   /' "$tmp/err" | head -10
+  fi
+}
+
+if [ ! -r "$model" ]; then
+  echo "ok 1 - bench # SKIP no $model"
+  echo "1..1"
+  exit 0
+fi
+
+# one small run of each format, reused by several checks
+"$bin" bench -m "$model" -p 16,32 -n 8 -r 2 -t 1 >"$tmp/md" 2>"$tmp/md.err"
+"$bin" bench -m "$model" -p 16 -n 4 -r 3 -t 1 -o json >"$tmp/json" 2>"$tmp/json.err"
+"$bin" bench -m "$model" -p 16 -n 4 -r 2 -t 1 --roofline --plot "$tmp/roof.svg" >"$tmp/roof" 2>"$tmp/roof.err"
+
+table() {
+  head -1 "$tmp/md" | grep -Eq '^\| model +\| +size \| +params \| backend +\| threads \| +test \| +t/s \| +ttft ms \| +peak RSS \|$' &&
+    sed -n 2p "$tmp/md" | grep -q '^| -*- | -*: |' &&
+    grep -Eq '^\| llama 260K w8a8-smooth +\| +0\.[0-9]+ MiB \| +0\.26 M \| NPU,CPU +\| +1 \| +pp16 \| +[0-9.]+ ± [0-9.]+ \| +[0-9.]+ \| +[0-9.]+ MiB \|$' "$tmp/md" &&
+    grep -Eq '\| +pp32 \|' "$tmp/md" && grep -Eq '\| +tg8 \|' "$tmp/md" &&
+    [ "$(grep -c '^| llama' "$tmp/md")" -eq 3 ] && grep -q '^build: npulm' "$tmp/md"
+}
+check "bench: llama-bench table with one row per test, t/s as mean ± sd" table
+
+json_fields() {
+  python3 - "$tmp/json" <<'EOF'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert isinstance(rows, list) and len(rows) == 2, rows
+need = ["build_commit", "cpu_info", "backends", "model_filename", "model_type", "model_size",
+        "model_n_params", "n_batch", "n_ubatch", "n_threads", "type_k", "type_v", "n_prompt",
+        "n_gen", "n_depth", "test_time", "avg_ns", "stddev_ns", "avg_ts", "stddev_ts",
+        "samples_ns", "samples_ts", "ttft_ms", "peak_rss_bytes"]
+for r in rows:
+    for k in need:
+        assert k in r, k
+    assert r["n_threads"] == 1 and len(r["samples_ns"]) == 3 and len(r["samples_ts"]) == 3
+    assert r["avg_ts"] > 0 and r["stddev_ts"] >= 0 and r["peak_rss_bytes"] > 0
+    n = r["n_prompt"] + r["n_gen"]
+    ts = [1e9 * n / s for s in r["samples_ns"]]
+    assert all(abs(a - b) <= 1e-6 * a for a, b in zip(ts, r["samples_ts"]))
+    assert abs(sum(ts) / len(ts) - r["avg_ts"]) <= 1e-6 * r["avg_ts"]
+assert (rows[0]["n_prompt"], rows[0]["n_gen"]) == (16, 0)
+assert (rows[1]["n_prompt"], rows[1]["n_gen"]) == (0, 4)
+EOF
+}
+check "bench -o json: an array with llama-bench's field names and consistent t/s" json_fields
+json_only() { [ ! -s "$tmp/json.err" ] && [ "$(head -c 1 "$tmp/json")" = "[" ]; }
+check "bench -o json: nothing but JSON" json_only
+
+ceilings() {
+  grep -Eq '^  int8 compute +[0-9]*[1-9][0-9]*\.[0-9]+ GMAC/s' "$tmp/roof" &&
+    grep -Eq '^  memory +[0-9.]+ GB/s' "$tmp/roof" &&
+    ! grep -Eq '^  (int8 compute|memory) +0\.00 ' "$tmp/roof" &&
+    grep -Eq '^\| +pp16 \| +1 \| +[0-9.]+ \| .*% \|' "$tmp/roof" &&
+    grep -Eq '^\| +tg4 \| .* memory \|' "$tmp/roof" &&
+    grep -q 'hexagon-v75 t/s' "$tmp/roof" && grep -q 'm4-ane t/s' "$tmp/roof" &&
+    grep -q 'mtl-npu t/s' "$tmp/roof" && grep -q '^tg4: .* MB per token' "$tmp/roof"
+}
+check "bench --roofline: positive ceilings, % of ceiling, NPU predictions, bytes per token" ceilings
+svg() {
+  head -c 200 "$tmp/roof.svg" | grep -q '^<svg ' && tail -1 "$tmp/roof.svg" | grep -q '</svg>' &&
+    grep -q 'arithmetic intensity' "$tmp/roof.svg" && grep -q '<circle' "$tmp/roof.svg" &&
+    grep -q 'pp16' "$tmp/roof.svg" && grep -q 'tg4' "$tmp/roof.svg" &&
+    python3 -c 'import sys, xml.dom.minidom as m; m.parse(sys.argv[1])' "$tmp/roof.svg"
+}
+check "bench --plot: writes a well-formed SVG with the points" svg
+
+usage_lists() { "$bin" --help | grep -q "^  bench"; }
+check "usage lists bench" usage_lists
+check "bench --help" "$bin" bench --help
+
+fails "bench: bad prompt list" "not a list" "$bin" bench -m "$model" -p 16,abc
+fails "bench: zero repetitions" "not an integer" "$bin" bench -m "$model" -r 0
+fails "bench: unknown output format" "not md or json" "$bin" bench -m "$model" -o xml
+fails "bench: unknown option" "unknown option" "$bin" bench -m "$model" --fast
+fails "bench: missing model" "cannot open" "$bin" bench -m "$tmp/nope.gguf"
+fails "bench: test longer than the context" "does not fit" "$bin" bench -m "$model" -p 4096 -n 0
+fails "bench: no tests" "no tests" "$bin" bench -m "$model" -p 0 -n 0
+fails "bench: unwritable plot" "cannot write" "$bin" bench -m "$model" --plot "$tmp/no/such/dir.svg"
+echo "1..$n"

@@ -1,0 +1,884 @@
+/* npulm bench: prefill (pp N) and decode (tg N) speeds measured the way llama.cpp's llama-bench
+ * measures them, printed as its table or its JSON; with --roofline, this host's int8 MAC/s and
+ * memory bandwidth ceilings, every figure placed against them, the NPU cost model's prediction
+ * for each public NPU profile, and (--plot) the roofline drawn as SVG. Uses only npulm.h.
+ *
+ * llama-bench's method (tools/llama-bench/llama-bench.cpp), followed here: one context per test
+ * sized n_prompt + n_gen; a warmup (pp: one whole prompt run; tg: one single-token step); then per
+ * repetition: clear the cache, start the clock, and either evaluate n_prompt random tokens in one
+ * batch (the first is BOS when the model adds one) or evaluate n_gen tokens one at a time (BOS or
+ * random first, random after: no sampling, no tokenization); t/s of a repetition = tokens /
+ * seconds, reported as the mean and sample standard deviation over the repetitions. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "cli_util.h"
+#include "commands.h"
+#include "npulm.h"
+
+#define MAX_LIST 16
+#define MAX_PROFILES 8
+
+const char npulm_usage_bench[] =
+    "usage: npulm bench [-m MODEL] [-p 512] [-n 128] [-t THREADS] [-r 5] [-o md|json]\n"
+    "                   [--roofline] [--plot FILE.svg] [compile options]\n"
+    "\n"
+    "Measure prefill (pp N: N tokens in one evaluation) and decode (tg N: N single-token\n"
+    "evaluations) speeds in tokens/s the way llama-bench does: synthetic random tokens, no\n"
+    "tokenization or sampling, a warmup run, then repetitions from an empty cache, reported as\n"
+    "mean +/- standard deviation. Also reports time to first token and peak RSS. A GGUF model is\n"
+    "compiled in memory first; a program file (npulm compile) runs as it is.\n"
+    "\n"
+    "  -m, --model FILE      model (default: $NPULM_MODEL, else " CLI_DEFAULT_MODEL_PATH ")\n"
+    "  -p, --n-prompt LIST   prompt lengths, comma-separated; 0 = no prefill test (default 512)\n"
+    "  -n, --n-gen LIST      generated lengths; 0 = no decode test (default 128)\n"
+    "  -t, --threads LIST    thread counts (default: one per online CPU)\n"
+    "  -r, --repetitions N   repetitions of each test (default 5)\n"
+    "  -o, --output FORMAT   md (a llama-bench table, default) or json (llama-bench's JSON fields)\n"
+    "  --no-warmup           skip the warmup runs\n"
+    "  --roofline            measure this host's int8 MAC/s (the NPU's GEMM kernel) and memory\n"
+    "                        bandwidth, place every test against them, and predict each test on\n"
+    "                        the NPU profiles (Hexagon V75, Apple M4 ANE, Meteor Lake NPU)\n"
+    "  --plot FILE.svg       draw the roofline with the measured points (implies --roofline)\n"
+    "\n"
+    "Compile options, for a GGUF model:\n" CLI_COMPILE_OPTIONS_HELP;
+
+struct bench_opts {
+  const char *model_path;
+  int prompts[MAX_LIST], n_prompts;
+  int gens[MAX_LIST], n_gens;
+  int threads[MAX_LIST], n_threads;
+  int reps;
+  bool json, warmup, roofline;
+  const char *plot;
+};
+
+/* One test and what was measured. */
+struct result {
+  int n_prompt, n_gen, n_threads;
+  char test_time[32];  /* RFC 3339, as llama-bench writes it */
+  uint64_t *samples_ns; /* (reps) */
+  int reps;
+  double ttft_s;        /* mean time from a repetition's start to its first logits */
+  uint64_t peak_rss;    /* bytes, after the test (the process's peak so far) */
+  /* --roofline */
+  const npulm_roofline *host;
+  npulm_prediction bound;              /* on this host's ceilings */
+  npulm_prediction pred[MAX_PROFILES]; /* on each NPU profile */
+  npulm_decode_traffic traffic;        /* tg: at position 0 */
+  double bytes_per_token;              /* tg: mean over the run's positions */
+};
+
+/* What describes the model in every row. */
+struct model_desc {
+  const char *path;
+  char type[96];  /* "llama 110M w8a8-naive" */
+  uint64_t size;  /* bytes of the weights the program holds */
+  uint64_t n_params;
+  const char *quant;
+  int n_ubatch;   /* the largest rows of a prefill step */
+  char cpu[128];
+};
+
+/* ---- statistics (llama-bench's avg and stdev) -------------------------------------------- */
+
+static double mean(const double *v, int n) {
+  double s = 0.0;
+  for (int i = 0; i < n; i++) s += v[i];
+  return n > 0 ? s / n : 0.0;
+}
+
+/* Sample standard deviation (n - 1); 0 for fewer than two values. */
+static double stdev(const double *v, int n) {
+  if (n <= 1) return 0.0;
+  double m = mean(v, n), s = 0.0;
+  for (int i = 0; i < n; i++) s += (v[i] - m) * (v[i] - m);
+  return sqrt(s / (n - 1));
+}
+
+static int n_tokens(const struct result *r) { return r->n_prompt + r->n_gen; }
+
+/* t/s of each repetition into 'ts' (reps values). */
+static void samples_ts(const struct result *r, double *ts) {
+  for (int i = 0; i < r->reps; i++) {
+    ts[i] = r->samples_ns[i] > 0 ? 1e9 * n_tokens(r) / (double)r->samples_ns[i] : 0.0;
+  }
+}
+
+static double avg_ts(const struct result *r) {
+  double ts[1024];
+  samples_ts(r, ts);
+  return mean(ts, r->reps);
+}
+
+static double stdev_ts(const struct result *r) {
+  double ts[1024];
+  samples_ts(r, ts);
+  return stdev(ts, r->reps);
+}
+
+static uint64_t avg_ns(const struct result *r) {
+  uint64_t s = 0;
+  for (int i = 0; i < r->reps; i++) s += r->samples_ns[i];
+  return r->reps > 0 ? s / (uint64_t)r->reps : 0;
+}
+
+static uint64_t stdev_ns(const struct result *r) {
+  double v[1024];
+  for (int i = 0; i < r->reps; i++) v[i] = (double)r->samples_ns[i];
+  return (uint64_t)stdev(v, r->reps);
+}
+
+static void test_name(const struct result *r, char *buf, size_t cap) {
+  if (r->n_prompt > 0 && r->n_gen == 0) snprintf(buf, cap, "pp%d", r->n_prompt);
+  else if (r->n_gen > 0 && r->n_prompt == 0) snprintf(buf, cap, "tg%d", r->n_gen);
+  else snprintf(buf, cap, "pp%d+tg%d", r->n_prompt, r->n_gen);
+}
+
+/* ---- running one test --------------------------------------------------------------------- */
+
+static uint32_t next_rand(uint64_t *s) {
+  *s ^= *s >> 12;
+  *s ^= *s << 25;
+  *s ^= *s >> 27;
+  return (uint32_t)((*s * 0x2545F4914F6CDD1DULL) >> 33);
+}
+
+static void eval_or_die(const char *cmd, npulm_session *s, const int32_t *tokens, size_t n) {
+  npulm_error err;
+  if (npulm_session_eval(s, tokens, n, NULL, &err) != NPULM_OK) cli_die(cmd, "%s", err.msg);
+}
+
+/* llama-bench's test_prompt: n random tokens (BOS first if the model adds one) in one batch. */
+static void run_prompt(const char *cmd, npulm_session *s, const npulm_model_info *info,
+                       int32_t *tokens, int n, uint64_t *rng) {
+  for (int i = 0; i < n; i++) tokens[i] = (int32_t)(next_rand(rng) % (uint32_t)info->n_vocab);
+  if (info->add_bos && info->bos_id >= 0) tokens[0] = info->bos_id;
+  eval_or_die(cmd, s, tokens, (size_t)n);
+}
+
+/* llama-bench's test_gen: n single-token evaluations; returns the first one's seconds. */
+static double run_gen(const char *cmd, npulm_session *s, const npulm_model_info *info, int n,
+                      uint64_t *rng) {
+  int32_t token = info->add_bos && info->bos_id >= 0
+                      ? info->bos_id
+                      : (int32_t)(next_rand(rng) % (uint32_t)info->n_vocab);
+  double t0 = cli_now(), first = 0.0;
+  for (int i = 0; i < n; i++) {
+    eval_or_die(cmd, s, &token, 1);
+    if (i == 0) first = cli_now() - t0;
+    token = (int32_t)(next_rand(rng) % (uint32_t)info->n_vocab);
+  }
+  return first;
+}
+
+static void run_test(const char *cmd, const npulm_model *model, const struct bench_opts *o,
+                     struct result *r) {
+  npulm_model_info info;
+  npulm_model_get_info(model, &info);
+  char name[48];
+  test_name(r, name, sizeof(name));
+  time_t now = time(NULL);
+  struct tm tm;
+  gmtime_r(&now, &tm);
+  strftime(r->test_time, sizeof(r->test_time), "%Y-%m-%dT%H:%M:%SZ", &tm);
+
+  npulm_session_params sp = npulm_session_default_params();
+  sp.n_ctx = n_tokens(r);
+  sp.n_threads = r->n_threads;
+  npulm_session *s;
+  npulm_error err;
+  if (npulm_session_create(model, &sp, &s, &err) != NPULM_OK) {
+    cli_die(cmd, "%s: %s", name, err.msg);
+  }
+  int32_t *tokens = malloc((size_t)(r->n_prompt > 0 ? r->n_prompt : 1) * sizeof(int32_t));
+  r->samples_ns = calloc((size_t)o->reps, sizeof(uint64_t));
+  if (tokens == NULL || r->samples_ns == NULL) cli_die(cmd, "out of memory");
+  r->reps = o->reps;
+  uint64_t rng = 0x853c49e6748fea9bULL; /* the same tokens on every run */
+
+  if (o->warmup) {
+    if (r->n_prompt > 0) run_prompt(cmd, s, &info, tokens, r->n_prompt, &rng);
+    if (r->n_gen > 0) run_gen(cmd, s, &info, 1, &rng);
+  }
+  double ttft = 0.0;
+  for (int rep = 0; rep < o->reps; rep++) {
+    npulm_session_reset(s);
+    double t0 = cli_now(), first = 0.0;
+    if (r->n_prompt > 0) {
+      run_prompt(cmd, s, &info, tokens, r->n_prompt, &rng);
+      first = cli_now() - t0;
+    }
+    if (r->n_gen > 0) {
+      double f = run_gen(cmd, s, &info, r->n_gen, &rng);
+      if (r->n_prompt == 0) first = f;
+    }
+    r->samples_ns[rep] = (uint64_t)((cli_now() - t0) * 1e9);
+    ttft += first;
+  }
+  r->ttft_s = ttft / o->reps;
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru) == 0) r->peak_rss = (uint64_t)ru.ru_maxrss * 1024; /* KiB */
+  free(tokens);
+  npulm_session_free(s);
+}
+
+/* ---- describing the model and the host ---------------------------------------------------- */
+
+static void cpu_name(char *buf, size_t cap) {
+  snprintf(buf, cap, "unknown");
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (f == NULL) return;
+  char line[512];
+  while (fgets(line, sizeof(line), f) != NULL) {
+    if (strncmp(line, "model name", 10) != 0) continue;
+    const char *v = strchr(line, ':');
+    if (v == NULL) break;
+    v++;
+    while (*v == ' ' || *v == '\t') v++;
+    size_t n = strcspn(v, "\n");
+    snprintf(buf, cap, "%.*s", (int)n, v);
+    break;
+  }
+  fclose(f);
+}
+
+static void describe_model(const char *cmd, const npulm_model *model, const char *path,
+                           struct model_desc *d) {
+  npulm_model_info info;
+  npulm_model_get_info(model, &info);
+  npulm_decode_traffic t;
+  npulm_error err;
+  if (npulm_decode_traffic_at(model, 0, &t, &err) != NPULM_OK) cli_die(cmd, "%s", err.msg);
+  char params[32];
+  if (info.n_params >= 1000000000ull) snprintf(params, sizeof(params), "%.1fB", info.n_params / 1e9);
+  else if (info.n_params >= 1000000ull) snprintf(params, sizeof(params), "%.0fM", info.n_params / 1e6);
+  else snprintf(params, sizeof(params), "%.0fK", info.n_params / 1e3);
+  d->path = path;
+  snprintf(d->type, sizeof(d->type), "%s %s %s", info.arch, params, t.quant);
+  d->size = t.model_bytes;
+  d->n_params = info.n_params;
+  d->quant = t.quant;
+  cpu_name(d->cpu, sizeof(d->cpu));
+}
+
+/* "12.34 MiB" / "1.23 GiB" as llama-bench prints sizes. */
+static void size_str(uint64_t bytes, char *buf, size_t cap) {
+  if (bytes < 1024ull * 1024 * 1024) snprintf(buf, cap, "%.2f MiB", bytes / 1024.0 / 1024.0);
+  else snprintf(buf, cap, "%.2f GiB", bytes / 1024.0 / 1024.0 / 1024.0);
+}
+
+static void params_str(uint64_t n, char *buf, size_t cap) {
+  if (n < 1000000000ull) snprintf(buf, cap, "%.2f M", n / 1e6);
+  else snprintf(buf, cap, "%.2f B", n / 1e9);
+}
+
+/* ---- the llama-bench table ---------------------------------------------------------------- */
+
+#define BACKEND "NPU,CPU"
+
+static void print_md_header(void) {
+  printf("| %-30s | %10s | %10s | %-10s | %7s | %15s | %20s | %9s | %10s |\n", "model", "size",
+         "params", "backend", "threads", "test", "t/s", "ttft ms", "peak RSS");
+  printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+         "------------------------------", "---------:", "---------:", "----------", "------:",
+         "--------------:", "-------------------:", "--------:", "---------:");
+}
+
+static void print_md_row(const struct model_desc *d, const struct result *r) {
+  char size[32], params[32], name[48], ts[48], rss[32];
+  size_str(d->size, size, sizeof(size));
+  params_str(d->n_params, params, sizeof(params));
+  test_name(r, name, sizeof(name));
+  snprintf(ts, sizeof(ts), "%.2f ± %.2f", avg_ts(r), stdev_ts(r));
+  size_str(r->peak_rss, rss, sizeof(rss));
+  /* the width of "t/s" is one more: "±" is two bytes */
+  printf("| %-30s | %10s | %10s | %-10s | %7d | %15s | %21s | %9.2f | %10s |\n", d->type, size,
+         params, BACKEND, r->n_threads, name, ts, r->ttft_s * 1e3, rss);
+  fflush(stdout);
+}
+
+/* ---- roofline ------------------------------------------------------------------------------ */
+
+/* The compute ceiling that applies to the program's arithmetic. */
+static double peak_macs(const struct model_desc *d, const npulm_roofline *h) {
+  return strcmp(d->quant, "f32") == 0 ? h->f32_macs : h->int8_macs;
+}
+
+struct placement {
+  double seconds;    /* mean seconds of a repetition */
+  double macs_s;     /* achieved MAC/s */
+  double bytes_s;    /* achieved DRAM bytes/s (by the cost model's byte count) */
+  double ai;         /* MAC per byte */
+  bool memory_bound; /* left of the ridge */
+  double pct;        /* of the roofline at this intensity */
+};
+
+static void place(const struct model_desc *d, const struct result *r, struct placement *pl) {
+  const npulm_roofline *h = r->host;
+  pl->seconds = (double)avg_ns(r) * 1e-9;
+  const double macs = (double)r->bound.macs, bytes = (double)r->bound.bytes;
+  pl->macs_s = pl->seconds > 0 ? macs / pl->seconds : 0.0;
+  pl->bytes_s = pl->seconds > 0 ? bytes / pl->seconds : 0.0;
+  pl->ai = bytes > 0 ? macs / bytes : 0.0;
+  const double peak = peak_macs(d, h), slope = pl->ai * h->mem_bytes;
+  pl->memory_bound = slope < peak;
+  const double ceiling = slope < peak ? slope : peak;
+  pl->pct = ceiling > 0 ? 100.0 * pl->macs_s / ceiling : 0.0;
+}
+
+static void roofline_for(const char *cmd, const npulm_model *model, struct result *r,
+                         const npulm_roofline *host) {
+  npulm_error err;
+  r->host = host;
+  if (npulm_predict(model, NULL, host, r->n_prompt, r->n_gen, &r->bound, &err) != NPULM_OK) {
+    cli_die(cmd, "%s", err.msg);
+  }
+  int n_prof;
+  const npulm_npu_profile *prof = npulm_npu_profiles(&n_prof);
+  for (int i = 0; i < n_prof && i < MAX_PROFILES; i++) {
+    if (npulm_predict(model, &prof[i], host, r->n_prompt, r->n_gen, &r->pred[i], &err) !=
+        NPULM_OK) {
+      cli_die(cmd, "%s", err.msg);
+    }
+  }
+  if (r->n_gen > 0) {
+    double sum = 0.0;
+    for (int pos = r->n_prompt; pos < n_tokens(r); pos++) {
+      npulm_decode_traffic t;
+      if (npulm_decode_traffic_at(model, pos, &t, &err) != NPULM_OK) cli_die(cmd, "%s", err.msg);
+      if (pos == r->n_prompt) r->traffic = t;
+      sum += (double)t.bytes;
+    }
+    r->bytes_per_token = sum / r->n_gen;
+  }
+}
+
+static void print_host(FILE *f, const npulm_roofline *h) {
+  fprintf(f,
+          "roofline of this host, %d threads (measured in %.1f s):\n"
+          "  int8 compute  %8.2f GMAC/s  NPU kernel %s on cache-resident shapes\n"
+          "  f32 compute   %8.2f GMAC/s  CPU backend matmul\n"
+          "  memory        %8.2f GB/s    the better of a streaming read (%.2f GB/s) and copy "
+          "(%.2f GB/s,\n"
+          "                                 reads + writes counted) through %.0f MiB\n"
+          "  ridge point   %8.2f MAC/byte (int8)\n",
+          h->n_threads, h->seconds, h->int8_macs * 1e-9, h->kernel, h->f32_macs * 1e-9,
+          h->mem_bytes * 1e-9, h->read_bytes * 1e-9, h->copy_bytes * 1e-9,
+          (double)h->buffer_bytes / (1024.0 * 1024.0), h->mem_bytes > 0 ? h->int8_macs / h->mem_bytes : 0.0);
+}
+
+static void print_roofline_table(const struct model_desc *d, const struct result *rs, int n) {
+  int n_prof;
+  const npulm_npu_profile *prof = npulm_npu_profiles(&n_prof);
+  if (n_prof > MAX_PROFILES) n_prof = MAX_PROFILES;
+  printf("\n| %15s | %7s | %12s | %9s | %8s | %8s | %6s | %9s |", "test", "threads", "t/s",
+         "GMAC/s", "GB/s", "MAC/B", "bound", "% ceiling");
+  for (int p = 0; p < n_prof; p++) printf(" %11s t/s |", prof[p].name);
+  printf("\n| --------------: | ------: | -----------: | --------: | -------: | -------: | ------ | "
+         "--------: |");
+  for (int p = 0; p < n_prof; p++) printf(" --------------: |");
+  printf("\n");
+  for (int i = 0; i < n; i++) {
+    const struct result *r = &rs[i];
+    struct placement pl;
+    place(d, r, &pl);
+    char name[48];
+    test_name(r, name, sizeof(name));
+    printf("| %15s | %7d | %12.2f | %9.3f | %8.3f | %8.2f | %-6s | %8.1f%% |", name,
+           r->n_threads, avg_ts(r), pl.macs_s * 1e-9, pl.bytes_s * 1e-9, pl.ai,
+           pl.memory_bound ? "memory" : "MACs", pl.pct);
+    for (int p = 0; p < n_prof; p++) {
+      printf(" %15.2f |", r->pred[p].seconds > 0 ? n_tokens(r) / r->pred[p].seconds : 0.0);
+    }
+    printf("\n");
+  }
+  printf("\n");
+  for (int i = 0; i < n; i++) {
+    const struct result *r = &rs[i];
+    char name[48];
+    test_name(r, name, sizeof(name));
+    if (r->n_gen > 0) {
+      const double ceiling = r->host->mem_bytes / r->bytes_per_token;
+      printf("%s: %.3f MB per token (NPU weights %.3f MB, CPU weights %.3f MB, KV cache %.3f MB "
+             "at position %d); the bandwidth ceiling allows %.1f t/s, measured %.1f%% of it\n",
+             name, r->bytes_per_token * 1e-6, r->traffic.weight_bytes_npu * 1e-6,
+             r->traffic.weight_bytes_cpu * 1e-6, r->traffic.kv_bytes * 1e-6, r->n_prompt,
+             ceiling, 100.0 * avg_ts(r) / ceiling);
+    } else {
+      printf("%s: %.3f GMAC per run; the %s ceiling allows %.1f t/s, measured %.1f%% of it\n",
+             name, r->bound.macs * 1e-9, strcmp(d->quant, "f32") == 0 ? "f32" : "int8",
+             n_tokens(r) * peak_macs(d, r->host) / (double)r->bound.macs,
+             100.0 * avg_ts(r) * (double)r->bound.macs / n_tokens(r) / peak_macs(d, r->host));
+    }
+  }
+  printf("\nNPU profiles (the cost model: per node max(MACs / peak, DRAM bytes / bandwidth), CPU "
+         "nodes at this host's rates, plus dispatch per NPU subgraph and DRAM transfers):\n");
+  for (int p = 0; p < n_prof; p++) {
+    printf("  %-12s %s: %.1f int8 TOPS, %.1f fp16 TFLOPS, %.1f GB/s, %.0f MiB SRAM, %.0f us per "
+           "dispatch (estimates: %s)\n",
+           prof[p].name, prof[p].part, prof[p].int8_tops, prof[p].fp16_tflops, prof[p].dram_gbs,
+           prof[p].sram_mib, prof[p].dispatch_us, prof[p].estimates);
+  }
+  for (int i = 0; i < n; i++) {
+    const struct result *r = &rs[i];
+    char name[48];
+    test_name(r, name, sizeof(name));
+    printf("  %s:", name);
+    for (int p = 0; p < n_prof; p++) {
+      const npulm_prediction *q = &r->pred[p];
+      printf(" %s %.2f ms (NPU %.2f, CPU %.2f, dispatch %.2f x %d, transfer %.2f)%s", prof[p].name,
+             q->seconds * 1e3, q->npu_s * 1e3, q->cpu_s * 1e3, q->dispatch_s * 1e3,
+             q->n_dispatches, q->transfer_s * 1e3, p + 1 < n_prof ? ";" : "\n");
+    }
+  }
+}
+
+/* ---- SVG plot ------------------------------------------------------------------------------ */
+
+enum { SVG_W = 980, SVG_H = 620, PX0 = 90, PX1 = 690, PY0 = 60, PY1 = 540 };
+
+struct axes {
+  double lx0, lx1, ly0, ly1; /* log10 of the ranges */
+};
+
+static double sx(const struct axes *a, double x) {
+  return PX0 + (log10(x) - a->lx0) / (a->lx1 - a->lx0) * (PX1 - PX0);
+}
+
+static double sy(const struct axes *a, double y) {
+  return PY1 - (log10(y) - a->ly0) / (a->ly1 - a->ly0) * (PY1 - PY0);
+}
+
+/* 'v' (a power of ten) with an SI prefix: "100 M", "1 G", "10 T"; "0.1", "1", "1 k" for x. */
+static void si_label(double v, char *buf, size_t cap) {
+  static const char *const prefix[] = {"", " k", " M", " G", " T", " P", " E"};
+  if (v < 1.0) {
+    snprintf(buf, cap, "%g", v);
+    return;
+  }
+  int e = (int)floor(log10(v) + 1e-9) / 3;
+  if (e > 6) e = 6;
+  snprintf(buf, cap, "%g%s", v / pow(10.0, 3 * e), prefix[e]);
+}
+
+static void svg_escape(FILE *f, const char *s) {
+  for (; *s; s++) {
+    switch (*s) {
+    case '&': fputs("&amp;", f); break;
+    case '<': fputs("&lt;", f); break;
+    case '>': fputs("&gt;", f); break;
+    case '"': fputs("&quot;", f); break;
+    default: fputc(*s, f);
+    }
+  }
+}
+
+/* A roofline ceiling: y = min(peak, bw * x) across the plot, clipped to it. */
+static void svg_ceiling(FILE *f, const struct axes *a, double peak, double bw, const char *color,
+                        const char *dash, double width) {
+  const double x0 = pow(10, a->lx0), x1 = pow(10, a->lx1), ridge = peak / bw;
+  fprintf(f, "<polyline clip-path=\"url(#plot)\" fill=\"none\" stroke=\"%s\" stroke-width=\"%.1f\"%s "
+             "points=\"",
+          color, width, dash);
+  fprintf(f, "%.1f,%.1f ", sx(a, x0), sy(a, fmin(peak, bw * x0)));
+  if (ridge > x0 && ridge < x1) fprintf(f, "%.1f,%.1f ", sx(a, ridge), sy(a, peak));
+  fprintf(f, "%.1f,%.1f\"/>\n", sx(a, x1), sy(a, fmin(peak, bw * x1)));
+}
+
+static bool write_svg(const char *path, const struct model_desc *d, const struct result *rs,
+                      int n, const npulm_roofline *hosts, int n_hosts) {
+  int n_prof;
+  const npulm_npu_profile *prof = npulm_npu_profiles(&n_prof);
+  if (n_prof > MAX_PROFILES) n_prof = MAX_PROFILES;
+  const bool f32 = strcmp(d->quant, "f32") == 0;
+  /* ranges: every point, ridge and ceiling, padded to whole decades */
+  double xmin = 1e300, xmax = 0, ymin = 1e300, ymax = 0;
+  for (int i = 0; i < n; i++) {
+    struct placement pl;
+    place(d, &rs[i], &pl);
+    if (pl.ai > 0 && pl.macs_s > 0) {
+      xmin = fmin(xmin, pl.ai), xmax = fmax(xmax, pl.ai);
+      ymin = fmin(ymin, pl.macs_s), ymax = fmax(ymax, pl.macs_s);
+    }
+  }
+  for (int h = 0; h < n_hosts; h++) {
+    const double peak = peak_macs(d, &hosts[h]);
+    xmin = fmin(xmin, peak / hosts[h].mem_bytes), xmax = fmax(xmax, peak / hosts[h].mem_bytes);
+    ymax = fmax(ymax, peak);
+  }
+  for (int p = 0; p < n_prof; p++) {
+    const double peak = (f32 ? prof[p].fp16_tflops : prof[p].int8_tops) * 0.5e12;
+    const double ridge = peak / (prof[p].dram_gbs * 1e9);
+    xmin = fmin(xmin, ridge), xmax = fmax(xmax, ridge);
+    ymax = fmax(ymax, peak);
+  }
+  if (!(xmax > 0)) xmin = 0.1, xmax = 100;
+  struct axes a = {floor(log10(xmin / 3)), ceil(log10(xmax * 3)), 0, ceil(log10(ymax * 1.5))};
+  for (int h = 0; h < n_hosts; h++) ymin = fmin(ymin, hosts[h].mem_bytes * pow(10, a.lx0));
+  a.ly0 = floor(log10(ymin / 2));
+  if (a.ly1 - a.ly0 > 9) a.ly0 = a.ly1 - 9;
+
+  FILE *f = fopen(path, "w");
+  if (f == NULL) return false;
+  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 "
+             "%d %d\" font-family=\"DejaVu Sans, Arial, sans-serif\" font-size=\"13\">\n",
+          SVG_W, SVG_H, SVG_W, SVG_H);
+  fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+  fprintf(f, "<defs><clipPath id=\"plot\"><rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\"/>"
+             "</clipPath></defs>\n",
+          PX0, PY0, PX1 - PX0, PY1 - PY0);
+  fprintf(f, "<text x=\"%d\" y=\"32\" font-size=\"17\" font-weight=\"bold\">Roofline: ", PX0);
+  svg_escape(f, d->type);
+  fprintf(f, "</text>\n");
+  /* grid and tick labels, one per decade */
+  for (int e = (int)a.lx0; e <= (int)a.lx1; e++) {
+    char lab[32];
+    const double x = sx(&a, pow(10, e));
+    si_label(pow(10, e), lab, sizeof(lab));
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#ddd\"/>\n", x, PY0, x,
+            PY1);
+    fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", x, PY1 + 20, lab);
+  }
+  for (int e = (int)a.ly0; e <= (int)a.ly1; e++) {
+    char lab[32];
+    const double y = sy(&a, pow(10, e));
+    si_label(pow(10, e), lab, sizeof(lab));
+    fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", PX0, y, PX1,
+            y);
+    fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n", PX0 - 8, y + 4, lab);
+  }
+  fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#333\"/>\n",
+          PX0, PY0, PX1 - PX0, PY1 - PY0);
+  fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"14\">arithmetic "
+             "intensity (MAC per DRAM byte)</text>\n",
+          (PX0 + PX1) / 2, PY1 + 48);
+  fprintf(f, "<text transform=\"translate(24 %d) rotate(-90)\" text-anchor=\"middle\" "
+             "font-size=\"14\">performance (%s MAC/s)</text>\n",
+          (PY0 + PY1) / 2, f32 ? "f32" : "int8");
+  /* ceilings: NPU profiles dashed, this host solid */
+  static const char *const colors[] = {"#2ca02c", "#9467bd", "#8c564b", "#e377c2",
+                                       "#7f7f7f", "#bcbd22", "#17becf", "#aec7e8"};
+  int ly = PY0 + 8;
+  const int lx = PX1 + 20;
+  for (int p = 0; p < n_prof; p++) {
+    const double peak = (f32 ? prof[p].fp16_tflops : prof[p].int8_tops) * 0.5e12;
+    svg_ceiling(f, &a, peak, prof[p].dram_gbs * 1e9, colors[p], " stroke-dasharray=\"7 4\"", 1.6);
+    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"1.6\" "
+               "stroke-dasharray=\"7 4\"/>\n",
+            lx, ly, lx + 28, ly, colors[p]);
+    fprintf(f, "<text x=\"%d\" y=\"%d\">%s</text>\n", lx + 36, ly + 4, prof[p].name);
+    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"#555\">%.1f TMAC/s, %.0f GB/s</text>\n",
+            lx + 36, ly + 19, peak * 1e-12, prof[p].dram_gbs);
+    ly += 40;
+  }
+  for (int h = 0; h < n_hosts; h++) {
+    const double peak = peak_macs(d, &hosts[h]);
+    svg_ceiling(f, &a, peak, hosts[h].mem_bytes, "#111", "", 2.4);
+    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#111\" stroke-width=\"2.4\"/>\n",
+            lx, ly, lx + 28, ly);
+    fprintf(f, "<text x=\"%d\" y=\"%d\">this host, %d thread%s</text>\n", lx + 36, ly + 4,
+            hosts[h].n_threads, hosts[h].n_threads == 1 ? "" : "s");
+    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"#555\">%.1f GMAC/s, %.1f GB/s</text>\n",
+            lx + 36, ly + 19, peak * 1e-9, hosts[h].mem_bytes * 1e-9);
+    ly += 40;
+  }
+  /* measured points */
+  fprintf(f, "<circle cx=\"%d\" cy=\"%d\" r=\"5\" fill=\"#1f77b4\"/><text x=\"%d\" y=\"%d\">prefill "
+             "(pp N)</text>\n",
+          lx + 14, ly, lx + 36, ly + 4);
+  ly += 24;
+  fprintf(f, "<circle cx=\"%d\" cy=\"%d\" r=\"5\" fill=\"#d62728\"/><text x=\"%d\" y=\"%d\">decode "
+             "(tg N)</text>\n",
+          lx + 14, ly, lx + 36, ly + 4);
+  ly += 30;
+  fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"#555\">points: measured on this "
+             "host,</text>\n",
+          lx, ly);
+  fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"#555\">label: test and %% of its "
+             "ceiling</text>\n",
+          lx, ly + 15);
+  /* the points, then their labels where they overlap no other label (font 12: ~7 px a char) */
+  struct box {
+    double x0, y0, x1, y1;
+  } boxes[4 * MAX_LIST * MAX_LIST];
+  int n_boxes = 0;
+  for (int i = 0; i < n; i++) {
+    struct placement pl;
+    place(d, &rs[i], &pl);
+    if (!(pl.ai > 0 && pl.macs_s > 0)) continue;
+    const double x = sx(&a, pl.ai), y = sy(&a, pl.macs_s);
+    fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"%s\" stroke=\"white\"/>\n", x, y,
+            rs[i].n_gen > 0 ? "#d62728" : "#1f77b4");
+  }
+  for (int i = 0; i < n; i++) {
+    struct placement pl;
+    place(d, &rs[i], &pl);
+    if (!(pl.ai > 0 && pl.macs_s > 0)) continue;
+    char name[48], label[96];
+    test_name(&rs[i], name, sizeof(name));
+    if (n_hosts > 1) snprintf(label, sizeof(label), "%s, %d t (%.1f%%)", name, rs[i].n_threads, pl.pct);
+    else snprintf(label, sizeof(label), "%s (%.1f%%)", name, pl.pct);
+    const double x = sx(&a, pl.ai), y = sy(&a, pl.macs_s), w = 7.0 * (double)strlen(label), h = 14;
+    /* candidate baselines: right above, right below, left above, left below, then further out */
+    static const double offs[][2] = {{8, -8}, {8, 18}, {-8, -8}, {-8, 18},
+                                     {8, -24}, {8, 34}, {-8, -24}, {-8, 34}};
+    struct box b = {0, 0, 0, 0};
+    bool left = false;
+    for (size_t c = 0; c < sizeof(offs) / sizeof(offs[0]); c++) {
+      left = offs[c][0] < 0;
+      b.x0 = left ? x + offs[c][0] - w : x + offs[c][0];
+      b.x1 = b.x0 + w;
+      b.y1 = y + offs[c][1] + 3;
+      b.y0 = b.y1 - h;
+      bool clear = b.x0 >= PX0 && b.x1 <= PX1 + 60 && b.y0 >= PY0;
+      for (int j = 0; j < n_boxes && clear; j++) {
+        clear = b.x1 < boxes[j].x0 || b.x0 > boxes[j].x1 || b.y1 < boxes[j].y0 || b.y0 > boxes[j].y1;
+      }
+      if (clear) break;
+    }
+    if (n_boxes < (int)(sizeof(boxes) / sizeof(boxes[0]))) boxes[n_boxes++] = b;
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\">%s</text>\n", b.x0, b.y1 - 3, label);
+  }
+  fprintf(f, "</svg>\n");
+  bool ok = !ferror(f);
+  return fclose(f) == 0 && ok;
+}
+
+/* ---- JSON (llama-bench's fields, then npulm's) ------------------------------------------- */
+
+static json_t *result_json(const struct model_desc *d, const struct result *r) {
+  json_t *o = json_object();
+  json_object_set_new(o, "build_commit", json_string("npulm"));
+  json_object_set_new(o, "build_number", json_integer(0));
+  json_object_set_new(o, "cpu_info", json_string(d->cpu));
+  json_object_set_new(o, "gpu_info", json_string(""));
+  json_object_set_new(o, "backends", json_string(BACKEND));
+  json_object_set_new(o, "model_filename", json_string(d->path));
+  json_object_set_new(o, "model_type", json_string(d->type));
+  json_object_set_new(o, "model_size", json_integer((json_int_t)d->size));
+  json_object_set_new(o, "model_n_params", json_integer((json_int_t)d->n_params));
+  json_object_set_new(o, "n_batch", json_integer(n_tokens(r))); /* one evaluation per prompt */
+  json_object_set_new(o, "n_ubatch", json_integer(d->n_ubatch));
+  json_object_set_new(o, "n_threads", json_integer(r->n_threads));
+  json_object_set_new(o, "cpu_mask", json_string("0x0"));
+  json_object_set_new(o, "cpu_strict", json_false());
+  json_object_set_new(o, "poll", json_integer(0));
+  json_object_set_new(o, "type_k", json_string("f32"));
+  json_object_set_new(o, "type_v", json_string("f32"));
+  json_object_set_new(o, "n_gpu_layers", json_integer(0));
+  json_object_set_new(o, "n_cpu_moe", json_integer(0));
+  json_object_set_new(o, "split_mode", json_string("none"));
+  json_object_set_new(o, "main_gpu", json_integer(0));
+  json_object_set_new(o, "no_kv_offload", json_false());
+  json_object_set_new(o, "flash_attn", json_integer(0));
+  json_object_set_new(o, "devices", json_string("none"));
+  json_object_set_new(o, "tensor_split", json_string("0.00"));
+  json_object_set_new(o, "tensor_buft_overrides", json_string("none"));
+  json_object_set_new(o, "load_mode", json_string("mmap"));
+  json_object_set_new(o, "lazy_mode", json_string("none"));
+  json_object_set_new(o, "embeddings", json_false());
+  json_object_set_new(o, "no_op_offload", json_integer(0));
+  json_object_set_new(o, "no_host", json_false());
+  json_object_set_new(o, "fit_target", json_integer(0));
+  json_object_set_new(o, "fit_min_ctx", json_integer(0));
+  json_object_set_new(o, "n_prompt", json_integer(r->n_prompt));
+  json_object_set_new(o, "n_gen", json_integer(r->n_gen));
+  json_object_set_new(o, "n_depth", json_integer(0));
+  json_object_set_new(o, "test_time", json_string(r->test_time));
+  json_object_set_new(o, "avg_ns", json_integer((json_int_t)avg_ns(r)));
+  json_object_set_new(o, "stddev_ns", json_integer((json_int_t)stdev_ns(r)));
+  json_object_set_new(o, "avg_ts", json_real(avg_ts(r)));
+  json_object_set_new(o, "stddev_ts", json_real(stdev_ts(r)));
+  json_t *ns = json_array(), *ts = json_array();
+  double tsv[1024];
+  samples_ts(r, tsv);
+  for (int i = 0; i < r->reps; i++) {
+    json_array_append_new(ns, json_integer((json_int_t)r->samples_ns[i]));
+    json_array_append_new(ts, json_real(tsv[i]));
+  }
+  json_object_set_new(o, "samples_ns", ns);
+  json_object_set_new(o, "samples_ts", ts);
+  /* npulm's own */
+  json_object_set_new(o, "quant", json_string(d->quant));
+  json_object_set_new(o, "ttft_ms", json_real(r->ttft_s * 1e3));
+  json_object_set_new(o, "peak_rss_bytes", json_integer((json_int_t)r->peak_rss));
+  if (r->host != NULL) {
+    const npulm_roofline *h = r->host;
+    struct placement pl;
+    place(d, r, &pl);
+    json_t *rl = json_object();
+    json_object_set_new(rl, "int8_macs_per_s", json_real(h->int8_macs));
+    json_object_set_new(rl, "f32_macs_per_s", json_real(h->f32_macs));
+    json_object_set_new(rl, "mem_bytes_per_s", json_real(h->mem_bytes));
+    json_object_set_new(rl, "read_bytes_per_s", json_real(h->read_bytes));
+    json_object_set_new(rl, "copy_bytes_per_s", json_real(h->copy_bytes));
+    json_object_set_new(rl, "kernel", json_string(h->kernel));
+    json_object_set_new(rl, "macs", json_integer((json_int_t)r->bound.macs));
+    json_object_set_new(rl, "bytes", json_integer((json_int_t)r->bound.bytes));
+    json_object_set_new(rl, "macs_per_s", json_real(pl.macs_s));
+    json_object_set_new(rl, "bytes_per_s", json_real(pl.bytes_s));
+    json_object_set_new(rl, "intensity", json_real(pl.ai));
+    json_object_set_new(rl, "bound", json_string(pl.memory_bound ? "memory" : "compute"));
+    json_object_set_new(rl, "pct_of_ceiling", json_real(pl.pct));
+    if (r->n_gen > 0) {
+      json_object_set_new(rl, "bytes_per_token", json_real(r->bytes_per_token));
+      json_object_set_new(rl, "pct_of_bandwidth",
+                          json_real(100.0 * avg_ts(r) * r->bytes_per_token / h->mem_bytes));
+    }
+    json_object_set_new(o, "roofline", rl);
+    json_t *pr = json_object();
+    int n_prof;
+    const npulm_npu_profile *prof = npulm_npu_profiles(&n_prof);
+    for (int p = 0; p < n_prof && p < MAX_PROFILES; p++) {
+      const npulm_prediction *q = &r->pred[p];
+      json_t *e = json_object();
+      json_object_set_new(e, "avg_ts", json_real(q->seconds > 0 ? n_tokens(r) / q->seconds : 0));
+      json_object_set_new(e, "seconds", json_real(q->seconds));
+      json_object_set_new(e, "npu_s", json_real(q->npu_s));
+      json_object_set_new(e, "cpu_s", json_real(q->cpu_s));
+      json_object_set_new(e, "dispatch_s", json_real(q->dispatch_s));
+      json_object_set_new(e, "transfer_s", json_real(q->transfer_s));
+      json_object_set_new(e, "n_dispatches", json_integer(q->n_dispatches));
+      json_object_set_new(pr, prof[p].name, e);
+    }
+    json_object_set_new(o, "predicted", pr);
+  }
+  return o;
+}
+
+/* ---- the command --------------------------------------------------------------------------- */
+
+static void parse(struct cli_args *a, struct bench_opts *o, npulm_compile_params *cp) {
+  for (a->i = 2; a->i < a->argc; a->i++) {
+    const char *s = a->argv[a->i];
+    if (cli_wants_help(a)) exit(0);
+    else if (cli_is_opt(s, "-m", "--model")) o->model_path = cli_opt_value(a);
+    else if (cli_is_opt(s, "-p", "--n-prompt")) o->n_prompts = cli_opt_list(a, o->prompts, MAX_LIST, 0, 1 << 20);
+    else if (cli_is_opt(s, "-n", "--n-gen")) o->n_gens = cli_opt_list(a, o->gens, MAX_LIST, 0, 1 << 20);
+    else if (cli_is_opt(s, "-t", "--threads")) o->n_threads = cli_opt_list(a, o->threads, MAX_LIST, 1, 1024);
+    else if (cli_is_opt(s, "-r", "--repetitions")) o->reps = (int)cli_opt_int(a, 1, 1000);
+    else if (cli_is_opt(s, "-o", "--output")) {
+      const char *v = cli_opt_value(a);
+      if (strcmp(v, "md") == 0) o->json = false;
+      else if (strcmp(v, "json") == 0) o->json = true;
+      else cli_die(a->cmd, "option -o: '%s' is not md or json", v);
+    } else if (cli_is_opt(s, NULL, "--no-warmup")) o->warmup = false;
+    else if (cli_is_opt(s, NULL, "--roofline")) o->roofline = true;
+    else if (cli_is_opt(s, NULL, "--plot")) {
+      o->plot = cli_opt_value(a);
+      o->roofline = true;
+    } else if (cli_compile_option(a, cp)) continue;
+    else cli_unknown_option(a);
+  }
+}
+
+int npulm_cmd_bench(int argc, char **argv) {
+  struct cli_args a = {.argc = argc, .argv = argv, .i = 2, .cmd = "bench", .usage = npulm_usage_bench};
+  struct bench_opts o = {.prompts = {512}, .n_prompts = 1, .gens = {128}, .n_gens = 1,
+                         .n_threads = 0, .reps = 5, .warmup = true};
+  npulm_compile_params cp = npulm_compile_default_params();
+  parse(&a, &o, &cp);
+  if (o.n_threads == 0) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    o.threads[0] = n > 0 ? (int)n : 1;
+    o.n_threads = 1;
+  }
+  if (o.plot != NULL) {
+    /* fail now rather than after minutes of measuring */
+    FILE *f = fopen(o.plot, "w");
+    if (f == NULL) cli_die(a.cmd, "cannot write '%s'", o.plot);
+    fclose(f);
+  }
+
+  /* the tests, in llama-bench's order: per thread count, every pp, then every tg */
+  int n_tests = 0, max_ctx = 0;
+  struct result *rs = calloc((size_t)o.n_threads * (size_t)(o.n_prompts + o.n_gens), sizeof(*rs));
+  if (rs == NULL) cli_die(a.cmd, "out of memory");
+  for (int t = 0; t < o.n_threads; t++) {
+    for (int i = 0; i < o.n_prompts; i++) {
+      if (o.prompts[i] > 0) rs[n_tests++] = (struct result){.n_prompt = o.prompts[i], .n_threads = o.threads[t]};
+    }
+    for (int i = 0; i < o.n_gens; i++) {
+      if (o.gens[i] > 0) rs[n_tests++] = (struct result){.n_gen = o.gens[i], .n_threads = o.threads[t]};
+    }
+  }
+  for (int i = 0; i < n_tests; i++) {
+    if (n_tokens(&rs[i]) > max_ctx) max_ctx = n_tokens(&rs[i]);
+  }
+  if (n_tests == 0) cli_die(a.cmd, "no tests: -p and -n are both 0");
+
+  const char *path = cli_resolve_model(a.cmd, o.model_path);
+  npulm_model *model;
+  npulm_error err;
+  if (npulm_model_open(path, &model, &err) != NPULM_OK) cli_die(a.cmd, "%s", err.msg);
+  if (!npulm_model_has_program(model)) {
+    cp.progress = cli_calib_progress;
+    if (npulm_model_compile(model, &cp, &err) != NPULM_OK) cli_die(a.cmd, "%s", err.msg);
+  }
+  cli_free_compile_params(&cp);
+  /* every test must fit before any runs: one session of the largest context */
+  npulm_session_params sp = npulm_session_default_params();
+  sp.n_ctx = max_ctx;
+  npulm_session *probe;
+  if (npulm_session_create(model, &sp, &probe, &err) != NPULM_OK) {
+    cli_die(a.cmd, "a test of %d tokens does not fit: %s", max_ctx, err.msg);
+  }
+  npulm_session_free(probe);
+
+  struct model_desc d;
+  describe_model(a.cmd, model, path, &d);
+  d.n_ubatch = npulm_program_max_rows(model);
+
+  if (!o.json) print_md_header();
+  for (int i = 0; i < n_tests; i++) {
+    run_test(a.cmd, model, &o, &rs[i]);
+    if (!o.json) print_md_row(&d, &rs[i]);
+  }
+  if (!o.json) printf("\nbuild: npulm (%s)\n", d.quant);
+
+  /* the host's ceilings, once per thread count: measured after the tests, so that the streamed
+   * buffer stays out of their peak RSS */
+  npulm_roofline hosts[MAX_LIST];
+  if (o.roofline) {
+    for (int t = 0; t < o.n_threads; t++) {
+      if (npulm_roofline_measure(o.threads[t], &hosts[t], &err) != NPULM_OK) {
+        cli_die(a.cmd, "%s", err.msg);
+      }
+      if (!o.json) printf("\n");
+      print_host(o.json ? stderr : stdout, &hosts[t]);
+    }
+    for (int i = 0; i < n_tests; i++) {
+      int t = 0;
+      while (o.threads[t] != rs[i].n_threads) t++;
+      roofline_for(a.cmd, model, &rs[i], &hosts[t]);
+    }
+    if (!o.json) print_roofline_table(&d, rs, n_tests);
+  }
+  if (o.json) {
+    json_t *arr = json_array();
+    for (int i = 0; i < n_tests; i++) json_array_append_new(arr, result_json(&d, &rs[i]));
+    json_dumpf(arr, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+    fputc('\n', stdout);
+    json_decref(arr);
+  }
+  fflush(stdout);
+  if (o.plot != NULL) {
+    if (!write_svg(o.plot, &d, rs, n_tests, hosts, o.n_threads)) {
+      cli_die(a.cmd, "cannot write '%s'", o.plot);
+    }
+    fprintf(stderr, "wrote %s\n", o.plot);
+  }
+  for (int i = 0; i < n_tests; i++) free(rs[i].samples_ns);
+  free(rs);
+  npulm_model_close(model);
+  return 0;
+}

@@ -1,0 +1,148 @@
+/* Helpers the npulm CLI commands share (see cli_util.h). */
+#include "cli_util.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+void cli_die(const char *cmd, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "npulm %s: ", cmd);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  exit(1);
+}
+
+bool cli_is_opt(const char *arg, const char *short_name, const char *long_name) {
+  return (short_name != NULL && strcmp(arg, short_name) == 0) || strcmp(arg, long_name) == 0;
+}
+
+const char *cli_opt_value(struct cli_args *a) {
+  if (a->i + 1 >= a->argc) cli_die(a->cmd, "option %s needs a value", a->argv[a->i]);
+  return a->argv[++a->i];
+}
+
+long long cli_opt_int(struct cli_args *a, long long min, long long max) {
+  const char *name = a->argv[a->i];
+  const char *s = cli_opt_value(a);
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno != 0 || *s == '\0' || *end != '\0' || v < min || v > max) {
+    cli_die(a->cmd, "option %s: '%s' is not an integer in [%lld, %lld]", name, s, min, max);
+  }
+  return v;
+}
+
+int cli_opt_list(struct cli_args *a, int *out, int max, long min, long max_value) {
+  const char *name = a->argv[a->i];
+  const char *s = cli_opt_value(a);
+  int n = 0;
+  const char *p = s;
+  for (;;) {
+    char *end;
+    errno = 0;
+    long v = strtol(p, &end, 10);
+    if (errno != 0 || end == p || v < min || v > max_value || (*end != ',' && *end != '\0') ||
+        n == max) {
+      cli_die(a->cmd, "option %s: '%s' is not a list of at most %d integers in [%ld, %ld]", name,
+              s, max, min, max_value);
+    }
+    out[n++] = (int)v;
+    if (*end == '\0') break;
+    p = end + 1;
+  }
+  return n;
+}
+
+void cli_unknown_option(struct cli_args *a) {
+  cli_die(a->cmd, "unknown option '%s' (see 'npulm %s --help')", a->argv[a->i], a->cmd);
+}
+
+bool cli_wants_help(struct cli_args *a) {
+  if (cli_is_opt(a->argv[a->i], "-h", "--help")) {
+    fputs(a->usage, stdout);
+    return true;
+  }
+  return false;
+}
+
+const char *cli_resolve_model(const char *cmd, const char *path) {
+  if (path != NULL) return path;
+  const char *env = getenv("NPULM_MODEL");
+  if (env != NULL && *env != '\0') return env;
+  if (access(CLI_DEFAULT_MODEL_PATH, R_OK) == 0) return CLI_DEFAULT_MODEL_PATH;
+  cli_die(cmd, "no model given: pass -m MODEL.gguf or set NPULM_MODEL");
+}
+
+/* The whole of file 'path' (malloc'd, '*len' bytes); exits on failure. */
+static char *read_all(const char *cmd, const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) cli_die(cmd, "cannot open '%s'", path);
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap);
+  while (buf != NULL) {
+    n += fread(buf + n, 1, cap - n, f);
+    if (n < cap) break;
+    char *bigger = realloc(buf, cap *= 2);
+    if (bigger == NULL) free(buf);
+    buf = bigger;
+  }
+  bool failed = ferror(f);
+  fclose(f);
+  if (buf == NULL) cli_die(cmd, "out of memory");
+  if (failed) cli_die(cmd, "cannot read '%s'", path);
+  *len = n;
+  return buf;
+}
+
+bool cli_compile_option(struct cli_args *a, npulm_compile_params *cp) {
+  const char *o = a->argv[a->i];
+  if (cli_is_opt(o, NULL, "--chunks")) {
+    cp->n_chunks = cli_opt_list(a, cp->chunks, NPULM_MAX_CHUNKS, 1, 1L << 24);
+  } else if (cli_is_opt(o, NULL, "--buckets")) {
+    cp->n_buckets = cli_opt_list(a, cp->buckets, NPULM_MAX_BUCKETS, 1, 1L << 24);
+  } else if (cli_is_opt(o, NULL, "--quant")) {
+    cp->quant = cli_opt_value(a);
+  } else if (cli_is_opt(o, NULL, "--float-ops")) {
+    cp->float_ops = cli_opt_value(a);
+  } else if (cli_is_opt(o, NULL, "--calib-tokens")) {
+    cp->calib_tokens = (int)cli_opt_int(a, 1, 1 << 24);
+  } else if (cli_is_opt(o, NULL, "--calib")) {
+    free((char *)cp->calib_text);
+    cp->calib_text = read_all(a->cmd, cli_opt_value(a), &cp->calib_len);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+void cli_free_compile_params(npulm_compile_params *cp) {
+  free((char *)cp->calib_text);
+  cp->calib_text = NULL;
+}
+
+void cli_calib_progress(void *user, uint64_t done, uint64_t total) {
+  (void)user;
+  if (!isatty(STDERR_FILENO)) return;
+  enum { WIDTH = 30 };
+  int filled = total ? (int)(WIDTH * done / total) : WIDTH;
+  char bar[WIDTH + 1];
+  for (int i = 0; i < WIDTH; i++) bar[i] = i < filled ? '#' : '.';
+  bar[WIDTH] = '\0';
+  fprintf(stderr, "\rcalibrating [%s] %" PRIu64 "/%" PRIu64 " tokens", bar, done, total);
+  if (done == total) fputc('\n', stderr);
+}
+
+double cli_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}

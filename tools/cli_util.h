@@ -1,0 +1,70 @@
+/* Helpers the npulm CLI commands share: option parsing that fails with one line on stderr and
+ * exit status 1, the model path, the compile options of a GGUF model, and a clock. Used by the
+ * commands in their own files (bench.c); tools/npulm.c still has its own static copies. */
+#ifndef NPULM_TOOLS_CLI_UTIL_H
+#define NPULM_TOOLS_CLI_UTIL_H
+
+#include <stdbool.h>
+
+#include "npulm.h"
+
+#define CLI_DEFAULT_MODEL_PATH "../shared/models/stories260K.gguf"
+
+/* The compile options' help lines (as `npulm compile --help` words them). */
+#define CLI_COMPILE_OPTIONS_HELP                                                                  \
+  "  --quant MODE       how the NPU computes: w8a8-smooth (default: SmoothQuant), w8a8-shadow\n"  \
+  "                     (outlier channels in float on the CPU), w8a8-naive, or f32\n"            \
+  "  --float-ops LIST   ops kept in float on the CPU, from softmax,qk,pv (default all three;\n"  \
+  "                     'none' for none)\n"                                                      \
+  "  --calib FILE       calibration text (default: a built-in English text)\n"                  \
+  "  --calib-tokens N   calibrate on at most N tokens of it (default 1024)\n"                   \
+  "  --chunks LIST      prefill chunk sizes, ascending, comma-separated (default 32,128)\n"     \
+  "  --buckets LIST     context buckets, ascending (default: powers of two from 128 up to the\n"\
+  "                     model's context, which is always the last)\n"
+
+/* A command's arguments: argv[1] is the command, 'i' the option being parsed. */
+struct cli_args {
+  int argc;
+  char **argv;
+  int i;
+  const char *cmd;
+  const char *usage;
+};
+
+/* Print "npulm CMD: " and the formatted message as one line on stderr; exit status 1. */
+_Noreturn void cli_die(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+bool cli_is_opt(const char *arg, const char *short_name, const char *long_name);
+
+/* The value of the option at argv[i] (advancing i); exits if it is missing. */
+const char *cli_opt_value(struct cli_args *a);
+
+/* The integer value of the option at argv[i] in [min, max]; exits otherwise. */
+long long cli_opt_int(struct cli_args *a, long long min, long long max);
+
+/* A comma-separated list of at most 'max' integers in [min, max_value] for the option at argv[i]
+ * into 'out'; returns how many. Exits if malformed. */
+int cli_opt_list(struct cli_args *a, int *out, int max, long min, long max_value);
+
+/* Exit with "unknown option" naming argv[i]. */
+_Noreturn void cli_unknown_option(struct cli_args *a);
+
+/* If argv[i] is -h/--help, print the usage to stdout and return true. */
+bool cli_wants_help(struct cli_args *a);
+
+/* The model path: 'path', else $NPULM_MODEL, else the shared stories260K if present; exits if
+ * none. */
+const char *cli_resolve_model(const char *cmd, const char *path);
+
+/* Parse a compile option at argv[i] into 'cp' (see CLI_COMPILE_OPTIONS_HELP); false if argv[i]
+ * is none. A --calib file is read into cp->calib_text: free it with cli_free_compile_params. */
+bool cli_compile_option(struct cli_args *a, npulm_compile_params *cp);
+void cli_free_compile_params(npulm_compile_params *cp);
+
+/* Calibration progress as a bar on a terminal (npulm_progress_fn). */
+void cli_calib_progress(void *user, uint64_t done, uint64_t total);
+
+/* Monotonic clock in seconds. */
+double cli_now(void);
+
+#endif /* NPULM_TOOLS_CLI_UTIL_H */
