@@ -788,3 +788,39 @@ size_t npu_tok_piece(const struct npu_tok *tok, int32_t prev, int32_t id, char *
   }
   return p.n;
 }
+
+/* ---- Merge queue ---------------------------------------------------------------------------- */
+
+static bool bigram_before(const struct npu_tok_bigram *a, const struct npu_tok_bigram *b) {
+  return a->priority > b->priority || (a->priority == b->priority && a->left < b->left);
+}
+
+bool npu_tok_heap_push(struct npu_tok_scratch *s, size_t *n, struct npu_tok_bigram b) {
+  if (!npu_tok_reserve(&s->heap, &s->heap_cap, *n + 1, sizeof(b))) return false;
+  struct npu_tok_bigram *h = s->heap;
+  size_t i = (*n)++;
+  while (i > 0) {
+    size_t parent = (i - 1) / 2;
+    if (!bigram_before(&b, &h[parent])) break;
+    h[i] = h[parent];
+    i = parent;
+  }
+  h[i] = b;
+  return true;
+}
+
+struct npu_tok_bigram npu_tok_heap_pop(struct npu_tok_scratch *s, size_t *n) {
+  struct npu_tok_bigram *h = s->heap;
+  struct npu_tok_bigram top = h[0], last = h[--(*n)];
+  size_t i = 0;
+  for (;;) {
+    size_t c = 2 * i + 1;
+    if (c >= *n) break;
+    if (c + 1 < *n && bigram_before(&h[c + 1], &h[c])) c++;
+    if (!bigram_before(&h[c], &last)) break;
+    h[i] = h[c];
+    i = c;
+  }
+  if (*n > 0) h[i] = last;
+  return top;
+}

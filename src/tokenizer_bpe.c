@@ -205,17 +205,7 @@ struct bpe_sym {
 };
 
 /* A candidate merge of symbol 'left' (token 'lid') with its right neighbour 'right' ('rid'). */
-struct bpe_bigram {
-  int32_t rank;
-  int32_t left, right;
-  int32_t lid, rid;
-  int32_t id; /* the merged token */
-};
 
-/* Heap order: lowest rank first, then leftmost. */
-static bool before(const struct bpe_bigram *a, const struct bpe_bigram *b) {
-  return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
 
 struct bpe_state {
   const struct npu_tok *tok;
@@ -224,37 +214,6 @@ struct bpe_state {
   size_t n_heap;
 };
 
-static bool heap_push(struct bpe_state *st, struct bpe_bigram b) {
-  if (!npu_tok_reserve(&st->s->heap, &st->s->heap_cap, st->n_heap + 1, sizeof(b))) return false;
-  struct bpe_bigram *h = st->s->heap;
-  size_t i = st->n_heap++;
-  while (i > 0) {
-    size_t parent = (i - 1) / 2;
-    if (!before(&b, &h[parent])) break;
-    h[i] = h[parent];
-    i = parent;
-  }
-  h[i] = b;
-  return true;
-}
-
-static struct bpe_bigram heap_pop(struct bpe_state *st) {
-  struct bpe_bigram *h = st->s->heap;
-  struct bpe_bigram top = h[0];
-  struct bpe_bigram last = h[--st->n_heap];
-  size_t n = st->n_heap, i = 0;
-  for (;;) {
-    size_t c = 2 * i + 1;
-    if (c >= n) break;
-    if (c + 1 < n && before(&h[c + 1], &h[c])) c++;
-    if (!before(&h[c], &last)) break;
-    h[i] = h[c];
-    i = c;
-  }
-  if (n > 0) h[i] = last;
-  return top;
-}
-
 /* Queue the merge of symbols 'left' and 'right' if the pair is ranked. False when out of memory. */
 static bool try_add(struct bpe_state *st, int32_t left, int32_t right) {
   if (left < 0 || right < 0) return true;
@@ -262,9 +221,9 @@ static bool try_add(struct bpe_state *st, int32_t left, int32_t right) {
   if (lid < 0 || rid < 0) return true;
   const struct npu_tok_merge *m = npu_tok_find_merge(st->tok, lid, rid);
   if (m == NULL) return true;
-  struct bpe_bigram b = {
-      .rank = m->rank, .left = left, .right = right, .lid = lid, .rid = rid, .id = m->id};
-  return heap_push(st, b);
+  struct npu_tok_bigram b = {
+      .priority = -(float)m->rank, .left = left, .right = right, .lid = lid, .rid = rid, .id = m->id};
+  return npu_tok_heap_push(st->s, &st->n_heap, b);
 }
 
 /* Encode one pre-tokenized word. */
@@ -301,7 +260,7 @@ static npulm_status encode_word(const struct npu_tok *tok, const unsigned char *
     if (!try_add(&st, i - 1, i)) goto nomem;
   }
   while (st.n_heap > 0) {
-    struct bpe_bigram b = heap_pop(&st);
+    struct npu_tok_bigram b = npu_tok_heap_pop(st.s, &st.n_heap);
     struct bpe_sym *l = &st.sym[b.left], *r = &st.sym[b.right];
     if (!l->alive || !r->alive || l->next != b.right || l->id != b.lid || r->id != b.rid) continue;
     l->id = b.id;

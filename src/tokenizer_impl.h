@@ -119,6 +119,22 @@ struct npu_tok_scratch {
 
 void npu_tok_scratch_free(struct npu_tok_scratch *s);
 
+/* A candidate merge of two adjacent symbols. Merges are taken highest 'priority' first (the SPM
+ * score of the merged piece, or minus the BPE merge rank; ranks are far below 2^24, so exact in a
+ * float), then leftmost first. */
+struct npu_tok_bigram {
+  float priority;
+  int32_t left, right; /* symbol indices */
+  int32_t lid, rid;    /* BPE: the two sides' token ids when queued, to spot stale entries */
+  uint32_t size;       /* SPM: bytes of the merged piece */
+  int32_t id;          /* the merged token */
+};
+
+/* The merge queue: a binary heap of '*n' bigrams in s->heap. Push returns false when out of
+ * memory; pop requires *n > 0. */
+bool npu_tok_heap_push(struct npu_tok_scratch *s, size_t *n, struct npu_tok_bigram b);
+struct npu_tok_bigram npu_tok_heap_pop(struct npu_tok_scratch *s, size_t *n);
+
 /* Length of the UTF-8 sequence that lead byte 'c' announces (1 for continuation bytes). */
 static inline size_t npu_tok_utf8_len(unsigned char c) {
   static const uint8_t lens[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};

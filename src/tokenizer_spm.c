@@ -19,17 +19,7 @@ struct spm_sym {
 
 /* A candidate merge of 'left' and its right neighbour 'right' into token 'id'. It is stale, and
  * skipped, unless both symbols still have the sizes they had when it was made ('size'). */
-struct spm_bigram {
-  float score;
-  int32_t left, right;
-  uint32_t size;
-  int32_t id;
-};
 
-/* Heap order: highest score first, then leftmost. */
-static bool before(const struct spm_bigram *a, const struct spm_bigram *b) {
-  return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
 
 struct spm_state {
   const struct npu_tok *tok;
@@ -39,37 +29,6 @@ struct spm_state {
   size_t n_heap;
 };
 
-static bool heap_push(struct spm_state *st, struct spm_bigram b) {
-  if (!npu_tok_reserve(&st->s->heap, &st->s->heap_cap, st->n_heap + 1, sizeof(b))) return false;
-  struct spm_bigram *h = st->s->heap;
-  size_t i = st->n_heap++;
-  while (i > 0) {
-    size_t parent = (i - 1) / 2;
-    if (!before(&b, &h[parent])) break;
-    h[i] = h[parent];
-    i = parent;
-  }
-  h[i] = b;
-  return true;
-}
-
-static struct spm_bigram heap_pop(struct spm_state *st) {
-  struct spm_bigram *h = st->s->heap;
-  struct spm_bigram top = h[0];
-  struct spm_bigram last = h[--st->n_heap];
-  size_t n = st->n_heap, i = 0;
-  for (;;) {
-    size_t c = 2 * i + 1;
-    if (c >= n) break;
-    if (c + 1 < n && before(&h[c + 1], &h[c])) c++;
-    if (!before(&h[c], &last)) break;
-    h[i] = h[c];
-    i = c;
-  }
-  if (n > 0) h[i] = last;
-  return top;
-}
-
 /* Queue the merge of symbols 'left' and 'right' if their concatenation is a token. Return false
  * only when out of memory. */
 static bool try_add(struct spm_state *st, int32_t left, int32_t right) {
@@ -78,9 +37,9 @@ static bool try_add(struct spm_state *st, int32_t left, int32_t right) {
   size_t size = (size_t)l->n + r->n;
   int32_t id = npu_tok_lookup(st->tok, st->text + l->start, size);
   if (id < 0) return true;
-  struct spm_bigram b = {
-      .score = st->tok->score[id], .left = left, .right = right, .size = (uint32_t)size, .id = id};
-  return heap_push(st, b);
+  struct npu_tok_bigram b = {
+      .priority = st->tok->score[id], .left = left, .right = right, .size = (uint32_t)size, .id = id};
+  return npu_tok_heap_push(st->s, &st->n_heap, b);
 }
 
 npulm_status npu_tok_spm_encode(const struct npu_tok *tok, const char *text, size_t len,
@@ -137,7 +96,7 @@ npulm_status npu_tok_spm_encode(const struct npu_tok *tok, const char *text, siz
     if (!try_add(&st, i - 1, i)) goto nomem;
   }
   while (st.n_heap > 0) {
-    struct spm_bigram b = heap_pop(&st);
+    struct npu_tok_bigram b = npu_tok_heap_pop(st.s, &st.n_heap);
     struct spm_sym *l = &st.sym[b.left], *r = &st.sym[b.right];
     if (l->n == 0 || r->n == 0 || (size_t)l->n + r->n != b.size) continue;
     l->n += r->n;
