@@ -314,7 +314,7 @@ static double peak_macs(const struct model_desc *d, const npulm_roofline *h) {
 }
 
 struct placement {
-  double seconds;    /* mean seconds of a repetition */
+  double seconds;    /* seconds of a repetition at the mean t/s */
   double macs_s;     /* achieved MAC/s */
   double bytes_s;    /* achieved DRAM bytes/s (by the cost model's byte count) */
   double ai;         /* MAC per byte */
@@ -324,7 +324,9 @@ struct placement {
 
 static void place(const struct model_desc *d, const struct result *r, struct placement *pl) {
   const npulm_roofline *h = r->host;
-  pl->seconds = (double)avg_ns(r) * 1e-9;
+  /* from the mean t/s, so that every figure agrees with the t/s column */
+  const double ts = avg_ts(r);
+  pl->seconds = ts > 0 ? n_tokens(r) / ts : 0.0;
   const double macs = (double)r->bound.macs, bytes = (double)r->bound.bytes;
   pl->macs_s = pl->seconds > 0 ? macs / pl->seconds : 0.0;
   pl->bytes_s = pl->seconds > 0 ? bytes / pl->seconds : 0.0;
@@ -776,7 +778,7 @@ static void parse(struct cli_args *a, struct bench_opts *o, npulm_compile_params
     else if (cli_is_opt(s, NULL, "--plot")) {
       o->plot = cli_opt_value(a);
       o->roofline = true;
-    } else if (cli_compile_option(a, cp)) continue;
+    } else if (cli_compile_option(a, cp, false)) continue;
     else cli_unknown_option(a);
   }
 }
@@ -793,10 +795,12 @@ int npulm_cmd_bench(int argc, char **argv) {
     o.n_threads = 1;
   }
   if (o.plot != NULL) {
-    /* fail now rather than after minutes of measuring */
-    FILE *f = fopen(o.plot, "w");
+    /* fail now rather than after minutes of measuring (and leave no empty file behind) */
+    const bool existed = access(o.plot, F_OK) == 0;
+    FILE *f = fopen(o.plot, "a");
     if (f == NULL) cli_die(a.cmd, "cannot write '%s'", o.plot);
     fclose(f);
+    if (!existed) remove(o.plot);
   }
 
   /* the tests, in llama-bench's order: per thread count, every pp, then every tg */

@@ -82,8 +82,19 @@ const char *cli_resolve_model(const char *cmd, const char *path) {
   cli_die(cmd, "no model given: pass -m MODEL.gguf or set NPULM_MODEL");
 }
 
-/* The whole of file 'path' (malloc'd, '*len' bytes); exits on failure. */
-static char *read_all(const char *cmd, const char *path, size_t *len) {
+float cli_opt_float(struct cli_args *a) {
+  const char *name = a->argv[a->i];
+  const char *s = cli_opt_value(a);
+  char *end;
+  errno = 0;
+  float v = strtof(s, &end);
+  if (errno != 0 || *s == '\0' || *end != '\0') {
+    cli_die(a->cmd, "option %s: '%s' is not a number", name, s);
+  }
+  return v;
+}
+
+char *cli_read_file(const char *cmd, const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (f == NULL) cli_die(cmd, "cannot open '%s'", path);
   size_t cap = 1 << 16, n = 0;
@@ -103,11 +114,11 @@ static char *read_all(const char *cmd, const char *path, size_t *len) {
   return buf;
 }
 
-bool cli_compile_option(struct cli_args *a, npulm_compile_params *cp) {
+bool cli_compile_option(struct cli_args *a, npulm_compile_params *cp, bool ctx_is_buckets) {
   const char *o = a->argv[a->i];
   if (cli_is_opt(o, NULL, "--chunks")) {
     cp->n_chunks = cli_opt_list(a, cp->chunks, NPULM_MAX_CHUNKS, 1, 1L << 24);
-  } else if (cli_is_opt(o, NULL, "--buckets")) {
+  } else if (cli_is_opt(o, NULL, "--buckets") || (ctx_is_buckets && cli_is_opt(o, NULL, "--ctx"))) {
     cp->n_buckets = cli_opt_list(a, cp->buckets, NPULM_MAX_BUCKETS, 1, 1L << 24);
   } else if (cli_is_opt(o, NULL, "--quant")) {
     cp->quant = cli_opt_value(a);
@@ -115,9 +126,13 @@ bool cli_compile_option(struct cli_args *a, npulm_compile_params *cp) {
     cp->float_ops = cli_opt_value(a);
   } else if (cli_is_opt(o, NULL, "--calib-tokens")) {
     cp->calib_tokens = (int)cli_opt_int(a, 1, 1 << 24);
+  } else if (cli_is_opt(o, NULL, "--smooth-alpha")) {
+    cp->smooth_alpha = cli_opt_float(a);
+  } else if (cli_is_opt(o, NULL, "--shadow-threshold")) {
+    cp->shadow_threshold = cli_opt_float(a);
   } else if (cli_is_opt(o, NULL, "--calib")) {
     free((char *)cp->calib_text);
-    cp->calib_text = read_all(a->cmd, cli_opt_value(a), &cp->calib_len);
+    cp->calib_text = cli_read_file(a->cmd, cli_opt_value(a), &cp->calib_len);
   } else {
     return false;
   }

@@ -1,6 +1,6 @@
 /* Helpers the npulm CLI commands share: option parsing that fails with one line on stderr and
  * exit status 1, the model path, the compile options of a GGUF model, and a clock. Used by the
- * commands in their own files (bench.c); tools/npulm.c still has its own static copies. */
+ * commands (npulm.c, bench.c). */
 #ifndef NPULM_TOOLS_CLI_UTIL_H
 #define NPULM_TOOLS_CLI_UTIL_H
 
@@ -18,6 +18,8 @@
   "                     'none' for none)\n"                                                      \
   "  --calib FILE       calibration text (default: a built-in English text)\n"                  \
   "  --calib-tokens N   calibrate on at most N tokens of it (default 1024)\n"                   \
+  "  --smooth-alpha A   SmoothQuant migration strength in (0, 1) (default 0.5)\n"               \
+  "  --shadow-threshold T  outlier channel: calibrated max above T x the median (default 6)\n"  \
   "  --chunks LIST      prefill chunk sizes, ascending, comma-separated (default 32,128)\n"     \
   "  --buckets LIST     context buckets, ascending (default: powers of two from 128 up to the\n"\
   "                     model's context, which is always the last)\n"
@@ -42,6 +44,12 @@ const char *cli_opt_value(struct cli_args *a);
 /* The integer value of the option at argv[i] in [min, max]; exits otherwise. */
 long long cli_opt_int(struct cli_args *a, long long min, long long max);
 
+/* The number value of the option at argv[i]; exits if it is not one. */
+float cli_opt_float(struct cli_args *a);
+
+/* The whole of file 'path' (malloc'd, '*len' bytes); exits on failure. */
+char *cli_read_file(const char *cmd, const char *path, size_t *len);
+
 /* A comma-separated list of at most 'max' integers in [min, max_value] for the option at argv[i]
  * into 'out'; returns how many. Exits if malformed. */
 int cli_opt_list(struct cli_args *a, int *out, int max, long min, long max_value);
@@ -57,8 +65,10 @@ bool cli_wants_help(struct cli_args *a);
 const char *cli_resolve_model(const char *cmd, const char *path);
 
 /* Parse a compile option at argv[i] into 'cp' (see CLI_COMPILE_OPTIONS_HELP); false if argv[i]
- * is none. A --calib file is read into cp->calib_text: free it with cli_free_compile_params. */
-bool cli_compile_option(struct cli_args *a, npulm_compile_params *cp);
+ * is none. --ctx also means --buckets where 'ctx_is_buckets' (compile, inspect, diff; run and ppl
+ * use -c/--ctx for the context length). A --calib file is read into cp->calib_text: free it with
+ * cli_free_compile_params. */
+bool cli_compile_option(struct cli_args *a, npulm_compile_params *cp, bool ctx_is_buckets);
 void cli_free_compile_params(npulm_compile_params *cp);
 
 /* Calibration progress as a bar on a terminal (npulm_progress_fn). */

@@ -11,10 +11,10 @@
 
 #include <jansson.h>
 
+#include "cli_util.h"
 #include "commands.h"
 #include "npulm.h"
 
-#define DEFAULT_MODEL_PATH "../shared/models/stories260K.gguf"
 
 static const char *const usage_main =
     "usage: npulm COMMAND [options]\n"
@@ -31,27 +31,12 @@ static const char *const usage_main =
     "\n"
     "'npulm COMMAND --help' describes a command's options.\n";
 
-/* The compile options, shared by compile and inspect, and by run and ppl on a GGUF model (which
- * they compile in memory). */
-#define COMPILE_OPTIONS_HELP                                                                      \
-  "  --quant MODE       how the NPU computes: w8a8-smooth (default: SmoothQuant), w8a8-shadow\n"  \
-  "                     (outlier channels in float on the CPU), w8a8-naive, or f32\n"            \
-  "  --float-ops LIST   ops kept in float on the CPU, from softmax,qk,pv (default all three;\n"  \
-  "                     'none' for none)\n"                                                      \
-  "  --calib FILE       calibration text (default: a built-in English text)\n"                  \
-  "  --calib-tokens N   calibrate on at most N tokens of it (default 1024)\n"                   \
-  "  --smooth-alpha A   SmoothQuant migration strength in (0, 1) (default 0.5)\n"               \
-  "  --shadow-threshold T  outlier channel: calibrated max above T x the median (default 6)\n"  \
-  "  --chunks LIST      prefill chunk sizes, ascending, comma-separated (default 32,128)\n"     \
-  "  --buckets LIST     context buckets, ascending (default: powers of two from 128 up to the\n"\
-  "                     model's context, which is always the last)\n"
-
 static const char *const usage_run =
     "usage: npulm run [-m MODEL.gguf] [-p PROMPT] [options]\n"
     "\n"
     "Generate a continuation of PROMPT, streaming it to stdout; speeds go to stderr.\n"
     "\n"
-    "  -m, --model FILE   model (default: $NPULM_MODEL, else " DEFAULT_MODEL_PATH ")\n"
+    "  -m, --model FILE   model (default: $NPULM_MODEL, else " CLI_DEFAULT_MODEL_PATH ")\n"
     "  -p, --prompt TEXT  prompt (default: empty, generation starts from BOS)\n"
     "  -n, --n-predict N  tokens to generate (default 128; -1 = until end of text or context)\n"
     "  -c, --ctx N        context length (default: the model's, at most 4096)\n"
@@ -63,7 +48,7 @@ static const char *const usage_run =
     "  --reference        run the FP32 reference forward instead of the compiled graphs\n"
     "\n"
     "A GGUF model is compiled in memory first (calibrated and quantized as compile would):\n"
-    COMPILE_OPTIONS_HELP;
+    CLI_COMPILE_OPTIONS_HELP;
 
 static const char *const usage_compile =
     "usage: npulm compile [-m MODEL.gguf] -o MODEL.npu [--chunks 32,128] [--ctx 128,256,512]\n"
@@ -74,9 +59,9 @@ static const char *const usage_compile =
     "program file, which run, ppl and inspect read with -m.\n"
     "\n"
     "  -m, --model FILE   model, GGUF or program file (default: $NPULM_MODEL, else\n"
-    "                     " DEFAULT_MODEL_PATH ")\n"
+    "                     " CLI_DEFAULT_MODEL_PATH ")\n"
     "  -o, --output FILE  program file to write\n"
-    COMPILE_OPTIONS_HELP
+    CLI_COMPILE_OPTIONS_HELP
     "  --ctx LIST         the same as --buckets\n";
 
 static const char *const usage_inspect =
@@ -88,7 +73,7 @@ static const char *const usage_inspect =
     "or any model given --chunks or --ctx, is compiled in memory first (as compile would).\n"
     "\n"
     "  -m, --model FILE   program file or GGUF model (or give it as the only argument)\n"
-    COMPILE_OPTIONS_HELP
+    CLI_COMPILE_OPTIONS_HELP
     "  --ctx LIST         the same as --buckets\n";
 
 static const char *const usage_diff =
@@ -102,7 +87,7 @@ static const char *const usage_diff =
     "  -m, --model FILE   program file or GGUF model\n"
     "  -p, --prompt TEXT  text to run (tokenized with BOS; at most the context)\n"
     "  --json             print the report as JSON\n"
-    COMPILE_OPTIONS_HELP;
+    CLI_COMPILE_OPTIONS_HELP;
 
 static const char *const usage_tokenize =
     "usage: npulm tokenize [-m MODEL.gguf] -p TEXT [--bos] [--text]\n"
@@ -110,7 +95,7 @@ static const char *const usage_tokenize =
     "Print the token ids of TEXT as [id, id, ...]. Special-token text (e.g. <s>) is parsed as\n"
     "the special token.\n"
     "\n"
-    "  -m, --model FILE   model (default: $NPULM_MODEL, else " DEFAULT_MODEL_PATH ")\n"
+    "  -m, --model FILE   model (default: $NPULM_MODEL, else " CLI_DEFAULT_MODEL_PATH ")\n"
     "  -p, --prompt TEXT  text to tokenize\n"
     "  --bos              prepend BOS\n"
     "  --text             also print each token's id, vocabulary string and decoded bytes\n";
@@ -122,14 +107,14 @@ static const char *const usage_ppl =
     "non-overlapping windows of CTX tokens that start with BOS, and the second half of every\n"
     "window is scored. Figures compare one to one with llama-perplexity -c CTX.\n"
     "\n"
-    "  -m, --model FILE   model (default: $NPULM_MODEL, else " DEFAULT_MODEL_PATH ")\n"
+    "  -m, --model FILE   model (default: $NPULM_MODEL, else " CLI_DEFAULT_MODEL_PATH ")\n"
     "  -f, --file FILE    text to score\n"
     "  -c, --ctx N        window length (default 512)\n"
     "  -t, --threads N    windows scored in parallel (default: one per CPU)\n"
     "  --reference        score with the FP32 reference forward instead of the compiled graphs\n"
     "\n"
     "A GGUF model is compiled in memory first (calibrated and quantized as compile would):\n"
-    COMPILE_OPTIONS_HELP;
+    CLI_COMPILE_OPTIONS_HELP;
 
 static const char *const usage_synth =
     "usage: npulm synth --shape NAME [--seed S] [--type f32|f16|q8_0] -o FILE.gguf\n"
@@ -143,88 +128,12 @@ static const char *const usage_synth =
     "  --type T           f32 (default), f16 or q8_0 for the matrices; norms stay f32\n"
     "  -o, --output FILE  where to write\n";
 
-/* ---- Argument parsing ----------------------------------------------------------------------- */
-
-struct args {
-  int argc;
-  char **argv;
-  int i;
-  const char *cmd;
-  const char *usage;
-};
-
-/* Fail with a one-line message and exit status 1. */
-static _Noreturn void die(const char *cmd, const char *fmt, const char *detail) {
-  fprintf(stderr, "npulm %s: ", cmd);
-  fprintf(stderr, fmt, detail);
-  fputc('\n', stderr);
-  exit(1);
-}
-
-static bool is_opt(const char *arg, const char *short_name, const char *long_name) {
-  return (short_name != NULL && strcmp(arg, short_name) == 0) || strcmp(arg, long_name) == 0;
-}
-
-/* The value of the option at argv[i]; exits if it is missing. */
-static const char *opt_value(struct args *a) {
-  if (a->i + 1 >= a->argc) die(a->cmd, "option %s needs a value", a->argv[a->i]);
-  return a->argv[++a->i];
-}
-
-static long long opt_int(struct args *a, long long min, long long max) {
-  const char *name = a->argv[a->i];
-  const char *s = opt_value(a);
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno != 0 || *s == '\0' || *end != '\0' || v < min || v > max) {
-    fprintf(stderr, "npulm %s: option %s: '%s' is not an integer in [%lld, %lld]\n", a->cmd, name,
-            s, min, max);
-    exit(1);
-  }
-  return v;
-}
-
-static float opt_float(struct args *a) {
-  const char *name = a->argv[a->i];
-  const char *s = opt_value(a);
-  char *end;
-  errno = 0;
-  float v = strtof(s, &end);
-  if (errno != 0 || *s == '\0' || *end != '\0') {
-    fprintf(stderr, "npulm %s: option %s: '%s' is not a number\n", a->cmd, name, s);
-    exit(1);
-  }
-  return v;
-}
-
-static _Noreturn void unknown_option(struct args *a) {
-  fprintf(stderr, "npulm %s: unknown option '%s' (see 'npulm %s --help')\n", a->cmd,
-          a->argv[a->i], a->cmd);
-  exit(1);
-}
-
-static bool wants_help(struct args *a) {
-  if (is_opt(a->argv[a->i], "-h", "--help")) {
-    fputs(a->usage, stdout);
-    return true;
-  }
-  return false;
-}
-
-/* The model path: -m, else $NPULM_MODEL, else the shared stories260K if present. */
-static const char *resolve_model(const char *cmd, const char *path) {
-  if (path != NULL) return path;
-  const char *env = getenv("NPULM_MODEL");
-  if (env != NULL && *env != '\0') return env;
-  if (access(DEFAULT_MODEL_PATH, R_OK) == 0) return DEFAULT_MODEL_PATH;
-  die(cmd, "%s", "no model given: pass -m MODEL.gguf or set NPULM_MODEL");
-}
+/* ---- Helpers -------------------------------------------------------------------------------- */
 
 static npulm_model *open_model(const char *cmd, const char *path) {
   npulm_model *model;
   npulm_error err;
-  if (npulm_model_open(path, &model, &err) != NPULM_OK) die(cmd, "%s", err.msg);
+  if (npulm_model_open(path, &model, &err) != NPULM_OK) cli_die(cmd, "%s", err.msg);
   return model;
 }
 
@@ -234,102 +143,16 @@ static int32_t *tokenize_all(const char *cmd, const npulm_model *model, const ch
   size_t cap = len + 8;
   int32_t *ids = malloc(cap * sizeof(int32_t));
   npulm_error err;
-  if (ids == NULL) die(cmd, "%s", "out of memory");
+  if (ids == NULL) cli_die(cmd, "%s", "out of memory");
   npulm_status st = npulm_tokenize(model, text, len, add_bos, parse_special, ids, cap, n, &err);
   if (st == NPULM_ERR_ARG && *n > cap) {
     int32_t *bigger = realloc(ids, *n * sizeof(int32_t));
-    if (bigger == NULL) die(cmd, "%s", "out of memory");
+    if (bigger == NULL) cli_die(cmd, "%s", "out of memory");
     ids = bigger;
     st = npulm_tokenize(model, text, len, add_bos, parse_special, ids, *n, n, &err);
   }
-  if (st != NPULM_OK) die(cmd, "%s", err.msg);
+  if (st != NPULM_OK) cli_die(cmd, "%s", err.msg);
   return ids;
-}
-
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* A comma-separated list of positive integers for the option at argv[i]; exits if malformed. */
-static int opt_list(struct args *a, int *out, int max) {
-  const char *name = a->argv[a->i];
-  const char *s = opt_value(a);
-  int n = 0;
-  const char *p = s;
-  for (;;) {
-    char *end;
-    errno = 0;
-    long v = strtol(p, &end, 10);
-    if (errno != 0 || end == p || v < 1 || v > (1L << 24) || (*end != ',' && *end != '\0') ||
-        n == max) {
-      fprintf(stderr, "npulm %s: option %s: '%s' is not a list of at most %d positive integers\n",
-              a->cmd, name, s, max);
-      exit(1);
-    }
-    out[n++] = (int)v;
-    if (*end == '\0') break;
-    p = end + 1;
-  }
-  return n;
-}
-
-static char *read_file(const char *cmd, const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (f == NULL) die(cmd, "cannot open '%s'", path);
-  size_t cap = 1 << 16, n = 0;
-  char *buf = malloc(cap);
-  while (buf != NULL) {
-    n += fread(buf + n, 1, cap - n, f);
-    if (n < cap) break;
-    char *bigger = realloc(buf, cap *= 2);
-    if (bigger == NULL) free(buf);
-    buf = bigger;
-  }
-  bool failed = ferror(f);
-  fclose(f);
-  if (buf == NULL) die(cmd, "%s", "out of memory");
-  if (failed) die(cmd, "cannot read '%s'", path);
-  *len = n;
-  return buf;
-}
-
-/* Parse a compile option at argv[i] into 'cp'; false if argv[i] is none. --ctx means buckets
- * only where 'ctx_is_buckets' (compile, inspect; run and ppl use -c/--ctx for the context). A
- * --calib file is read into cp->calib_text (free it with free_compile_params). */
-static bool compile_option(struct args *a, npulm_compile_params *cp, bool ctx_is_buckets) {
-  const char *o = a->argv[a->i];
-  if (is_opt(o, NULL, "--chunks")) cp->n_chunks = opt_list(a, cp->chunks, NPULM_MAX_CHUNKS);
-  else if (is_opt(o, NULL, "--buckets") || (ctx_is_buckets && is_opt(o, NULL, "--ctx"))) {
-    cp->n_buckets = opt_list(a, cp->buckets, NPULM_MAX_BUCKETS);
-  } else if (is_opt(o, NULL, "--quant")) cp->quant = opt_value(a);
-  else if (is_opt(o, NULL, "--float-ops")) cp->float_ops = opt_value(a);
-  else if (is_opt(o, NULL, "--calib-tokens")) cp->calib_tokens = (int)opt_int(a, 1, 1 << 24);
-  else if (is_opt(o, NULL, "--smooth-alpha")) cp->smooth_alpha = opt_float(a);
-  else if (is_opt(o, NULL, "--shadow-threshold")) cp->shadow_threshold = opt_float(a);
-  else if (is_opt(o, NULL, "--calib")) {
-    free((char *)cp->calib_text);
-    cp->calib_text = read_file(a->cmd, opt_value(a), &cp->calib_len);
-  } else {
-    return false;
-  }
-  return true;
-}
-
-static void free_compile_params(npulm_compile_params *cp) { free((char *)cp->calib_text); }
-
-/* Calibration progress: a bar on a terminal. */
-static void calib_progress(void *user, uint64_t done, uint64_t total) {
-  (void)user;
-  if (!isatty(STDERR_FILENO)) return;
-  enum { WIDTH = 30 };
-  int filled = total ? (int)(WIDTH * done / total) : WIDTH;
-  char bar[WIDTH + 1];
-  for (int i = 0; i < WIDTH; i++) bar[i] = i < filled ? '#' : '.';
-  bar[WIDTH] = '\0';
-  fprintf(stderr, "\rcalibrating [%s] %" PRIu64 "/%" PRIu64 " tokens", bar, done, total);
-  if (done == total) fputc('\n', stderr);
 }
 
 /* Compile a GGUF model in memory (a program file carries its program) unless 'reference'. */
@@ -337,8 +160,8 @@ static void compile_if_needed(const char *cmd, npulm_model *model, npulm_compile
                               bool reference) {
   npulm_error err;
   if (reference || npulm_model_has_program(model)) return;
-  cp->progress = calib_progress;
-  if (npulm_model_compile(model, cp, &err) != NPULM_OK) die(cmd, "%s", err.msg);
+  cp->progress = cli_calib_progress;
+  if (npulm_model_compile(model, cp, &err) != NPULM_OK) cli_die(cmd, "%s", err.msg);
 }
 
 /* Where the compiled engine's time went (nothing for the reference engine). */
@@ -363,7 +186,7 @@ static void print_piece(const npulm_model *model, int32_t prev, int32_t id) {
   fflush(stdout);
 }
 
-static int cmd_run(struct args *a) {
+static int cmd_run(struct cli_args *a) {
   const char *model_path = NULL, *prompt = "";
   long long n_predict = 128, seed = -1;
   npulm_session_params sp = npulm_session_default_params();
@@ -371,40 +194,40 @@ static int cmd_run(struct args *a) {
   npulm_compile_params cp = npulm_compile_default_params();
   for (a->i = 2; a->i < a->argc; a->i++) {
     const char *o = a->argv[a->i];
-    if (wants_help(a)) return 0;
-    else if (is_opt(o, "-m", "--model")) model_path = opt_value(a);
-    else if (is_opt(o, "-p", "--prompt")) prompt = opt_value(a);
-    else if (is_opt(o, "-n", "--n-predict")) n_predict = opt_int(a, -1, 1 << 30);
-    else if (is_opt(o, "-c", "--ctx")) sp.n_ctx = (int)opt_int(a, 0, 1 << 30);
-    else if (is_opt(o, "-t", "--threads")) sp.n_threads = (int)opt_int(a, 0, 1024);
-    else if (is_opt(o, NULL, "--temp")) samp.temp = opt_float(a);
-    else if (is_opt(o, NULL, "--top-k")) samp.top_k = (int)opt_int(a, 0, 1 << 30);
-    else if (is_opt(o, NULL, "--top-p")) samp.top_p = opt_float(a);
-    else if (is_opt(o, NULL, "--seed")) seed = opt_int(a, -1, INT64_MAX);
-    else if (is_opt(o, NULL, "--reference")) sp.reference = true;
-    else if (compile_option(a, &cp, false)) continue;
-    else unknown_option(a);
+    if (cli_wants_help(a)) return 0;
+    else if (cli_is_opt(o, "-m", "--model")) model_path = cli_opt_value(a);
+    else if (cli_is_opt(o, "-p", "--prompt")) prompt = cli_opt_value(a);
+    else if (cli_is_opt(o, "-n", "--n-predict")) n_predict = cli_opt_int(a, -1, 1 << 30);
+    else if (cli_is_opt(o, "-c", "--ctx")) sp.n_ctx = (int)cli_opt_int(a, 0, 1 << 30);
+    else if (cli_is_opt(o, "-t", "--threads")) sp.n_threads = (int)cli_opt_int(a, 0, 1024);
+    else if (cli_is_opt(o, NULL, "--temp")) samp.temp = cli_opt_float(a);
+    else if (cli_is_opt(o, NULL, "--top-k")) samp.top_k = (int)cli_opt_int(a, 0, 1 << 30);
+    else if (cli_is_opt(o, NULL, "--top-p")) samp.top_p = cli_opt_float(a);
+    else if (cli_is_opt(o, NULL, "--seed")) seed = cli_opt_int(a, -1, INT64_MAX);
+    else if (cli_is_opt(o, NULL, "--reference")) sp.reference = true;
+    else if (cli_compile_option(a, &cp, false)) continue;
+    else cli_unknown_option(a);
   }
-  model_path = resolve_model(a->cmd, model_path);
+  model_path = cli_resolve_model(a->cmd, model_path);
   npulm_model *model = open_model(a->cmd, model_path);
   compile_if_needed(a->cmd, model, &cp, sp.reference);
-  free_compile_params(&cp);
+  cli_free_compile_params(&cp);
   npulm_model_info info;
   npulm_model_get_info(model, &info);
   npulm_error err;
   npulm_session *session;
-  if (npulm_session_create(model, &sp, &session, &err) != NPULM_OK) die(a->cmd, "%s", err.msg);
+  if (npulm_session_create(model, &sp, &session, &err) != NPULM_OK) cli_die(a->cmd, "%s", err.msg);
   samp.seed = seed >= 0 ? (uint64_t)seed : (uint64_t)time(NULL);
   npulm_sampler *sampler;
   if (npulm_sampler_create(&samp, info.n_vocab, &sampler, &err) != NPULM_OK) {
-    die(a->cmd, "%s", err.msg);
+    cli_die(a->cmd, "%s", err.msg);
   }
 
   size_t n_prompt;
   int32_t *tokens = tokenize_all(a->cmd, model, prompt, strlen(prompt), info.add_bos, false,
                                  &n_prompt);
   int n_ctx = npulm_session_ctx(session);
-  if (n_prompt == 0) die(a->cmd, "%s", "the prompt is empty and the model adds no BOS token");
+  if (n_prompt == 0) cli_die(a->cmd, "%s", "the prompt is empty and the model adds no BOS token");
   if (n_prompt >= (size_t)n_ctx) {
     fprintf(stderr, "npulm run: the prompt has %zu tokens, more than the context of %d allows "
                     "(use -c to enlarge it, up to the model's %d)\n",
@@ -415,11 +238,11 @@ static int cmd_run(struct args *a) {
   /* prompt: echo it, then evaluate it in one go */
   fputs(prompt, stdout);
   fflush(stdout);
-  double t0 = now_seconds();
+  double t0 = cli_now();
   if (npulm_session_eval(session, tokens, n_prompt, NULL, &err) != NPULM_OK) {
-    die(a->cmd, "%s", err.msg);
+    cli_die(a->cmd, "%s", err.msg);
   }
-  double t1 = now_seconds();
+  double t1 = cli_now();
 
   /* generation: sample, print, feed back */
   int32_t prev = tokens[n_prompt - 1];
@@ -439,9 +262,9 @@ static int cmd_run(struct args *a) {
     print_piece(model, prev, next);
     n_gen++;
     prev = next;
-    if (npulm_session_eval(session, &next, 1, NULL, &err) != NPULM_OK) die(a->cmd, "%s", err.msg);
+    if (npulm_session_eval(session, &next, 1, NULL, &err) != NPULM_OK) cli_die(a->cmd, "%s", err.msg);
   }
-  double t2 = now_seconds();
+  double t2 = cli_now();
   printf("\n");
   fprintf(stderr,
           "\nprompt: %zu tokens in %.3f s (%.1f tok/s) | generation: %lld tokens in %.3f s "
@@ -479,7 +302,7 @@ static void draw_bar(uint64_t done, uint64_t total) {
 
 static void compile_progress(void *user, uint64_t done, uint64_t total) {
   struct compile_progress *cp = user;
-  double now = now_seconds();
+  double now = cli_now();
   if (!isatty(STDERR_FILENO)) return;
   if (done < total) {
     if (now - cp->start < 0.5 || now - cp->last_draw < 0.1) return;
@@ -492,30 +315,30 @@ static void compile_progress(void *user, uint64_t done, uint64_t total) {
   }
 }
 
-static int cmd_compile(struct args *a) {
+static int cmd_compile(struct cli_args *a) {
   const char *model_path = NULL, *out = NULL;
   npulm_compile_params cp = npulm_compile_default_params();
   for (a->i = 2; a->i < a->argc; a->i++) {
     const char *o = a->argv[a->i];
-    if (wants_help(a)) return 0;
-    else if (is_opt(o, "-m", "--model")) model_path = opt_value(a);
-    else if (is_opt(o, "-o", "--output")) out = opt_value(a);
-    else if (compile_option(a, &cp, true)) continue;
-    else unknown_option(a);
+    if (cli_wants_help(a)) return 0;
+    else if (cli_is_opt(o, "-m", "--model")) model_path = cli_opt_value(a);
+    else if (cli_is_opt(o, "-o", "--output")) out = cli_opt_value(a);
+    else if (cli_compile_option(a, &cp, true)) continue;
+    else cli_unknown_option(a);
   }
-  if (out == NULL) die(a->cmd, "%s", "no output file: pass -o MODEL.npu");
-  double t0 = now_seconds();
-  npulm_model *model = open_model(a->cmd, resolve_model(a->cmd, model_path));
+  if (out == NULL) cli_die(a->cmd, "%s", "no output file: pass -o MODEL.npu");
+  double t0 = cli_now();
+  npulm_model *model = open_model(a->cmd, cli_resolve_model(a->cmd, model_path));
   npulm_error err;
-  cp.progress = calib_progress;
-  if (npulm_model_compile(model, &cp, &err) != NPULM_OK) die(a->cmd, "%s", err.msg);
-  free_compile_params(&cp);
-  double t1 = now_seconds();
+  cp.progress = cli_calib_progress;
+  if (npulm_model_compile(model, &cp, &err) != NPULM_OK) cli_die(a->cmd, "%s", err.msg);
+  cli_free_compile_params(&cp);
+  double t1 = cli_now();
   struct compile_progress progress = {.start = t1, .last_draw = 0, .shown = false};
   if (npulm_model_save_program(model, out, compile_progress, &progress, &err) != NPULM_OK) {
-    die(a->cmd, "%s", err.msg);
+    cli_die(a->cmd, "%s", err.msg);
   }
-  double t2 = now_seconds();
+  double t2 = cli_now();
   FILE *f = fopen(out, "rb");
   long size = -1;
   if (f != NULL && fseek(f, 0, SEEK_END) == 0) size = ftell(f);
@@ -527,48 +350,48 @@ static int cmd_compile(struct args *a) {
   return 0;
 }
 
-static int cmd_inspect(struct args *a) {
+static int cmd_inspect(struct cli_args *a) {
   const char *model_path = NULL;
   npulm_compile_params cp = npulm_compile_default_params();
   for (a->i = 2; a->i < a->argc; a->i++) {
     const char *o = a->argv[a->i];
-    if (wants_help(a)) return 0;
-    else if (is_opt(o, "-m", "--model")) model_path = opt_value(a);
-    else if (compile_option(a, &cp, true)) continue;
+    if (cli_wants_help(a)) return 0;
+    else if (cli_is_opt(o, "-m", "--model")) model_path = cli_opt_value(a);
+    else if (cli_compile_option(a, &cp, true)) continue;
     else if (o[0] != '-' && model_path == NULL) model_path = o;
-    else unknown_option(a);
+    else cli_unknown_option(a);
   }
-  if (model_path == NULL) die(a->cmd, "%s", "no program: pass MODEL.npu (or -m MODEL)");
+  if (model_path == NULL) cli_die(a->cmd, "%s", "no program: pass MODEL.npu (or -m MODEL)");
   npulm_model *model = open_model(a->cmd, model_path);
   npulm_error err;
   if (!npulm_model_has_program(model) || cp.n_chunks > 0 || cp.n_buckets > 0 || cp.quant ||
       cp.float_ops || cp.calib_text) {
-    cp.progress = calib_progress;
-    if (npulm_model_compile(model, &cp, &err) != NPULM_OK) die(a->cmd, "%s", err.msg);
+    cp.progress = cli_calib_progress;
+    if (npulm_model_compile(model, &cp, &err) != NPULM_OK) cli_die(a->cmd, "%s", err.msg);
     printf("(%s compiled in memory)\n", model_path);
   }
-  free_compile_params(&cp);
-  if (npulm_model_print_program(model, stdout, &err) != NPULM_OK) die(a->cmd, "%s", err.msg);
+  cli_free_compile_params(&cp);
+  if (npulm_model_print_program(model, stdout, &err) != NPULM_OK) cli_die(a->cmd, "%s", err.msg);
   npulm_model_close(model);
   return 0;
 }
 
 /* ---- tokenize ------------------------------------------------------------------------------- */
 
-static int cmd_tokenize(struct args *a) {
+static int cmd_tokenize(struct cli_args *a) {
   const char *model_path = NULL, *text = NULL;
   bool bos = false, show_text = false;
   for (a->i = 2; a->i < a->argc; a->i++) {
     const char *o = a->argv[a->i];
-    if (wants_help(a)) return 0;
-    else if (is_opt(o, "-m", "--model")) model_path = opt_value(a);
-    else if (is_opt(o, "-p", "--prompt")) text = opt_value(a);
-    else if (is_opt(o, NULL, "--bos")) bos = true;
-    else if (is_opt(o, NULL, "--text")) show_text = true;
-    else unknown_option(a);
+    if (cli_wants_help(a)) return 0;
+    else if (cli_is_opt(o, "-m", "--model")) model_path = cli_opt_value(a);
+    else if (cli_is_opt(o, "-p", "--prompt")) text = cli_opt_value(a);
+    else if (cli_is_opt(o, NULL, "--bos")) bos = true;
+    else if (cli_is_opt(o, NULL, "--text")) show_text = true;
+    else cli_unknown_option(a);
   }
-  if (text == NULL) die(a->cmd, "%s", "no text: pass -p TEXT");
-  npulm_model *model = open_model(a->cmd, resolve_model(a->cmd, model_path));
+  if (text == NULL) cli_die(a->cmd, "%s", "no text: pass -p TEXT");
+  npulm_model *model = open_model(a->cmd, cli_resolve_model(a->cmd, model_path));
   size_t n;
   int32_t *ids = tokenize_all(a->cmd, model, text, strlen(text), bos, true, &n);
   printf("[");
@@ -607,30 +430,30 @@ static void ppl_progress(void *user, int done, int total, double running) {
 }
 
 
-static int cmd_ppl(struct args *a) {
+static int cmd_ppl(struct cli_args *a) {
   const char *model_path = NULL, *file = NULL;
   int n_ctx = 512, n_threads = 0;
   bool reference = false;
   npulm_compile_params cp = npulm_compile_default_params();
   for (a->i = 2; a->i < a->argc; a->i++) {
     const char *o = a->argv[a->i];
-    if (wants_help(a)) return 0;
-    else if (is_opt(o, "-m", "--model")) model_path = opt_value(a);
-    else if (is_opt(o, "-f", "--file")) file = opt_value(a);
-    else if (is_opt(o, "-c", "--ctx")) n_ctx = (int)opt_int(a, 1, 1 << 24);
-    else if (is_opt(o, "-t", "--threads")) n_threads = (int)opt_int(a, 0, 64);
-    else if (is_opt(o, NULL, "--reference")) reference = true;
-    else if (compile_option(a, &cp, false)) continue;
-    else unknown_option(a);
+    if (cli_wants_help(a)) return 0;
+    else if (cli_is_opt(o, "-m", "--model")) model_path = cli_opt_value(a);
+    else if (cli_is_opt(o, "-f", "--file")) file = cli_opt_value(a);
+    else if (cli_is_opt(o, "-c", "--ctx")) n_ctx = (int)cli_opt_int(a, 1, 1 << 24);
+    else if (cli_is_opt(o, "-t", "--threads")) n_threads = (int)cli_opt_int(a, 0, 64);
+    else if (cli_is_opt(o, NULL, "--reference")) reference = true;
+    else if (cli_compile_option(a, &cp, false)) continue;
+    else cli_unknown_option(a);
   }
-  if (file == NULL) die(a->cmd, "%s", "no text file: pass -f FILE");
+  if (file == NULL) cli_die(a->cmd, "%s", "no text file: pass -f FILE");
   if (n_threads == 0) n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
-  const char *path = resolve_model(a->cmd, model_path);
+  const char *path = cli_resolve_model(a->cmd, model_path);
   npulm_model *model = open_model(a->cmd, path);
   size_t len;
-  char *text = read_file(a->cmd, file, &len);
+  char *text = cli_read_file(a->cmd, file, &len);
   compile_if_needed(a->cmd, model, &cp, reference);
-  free_compile_params(&cp);
+  cli_free_compile_params(&cp);
   struct ppl_header header = {path, file, n_ctx, n_threads, false};
   npulm_ppl_result r;
   npulm_error err;
@@ -639,7 +462,7 @@ static int cmd_ppl(struct args *a) {
                                              &header, &r, &err)
                 : npulm_perplexity(model, text, len, n_ctx, n_threads, ppl_progress, &header, &r,
                                    &err);
-  if (st != NPULM_OK) die(a->cmd, "%s", err.msg);
+  if (st != NPULM_OK) cli_die(a->cmd, "%s", err.msg);
   printf("Final estimate: PPL = %.4f +/- %.5f (%d chunks of %d tokens, %" PRIu64
          " tokens scored, %.2f s)\n",
          r.ppl, r.ppl_stderr, r.n_chunks, r.n_ctx, r.n_scored, r.seconds);
@@ -659,27 +482,27 @@ static void synth_progress(void *user, uint64_t done, uint64_t total) {
   }
 }
 
-static int cmd_synth(struct args *a) {
+static int cmd_synth(struct cli_args *a) {
   const char *shape = NULL, *type = "f32", *out = NULL;
   long long seed = 1;
   for (a->i = 2; a->i < a->argc; a->i++) {
     const char *o = a->argv[a->i];
-    if (wants_help(a)) {
+    if (cli_wants_help(a)) {
       printf("\nshapes:");
       for (const char *const *s = npulm_synth_shapes(); *s != NULL; s++) printf(" %s", *s);
       printf("\n");
       return 0;
-    } else if (is_opt(o, NULL, "--shape")) shape = opt_value(a);
-    else if (is_opt(o, NULL, "--seed")) seed = opt_int(a, 0, INT64_MAX);
-    else if (is_opt(o, NULL, "--type")) type = opt_value(a);
-    else if (is_opt(o, "-o", "--output")) out = opt_value(a);
-    else unknown_option(a);
+    } else if (cli_is_opt(o, NULL, "--shape")) shape = cli_opt_value(a);
+    else if (cli_is_opt(o, NULL, "--seed")) seed = cli_opt_int(a, 0, INT64_MAX);
+    else if (cli_is_opt(o, NULL, "--type")) type = cli_opt_value(a);
+    else if (cli_is_opt(o, "-o", "--output")) out = cli_opt_value(a);
+    else cli_unknown_option(a);
   }
-  if (shape == NULL) die(a->cmd, "%s", "no shape: pass --shape NAME (see --help)");
-  if (out == NULL) die(a->cmd, "%s", "no output file: pass -o FILE.gguf");
+  if (shape == NULL) cli_die(a->cmd, "%s", "no shape: pass --shape NAME (see --help)");
+  if (out == NULL) cli_die(a->cmd, "%s", "no output file: pass -o FILE.gguf");
   npulm_error err;
   if (npulm_synth(shape, (uint64_t)seed, type, out, synth_progress, NULL, &err) != NPULM_OK) {
-    die(a->cmd, "%s", err.msg);
+    cli_die(a->cmd, "%s", err.msg);
   }
   fprintf(stderr, "wrote %s (shape %s, %s, seed %lld)\n", out, shape, type, seed);
   return 0;
@@ -712,26 +535,26 @@ static void print_diff_json(const npulm_diff_report *r) {
   json_decref(root);
 }
 
-static int cmd_diff(struct args *a) {
+static int cmd_diff(struct cli_args *a) {
   const char *model_path = NULL, *text = NULL;
   bool json = false;
   npulm_compile_params cp = npulm_compile_default_params();
   for (a->i = 2; a->i < a->argc; a->i++) {
     const char *o = a->argv[a->i];
-    if (wants_help(a)) return 0;
-    else if (is_opt(o, "-m", "--model")) model_path = opt_value(a);
-    else if (is_opt(o, "-p", "--prompt")) text = opt_value(a);
-    else if (is_opt(o, NULL, "--json")) json = true;
-    else if (compile_option(a, &cp, true)) continue;
-    else unknown_option(a);
+    if (cli_wants_help(a)) return 0;
+    else if (cli_is_opt(o, "-m", "--model")) model_path = cli_opt_value(a);
+    else if (cli_is_opt(o, "-p", "--prompt")) text = cli_opt_value(a);
+    else if (cli_is_opt(o, NULL, "--json")) json = true;
+    else if (cli_compile_option(a, &cp, true)) continue;
+    else cli_unknown_option(a);
   }
-  if (text == NULL) die(a->cmd, "%s", "no text: pass -p TEXT");
-  npulm_model *model = open_model(a->cmd, resolve_model(a->cmd, model_path));
+  if (text == NULL) cli_die(a->cmd, "%s", "no text: pass -p TEXT");
+  npulm_model *model = open_model(a->cmd, cli_resolve_model(a->cmd, model_path));
   compile_if_needed(a->cmd, model, &cp, false);
-  free_compile_params(&cp);
+  cli_free_compile_params(&cp);
   npulm_diff_report *r;
   npulm_error err;
-  if (npulm_diff(model, text, strlen(text), &r, &err) != NPULM_OK) die(a->cmd, "%s", err.msg);
+  if (npulm_diff(model, text, strlen(text), &r, &err) != NPULM_OK) cli_die(a->cmd, "%s", err.msg);
   if (json) {
     print_diff_json(r);
   } else {
@@ -753,14 +576,14 @@ static int cmd_diff(struct args *a) {
 }
 
 /* bench lives in tools/bench.c */
-static int cmd_bench(struct args *a) { return npulm_cmd_bench(a->argc, a->argv); }
+static int cmd_bench(struct cli_args *a) { return npulm_cmd_bench(a->argc, a->argv); }
 
 /* ---- main ----------------------------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
   static const struct {
     const char *name;
-    int (*fn)(struct args *);
+    int (*fn)(struct cli_args *);
     const char *usage;
   } commands[] = {
       {"run", cmd_run, usage_run},
@@ -778,7 +601,7 @@ int main(int argc, char **argv) {
   }
   for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
     if (strcmp(argv[1], commands[i].name) == 0) {
-      struct args a = {.argc = argc, .argv = argv, .i = 2, .cmd = argv[1], .usage = commands[i].usage};
+      struct cli_args a = {.argc = argc, .argv = argv, .i = 2, .cmd = argv[1], .usage = commands[i].usage};
       return commands[i].fn(&a);
     }
   }

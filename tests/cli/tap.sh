@@ -1,0 +1,31 @@
+# Shared by the CLI test scripts (sourced, not run): the binary, the shared data, a scratch
+# folder, and the two TAP checks.
+bin=${NPULM_BIN:-build/npulm}
+bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
+shared=${NPULM_SHARED:-../shared}
+model=$shared/models/stories260K.gguf
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+n=0
+
+check() { # check NAME COMMAND...: the command must succeed
+  name=$1; shift
+  n=$((n + 1))
+  if "$@" >"$tmp/out" 2>"$tmp/err"; then echo "ok $n - $name"; else
+    echo "not ok $n - $name"; sed 's/^/#   /' "$tmp/out" "$tmp/err" | head -20; fi
+}
+
+# fails NAME PATTERN COMMAND...: the command must exit 1..127 (not crash) with one line on
+# stderr matching PATTERN
+fails() {
+  name=$1; pattern=$2; shift 2
+  n=$((n + 1))
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  lines=$(wc -l <"$tmp/err")
+  if [ "$rc" -ge 1 ] && [ "$rc" -lt 128 ] && [ "$lines" -eq 1 ] && grep -q -- "$pattern" "$tmp/err"; then
+    echo "ok $n - $name"
+  else
+    echo "not ok $n - $name (exit $rc, $lines lines)"; sed 's/^/#   /' "$tmp/err" | head -10
+  fi
+}
