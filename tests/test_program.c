@@ -19,6 +19,9 @@
 
 /* ---- A tiny model ------------------------------------------------------------------------- */
 
+/* i32 fields per record of npulm.qsites (program_file.c) */
+enum { SITE_FIELDS = 34, SITE_QK = 23, SITE_SOFTMAX = 28, SITE_PV = 30 };
+
 enum { DIM = 32, HEADS = 4, KV_HEADS = 2, HEAD_DIM = DIM / HEADS, FFN = 64, VOCAB = 259 + 5 };
 
 struct tiny {
@@ -764,7 +767,8 @@ static void test_hostile_version_and_keys(void **state) {
   assert_int_equal(open_bytes(&im, im.data, im.size, &err), NPULM_OK);
 
   size_t v = value_at(&im, "npulm.program.version");
-  expect_patch(&im, "version 3", v, 3, NPULM_ERR_UNSUPPORTED, "version 3");
+  expect_patch(&im, "version 4", v, 4, NPULM_ERR_UNSUPPORTED, "version 4");
+  expect_patch(&im, "version 2", v, 2, NPULM_ERR_UNSUPPORTED, "recompile");
   expect_patch(&im, "version 1", v, 1, NPULM_ERR_UNSUPPORTED, "recompile");
   expect_patch(&im, "version 0", v, 0, NPULM_ERR_UNSUPPORTED, "version 0");
   /* the version as an f32 (the same width, so the file still parses) */
@@ -1074,6 +1078,9 @@ static void assert_sites_equal(const struct npu_qsite *x, const struct npu_qsite
   assert_true((x->gather.shift == x->shift) == (y->gather.shift == y->shift));
   assert_memory_equal(&x->add, &y->add, sizeof(x->add));
   assert_memory_equal(&x->mul, &y->mul, sizeof(x->mul));
+  assert_memory_equal(&x->qk, &y->qk, sizeof(x->qk));
+  assert_memory_equal(&x->softmax, &y->softmax, sizeof(x->softmax));
+  assert_memory_equal(&x->pv, &y->pv, sizeof(x->pv));
   assert_memory_equal(x->lut, y->lut, sizeof(x->lut));
   assert_int_equal(x->n_outliers, y->n_outliers);
   assert_int_equal(x->outlier_dim, y->outlier_dim);
@@ -1358,16 +1365,17 @@ static void test_hostile_quant(void **state) {
       /* sizes */
       {"packed size", tensor_ne0_at(im, site_tensor_name(q.mm, "packed")), 4096,
        "npulm.qsite.%d.packed"},
-      {"site k", field_at(im, S, 23, q.mm, 2), 63, "packed"},
-      {"site n", field_at(im, S, 23, q.mm, 1), 65, "packed"},
-      {"site k above the GEMM's limit", field_at(im, S, 23, q.mm, 2), 40000, "invalid shape"},
-      {"gather rows", field_at(im, S, 23, q.gather, 1), 511, "packed"},
+      {"site k", field_at(im, S, SITE_FIELDS, q.mm, 2), 63, "packed"},
+      {"site n", field_at(im, S, SITE_FIELDS, q.mm, 1), 65, "packed"},
+      {"site k above the GEMM's limit", field_at(im, S, SITE_FIELDS, q.mm, 2), 40000,
+       "invalid shape"},
+      {"gather rows", field_at(im, S, SITE_FIELDS, q.gather, 1), 511, "packed"},
       {"mult count", tensor_ne0_at(im, site_tensor_name(q.mm, "mult")), 63, "mult"},
       {"outlier_w shape", tensor_ne0_at(im, site_tensor_name(q.mm_plain, "outlier_w")), 1,
        "outlier_w"},
-      {"more outliers than stored", field_at(im, S, 23, q.mm_plain, 3), 4, "outliers"},
-      {"outliers beyond k", field_at(im, S, 23, q.mm_plain, 3), 1000, "outlier channels"},
-      {"gate rows dropped", field_at(im, S, 23, q.mm_gate, 4), 0, "maps"},
+      {"more outliers than stored", field_at(im, S, SITE_FIELDS, q.mm_plain, 3), 4, "outliers"},
+      {"outliers beyond k", field_at(im, S, SITE_FIELDS, q.mm_plain, 3), 1000, "outlier channels"},
+      {"gate rows dropped", field_at(im, S, SITE_FIELDS, q.mm_gate, 4), 0, "maps"},
       /* outliers */
       {"outlier index = k", tensor_at(im, site_tensor_name(q.mm_plain, "outliers"), 0, 4),
        q.k_plain, "outlier 0 is channel"},
@@ -1381,18 +1389,21 @@ static void test_hostile_quant(void **state) {
       {"shift 31", tensor_at(im, site_tensor_name(q.mm, "shift"), 3, 4), 31, "shift 31"},
       {"shift -32", tensor_at(im, site_tensor_name(q.gather, "shift"), 0, 4), -32, "shift -32"},
       {"mult -1", tensor_at(im, site_tensor_name(q.mm, "mult"), 0, 4), -1, "multiplier -1"},
-      {"add left shift 23", field_at(im, S, 23, q.add16, 10), 23, "add parameters"},
-      {"add left shift -1", field_at(im, S, 23, q.add16, 10), -1, "add parameters"},
-      {"int16 add left shift 15", field_at(im, S, 23, q.add16, 10), 15, "above 14"},
-      {"add input multiplier above 0.5", field_at(im, S, 23, q.add16, 12), 3, "add parameters"},
-      {"add output shift", field_at(im, S, 23, q.add16, 16), 40, "add parameters"},
-      {"add zero point", field_at(im, S, 23, q.add16, 17), 70000, "zero points"},
-      {"add zero point not the tensor's", field_at(im, S, 23, q.add16, 8), 5, "not its tensors'"},
-      {"gemm x zero point", field_at(im, S, 23, q.mm, 5), 200, "zero points 200"},
-      {"gemm y zero point not the tensor's", field_at(im, S, 23, q.mm, 6), 7, "not its tensors'"},
-      {"gather zero point", field_at(im, S, 23, q.gather, 7), -40000, "zero point"},
-      {"mul zero point", field_at(im, S, 23, q.mul, 18), 300, "multiply parameters"},
-      {"mul shift", field_at(im, S, 23, q.mul, 21), -32, "multiply parameters"},
+      {"add left shift 23", field_at(im, S, SITE_FIELDS, q.add16, 10), 23, "add parameters"},
+      {"add left shift -1", field_at(im, S, SITE_FIELDS, q.add16, 10), -1, "add parameters"},
+      {"int16 add left shift 15", field_at(im, S, SITE_FIELDS, q.add16, 10), 15, "above 14"},
+      {"add input multiplier above 0.5", field_at(im, S, SITE_FIELDS, q.add16, 12), 3,
+       "add parameters"},
+      {"add output shift", field_at(im, S, SITE_FIELDS, q.add16, 16), 40, "add parameters"},
+      {"add zero point", field_at(im, S, SITE_FIELDS, q.add16, 17), 70000, "zero points"},
+      {"add zero point not the tensor's", field_at(im, S, SITE_FIELDS, q.add16, 8), 5,
+       "not its tensors'"},
+      {"gemm x zero point", field_at(im, S, SITE_FIELDS, q.mm, 5), 200, "zero points 200"},
+      {"gemm y zero point not the tensor's", field_at(im, S, SITE_FIELDS, q.mm, 6), 7,
+       "not its tensors'"},
+      {"gather zero point", field_at(im, S, SITE_FIELDS, q.gather, 7), -40000, "zero point"},
+      {"mul zero point", field_at(im, S, SITE_FIELDS, q.mul, 18), 300, "multiply parameters"},
+      {"mul shift", field_at(im, S, SITE_FIELDS, q.mul, 21), -32, "multiply parameters"},
       /* packed weights */
       {"packed bias", packed, (1 << 30) + 1, "invalid bias"},
       {"packed -128", packed + 128, (int32_t)0x80808080u, "-128"},
@@ -1406,10 +1417,10 @@ static void test_hostile_quant(void **state) {
       {"graph dtype f32", field_at(im, T, 12, q.i8_tensor, 1), NPU_DT_F32, "is not I8 or I16"},
       {"graph zero point", field_at(im, T, 12, q.i8_tensor, 11), 3, "does not match"},
       /* ops and placement */
-      {"site op", field_at(im, S, 23, q.mm, 0), NPU_OP_ADD, "must be 0"},
-      {"site op without a kernel", field_at(im, S, 23, q.add16, 0), NPU_OP_ROPE,
+      {"site op", field_at(im, S, SITE_FIELDS, q.mm, 0), NPU_OP_ADD, "must be 0"},
+      {"site op without a kernel", field_at(im, S, SITE_FIELDS, q.add16, 0), NPU_OP_ROPE,
        "no integer kernel"},
-      {"silu site as mul", field_at(im, S, 23, q.silu, 0), NPU_OP_MUL, "luts"},
+      {"silu site as mul", field_at(im, S, SITE_FIELDS, q.silu, 0), NPU_OP_MUL, "luts"},
       {"shadow on the NPU", field_at(im, N, 9, q.shadow_node, 1), NPU_BE_NPU, "does not support"},
       {"transfer on the NPU", field_at(im, N, 9, q.transfer_node, 1), NPU_BE_NPU,
        "no integer data"},
@@ -1493,8 +1504,8 @@ static void test_hostile_quant_sweep(void **state) {
   int n = 0;
   int sites[] = {q.mm_gate, q.mm_plain, q.gather, q.add16, q.mul, q.silu};
   for (size_t i = 0; i < sizeof(sites) / sizeof(sites[0]); i++) {
-    ranges[n].base = field_at(im, "npulm.qsites", 23, sites[i], 0);
-    ranges[n++].n_words = 23;
+    ranges[n].base = field_at(im, "npulm.qsites", SITE_FIELDS, sites[i], 0);
+    ranges[n++].n_words = SITE_FIELDS;
   }
   ranges[n].base = value_at(im, "npulm.qtensors");
   ranges[n++].n_words = 3 * 8;
@@ -1525,6 +1536,125 @@ static void test_hostile_quant_sweep(void **state) {
                 rejected, accepted);
   assert_true(rejected > 4 * accepted);
   image_free(&q.im);
+}
+
+/* Attention on the integer NPU (w8a8-smooth, float_ops "none"): QK, SOFTMAX and PV with their
+ * parameters and the int8 copies of the caches survive the program file (the same program, the
+ * same logits bit for bit); tampered attention records are one-line errors, and what the verifier
+ * lets through of a sweep of them runs in bounds (SAN=1). */
+static void test_attention_on_npu(void **state) {
+  (void)state;
+  const char *path = test_shared_path("models/stories260K.gguf");
+  TEST_REQUIRE_FILE(path);
+  npulm_model *m = open_ok(path);
+  npulm_compile_params cp = npulm_compile_default_params();
+  cp.n_chunks = 1;
+  cp.chunks[0] = 16;
+  cp.n_buckets = 1;
+  cp.buckets[0] = 64;
+  cp.quant = "w8a8-smooth";
+  cp.float_ops = "none";
+  compile_ok(m, &cp);
+  const struct npu_program *p = m->program;
+  int site[3] = {-1, -1, -1}; /* QK, SOFTMAX, PV */
+  for (int i = 0; i < p->n_qsites; i++) {
+    int op = p->qsites[i].op;
+    int k = op == NPU_OP_QK ? 0 : op == NPU_OP_SOFTMAX ? 1 : op == NPU_OP_PV ? 2 : -1;
+    if (k >= 0 && site[k] < 0) site[k] = i;
+  }
+  assert_true(site[0] >= 0 && site[1] >= 0 && site[2] >= 0);
+  /* graph 0 (decode, ctx 64): layer 1's QK on the NPU and the TRANSFER that fills its K copy;
+   * layer 0's K copy; layer 1's F32 K and V caches */
+  const struct npu_graph *g = &p->graphs[0];
+  int qk1 = -1, copy_k1 = -1, k_copy0 = -1, k_cache1 = -1, v_cache1 = -1;
+  for (int i = 0; i < g->n_nodes; i++) {
+    const struct npu_ir_node *n = &g->nodes[i];
+    if (n->op == NPU_OP_QK && n->backend == NPU_BE_NPU && n->layer == 1 && qk1 < 0) qk1 = i;
+  }
+  assert_true(qk1 >= 0);
+  for (int i = 0; i < qk1; i++) {
+    if (g->nodes[i].out == g->nodes[qk1].in[1]) copy_k1 = i;
+  }
+  assert_true(copy_k1 >= 0 && g->nodes[copy_k1].op == NPU_OP_TRANSFER);
+  for (int t = 0; t < g->n_tensors; t++) {
+    const struct npu_ir_tensor *x = &g->tensors[t];
+    if (strcmp(x->name, "blk.0.k_cache") == 0 && x->kind == NPU_TK_ACT) k_copy0 = t;
+    if (x->kind == NPU_TK_KV && x->ref == 1) *(x->kv_is_value ? &v_cache1 : &k_cache1) = t;
+  }
+  assert_true(k_copy0 >= 0 && k_cache1 >= 0 && v_cache1 >= 0);
+  assert_int_equal(g->tensors[k_copy0].dtype, NPU_DT_I8);
+
+  /* the round trip */
+  char *npu = tmp_path();
+  save_ok(m, npu);
+  npulm_model *l = open_ok(npu);
+  assert_programs_equal(m->program, l->program);
+  assert_quant_equal(m->program, l->program);
+  size_t n1, n2;
+  float *l1 = eval_logits(m, &n1), *l2 = eval_logits(l, &n2);
+  assert_int_equal(n1, n2);
+  assert_memory_equal(l1, l2, n1 * sizeof(float));
+  free(l1);
+  free(l2);
+  npulm_model_close(l);
+  const struct npu_qsite qk = p->qsites[site[0]], pv = p->qsites[site[2]];
+  npulm_model_close(m);
+
+  /* tampering */
+  struct image im = {.path = npu};
+  im.data = read_all(npu, &im.size);
+  npulm_error err = {{0}};
+  assert_int_equal(npu_gguf_open_memory(im.data, im.size, &im.g, &err), NPULM_OK);
+  const char *S = "npulm.qsites", *N = "npulm.graph.0.nodes";
+  struct {
+    const char *what;
+    size_t at;
+    int32_t v;
+    const char *needle;
+  } cases[] = {
+      {"qk multiplier -1", field_at(&im, S, SITE_FIELDS, site[0], SITE_QK + 2), -1,
+       "score parameters out of range"},
+      {"softmax shift 31", field_at(&im, S, SITE_FIELDS, site[1], SITE_SOFTMAX + 1), 31,
+       "softmax parameters out of range"},
+      {"pv shift -32", field_at(&im, S, SITE_FIELDS, site[2], SITE_PV + 2), -32,
+       "weighted-value parameters out of range"},
+      {"qk k zero point not the tensor's", field_at(&im, S, SITE_FIELDS, site[0], SITE_QK + 1),
+       qk.qk.k_zero_point > 0 ? qk.qk.k_zero_point - 1 : qk.qk.k_zero_point + 1,
+       "score zero points that are not its tensors'"},
+      {"pv y zero point not the tensor's", field_at(&im, S, SITE_FIELDS, site[2], SITE_PV + 3),
+       pv.pv.y_zero_point > 0 ? pv.pv.y_zero_point - 1 : pv.pv.y_zero_point + 1,
+       "weighted-value zero points that are not its tensors'"},
+      {"qk with a pv field", field_at(&im, S, SITE_FIELDS, site[0], SITE_PV), 1, "must be 0"},
+      {"qk reads another layer's K copy", field_at(&im, N, 9, qk1, 4), k_copy0,
+       "not a transfer of its layer's cache"},
+      {"qk reads the F32 cache", field_at(&im, N, 9, qk1, 4), k_cache1,
+       "does not read an NPU I8 [ctx, kv_dim] copy"},
+      {"K copy made from the V cache", field_at(&im, N, 9, copy_k1, 3), v_cache1,
+       "copies a cache into anything but an NPU I8 copy of it"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    expect_patch(&im, cases[i].what, cases[i].at, cases[i].v, NPULM_ERR_FORMAT, cases[i].needle);
+  }
+  /* every field of the three sites' records set to edge values */
+  int accepted = 0, rejected = 0;
+  for (int k = 0; k < 3; k++) {
+    for (int f = 0; f < SITE_FIELDS; f++) {
+      size_t at = field_at(&im, S, SITE_FIELDS, site[k], f);
+      int32_t old = read_i32(&im, at);
+      int32_t values[] = {-1, old + 1, old - 1, INT32_MAX, INT32_MIN, 64};
+      for (size_t j = 0; j < sizeof(values) / sizeof(values[0]); j++) {
+        if (values[j] == old) continue;
+        if (open_patched(&im, at, values[j], &err) == NPULM_OK)
+          accepted++;
+        else
+          rejected++;
+      }
+    }
+  }
+  print_message("attention sweep: %d tampered files rejected, %d accepted (and run)\n", rejected,
+                accepted);
+  assert_true(rejected > 4 * accepted);
+  image_free(&im);
 }
 
 /* The MAC statistics: an FP32 program runs nothing in int8; an integer one every weight matmul
@@ -1598,6 +1728,7 @@ int main(void) {
       cmocka_unit_test(test_round_trip_quantized_tiny),
       cmocka_unit_test(test_hostile_quant),
       cmocka_unit_test(test_hostile_quant_sweep),
+      cmocka_unit_test(test_attention_on_npu),
       cmocka_unit_test(test_mac_stats),
   };
   /* clang-format on */

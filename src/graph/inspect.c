@@ -78,7 +78,7 @@ void npu_program_mac_stats(const struct npu_program *p, const struct npu_graph *
       uint64_t macs = heads * (uint64_t)s->ne[1] * (uint64_t)s->ne[2] * hd;
       out->attention += macs;
       if (on_npu) out->attention_npu += macs;
-      if (on_npu && quant) out->attention_int8 += macs; /* (no integer attention kernel yet) */
+      if (on_npu && quant) out->attention_int8 += macs; /* the integer QK / PV kernels */
     }
   }
 }
@@ -118,23 +118,34 @@ static void print_graphs(const struct npu_program *p, FILE *out) {
           "context bucket)\n",
           p->n_graphs, p->opts.n_chunks, p->opts.n_chunks == 1 ? "" : "s");
   fprintf(out,
-          "  graph  step      rows    ctx  nodes   NPU   CPU  subgraphs  transfers  "
+          "  graph  step      rows    ctx  nodes   NPU   CPU  subgraphs  transfers   "
           "copied/step   NPU arena   CPU arena\n");
+  bool any_kv = false;
   for (int32_t i = 0; i < p->n_graphs; i++) {
     const struct npu_graph *g = &p->graphs[i];
     int32_t on[NPU_BE_COUNT] = {0};
     uint64_t copied = 0;
+    bool kv_copies = false;
     for (int32_t k = 0; k < g->n_nodes; k++) {
-      on[g->nodes[k].backend]++;
-      if (g->nodes[k].op == NPU_OP_TRANSFER)
-        copied += npu_ir_tensor_bytes(&g->tensors[g->nodes[k].out]);
+      const struct npu_ir_node *n = &g->nodes[k];
+      on[n->backend]++;
+      if (n->op != NPU_OP_TRANSFER) continue;
+      /* a KV cache copy moves rows 0 .. pos0 + n_valid - 1: at most the whole bucket */
+      copied += npu_ir_tensor_bytes(&g->tensors[n->out]);
+      kv_copies |= g->tensors[n->in[0]].kind == NPU_TK_KV;
     }
-    char b0[32], b1[32], b2[32];
-    fprintf(out, "  %5d  %-7s %6d %6d %6d %5d %5d %10d %10d %12s %11s %11s\n", i,
+    char b0[32], b1[32], b2[32], c0[40];
+    snprintf(c0, sizeof(c0), "%s%s", kv_copies ? "<= " : "", human_bytes(copied, b0, sizeof(b0)));
+    any_kv |= kv_copies;
+    fprintf(out, "  %5d  %-7s %6d %6d %6d %5d %5d %10d %10d %13s %11s %11s\n", i,
             g->rows == 1 ? "decode" : "prefill", g->rows, g->ctx, g->n_nodes, on[NPU_BE_NPU],
-            on[NPU_BE_CPU], g->n_subgraphs, g->n_transfers, human_bytes(copied, b0, sizeof(b0)),
+            on[NPU_BE_CPU], g->n_subgraphs, g->n_transfers, c0,
             human_bytes(g->arena_size[NPU_BE_NPU], b1, sizeof(b1)),
             human_bytes(g->arena_size[NPU_BE_CPU], b2, sizeof(b2)));
+  }
+  if (any_kv) {
+    fprintf(out, "  (<=: a KV cache copy for attention on the NPU moves only the rows up to the "
+                 "step's\n  last position; the figure counts the whole context bucket)\n");
   }
 }
 

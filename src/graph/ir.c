@@ -192,8 +192,15 @@ static const char *check_node(const struct npu_graph *g, int32_t i) {
   case NPU_OP_ROPE:
   case NPU_OP_SILU:
   case NPU_OP_SOFTMAX:
-  case NPU_OP_TRANSFER:
     if (!is_value(a) || !is_value(out) || !same_shape(a, out)) return "operands";
+    return NULL;
+  case NPU_OP_TRANSFER:
+    /* between activations, or a KV cache copied into an activation of its shape (the integer
+     * NPU's attention reads an int8 copy of the cache) */
+    if (!is_value(out) || !(is_value(a) || (a != NULL && a->kind == NPU_TK_KV)) ||
+        !same_shape(a, out) || (a->kind == NPU_TK_KV && out->kind != NPU_TK_ACT)) {
+      return "operands";
+    }
     return NULL;
   case NPU_OP_ADD:
   case NPU_OP_MUL:
@@ -210,8 +217,12 @@ static const char *check_node(const struct npu_graph *g, int32_t i) {
     return NULL;
   case NPU_OP_QK:
   case NPU_OP_PV: {
-    const struct npu_ir_tensor *kv = input(g, n, 1, NPU_TK_KV);
-    if (!is_value(a) || kv == NULL || !is_value(out) || kv->ne[0] != g->ctx) return "operands";
+    /* the cache, or an activation copy of it ([ctx, kv_dim], made by a TRANSFER) */
+    const struct npu_ir_tensor *kv = input(g, n, 1, -1);
+    if (kv != NULL && kv->kind != NPU_TK_KV && kv->kind != NPU_TK_ACT) kv = NULL;
+    if (!is_value(a) || kv == NULL || !is_value(out) || kv->ne[0] != g->ctx || kv->ne[2] != 1) {
+      return "operands";
+    }
     if (n->op == NPU_OP_QK) {
       /* q [rows, heads * hd] -> scores [heads, rows, ctx] */
       if (out->ne[1] != rows || out->ne[2] != g->ctx || a->ne[0] != rows) return "shape";

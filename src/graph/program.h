@@ -106,7 +106,7 @@ const char *npu_fallback_reason(enum npu_op op, uint32_t float_ops);
 
 /* ---- Program file (program_file.c): a GGUF v3 container, format described there ---------- */
 
-#define NPU_PROGRAM_VERSION 2 /* 'npulm.program.version' this build writes and reads */
+#define NPU_PROGRAM_VERSION 3 /* 'npulm.program.version' this build writes and reads */
 
 /* Whether 'g' is a program file: '*is_program' is set when it has 'npulm.program.version'. A
  * version other than NPU_PROGRAM_VERSION is NPULM_ERR_UNSUPPORTED naming it; a value of the wrong
@@ -159,7 +159,7 @@ struct npu_mac_stats {
                              FFN norm output (gate and up rows: 2 * rows * n_outliers * dim) */
   uint64_t attention;     /* QK and PV */
   uint64_t attention_npu; /* of which on the NPU backend */
-  uint64_t attention_int8; /* of which in int8 (none yet: attention has no integer kernel) */
+  uint64_t attention_int8; /* of which in int8 (a quantized program's NPU QK and PV) */
   int32_t n_outliers;     /* outlier channels of the matmuls the graph runs (sum of n_outliers
                              over its shadowed NPU matmuls) */
   int32_t n_shadowed;     /* NPU matmuls with outlier channels */

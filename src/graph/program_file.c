@@ -2,7 +2,7 @@
  * memory plan, weights and, for an integer NPU, every NPU operation's integer data — as one
  * mmap-able file, read back as hostile input.
  *
- * Format, version 2. A program file is a GGUF v3 file (ggml/docs/gguf.md), so the bounds-checked
+ * Format, version 3. A program file is a GGUF v3 file (ggml/docs/gguf.md), so the bounds-checked
  * GGUF reader parses it, the model loader and the tokenizer read it unchanged, and the weights are
  * used in place from the mapping. It holds:
  *
@@ -10,8 +10,9 @@
  *   (the source model's metadata, value for value and in its order: general.*, {arch}.*,
  *    tokenizer.ggml.*; except general.alignment, the npulm.* keys of an earlier program, and
  *    general.file_type, which becomes 0 = all F32 where the source has it)
- *   npulm.program.version      u32   2; any other value is refused (NPULM_ERR_UNSUPPORTED: version
- *                                    1 files, FP32 only, must be recompiled)
+ *   npulm.program.version      u32   3; any other value is refused (NPULM_ERR_UNSUPPORTED: version
+ *                                    1 files, FP32 only, and version 2 files, without attention
+ *                                    on the integer NPU, must be recompiled)
  *   npulm.compile.chunks       i32[] prefill chunk sizes, ascending (may be empty)
  *   npulm.compile.buckets      i32[] context buckets, ascending
  *   npulm.compile.float_ops    u32   ops the precision policy keeps in float: bits 1 << enum npu_op
@@ -36,12 +37,15 @@
  *   npulm.qtensors             i32[3 * n], per quantized tensor name: dtype, scale (f32 bits),
  *                                    zero point (struct npu_qtensor)
  *   npulm.qtensor_names        str[n]
- *   npulm.qsites               i32[23 * n_sites], per site (struct npu_qsite): op, n, k,
+ *   npulm.qsites               i32[34 * n_sites], per site (struct npu_qsite): op, n, k,
  *                                    n_outliers, outlier_dim; gemm x_zero_point, y_zero_point;
  *                                    gather y_zero_point; add a_zero_point, b_zero_point,
  *                                    left_shift, a_mult, a_shift, b_mult, b_shift, y_mult, y_shift,
  *                                    y_zero_point; mul a_zero_point, b_zero_point, y_mult, y_shift,
- *                                    y_zero_point. The fields of other ops than the site's are 0.
+ *                                    y_zero_point (fields 0 .. 22); qk q_zero_point, k_zero_point,
+ *                                    mult, shift, s_zero_point (23 .. 27); softmax mult, shift
+ *                                    (28, 29); pv v_zero_point, mult, shift, y_zero_point
+ *                                    (30 .. 33). The fields of other ops than the site's are 0.
  *   npulm.qsite_names          str[n_sites], each shorter than NPU_IR_NAME_MAX bytes
  *   npulm.qsites.luts          i8[256 * number of SILU sites]: their tables, in site order
  *
@@ -59,10 +63,15 @@
  *   The packed weights are used in place from the mapping (64-byte aligned, like all tensors);
  *   the small arrays are copied.
  *
- * Version 2 graphs compute in FP32 (quant.mode 0: activations, weights, caches and logits F32,
+ * Version 3 graphs compute in FP32 (quant.mode 0: activations, weights, caches and logits F32,
  * token ids I32) or, for an integer NPU, with I8/I16 activations on the NPU and F32 everywhere
- * else. Enumerations are stored as numbered in graph/ir.h and quant/quantize.h (pinned by the
- * static asserts below): a change of numbering or of a record's fields needs a new version.
+ * else. Attention on the integer NPU (QK, SOFTMAX, PV not in float_ops) reads, as its second
+ * operand, an NPU I8 activation [ctx, kv_dim] named blk.L.k_cache / blk.L.v_cache (ref -1,
+ * kv_is_value that of its cache) that a CPU TRANSFER from the layer's F32 cache fills, rows
+ * 0 .. pos0 + n_valid - 1 each step; its scores are I16 [heads, rows, ctx], its probabilities
+ * I16 Q15 (scale 2^-15, zero point 0). Enumerations are stored as numbered in graph/ir.h and
+ * quant/quantize.h (pinned by the static asserts below): a change of numbering or of a record's
+ * fields needs a new version.
  * Loading range-checks every field, runs npu_ir_validate on every graph, links every NPU node to
  * its site (npu_quant_link) and runs npu_program_verify on the whole program, so that no file can
  * make the executor or an integer kernel index outside a tensor, an arena, a site's arrays, the KV
@@ -77,6 +86,7 @@
 #include "gguf_write.h"
 #include "graph/program.h"
 #include "npu/supported.h"
+#include "quant/qparams.h"
 #include "quant/quantize.h"
 
 #define FILE_ALIGNMENT 64u
@@ -85,7 +95,10 @@
 #define SUBGRAPH_FIELDS 3
 #define INFO_FIELDS 3
 #define QTENSOR_FIELDS 3
-#define SITE_FIELDS 23
+#define SITE_FIELDS 34
+#define SITE_QK 23      /* first field of the qk, softmax and pv parameters */
+#define SITE_SOFTMAX 28
+#define SITE_PV 30
 #define LUT_SIZE 256
 #define GGML_I8 24  /* ggml type ids of the sites' integer arrays */
 #define GGML_I32 26
@@ -111,6 +124,10 @@ _Static_assert(NPU_QUANT_F32 == 0 && NPU_QUANT_NAIVE == 1 && NPU_QUANT_SHADOW ==
                    NPU_QUANT_SMOOTH == 3 && NPU_QUANT_MODE_COUNT == 4,
                "enum npu_quant_mode is stored in program files: bump NPU_PROGRAM_VERSION");
 _Static_assert(sizeof(((struct npu_qsite *)0)->lut) == LUT_SIZE, "a site's LUT is 256 bytes");
+_Static_assert(sizeof(struct npu_qs8_qk_params) == 5 * 4 &&
+                   sizeof(struct npu_qs16_softmax_params) == 2 * 4 &&
+                   sizeof(struct npu_qs16_pv_params) == 4 * 4 && SITE_PV + 4 == SITE_FIELDS,
+               "the attention parameters are stored in a site's record: bump NPU_PROGRAM_VERSION");
 
 static const char *const KEY_VERSION = "npulm.program.version";
 
@@ -203,6 +220,12 @@ static bool is_scores(const struct npu_graph *g, const struct npu_config *c,
   return t->ne[0] == c->n_heads && t->ne[1] == g->rows && t->ne[2] == g->ctx;
 }
 
+/* A cache's shape [ctx, kv_dim] (the caches, and the integer NPU's int8 copies of them). */
+static bool is_cache_shape(const struct npu_graph *g, const struct npu_config *c,
+                           const struct npu_ir_tensor *t) {
+  return t->ne[0] == g->ctx && t->ne[1] == c->n_kv_heads * c->head_dim && t->ne[2] == 1;
+}
+
 static bool in_arena(const struct npu_ir_tensor *t) { return t->kind == NPU_TK_ACT; }
 
 static bool is_int(uint8_t dt) { return dt == NPU_DT_I8 || dt == NPU_DT_I16; }
@@ -259,7 +282,7 @@ static npulm_status verify_tensors(const struct verify_ctx *v) {
       else if (integer && (q->dtype != t->dtype || !bits_equal(q->q.scale, t->q.scale) ||
                            q->q.zero_point != t->q.zero_point))
         why = "does not match its quantization table entry";
-      else if (!is_rows(g, t) && !is_scores(g, c, t))
+      else if (!is_rows(g, t) && !is_scores(g, c, t) && !(integer && is_cache_shape(g, c, t)))
         why = "has a shape that is neither [rows, n] nor [heads, rows, ctx]";
       else if (t->kind == NPU_TK_LOGITS && (t->ne[1] != c->n_vocab || t->ne[2] != 1))
         why = "is not [rows, n_vocab]";
@@ -294,7 +317,11 @@ static npulm_status verify_tensors(const struct verify_ctx *v) {
     if (why == NULL && t->kind != NPU_TK_WEIGHT && t->kind != NPU_TK_KV && t->ref != -1) {
       why = "has a reference but is not a weight or a cache";
     }
-    if (why == NULL && t->kind != NPU_TK_KV && t->kv_is_value) why = "is marked a V cache";
+    /* only a cache, or the integer NPU's copy of a V cache, holds values */
+    if (why == NULL && t->kind != NPU_TK_KV && t->kv_is_value &&
+        !(quant && t->kind == NPU_TK_ACT && t->backend == NPU_BE_NPU && is_cache_shape(g, c, t))) {
+      why = "is marked a V cache";
+    }
     if (why != NULL) return vfail(v, "tensor %d ('%s') %s", i, t->name, why);
   }
   return NPULM_OK;
@@ -312,6 +339,39 @@ static const char *check_transfer(const struct npu_program *p, const struct npu_
   return ok ? NULL : "converts between types no transfer converts";
 }
 
+/* The node before 'before' that writes tensor 'id', or -1 (npu_ir_validate: at most one does). */
+static int32_t writer_of(const struct npu_graph *g, int32_t id, int32_t before) {
+  for (int32_t j = 0; j < before; j++) {
+    if (g->nodes[j].out == id) return j;
+  }
+  return -1;
+}
+
+/* The cache operand (in1) of attention node 'i': the layer's F32 K (V) cache itself, or, for an
+ * NPU node of an integer program, the NPU's I8 copy of it [ctx, kv_dim] that a TRANSFER from
+ * that cache made (the step's rows 0 .. pos0 + n_valid - 1, all the kernels read). */
+static const char *check_cache(const struct verify_ctx *v, int32_t i, bool value) {
+  const struct npu_graph *g = v->g;
+  const struct npu_ir_node *n = &g->nodes[i];
+  const struct npu_ir_tensor *b = &g->tensors[n->in[1]];
+  if (b->kv_is_value != value) return value ? "does not read a V cache" : "does not read a K cache";
+  if (v->p->quant_mode == NPU_QUANT_F32 || n->backend != NPU_BE_NPU) {
+    return b->kind == NPU_TK_KV ? NULL : "reads a copy of a cache but is not on the integer NPU";
+  }
+  if (b->kind != NPU_TK_ACT || b->backend != NPU_BE_NPU || b->dtype != NPU_DT_I8 ||
+      !is_cache_shape(g, &v->m->cfg, b)) {
+    return "does not read an NPU I8 [ctx, kv_dim] copy of a cache";
+  }
+  int32_t w = writer_of(g, n->in[1], i);
+  const struct npu_ir_node *t = w >= 0 ? &g->nodes[w] : NULL;
+  const struct npu_ir_tensor *src = t != NULL && t->in[0] >= 0 ? &g->tensors[t->in[0]] : NULL;
+  if (t == NULL || t->op != NPU_OP_TRANSFER || src == NULL || src->kind != NPU_TK_KV ||
+      src->kv_is_value != value || src->ref != n->layer) {
+    return "reads a tensor that is not a transfer of its layer's cache";
+  }
+  return NULL;
+}
+
 /* An NPU node of an integer program: an op with an integer kernel, integer NPU activations only,
  * and a site of its op, its name, and shapes, types and zero points that agree with the node's
  * tensors. 'why' gets room for a detailed message. */
@@ -326,7 +386,10 @@ static const char *check_int_node(const struct verify_ctx *v, int32_t i, char *w
   case NPU_OP_GATHER:
   case NPU_OP_ADD:
   case NPU_OP_MUL:
-  case NPU_OP_SILU: break;
+  case NPU_OP_SILU:
+  case NPU_OP_QK:
+  case NPU_OP_SOFTMAX:
+  case NPU_OP_PV: break;
   default: return "has no integer kernel on the NPU";
   }
   /* values of an NPU node live in the NPU arena (npu_npu_exec_node addresses them there) */
@@ -390,6 +453,36 @@ static const char *check_int_node(const struct verify_ctx *v, int32_t i, char *w
   case NPU_OP_SILU:
     if (a->dtype != NPU_DT_I8 || out->dtype != NPU_DT_I8) return "is not I8 -> I8";
     return NULL;
+  case NPU_OP_QK: /* the cache copy b: check_cache */
+    if (a->dtype != NPU_DT_I8 || out->dtype != NPU_DT_I16) return "is not I8 x I8 -> I16";
+    if (v->m->cfg.head_dim > GEMM_MAX_K) return "has heads wider than the integer kernel's 32768";
+    if (site->qk.q_zero_point != a->q.zero_point || site->qk.k_zero_point != b->q.zero_point ||
+        site->qk.s_zero_point != out->q.zero_point) {
+      return "has score zero points that are not its tensors'";
+    }
+    return NULL;
+  case NPU_OP_SOFTMAX:
+    if (a->dtype != NPU_DT_I16 || out->dtype != NPU_DT_I16) return "is not I16 -> I16";
+    if (g->ctx >= (1 << 24)) return "has a context beyond the integer softmax's 2^24";
+    if (!bits_equal(out->q.scale, npu_prob_scale()) || out->q.zero_point != 0) {
+      return "does not write Q15 probabilities (scale 2^-15, zero point 0)";
+    }
+    return NULL;
+  case NPU_OP_PV: {
+    if (a->dtype != NPU_DT_I16 || out->dtype != NPU_DT_I8) return "is not I16 x I8 -> I8";
+    if (!bits_equal(a->q.scale, npu_prob_scale()) || a->q.zero_point != 0) {
+      return "does not read Q15 probabilities (scale 2^-15, zero point 0)";
+    }
+    /* probabilities: a softmax's (on the NPU, or on the CPU and transferred), whose rows sum
+     * to at most 2^16, so the kernel's int32 sums cannot overflow */
+    int32_t w = writer_of(g, n->in[0], i);
+    if (w >= 0 && g->nodes[w].op == NPU_OP_TRANSFER) w = writer_of(g, g->nodes[w].in[0], w);
+    if (w < 0 || g->nodes[w].op != NPU_OP_SOFTMAX) return "does not read a softmax's output";
+    if (site->pv.v_zero_point != b->q.zero_point || site->pv.y_zero_point != out->q.zero_point) {
+      return "has weighted-value zero points that are not its tensors'";
+    }
+    return NULL;
+  }
   default: break;
   }
   return "has no integer kernel on the NPU";
@@ -471,7 +564,11 @@ static npulm_status verify_nodes(const struct verify_ctx *v, int32_t *n_transfer
       const struct npu_ir_tensor *t = &g->tensors[id];
       bool want_scores =
           (op == NPU_OP_QK && s < 0) || (op == NPU_OP_PV && s == 0) || op == NPU_OP_SOFTMAX;
-      if (want_scores ? !is_scores(g, c, t) : !scores_ok && !is_rows(g, t)) why = "operand shape";
+      bool want_cache = (op == NPU_OP_QK || op == NPU_OP_PV) && s == 1; /* a copy of a cache */
+      if (want_cache ? !is_cache_shape(g, c, t)
+                     : want_scores ? !is_scores(g, c, t) : !scores_ok && !is_rows(g, t)) {
+        why = "operand shape";
+      }
     }
     if (why == NULL) {
       switch (op) {
@@ -486,9 +583,11 @@ static npulm_status verify_nodes(const struct verify_ctx *v, int32_t *n_transfer
         break;
       case NPU_OP_QK:
         if (a->ne[1] != q_dim || b->kv_is_value) why = "does not read q and the K cache";
+        if (why == NULL) why = check_cache(v, i, false);
         break;
       case NPU_OP_PV:
         if (out->ne[1] != q_dim || !b->kv_is_value) why = "does not read the V cache into q_dim";
+        if (why == NULL) why = check_cache(v, i, true);
         break;
       case NPU_OP_SHADOW: why = check_shadow(v, i, detail, sizeof(detail)); break;
       case NPU_OP_RMSNORM:
@@ -496,8 +595,16 @@ static npulm_status verify_nodes(const struct verify_ctx *v, int32_t *n_transfer
       case NPU_OP_SOFTMAX:
       case NPU_OP_ADD:
       case NPU_OP_MUL:
-      case NPU_OP_SILU:
-      case NPU_OP_TRANSFER: break; /* npu_ir_validate and the rules above fix every size they use */
+      case NPU_OP_TRANSFER:
+        /* a cache copied for the integer NPU's attention: into an NPU I8 activation that holds
+         * the same cache (npu_ir_validate: of its shape) */
+        if (a->kind == NPU_TK_KV &&
+            (!quant || out->kind != NPU_TK_ACT || out->backend != NPU_BE_NPU ||
+             out->dtype != NPU_DT_I8 || out->kv_is_value != a->kv_is_value)) {
+          why = "copies a cache into anything but an NPU I8 copy of it";
+        }
+        break;
+      case NPU_OP_SILU: break; /* npu_ir_validate and the rules above fix every size they use */
       default:
         /* an op added since: verify it here before letting it into a program */
         why = "is not an op this verifier knows";
@@ -942,6 +1049,34 @@ static npulm_status verify_site(const struct npu_program *p, int32_t i, npulm_er
     return NPULM_OK;
   }
   case NPU_OP_SILU: return NPULM_OK; /* any table of 256 int8 values */
+  case NPU_OP_QK: {
+    const struct npu_qs8_qk_params *q = &s->qk;
+    if (!requant_ok(q->mult, q->shift) || !zp_fits(NPU_DT_I8, q->q_zero_point) ||
+        !zp_fits(NPU_DT_I8, q->k_zero_point) || !zp_fits(NPU_DT_I16, q->s_zero_point)) {
+      return sfail(err, p, i,
+                   "has score parameters out of range (multiplier %d, shift %d, zero points "
+                   "%d, %d, %d)",
+                   q->mult, q->shift, q->q_zero_point, q->k_zero_point, q->s_zero_point);
+    }
+    return NPULM_OK;
+  }
+  case NPU_OP_SOFTMAX:
+    if (!requant_ok(s->softmax.mult, s->softmax.shift)) {
+      return sfail(err, p, i, "has softmax parameters out of range (multiplier %d, shift %d)",
+                   s->softmax.mult, s->softmax.shift);
+    }
+    return NPULM_OK;
+  case NPU_OP_PV: {
+    const struct npu_qs16_pv_params *q = &s->pv;
+    if (!requant_ok(q->mult, q->shift) || !zp_fits(NPU_DT_I8, q->v_zero_point) ||
+        !zp_fits(NPU_DT_I8, q->y_zero_point)) {
+      return sfail(err, p, i,
+                   "has weighted-value parameters out of range (multiplier %d, shift %d, zero "
+                   "points %d, %d)",
+                   q->mult, q->shift, q->v_zero_point, q->y_zero_point);
+    }
+    return NPULM_OK;
+  }
   default: break;
   }
   return sfail(err, p, i, "is a %s, which has no integer kernel", npu_op_name((enum npu_op)s->op));
@@ -1388,7 +1523,7 @@ static npulm_status load_site(const struct npu_gguf *g, struct npu_program *p, i
   struct npu_qsite *s = &p->qsites[si];
   int32_t op = f[0];
   if (op != NPU_OP_MATMUL && op != NPU_OP_GATHER && op != NPU_OP_ADD && op != NPU_OP_MUL &&
-      op != NPU_OP_SILU) {
+      op != NPU_OP_SILU && op != NPU_OP_QK && op != NPU_OP_SOFTMAX && op != NPU_OP_PV) {
     return sfail(err, p, si, "op %d has no integer kernel", op);
   }
   s->op = (uint8_t)op;
@@ -1397,9 +1532,17 @@ static npulm_status load_site(const struct npu_gguf *g, struct npu_program *p, i
   s->n_outliers = f[3];
   s->outlier_dim = f[4];
   /* the fields of the site's op; all others must be 0 */
-  int32_t first = op == NPU_OP_MATMUL ? 5 : op == NPU_OP_GATHER ? 7 : op == NPU_OP_ADD ? 8 : 18;
-  int32_t count = op == NPU_OP_MATMUL ? 2 : op == NPU_OP_GATHER ? 1 : op == NPU_OP_ADD ? 10 : 5;
-  if (op == NPU_OP_SILU) count = 0;
+  int32_t first = 0, count = 0;
+  switch ((enum npu_op)op) {
+  case NPU_OP_MATMUL: first = 5, count = 2; break;
+  case NPU_OP_GATHER: first = 7, count = 1; break;
+  case NPU_OP_ADD: first = 8, count = 10; break;
+  case NPU_OP_MUL: first = 18, count = 5; break;
+  case NPU_OP_QK: first = SITE_QK, count = 5; break;
+  case NPU_OP_SOFTMAX: first = SITE_SOFTMAX, count = 2; break;
+  case NPU_OP_PV: first = SITE_PV, count = 4; break;
+  default: break; /* SILU: its table, in npulm.qsites.luts */
+  }
   bool table = op == NPU_OP_MATMUL || op == NPU_OP_GATHER;
   for (int32_t k = 1; k < SITE_FIELDS; k++) {
     bool used = (k >= first && k < first + count) || (table && k <= 2) ||
@@ -1416,6 +1559,12 @@ static npulm_status load_site(const struct npu_gguf *g, struct npu_program *p, i
                                     .y_shift = f[16], .y_zero_point = f[17]};
   s->mul = (struct npu_qmul_params){.a_zero_point = f[18], .b_zero_point = f[19],
                                     .y_mult = f[20], .y_shift = f[21], .y_zero_point = f[22]};
+  const int32_t *q = f + SITE_QK, *sm = f + SITE_SOFTMAX, *pv = f + SITE_PV;
+  s->qk = (struct npu_qs8_qk_params){.q_zero_point = q[0], .k_zero_point = q[1], .mult = q[2],
+                                     .shift = q[3], .s_zero_point = q[4]};
+  s->softmax = (struct npu_qs16_softmax_params){.mult = sm[0], .shift = sm[1]};
+  s->pv = (struct npu_qs16_pv_params){.v_zero_point = pv[0], .mult = pv[1], .shift = pv[2],
+                                      .y_zero_point = pv[3]};
   if (!table) return NPULM_OK;
   if (s->n < 1 || s->k < 1 || (op == NPU_OP_MATMUL && s->k > GEMM_MAX_K)) {
     return sfail(err, p, si, "has an invalid shape [n %d, k %d]", s->n, s->k);
@@ -1852,6 +2001,17 @@ static npulm_status add_quant(struct npu_gguf_writer *w, const struct npu_progra
       memcpy(r + 18, v, sizeof(v));
     } else if (s->op == NPU_OP_SILU) {
       memcpy(luts + n_silu++ * LUT_SIZE, s->lut, LUT_SIZE);
+    } else if (s->op == NPU_OP_QK) {
+      const struct npu_qs8_qk_params *q = &s->qk;
+      int32_t v[5] = {q->q_zero_point, q->k_zero_point, q->mult, q->shift, q->s_zero_point};
+      memcpy(r + SITE_QK, v, sizeof(v));
+    } else if (s->op == NPU_OP_SOFTMAX) {
+      r[SITE_SOFTMAX] = s->softmax.mult;
+      r[SITE_SOFTMAX + 1] = s->softmax.shift;
+    } else if (s->op == NPU_OP_PV) {
+      const struct npu_qs16_pv_params *q = &s->pv;
+      int32_t v[4] = {q->v_zero_point, q->mult, q->shift, q->y_zero_point};
+      memcpy(r + SITE_PV, v, sizeof(v));
     }
     names[i] = s->name;
   }

@@ -1,35 +1,7 @@
 #!/bin/sh
 # CLI behaviour: the documented greedy output, and one-line errors with a non-zero exit for bad
 # input. Prints TAP lines ("ok N - name" / "not ok N - name").
-bin=${NPULM_BIN:-build/npulm}
-bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
-shared=${NPULM_SHARED:-../shared}
-model=$shared/models/stories260K.gguf
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-n=0
-
-check() { # check NAME COMMAND...: the command must succeed
-  name=$1; shift
-  n=$((n + 1))
-  if "$@" >"$tmp/out" 2>"$tmp/err"; then echo "ok $n - $name"; else
-    echo "not ok $n - $name"; sed 's/^/#   /' "$tmp/out" "$tmp/err" | head -20; fi
-}
-
-# fails NAME PATTERN COMMAND...: the command must exit non-zero (not crash) with one line on
-# stderr matching PATTERN
-fails() {
-  name=$1; pattern=$2; shift 2
-  n=$((n + 1))
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  rc=$?
-  lines=$(wc -l <"$tmp/err")
-  if [ "$rc" -ge 1 ] && [ "$rc" -lt 128 ] && [ "$lines" -eq 1 ] && grep -q -- "$pattern" "$tmp/err"; then
-    echo "ok $n - $name"
-  else
-    echo "not ok $n - $name (exit $rc, $lines lines)"; sed 's/^/#   /' "$tmp/err" | head -10
-  fi
-}
+. "$(dirname "$0")/tap.sh"
 
 greedy_story() {
   "$bin" run -m "$model" -p "Once upon a time" -n 40 --temp 0 >"$tmp/story" 2>/dev/null &&
@@ -98,6 +70,14 @@ run_same() { a=$("$bin" run -m "$model" -p "Once upon a time" -n 40 --temp 0 2>/
   b=$("$bin" run -m "$npu" -p "Once upon a time" -n 40 --temp 0 2>/dev/null) && [ "$a" = "$b" ] &&
   echo "$b" | grep -q "^Once upon a time, there was a little girl named Lily."; }
 check "run: a program file generates the same greedy text as its GGUF" run_same
+# attention on the integer NPU (QK, softmax, PV and the int8 KV copies) through a program file
+attn_npu() { "$bin" compile -m "$model" -o "$tmp/attn.npu" --quant w8a8-smooth --float-ops none 2>/dev/null &&
+  a=$("$bin" run -m "$model" --quant w8a8-smooth --float-ops none -p "Once upon a time" -n 40 --temp 0 2>/dev/null) &&
+  b=$("$bin" run -m "$tmp/attn.npu" -p "Once upon a time" -n 40 --temp 0 2>/dev/null) && [ -n "$a" ] && [ "$a" = "$b" ]; }
+check "run: --float-ops none from a program file gives the in-memory greedy text" attn_npu
+attn_inspect() { "$bin" inspect "$tmp/attn.npu" >"$tmp/inspect3" && grep -Eq "^  qk +[0-9]+ +0$" "$tmp/inspect3" &&
+  grep -Eq "^  pv +[0-9]+ +0$" "$tmp/inspect3" && grep -q "<= .* KiB" "$tmp/inspect3" && grep -q "^  (<=: a KV cache copy" "$tmp/inspect3"; }
+check "inspect: attention on the NPU, KV copies counted as an upper bound" attn_inspect
 ppl_same() { a=$("$bin" ppl -m "$model" -f "$shared/data/tinystories-valid.txt" -c 128 -t 2 2>/dev/null | sed 's/, [0-9.]* s)$//') &&
   b=$("$bin" ppl -m "$npu" -f "$shared/data/tinystories-valid.txt" -c 128 -t 2 2>/dev/null | sed 's/, [0-9.]* s)$//') &&
   [ -n "$a" ] && [ "$a" = "$b" ]; }
@@ -121,11 +101,13 @@ head -c 3000 "$npu" >"$tmp/trunc.npu"
 fails "inspect: program file cut in its metadata" "does not fit in the file" "$bin" inspect "$tmp/trunc.npu"
 head -c $(($(wc -c <"$npu") - 1000)) "$npu" >"$tmp/trunc.npu"
 fails "run: program file cut in its weights" "outside the" "$bin" run -m "$tmp/trunc.npu" -p x
-# a program file from a newer npulm: npulm.program.version = 3
-cp "$npu" "$tmp/v3.npu"
-at=$(grep -obUa "npulm.program.version" "$tmp/v3.npu" | head -1 | cut -d: -f1)
-printf '\003' | dd of="$tmp/v3.npu" bs=1 seek=$((at + 21 + 4)) conv=notrunc 2>/dev/null
-fails "run: program file of a newer version" "version 3 is not supported" "$bin" run -m "$tmp/v3.npu" -p x
+# a program file from a newer npulm: npulm.program.version = 4; from an older one: 2
+cp "$npu" "$tmp/v4.npu"
+at=$(grep -obUa "npulm.program.version" "$tmp/v4.npu" | head -1 | cut -d: -f1)
+printf '\004' | dd of="$tmp/v4.npu" bs=1 seek=$((at + 21 + 4)) conv=notrunc 2>/dev/null
+fails "run: program file of a newer version" "version 4 is not supported" "$bin" run -m "$tmp/v4.npu" -p x
+printf '\002' | dd of="$tmp/v4.npu" bs=1 seek=$((at + 21 + 4)) conv=notrunc 2>/dev/null
+fails "run: program file of an older version" "version 2 is not supported.*recompile" "$bin" run -m "$tmp/v4.npu" -p x
 usage_lists() { "$bin" --help | grep -q "^  compile" && "$bin" --help | grep -q "^  inspect"; }
 check "usage lists compile and inspect" usage_lists
 
