@@ -190,24 +190,11 @@ static npulm_session *new_session(const npulm_model *m, int n_ctx, bool referenc
   return s;
 }
 
-static char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  assert_non_null(f);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = malloc((size_t)n + 1);
-  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-  buf[n] = '\0';
-  fclose(f);
-  *len = (size_t)n;
-  return buf;
-}
 
 /* 'n' tokens of real text (BOS first). */
 static int32_t *text_tokens(const npulm_model *m, int n) {
   size_t len;
-  char *text = slurp(test_shared_path("data/tinystories-valid.txt"), &len);
+  char *text = test_slurp(test_shared_path("data/tinystories-valid.txt"), &len);
   int32_t *ids = malloc((len + 2) * sizeof(int32_t));
   size_t n_ids;
   npulm_error err;
@@ -446,7 +433,7 @@ static void test_perplexity_identical(void **state) {
     size_t bytes;
   } cases[2] = {{"models/stories260K.gguf", 256, 16000}, {"models/tinystories-5M.gguf", 256, 3000}};
   size_t len;
-  char *text = slurp(test_shared_path("data/tinystories-valid.txt"), &len);
+  char *text = test_slurp(test_shared_path("data/tinystories-valid.txt"), &len);
   for (int k = 0; k < 2; k++) {
     npulm_model *m = open_shared(cases[k].model);
     npulm_ppl_result ref, graph;

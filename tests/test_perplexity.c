@@ -6,18 +6,6 @@
 #include "npulm.h"
 #include "test_util.h"
 
-static char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  assert_non_null(f);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = malloc((size_t)n + 1);
-  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  *len = (size_t)n;
-  return buf;
-}
 
 static void test_stories260k_matches_llama_cpp(void **state) {
   (void)state;
@@ -27,7 +15,7 @@ static void test_stories260k_matches_llama_cpp(void **state) {
   npulm_error err;
   assert_int_equal(npulm_model_open(model_path, &m, &err), NPULM_OK);
   size_t len;
-  char *text = slurp(test_shared_path("data/tinystories-valid.txt"), &len);
+  char *text = test_slurp(test_shared_path("data/tinystories-valid.txt"), &len);
   npulm_ppl_result one, two;
   assert_int_equal(npulm_perplexity(m, text, len, 256, 1, NULL, NULL, &one, &err), NPULM_OK);
   assert_int_equal(npulm_perplexity(m, text, len, 256, 2, NULL, NULL, &two, &err), NPULM_OK);

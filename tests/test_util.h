@@ -29,6 +29,22 @@ static inline const char *test_shared_path(const char *rel) {
     }                                                                                      \
   } while (0)
 
+/* The whole of file 'path' (malloc'd, NUL-terminated; '*len' bytes without the NUL). */
+static inline char *test_slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = malloc((size_t)n + 1);
+  assert_non_null(buf);
+  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  buf[n] = '\0';
+  *len = (size_t)n;
+  return buf;
+}
+
 /* xorshift64*: deterministic random numbers for generated test cases. */
 static inline uint64_t test_rand(uint64_t *state) {
   uint64_t x = *state;
