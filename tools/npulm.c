@@ -44,14 +44,14 @@ static const char *const usage_run =
     "  --top-k K          keep the K most likely tokens; 0 = off (default 40)\n"
     "  --top-p P          nucleus sampling threshold; 1 = off (default 0.95)\n"
     "  --seed S           sampling seed (default: from the clock, printed to stderr)\n"
-    "  -t, --threads N    threads (default: one per CPU)\n"
+    "  -t, --threads N    accepted, no effect yet: the engine runs one NPU and one CPU worker\n"
     "  --reference        run the FP32 reference forward instead of the compiled graphs\n"
     "\n"
     "A GGUF model is compiled in memory first (calibrated and quantized as compile would):\n"
     CLI_COMPILE_OPTIONS_HELP;
 
 static const char *const usage_compile =
-    "usage: npulm compile [-m MODEL.gguf] -o MODEL.npu [--chunks 32,128] [--ctx 128,256,512]\n"
+    "usage: npulm compile [-m MODEL.gguf] -o MODEL.npu [--quant MODE] [--chunks LIST] [--ctx LIST]\n"
     "\n"
     "Compile a model into static graphs, one per specialization (decode, and a prefill chunk of\n"
     "each size, for each context bucket), each partitioned between the NPU and the CPU and\n"
