@@ -225,6 +225,17 @@ static void save_ok(const npulm_model *m, const char *path) {
   if (st != NPULM_OK) fail_msg("save failed: %s", err.msg);
 }
 
+/* Save model 'p' (opened from program file 'path') again to 'path2': the bytes must be the same. */
+static void assert_resave_identical(npulm_model *p, const char *path, const char *path2) {
+  save_ok(p, path2);
+  size_t n1, n2;
+  uint8_t *b1 = read_all(path, &n1), *b2 = read_all(path2, &n2);
+  assert_int_equal(n1, n2);
+  assert_memory_equal(b1, b2, n1);
+  free(b1);
+  free(b2);
+}
+
 /* ---- Comparisons -------------------------------------------------------------------------- */
 
 static void assert_graphs_equal(const struct npu_graph *a, const struct npu_graph *b) {
@@ -391,13 +402,7 @@ static void round_trip(const char *src, const npulm_compile_params *cp) {
   }
   assert_int_equal(p->n_owned, 0);
   /* saving the opened program file again gives the same file */
-  save_ok(p, npu2);
-  size_t n1, n2;
-  uint8_t *b1 = read_all(npu, &n1), *b2 = read_all(npu2, &n2);
-  assert_int_equal(n1, n2);
-  assert_memory_equal(b1, b2, n1);
-  free(b1);
-  free(b2);
+  assert_resave_identical(p, npu, npu2);
   npulm_model_close(p);
   npulm_model_close(m);
   unlink(npu);
@@ -1206,13 +1211,7 @@ static int32_t quant_round_trip(const char *src, enum npu_quant_mode mode, float
   free(l3);
   npulm_model_close(f);
   /* saving the opened program file again gives the same file */
-  save_ok(p, npu2);
-  size_t s1, s2;
-  uint8_t *b1 = read_all(npu, &s1), *b2 = read_all(npu2, &s2);
-  assert_int_equal(s1, s2);
-  assert_memory_equal(b1, b2, s1);
-  free(b1);
-  free(b2);
+  assert_resave_identical(p, npu, npu2);
   npulm_model_close(p);
   npulm_model_close(m);
   unlink(npu);
