@@ -3,15 +3,51 @@
 
 #include <assert.h>
 
+#include "runtime/pool.h"
+
 static void *addr(const struct npu_graph *g, int32_t id, uint8_t *const arena[NPU_BE_COUNT]) {
   const struct npu_ir_tensor *t = &g->tensors[id];
   return arena[t->backend] + t->offset;
 }
 
+/* A matmul cut into column ranges, one per pool task. */
+struct matmul_split {
+  const struct npu_qsite *site;
+  const struct npu_ukernels *uk;
+  const int8_t *x;
+  void *y;
+  size_t rows, cols, k, cols_per_task;
+  bool wide;
+};
+
+static void matmul_task(void *arg, size_t task) {
+  const struct matmul_split *ms = arg;
+  const size_t n0 = task * ms->cols_per_task;
+  const size_t n1 = n0 + ms->cols_per_task < ms->cols ? n0 + ms->cols_per_task : ms->cols;
+  const struct npu_qsite *site = ms->site;
+  if (ms->wide) {
+    ms->uk->qs8_gemm_qs16(ms->rows, n0, n1, ms->k, ms->x, ms->k, site->packed, ms->y, ms->cols,
+                          &site->gemm);
+  } else {
+    ms->uk->qs8_gemm(ms->rows, n0, n1, ms->k, ms->x, ms->k, site->packed, ms->y, ms->cols,
+                     &site->gemm);
+  }
+}
+
+/* Columns per task: a few tasks per thread, so that a descheduled thread delays little, each a
+ * whole number of the kernels' widest column tile (two packed blocks). */
+static size_t cols_per_task(size_t cols, int threads) {
+  enum { TILE = 2 * NPU_QS8_GEMM_NR, TASKS_PER_THREAD = 4 };
+  if (threads <= 1) return cols;
+  size_t tasks = (size_t)threads * TASKS_PER_THREAD;
+  size_t per = (cols + tasks - 1) / tasks;
+  return (per + TILE - 1) / TILE * TILE;
+}
+
 void npu_npu_exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
                        const struct npu_qsite *site, const struct npu_ukernels *uk,
-                       uint8_t *const arena[NPU_BE_COUNT], const int32_t *ids, int32_t pos0,
-                       int32_t n_valid) {
+                       struct npu_pool *pool, uint8_t *const arena[NPU_BE_COUNT],
+                       const int32_t *ids, int32_t pos0, int32_t n_valid) {
   const struct npu_ir_tensor *out = &g->tensors[n->out];
   size_t rows = (size_t)out->ne[0], cols = (size_t)out->ne[1];
   size_t count = rows * cols * (size_t)out->ne[2];
@@ -19,10 +55,9 @@ void npu_npu_exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
   bool wide = out->dtype == NPU_DT_I16;
   switch ((enum npu_op)n->op) {
   case NPU_OP_MATMUL: {
-    const int8_t *x = addr(g, n->in[0], arena);
-    size_t k = (size_t)site->k;
-    if (wide) uk->qs8_gemm_qs16(rows, 0, cols, k, x, k, site->packed, y, cols, &site->gemm);
-    else uk->qs8_gemm(rows, 0, cols, k, x, k, site->packed, y, cols, &site->gemm);
+    struct matmul_split ms = {site, uk, addr(g, n->in[0], arena), y, rows, cols,
+                              (size_t)site->k, cols_per_task(cols, npu_pool_threads(pool)), wide};
+    npu_pool_run(pool, (cols + ms.cols_per_task - 1) / ms.cols_per_task, matmul_task, &ms);
     return;
   }
   case NPU_OP_GATHER:

@@ -91,8 +91,8 @@ static void exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
   const struct npu_config *c = ctx->cfg;
   int32_t index = (int32_t)(n - g->nodes);
   if (g->node_site != NULL && n->backend == NPU_BE_NPU) {
-    npu_npu_exec_node(g, n, &ctx->prog->qsites[g->node_site[index]], &ctx->prog->uk, ctx->arena,
-                      ctx->ids, ctx->pos0, ctx->n_valid);
+    npu_npu_exec_node(g, n, &ctx->prog->qsites[g->node_site[index]], &ctx->prog->uk,
+                      ctx->npu_pool, ctx->arena, ctx->ids, ctx->pos0, ctx->n_valid);
     return;
   }
   const struct npu_ir_tensor *out_t = &g->tensors[n->out];

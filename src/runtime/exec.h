@@ -10,6 +10,8 @@
 #include "graph/program.h"
 #include "model.h"
 
+struct npu_pool;
+
 /* Everything one step of one graph reads and writes, apart from the graph itself. */
 struct npu_exec_ctx {
   const struct npu_program *prog; /* weights: WEIGHT tensor 'ref' is prog->weights[ref].data */
@@ -23,6 +25,7 @@ struct npu_exec_ctx {
   float *logits;         /* (g->rows, n_vocab) the step's output */
   const float *rope_cos; /* (positions, rope_dim / 2): must cover pos0 + g->rows - 1 */
   const float *rope_sin;
+  struct npu_pool *npu_pool; /* the NPU's threads (NULL: the calling worker alone) */
   /* Called after every node when not NULL (error attribution): sees the node's output. */
   void (*observe)(void *user, const struct npu_graph *g, int32_t node,
                   const struct npu_exec_ctx *ctx);

@@ -5,7 +5,8 @@
  * A decode step hands work back and forth between the workers a few dozen times in a few
  * milliseconds, so a waiter first spins briefly (yielding the core to anyone runnable) on an
  * epoch counter that every change of state bumps, and only then sleeps: a futex wake-up costs tens
- * of microseconds.
+ * of microseconds. While it spins it lends itself to the other worker's data-parallel loops (the
+ * NPU's matmuls): with two cores, the idle worker is the second core of the busy one.
  * Subgraphs alternate between the backends, so the older chunk's next subgraph always needs the
  * worker that is not running its current one. If that worker started a long subgraph of the
  * younger chunk meanwhile, the older chunk would stall behind it: a worker therefore only takes a
@@ -21,6 +22,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "runtime/pool.h"
 
 /* How long a waiter spins before it sleeps. */
 #define SPIN_S 100e-6
@@ -33,6 +35,7 @@ struct worker {
 };
 
 struct npu_sched {
+  struct npu_pool *pool; /* a waiting worker lends itself to this pool's loops (may be NULL) */
   pthread_mutex_t lock;
   pthread_cond_t wake[NPU_BE_COUNT]; /* a worker waits here for a task */
   pthread_cond_t finished;           /* the caller of npu_sched_run waits here */
@@ -125,6 +128,10 @@ static void wait_change(struct npu_sched *s, pthread_cond_t *cv) {
   bool moved = false;
   for (unsigned i = 1; !moved; i++) {
     moved = atomic_load_explicit(&s->epoch, memory_order_acquire) != seen;
+    if (!moved && s->pool != NULL && npu_pool_help(s->pool)) {
+      until = npu_now() + SPIN_S; /* the other worker is busy: more work for this one may follow */
+      continue;
+    }
     if (!moved && i % 64 == 0) {
       if (npu_now() > until) break;
       sched_yield();
@@ -176,10 +183,11 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-npulm_status npu_sched_create(struct npu_sched **out, npulm_error *err) {
+npulm_status npu_sched_create(struct npu_pool *pool, struct npu_sched **out, npulm_error *err) {
   *out = NULL;
   struct npu_sched *s = calloc(1, sizeof(*s));
   if (s == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory creating the scheduler");
+  s->pool = pool;
   int sync_ok = 0; /* how many of the lock and condition variables exist */
   npulm_status st = NPULM_OK;
   if (pthread_mutex_init(&s->lock, NULL) != 0) goto sync_fail;

@@ -43,8 +43,11 @@ struct npu_sched_stats {
 
 struct npu_sched;
 
-/* Start the two workers. Return NPULM_OK and '*out', or an error naming what failed. */
-npulm_status npu_sched_create(struct npu_sched **out, npulm_error *err);
+struct npu_pool;
+
+/* Start the two workers; while waiting for a task, each runs tasks of 'pool''s loops (NULL:
+ * none). Return NPULM_OK and '*out', or an error naming what failed. */
+npulm_status npu_sched_create(struct npu_pool *pool, struct npu_sched **out, npulm_error *err);
 
 /* Stop and join the workers and free everything; accepts NULL. No job may be running. */
 void npu_sched_free(struct npu_sched *s);

@@ -15,6 +15,7 @@
 #include "ref/forward.h"
 #include "runtime/exec.h"
 #include "runtime/session_internal.h"
+#include "runtime/pool.h"
 #include "runtime/scheduler.h"
 
 /* Context used when the caller asks for the model's own: capped so that models trained for very
@@ -56,6 +57,7 @@ struct npulm_session {
   int32_t *cost_off;    /* (n_graphs) where each graph's durations start in 'costs' */
   double **step_costs;  /* (n_ctx) each step's graph's durations */
   struct npu_sched *sched;
+  struct npu_pool *npu_pool; /* n_threads threads: the NPU worker and n_threads - 1 helpers */
   /* the evaluation in progress: read by the workers */
   const int32_t *tokens;
   float *logits_out;
@@ -162,7 +164,12 @@ static npulm_status compiled_init(struct npulm_session *s, npulm_error *err) {
       }
     }
   }
-  return npu_sched_create(&s->sched, err);
+  /* the NPU's matmuls run on n_threads threads: the NPU worker, the CPU worker while it waits,
+   * and helpers beyond those two */
+  int helpers = s->n_threads > NPU_BE_COUNT ? s->n_threads - NPU_BE_COUNT : 0;
+  st = npu_pool_create(s->n_threads, helpers, &s->npu_pool, err);
+  if (st != NPULM_OK) return st;
+  return npu_sched_create(s->npu_pool, &s->sched, err);
 }
 
 npulm_status npulm_session_create(const npulm_model *model, const npulm_session_params *params,
@@ -212,6 +219,7 @@ fail:
 void npulm_session_free(npulm_session *s) {
   if (s == NULL) return;
   npu_sched_free(s->sched); /* first: the workers may not outlive the memory they use */
+  npu_pool_free(s->npu_pool);
   npu_ref_state_free(&s->ref);
   for (int i = 0; i < NPU_SCHED_SLOTS; i++) {
     free(s->slots[i].ids);
@@ -289,6 +297,7 @@ static void run_task(void *user, int32_t step, int32_t sub, int32_t slot) {
       .logits = logits,
       .rope_cos = s->rope_cos,
       .rope_sin = s->rope_sin,
+      .npu_pool = s->npu_pool,
       .observe = s->observe,
       .observe_user = s->observe_user,
   };
