@@ -138,7 +138,8 @@ typedef struct npulm_session npulm_session;
 
 typedef struct npulm_session_params {
   int n_ctx;      /* context length (KV cache size); 0 = the model's, at most 4096 */
-  int n_threads;  /* worker threads; 0 = one per online CPU */
+  int n_threads;  /* threads the NPU's matmuls are cut across: the NPU worker, the CPU worker
+                   * while it waits, and n_threads - 2 more; 0 = one per online CPU */
   bool reference; /* run the FP32 reference forward instead of the compiled graphs (the oracle) */
 } npulm_session_params;
 /* A session runs the model's program (npulm_model_compile, or the one a program file carries).

@@ -44,7 +44,7 @@ static const char *const usage_run =
     "  --top-k K          keep the K most likely tokens; 0 = off (default 40)\n"
     "  --top-p P          nucleus sampling threshold; 1 = off (default 0.95)\n"
     "  --seed S           sampling seed (default: from the clock, printed to stderr)\n"
-    "  -t, --threads N    accepted, no effect yet: the engine runs one NPU and one CPU worker\n"
+    "  -t, --threads N    threads the NPU's matmuls are cut across (default: one per CPU)\n"
     "  --reference        run the FP32 reference forward instead of the compiled graphs\n"
     "\n"
     "A GGUF model is compiled in memory first (calibrated and quantized as compile would):\n"
