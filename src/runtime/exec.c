@@ -10,6 +10,7 @@
 #include "cpu/kernels.h"
 #include "npu/executor.h"
 #include "quant/qparams.h"
+#include "runtime/pool.h"
 
 /* Address of tensor 'id' for this step. */
 static void *tensor_data(const struct npu_graph *g, int32_t id, const struct npu_exec_ctx *ctx) {
@@ -23,10 +24,6 @@ static void *tensor_data(const struct npu_graph *g, int32_t id, const struct npu
   }
   assert(!"unknown tensor kind");
   return NULL;
-}
-
-static size_t elems(const struct npu_ir_tensor *t) {
-  return (size_t)t->ne[0] * (size_t)t->ne[1] * (size_t)t->ne[2];
 }
 
 /* Copy the first 'n' values of a tensor between the backends' arenas (or from a KV cache to the
@@ -86,13 +83,103 @@ static void shadow(const struct npu_qsite *s, const float *x, size_t x_cols, siz
   }
 }
 
+/* Whether float node 'n' may be cut into ranges of its output's outer dimension (rows; heads of a
+ * [heads, rows, ctx] tensor): each range of the output depends only on the same range of the
+ * inputs and comes from the same kernel, whose elements never depend on how many rows it is
+ * given, so the bits never depend on the cut. */
+static bool splits_by_rows(const struct npu_graph *g, const struct npu_ir_node *n) {
+  switch ((enum npu_op)n->op) {
+  case NPU_OP_RMSNORM:
+  case NPU_OP_ROPE:
+  case NPU_OP_MATMUL:
+  case NPU_OP_ADD:
+  case NPU_OP_MUL:
+  case NPU_OP_SILU: return true;
+  case NPU_OP_TRANSFER: return g->tensors[n->in[0]].kind != NPU_TK_KV;
+  default: return false;
+  }
+}
+
+/* Outer rows [r0, r1) of a node that splits_by_rows. */
+static void exec_rows(const struct npu_graph *g, const struct npu_ir_node *n,
+                      const struct npu_exec_ctx *ctx, int32_t r0, int32_t r1) {
+  const struct npu_ir_tensor *out_t = &g->tensors[n->out], *a_t = &g->tensors[n->in[0]];
+  const size_t in_inner = (size_t)a_t->ne[1] * (size_t)a_t->ne[2];
+  const size_t out_inner = (size_t)out_t->ne[1] * (size_t)out_t->ne[2];
+  const size_t in_size = npu_dtype_size((enum npu_dtype)a_t->dtype);
+  const size_t out_size = npu_dtype_size((enum npu_dtype)out_t->dtype);
+  const int32_t rows = r1 - r0;
+  void *out = (uint8_t *)tensor_data(g, n->out, ctx) + (size_t)r0 * out_inner * out_size;
+  const void *a = (const uint8_t *)tensor_data(g, n->in[0], ctx) + (size_t)r0 * in_inner * in_size;
+  /* the second operand: norm or matmul weights (whole), or the other operand (same rows) */
+  const float *b = n->in[1] >= 0 ? tensor_data(g, n->in[1], ctx) : NULL;
+  const size_t count = (size_t)rows * out_inner;
+  switch ((enum npu_op)n->op) {
+  case NPU_OP_RMSNORM: npu_f32_rmsnorm(out, a, b, rows, a_t->ne[1], n->param); return;
+  case NPU_OP_ROPE:
+    npu_f32_rope(out, a, ctx->rope_cos, ctx->rope_sin, ctx->cfg, rows,
+                 a_t->ne[1] / ctx->cfg->head_dim, ctx->pos0 + r0);
+    return;
+  case NPU_OP_MATMUL: {
+    /* W is [N, K]; x [rows, K] */
+    const float *bias = n->in[2] >= 0 ? tensor_data(g, n->in[2], ctx) : NULL;
+    npu_f32_matmul(out, a, b, bias, rows, a_t->ne[1], g->tensors[n->in[1]].ne[0]);
+    return;
+  }
+  case NPU_OP_ADD: npu_f32_add(out, a, b + (size_t)r0 * out_inner, count); return;
+  case NPU_OP_MUL: npu_f32_mul(out, a, b + (size_t)r0 * out_inner, count); return;
+  case NPU_OP_SILU: npu_f32_silu(out, a, count); return;
+  case NPU_OP_TRANSFER: transfer(a_t, a, out_t, out, count); return;
+  default: assert(!"not a row-wise op");
+  }
+}
+
+/* A row-wise node cut into ranges of rows, one per pool task. */
+struct row_split {
+  const struct npu_graph *g;
+  const struct npu_ir_node *n;
+  const struct npu_exec_ctx *ctx;
+  int32_t rows, rows_per_task;
+};
+
+static void row_task(void *arg, size_t task) {
+  const struct row_split *rs = arg;
+  int32_t r0 = (int32_t)task * rs->rows_per_task;
+  int32_t r1 = r0 + rs->rows_per_task < rs->rows ? r0 + rs->rows_per_task : rs->rows;
+  exec_rows(rs->g, rs->n, rs->ctx, r0, r1);
+}
+
+/* Run a row-wise node on the pool of its backend: a few tasks per thread, none so small that
+ * claiming it costs more than running it. */
+static void exec_split(const struct npu_graph *g, const struct npu_ir_node *n,
+                       const struct npu_exec_ctx *ctx) {
+  enum { TASKS_PER_THREAD = 4, MIN_TASK_ELEMS = 8192 };
+  struct npu_pool *pool = ctx->pool[n->backend];
+  const struct npu_ir_tensor *out_t = &g->tensors[n->out];
+  const int32_t rows = out_t->ne[0];
+  const size_t inner = (size_t)out_t->ne[1] * (size_t)out_t->ne[2];
+  size_t tasks = (size_t)npu_pool_threads(pool) * TASKS_PER_THREAD;
+  size_t by_size = (size_t)rows * inner / MIN_TASK_ELEMS;
+  if (tasks > by_size) tasks = by_size;
+  if (tasks <= 1) {
+    exec_rows(g, n, ctx, 0, rows);
+    return;
+  }
+  struct row_split rs = {g, n, ctx, rows, (int32_t)(((size_t)rows + tasks - 1) / tasks)};
+  npu_pool_run(pool, ((size_t)rows + (size_t)rs.rows_per_task - 1) / (size_t)rs.rows_per_task,
+               row_task, &rs);
+}
+
 static void exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
                       const struct npu_exec_ctx *ctx) {
-  const struct npu_config *c = ctx->cfg;
   int32_t index = (int32_t)(n - g->nodes);
   if (g->node_site != NULL && n->backend == NPU_BE_NPU) {
     npu_npu_exec_node(g, n, &ctx->prog->qsites[g->node_site[index]], &ctx->prog->uk,
-                      ctx->npu_pool, ctx->arena, ctx->ids, ctx->pos0, ctx->n_valid);
+                      ctx->pool[NPU_BE_NPU], ctx->arena, ctx->ids, ctx->pos0, ctx->n_valid);
+    return;
+  }
+  if (splits_by_rows(g, n)) {
+    exec_split(g, n, ctx);
     return;
   }
   const struct npu_ir_tensor *out_t = &g->tensors[n->out];
@@ -101,21 +188,9 @@ static void exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
   float *out = tensor_data(g, n->out, ctx);
   const float *a = n->in[0] >= 0 ? tensor_data(g, n->in[0], ctx) : NULL;
   const float *b = n->in[1] >= 0 ? tensor_data(g, n->in[1], ctx) : NULL;
-  const float *bias = n->in[2] >= 0 ? tensor_data(g, n->in[2], ctx) : NULL;
   switch ((enum npu_op)n->op) {
   case NPU_OP_GATHER:
     npu_f32_gather(out, b, (const int32_t *)(const void *)a, out_t->ne[0], out_t->ne[1]);
-    return;
-  case NPU_OP_RMSNORM:
-    npu_f32_rmsnorm(out, a, b, a_t->ne[0], a_t->ne[1], n->param);
-    return;
-  case NPU_OP_MATMUL:
-    /* W is [N, K]; x [rows, K] */
-    npu_f32_matmul(out, a, b, bias, a_t->ne[0], a_t->ne[1], b_t->ne[0]);
-    return;
-  case NPU_OP_ROPE:
-    npu_f32_rope(out, a, ctx->rope_cos, ctx->rope_sin, c, a_t->ne[0], a_t->ne[1] / c->head_dim,
-                 ctx->pos0);
     return;
   case NPU_OP_KV_WRITE:
     npu_f32_kv_write(out, a, ctx->pos0, ctx->n_valid, a_t->ne[1]);
@@ -137,19 +212,20 @@ static void exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
                ctx->n_valid);
     return;
   }
-  case NPU_OP_ADD: npu_f32_add(out, a, b, elems(out_t)); return;
-  case NPU_OP_MUL: npu_f32_mul(out, a, b, elems(out_t)); return;
-  case NPU_OP_SILU: npu_f32_silu(out, a, elems(out_t)); return;
   case NPU_OP_TRANSFER:
     /* a KV cache copied for the integer NPU's attention: the rows this step attends over, which
      * are all the session's cache is sure to hold */
-    transfer(a_t, a, out_t, out,
-             a_t->kind == NPU_TK_KV ? (size_t)(ctx->pos0 + ctx->n_valid) * (size_t)a_t->ne[1]
-                                    : elems(out_t));
+    transfer(a_t, a, out_t, out, (size_t)(ctx->pos0 + ctx->n_valid) * (size_t)a_t->ne[1]);
     return;
   case NPU_OP_SHADOW:
     shadow(&ctx->prog->qsites[g->node_site[index]], a, (size_t)a_t->ne[1], (size_t)a_t->ne[0], out);
     return;
+  case NPU_OP_RMSNORM:
+  case NPU_OP_ROPE:
+  case NPU_OP_MATMUL:
+  case NPU_OP_ADD:
+  case NPU_OP_MUL:
+  case NPU_OP_SILU:
   case NPU_OP_COUNT: break;
   }
   assert(!"unknown op");

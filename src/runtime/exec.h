@@ -25,7 +25,7 @@ struct npu_exec_ctx {
   float *logits;         /* (g->rows, n_vocab) the step's output */
   const float *rope_cos; /* (positions, rope_dim / 2): must cover pos0 + g->rows - 1 */
   const float *rope_sin;
-  struct npu_pool *npu_pool; /* the NPU's threads (NULL: the calling worker alone) */
+  struct npu_pool *pool[NPU_BE_COUNT]; /* each backend's threads (NULL: its worker alone) */
   /* Called after every node when not NULL (error attribution): sees the node's output. */
   void (*observe)(void *user, const struct npu_graph *g, int32_t node,
                   const struct npu_exec_ctx *ctx);

@@ -6,7 +6,8 @@
  * milliseconds, so a waiter first spins briefly (yielding the core to anyone runnable) on an
  * epoch counter that every change of state bumps, and only then sleeps: a futex wake-up costs tens
  * of microseconds. While it spins it lends itself to the other worker's data-parallel loops (the
- * NPU's matmuls): with two cores, the idle worker is the second core of the busy one.
+ * NPU's matmuls, the CPU's row-wise ops): with two cores, the idle worker is the second core of
+ * the busy one.
  * Subgraphs alternate between the backends, so the older chunk's next subgraph always needs the
  * worker that is not running its current one. If that worker started a long subgraph of the
  * younger chunk meanwhile, the older chunk would stall behind it: a worker therefore only takes a
@@ -35,7 +36,7 @@ struct worker {
 };
 
 struct npu_sched {
-  struct npu_pool *pool; /* a waiting worker lends itself to this pool's loops (may be NULL) */
+  struct npu_pool *pools[NPU_BE_COUNT]; /* a waiting worker lends itself to their loops */
   pthread_mutex_t lock;
   pthread_cond_t wake[NPU_BE_COUNT]; /* a worker waits here for a task */
   pthread_cond_t finished;           /* the caller of npu_sched_run waits here */
@@ -119,6 +120,15 @@ static void changed(struct npu_sched *s) {
   atomic_fetch_add_explicit(&s->epoch, 1, memory_order_release);
 }
 
+/* Lend the calling (waiting) worker to any loop in progress; true if it ran a task. */
+static bool help(struct npu_sched *s) {
+  bool ran = false;
+  for (int be = 0; be < NPU_BE_COUNT; be++) {
+    if (s->pools[be] != NULL && npu_pool_help(s->pools[be])) ran = true;
+  }
+  return ran;
+}
+
 /* Wait on 'cv' for a change, spinning first. Called and returns with the lock held; the caller
  * re-checks its condition, as after any condition wait. */
 static void wait_change(struct npu_sched *s, pthread_cond_t *cv) {
@@ -128,7 +138,7 @@ static void wait_change(struct npu_sched *s, pthread_cond_t *cv) {
   bool moved = false;
   for (unsigned i = 1; !moved; i++) {
     moved = atomic_load_explicit(&s->epoch, memory_order_acquire) != seen;
-    if (!moved && s->pool != NULL && npu_pool_help(s->pool)) {
+    if (!moved && help(s)) {
       until = npu_now() + SPIN_S; /* the other worker is busy: more work for this one may follow */
       continue;
     }
@@ -183,11 +193,12 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-npulm_status npu_sched_create(struct npu_pool *pool, struct npu_sched **out, npulm_error *err) {
+npulm_status npu_sched_create(struct npu_pool *const pools[NPU_BE_COUNT], struct npu_sched **out,
+                              npulm_error *err) {
   *out = NULL;
   struct npu_sched *s = calloc(1, sizeof(*s));
   if (s == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory creating the scheduler");
-  s->pool = pool;
+  for (int be = 0; be < NPU_BE_COUNT; be++) s->pools[be] = pools[be];
   int sync_ok = 0; /* how many of the lock and condition variables exist */
   npulm_status st = NPULM_OK;
   if (pthread_mutex_init(&s->lock, NULL) != 0) goto sync_fail;

@@ -45,9 +45,10 @@ struct npu_sched;
 
 struct npu_pool;
 
-/* Start the two workers; while waiting for a task, each runs tasks of 'pool''s loops (NULL:
- * none). Return NPULM_OK and '*out', or an error naming what failed. */
-npulm_status npu_sched_create(struct npu_pool *pool, struct npu_sched **out, npulm_error *err);
+/* Start the two workers; while waiting for a task, each runs tasks of the loops of 'pools' (any
+ * may be NULL). Return NPULM_OK and '*out', or an error naming what failed. */
+npulm_status npu_sched_create(struct npu_pool *const pools[NPU_BE_COUNT], struct npu_sched **out,
+                              npulm_error *err);
 
 /* Stop and join the workers and free everything; accepts NULL. No job may be running. */
 void npu_sched_free(struct npu_sched *s);

@@ -57,7 +57,9 @@ struct npulm_session {
   int32_t *cost_off;    /* (n_graphs) where each graph's durations start in 'costs' */
   double **step_costs;  /* (n_ctx) each step's graph's durations */
   struct npu_sched *sched;
-  struct npu_pool *npu_pool; /* n_threads threads: the NPU worker and n_threads - 1 helpers */
+  /* each backend's data-parallel loops: its worker, the other worker while it waits, and for the
+   * NPU's matmuls n_threads - 2 helpers */
+  struct npu_pool *pools[NPU_BE_COUNT];
   /* the evaluation in progress: read by the workers */
   const int32_t *tokens;
   float *logits_out;
@@ -164,12 +166,12 @@ static npulm_status compiled_init(struct npulm_session *s, npulm_error *err) {
       }
     }
   }
-  /* the NPU's matmuls run on n_threads threads: the NPU worker, the CPU worker while it waits,
-   * and helpers beyond those two */
-  int helpers = s->n_threads > NPU_BE_COUNT ? s->n_threads - NPU_BE_COUNT : 0;
-  st = npu_pool_create(s->n_threads, helpers, &s->npu_pool, err);
+  for (int be = 0; be < NPU_BE_COUNT && st == NPULM_OK; be++) {
+    int helpers = be == NPU_BE_NPU && s->n_threads > NPU_BE_COUNT ? s->n_threads - NPU_BE_COUNT : 0;
+    st = npu_pool_create(s->n_threads, helpers, &s->pools[be], err);
+  }
   if (st != NPULM_OK) return st;
-  return npu_sched_create(s->npu_pool, &s->sched, err);
+  return npu_sched_create(s->pools, &s->sched, err);
 }
 
 npulm_status npulm_session_create(const npulm_model *model, const npulm_session_params *params,
@@ -219,7 +221,7 @@ fail:
 void npulm_session_free(npulm_session *s) {
   if (s == NULL) return;
   npu_sched_free(s->sched); /* first: the workers may not outlive the memory they use */
-  npu_pool_free(s->npu_pool);
+  for (int be = 0; be < NPU_BE_COUNT; be++) npu_pool_free(s->pools[be]);
   npu_ref_state_free(&s->ref);
   for (int i = 0; i < NPU_SCHED_SLOTS; i++) {
     free(s->slots[i].ids);
@@ -297,7 +299,7 @@ static void run_task(void *user, int32_t step, int32_t sub, int32_t slot) {
       .logits = logits,
       .rope_cos = s->rope_cos,
       .rope_sin = s->rope_sin,
-      .npu_pool = s->npu_pool,
+      .pool = {s->pools[NPU_BE_NPU], s->pools[NPU_BE_CPU]},
       .observe = s->observe,
       .observe_user = s->observe_user,
   };
