@@ -1,7 +1,9 @@
 /* Graph execution against the FP32 reference: the float kernels bit for bit against the
- * reference's building blocks, the step policy, and whole models: every specialization (decode and
- * each chunk size, times each context bucket) within 1e-4 relative error of the reference, chunked
- * prefill equal to token-by-token decode, greedy output and perplexity identical. */
+ * reference's building blocks (and the fused attention against a double-precision definition),
+ * the step policy, and whole models: every specialization (decode and each chunk size, times each
+ * context bucket) bit for bit the reference's logits, chunked prefill equal to token-by-token
+ * decode, greedy output and perplexity identical. */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -90,10 +92,11 @@ static void test_rope_matches_reference_bits(void **state) {
   }
 }
 
-/* QK, softmax and PV over a cache with grouped heads and padded rows equal the reference's
- * attention of each real row bit for bit; masked scores are -inf, masked probabilities 0, and padded
- * rows see exactly the step's real positions. Head dims cover the 32-wide, 8-wide and scalar
- * paths. */
+/* QK, softmax and PV (attention split around the integer NPU) over a cache with grouped heads and
+ * padded rows: the scores are the reference's (npu_ref_dot, scaled) bit for bit, the
+ * probabilities npu_ref_softmax's and the output their weighted sum in key order; masked scores are
+ * -inf, masked probabilities 0, and padded rows see exactly the step's real positions. Head dims
+ * cover the 32-wide, 8-wide and scalar paths. */
 static void test_attention_matches_reference_bits(void **state) {
   (void)state;
   uint64_t rng = 11;
@@ -127,9 +130,7 @@ static void test_attention_matches_reference_bits(void **state) {
         int kv_off = (h / (heads / kv_heads)) * hd;
         float att[24], o[40] = {0};
         for (int j = 0; j < len; j++) {
-          float dot = 0.0f;
-          for (int i = 0; i < hd; i++) dot += qh[i] * kc[j * kv_cols + kv_off + i];
-          att[j] = dot * scale;
+          att[j] = npu_ref_dot(kc + j * kv_cols + kv_off, qh, hd) * scale;
         }
         const float *srow = s + ((size_t)h * rows + (size_t)t) * ctx;
         const float *prow = p + ((size_t)h * rows + (size_t)t) * ctx;
@@ -153,6 +154,157 @@ static void test_attention_matches_reference_bits(void **state) {
     free(p);
     free(out);
   }
+}
+
+/* A random attention problem: q [rows, heads * hd], caches [ctx, kv_heads * hd] whose rows from
+ * the step's last real token on hold NaN (a kernel that reads them fails). 'growth' > 0 scales key
+ * j by 1 + growth * j, so the scores' maximum keeps rising from tile to tile (every tile rescales
+ * what came before); 'q_scale' spreads the scores. */
+struct attn_case {
+  int heads, kv_heads, hd, rows, pos0, n_valid, ctx;
+  float scale;
+  float *q, *k, *v;
+};
+
+static void attn_case_make(struct attn_case *c, uint64_t *rng, float q_scale, float growth) {
+  const int q_cols = c->heads * c->hd, kv_cols = c->kv_heads * c->hd;
+  c->ctx = c->pos0 + c->rows + 3;
+  c->scale = 1.0f / sqrtf((float)c->hd);
+  c->q = malloc((size_t)c->rows * (size_t)q_cols * sizeof(float));
+  c->k = malloc((size_t)c->ctx * (size_t)kv_cols * sizeof(float));
+  c->v = malloc((size_t)c->ctx * (size_t)kv_cols * sizeof(float));
+  fill(c->q, (size_t)c->rows * (size_t)q_cols, rng, q_scale);
+  fill(c->k, (size_t)c->ctx * (size_t)kv_cols, rng, 1.0f);
+  fill(c->v, (size_t)c->ctx * (size_t)kv_cols, rng, 1.0f);
+  for (int j = 0; j < c->ctx; j++) {
+    for (int i = 0; i < kv_cols; i++) {
+      float *kj = &c->k[(size_t)j * (size_t)kv_cols + (size_t)i];
+      *kj *= 1.0f + growth * (float)j;
+      if (j >= c->pos0 + c->n_valid) *kj = c->v[(size_t)j * (size_t)kv_cols + (size_t)i] = NAN;
+    }
+  }
+}
+
+static void attn_case_free(struct attn_case *c) {
+  free(c->q);
+  free(c->k);
+  free(c->v);
+}
+
+/* Shapes for the fused attention: head dims of one lane to past 256 and not multiples of 8, GQA
+ * groups up to more than a block of pairs, contexts that end mid-tile, padded rows, steps of one
+ * row and of many blocks. */
+static void attn_case_pick(struct attn_case *c, int trial, uint64_t *rng) {
+  static const int hds[] = {1, 3, 8, 12, 17, 31, 32, 40, 64, 72, 100, 128, 260};
+  static const int groups[] = {1, 2, 3, 7, 20};
+  c->hd = hds[test_rand(rng) % (sizeof(hds) / sizeof(hds[0]))];
+  c->kv_heads = 1 + (int)(test_rand(rng) % 3);
+  c->heads = c->kv_heads * groups[test_rand(rng) % (sizeof(groups) / sizeof(groups[0]))];
+  c->rows = trial % 3 == 0 ? 1 : 1 + (int)(test_rand(rng) % 40);
+  if (trial == 1) c->rows = 130;
+  c->n_valid = 1 + (int)(test_rand(rng) % (uint64_t)c->rows);
+  c->pos0 = (int)(test_rand(rng) % 150);
+}
+
+/* The fused attention, both variants, equals the reference's npu_ref_attention for each row bit
+ * for bit (a padded row as the step's last real row), and reads neither the caches past the
+ * step's tokens nor its output before writing it. */
+static void test_fused_attention_matches_reference_bits(void **state) {
+  (void)state;
+  uint64_t rng = 13;
+  for (int trial = 0; trial < 150; trial++) {
+    struct attn_case c;
+    attn_case_pick(&c, trial, &rng);
+    attn_case_make(&c, &rng, trial % 5 == 0 ? 6.0f : 1.0f, trial % 4 == 1 ? 0.05f : 0.0f);
+    const int q_cols = c.heads * c.hd, kv_cols = c.kv_heads * c.hd, group = c.heads / c.kv_heads;
+    const size_t n_out = (size_t)c.rows * (size_t)q_cols;
+    float *want = malloc(n_out * sizeof(float)), *got = malloc(n_out * sizeof(float));
+    float *att = malloc((size_t)c.ctx * sizeof(float));
+    for (int t = 0; t < c.rows; t++) {
+      int len = npu_attn_len(c.pos0, c.n_valid, t);
+      for (int h = 0; h < c.heads; h++) {
+        size_t kv_off = (size_t)(h / group) * (size_t)c.hd;
+        size_t at = (size_t)t * (size_t)q_cols + (size_t)h * (size_t)c.hd;
+        npu_ref_attention(want + at, att, c.q + at, c.k + kv_off, c.v + kv_off, (size_t)kv_cols,
+                          c.hd, len, c.scale);
+      }
+    }
+    for (int variant = 0; variant < 2; variant++) {
+      if (variant == 1 && !npu_f32_have_avx2()) continue;
+      for (size_t i = 0; i < n_out; i++) got[i] = NAN;
+      (variant == 0 ? npu_f32_attention__generic : npu_f32_attention__avx2)(
+          got, c.q, c.k, c.v, c.heads, c.kv_heads, c.hd, c.rows, c.pos0, c.n_valid, c.scale);
+      if (memcmp(got, want, n_out * sizeof(float)) != 0) {
+        fail_msg("trial %d (%s): heads %d/%d hd %d rows %d pos0 %d n_valid %d differs", trial,
+                 variant ? "avx2" : "generic", c.heads, c.kv_heads, c.hd, c.rows, c.pos0,
+                 c.n_valid);
+      }
+    }
+    free(want);
+    free(got);
+    free(att);
+    attn_case_free(&c);
+  }
+}
+
+/* The fused attention against softmax attention computed in double from the same inputs. Each
+ * output's error, relative to its scale sum_j p_j |v_j|, stays within what float rounding allows:
+ * the worst score's rounding bound ((hd/8 + 4) eps sum_i |q_i k_ji| scale: eight partial sums)
+ * plus 32 eps for the exponentials, sums and rescaling, whatever the tiles did. */
+static void test_fused_attention_matches_double(void **state) {
+  (void)state;
+  uint64_t rng = 17;
+  double worst = 0.0;
+  for (int trial = 0; trial < 150; trial++) {
+    struct attn_case c;
+    attn_case_pick(&c, trial, &rng);
+    attn_case_make(&c, &rng, trial % 5 == 0 ? 6.0f : 1.0f, trial % 4 == 1 ? 0.05f : 0.0f);
+    const int q_cols = c.heads * c.hd, kv_cols = c.kv_heads * c.hd, group = c.heads / c.kv_heads;
+    float *got = malloc((size_t)c.rows * (size_t)q_cols * sizeof(float));
+    double *p = malloc((size_t)c.ctx * sizeof(double));
+    npu_f32_attention(got, c.q, c.k, c.v, c.heads, c.kv_heads, c.hd, c.rows, c.pos0, c.n_valid,
+                      c.scale);
+    for (int t = 0; t < c.rows; t++) {
+      int len = npu_attn_len(c.pos0, c.n_valid, t);
+      for (int h = 0; h < c.heads; h++) {
+        const float *qh = c.q + (size_t)t * (size_t)q_cols + (size_t)h * (size_t)c.hd;
+        size_t kv_off = (size_t)(h / group) * (size_t)c.hd;
+        double max = -INFINITY, sum = 0.0, s_mag = 0.0;
+        for (int j = 0; j < len; j++) {
+          double dot = 0.0, mag = 0.0;
+          for (int i = 0; i < c.hd; i++) {
+            double x = (double)qh[i] * c.k[(size_t)j * kv_cols + kv_off + i];
+            dot += x;
+            mag += fabs(x);
+          }
+          p[j] = dot * (double)c.scale;
+          max = fmax(max, p[j]);
+          s_mag = fmax(s_mag, mag * (double)c.scale);
+        }
+        const double tol = ((c.hd / 8 + 4) * s_mag + 32.0) * FLT_EPSILON;
+        for (int j = 0; j < len; j++) sum += (p[j] = exp(p[j] - max));
+        for (int i = 0; i < c.hd; i++) {
+          double want = 0.0, mag = 0.0;
+          for (int j = 0; j < len; j++) {
+            double x = p[j] / sum * c.v[(size_t)j * kv_cols + kv_off + i];
+            want += x;
+            mag += fabs(x);
+          }
+          double err = fabs(got[(size_t)t * q_cols + (size_t)h * c.hd + i] - want) / mag;
+          worst = fmax(worst, err / tol);
+          if (!(err <= tol)) {
+            fail_msg("trial %d: heads %d/%d hd %d rows %d pos0 %d: row %d head %d [%d] = %.9g, "
+                     "want %.9g", trial, c.heads, c.kv_heads, c.hd, c.rows, c.pos0, t, h, i,
+                     got[(size_t)t * q_cols + (size_t)h * c.hd + i], want);
+          }
+        }
+      }
+    }
+    free(got);
+    free(p);
+    attn_case_free(&c);
+  }
+  print_message("fused attention vs double: worst error %.2f of its bound\n", worst);
 }
 
 /* ---- Models --------------------------------------------------------------------------------- */
@@ -253,7 +405,8 @@ static void run_schedule(npulm_model *m, npulm_session *s, const int32_t *ids, c
 }
 
 /* Every specialization of the default program (decode, 32, 128) x (128, 256, 512) on 300 tokens
- * of text: within 1e-4 of the reference; every chunked schedule gives the decode schedule's bits. */
+ * of text: the reference's logits bit for bit; every chunked schedule gives the decode schedule's
+ * bits. */
 static void check_model_against_reference(const char *rel) {
   npulm_model *m = open_shared(rel);
   enum { L = 300 };
@@ -292,7 +445,7 @@ static void check_model_against_reference(const char *rel) {
     print_message("%s rows %3d ctx %3d: %3d steps, max rel error %.3g\n", rel, p->graphs[gi].rows,
                   p->graphs[gi].ctx, used[gi], max_err[gi]);
     assert_true(used[gi] > 0);
-    assert_true(max_err[gi] <= 1e-4);
+    assert_true(max_err[gi] == 0.0); /* bit for bit */
   }
   npulm_session_free(s);
   free(ids);
@@ -350,7 +503,8 @@ static void test_step_policy(void **state) {
 }
 
 /* Any chunk sizes: odd ones (3, 8, 48) and a short context whose padded chunks reach past the end
- * of the KV cache (n_ctx 61: the last chunk of 48 holds 13 tokens). Logits equal decode's. */
+ * of the KV cache (n_ctx 61: the last chunk of 48 holds 13 tokens). Logits equal decode's, and
+ * decode's the reference's. */
 static void test_odd_chunks_and_short_context(void **state) {
   (void)state;
   npulm_model *m = open_shared("models/stories260K.gguf");
@@ -365,7 +519,7 @@ static void test_odd_chunks_and_short_context(void **state) {
   }
   npulm_session *ref = new_session(m, L, true);
   assert_int_equal(npulm_session_eval(ref, ids, L, got, &err), NPULM_OK);
-  for (int i = 0; i < L; i++) assert_true(rel_err(want + i * V, got + i * V, V) <= 1e-4);
+  assert_memory_equal(want, got, sizeof(want)); /* the reference's bits */
   npulm_session_free(ref);
   static const int sizes[][8] = {{2, 3, 4, 7, 9, 13, 23}, {48, 13}, {1, 47, 13}, {5, 5, 5, 46}};
   static const int counts[] = {7, 2, 3, 4};
@@ -519,6 +673,8 @@ int main(void) {
       cmocka_unit_test(test_matmul_matches_reference_bits),
       cmocka_unit_test(test_rope_matches_reference_bits),
       cmocka_unit_test(test_attention_matches_reference_bits),
+      cmocka_unit_test(test_fused_attention_matches_reference_bits),
+      cmocka_unit_test(test_fused_attention_matches_double),
       cmocka_unit_test(test_step_policy),
       cmocka_unit_test(test_stories260k_matches_reference),
       cmocka_unit_test(test_tinystories5m_matches_reference),

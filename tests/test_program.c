@@ -1656,6 +1656,120 @@ static void test_attention_on_npu(void **state) {
   image_free(&im);
 }
 
+/* The node after 'from' of graph 0 running 'op'. */
+static int find_node_after(const struct image *im, int op, int from) {
+  const struct npu_gguf_kv *kv = image_kv(im, "npulm.graph.0.nodes");
+  for (int i = from + 1; (uint64_t)(i + 1) * 9 <= kv->val.v.a.n; i++) {
+    if (read_i32(im, field_at(im, "npulm.graph.0.nodes", 9, i, 0)) == op) return i;
+  }
+  fail_msg("no node running op %d after node %d", op, from);
+  return -1;
+}
+
+/* Attention all in float (the default policy) is one fused ATTN node per layer on the CPU, with no
+ * [heads, rows, ctx] tensors; tampered ATTN records are one-line errors. */
+static void test_fused_attention_records(void **state) {
+  (void)state;
+  struct image im;
+  image_load(&im);
+  const char *N = "npulm.graph.0.nodes";
+  const struct npu_gguf_kv *nodes = image_kv(&im, N);
+  for (int i = 0; (uint64_t)(i + 1) * 9 <= nodes->val.v.a.n; i++) {
+    int op = read_i32(&im, field_at(&im, N, 9, i, 0));
+    assert_true(op != NPU_OP_QK && op != NPU_OP_SOFTMAX && op != NPU_OP_PV);
+  }
+  int attn0 = find_node(&im, NPU_OP_ATTN), attn1 = find_node_after(&im, NPU_OP_ATTN, attn0);
+  assert_int_equal(read_i32(&im, field_at(&im, N, 9, attn0, 1)), NPU_BE_CPU);
+  assert_int_equal(read_i32(&im, field_at(&im, N, 9, attn0, 7)), 0);
+  assert_int_equal(read_i32(&im, field_at(&im, N, 9, attn1, 7)), 1);
+  int32_t k0 = read_i32(&im, field_at(&im, N, 9, attn0, 4));
+  int32_t v0 = read_i32(&im, field_at(&im, N, 9, attn0, 5));
+  int32_t k1 = read_i32(&im, field_at(&im, N, 9, attn1, 4));
+  /* k after RoPE: what layer 0 writes to its K cache, [rows, kv_dim] where q is [rows, q_dim] */
+  int32_t k_rope = read_i32(&im, field_at(&im, N, 9, find_node(&im, NPU_OP_KV_WRITE), 3));
+  struct {
+    const char *what;
+    size_t at;
+    int32_t v;
+    const char *needle;
+  } cases[] = {
+      {"attn on the NPU", field_at(&im, N, 9, attn0, 1), NPU_BE_NPU, "does not support"},
+      {"attn reads V as K", field_at(&im, N, 9, attn0, 4), v0, "operands"},
+      {"attn reads K as V", field_at(&im, N, 9, attn0, 5), k0, "operands"},
+      {"attn without V", field_at(&im, N, 9, attn0, 5), -1, "operands"},
+      {"attn with K of another layer", field_at(&im, N, 9, attn0, 4), k1, "operands"},
+      {"attn of another layer's caches", field_at(&im, N, 9, attn0, 7), 1, "own layer"},
+      {"attn of k as q", field_at(&im, N, 9, attn0, 3), k_rope, "shape"},
+      {"attn scale NaN", field_at(&im, N, 9, attn0, 8), 0x7fc00000, "not finite"},
+      {"attn op as pv", field_at(&im, N, 9, attn0, 0), NPU_OP_PV, "graph 0"},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    expect_patch(&im, cases[i].what, cases[i].at, cases[i].v, NPULM_ERR_FORMAT, cases[i].needle);
+  }
+  image_free(&im);
+}
+
+/* A program whose float attention is QK, SOFTMAX and PV on the CPU (as programs were compiled
+ * before the fused op) is still a valid program: it saves, loads and runs, and its logits agree
+ * with the fused program's to rounding. */
+static void test_three_op_attention_program(void **state) {
+  (void)state;
+  char *src = tmp_path(), *npu = tmp_path();
+  struct tiny t = {.n_layers = 2};
+  write_tiny(src, &t);
+  npulm_model *m = open_ok(src);
+  compile_ok(m, NULL);
+  size_t n_fused;
+  float *fused = eval_logits(m, &n_fused);
+  /* rebuild every graph in the three-op form (a policy that lets none of them off the CPU would
+   * be needed to make it; build it directly) and place it under the program's own policy */
+  struct npu_program *p = m->program;
+  npulm_error err = {{0}};
+  for (int32_t i = 0; i < p->n_graphs; i++) {
+    struct npu_graph g;
+    assert_int_equal(npu_build_graph(m, p->weights, p->n_weights, p->graphs[i].rows,
+                                     p->graphs[i].ctx, 0, &g, &err),
+                     NPULM_OK);
+    assert_int_equal(npu_partition(&g, p->opts.float_ops, &err), NPULM_OK);
+    assert_int_equal(npu_plan(&g, &err), NPULM_OK);
+    npu_graph_free(&p->graphs[i]);
+    p->graphs[i] = g;
+  }
+  assert_int_equal(npu_program_verify(m, p, &err), NPULM_OK);
+  save_ok(m, npu);
+  npulm_model *l = open_ok(npu);
+  const struct npu_graph *g = &l->program->graphs[0];
+  int32_t ops[NPU_OP_COUNT] = {0};
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const struct npu_ir_node *n = &g->nodes[i];
+    ops[n->op]++;
+    if (n->op == NPU_OP_QK || n->op == NPU_OP_SOFTMAX || n->op == NPU_OP_PV) {
+      assert_int_equal(n->backend, NPU_BE_CPU);
+    }
+  }
+  assert_int_equal(ops[NPU_OP_ATTN], 0);
+  assert_int_equal(ops[NPU_OP_QK], 2);
+  assert_int_equal(ops[NPU_OP_SOFTMAX], 2);
+  assert_int_equal(ops[NPU_OP_PV], 2);
+  size_t n_split;
+  float *split = eval_logits(l, &n_split);
+  assert_int_equal(n_split, n_fused);
+  double diff = 0.0, mag = 1e-30;
+  for (size_t i = 0; i < n_fused; i++) {
+    diff = fmax(diff, fabs((double)split[i] - fused[i]));
+    mag = fmax(mag, fabs((double)fused[i]));
+  }
+  assert_true(diff <= 1e-5 * mag);
+  free(fused);
+  free(split);
+  npulm_model_close(l);
+  npulm_model_close(m);
+  unlink(src);
+  unlink(npu);
+  free(src);
+  free(npu);
+}
+
 /* The MAC statistics: an FP32 program runs nothing in int8; an integer one every weight matmul
  * but the shadowed channels' share; attention stays in float. */
 static void test_mac_stats(void **state) {
@@ -1728,6 +1842,8 @@ int main(void) {
       cmocka_unit_test(test_hostile_quant),
       cmocka_unit_test(test_hostile_quant_sweep),
       cmocka_unit_test(test_attention_on_npu),
+      cmocka_unit_test(test_fused_attention_records),
+      cmocka_unit_test(test_three_op_attention_program),
       cmocka_unit_test(test_mac_stats),
   };
   /* clang-format on */

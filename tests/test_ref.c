@@ -1,5 +1,6 @@
 /* FP32 reference forward: building blocks against double-precision definitions, and whole models
  * against their documented greedy outputs. */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -50,6 +51,74 @@ static void test_rmsnorm_and_softmax(void **state) {
   for (int i = 0; i < 5; i++) sum += p[i];
   assert_true(fabs(sum - 1.0) < 1e-6);
   assert_true(p[1] > p[0] && p[0] == p[4] && p[3] == 0.0f);
+}
+
+/* npu_ref_attention (online softmax over tiles) against softmax attention in double: lengths
+ * around the tile size and many tiles, odd head dims, a key stride wider than a head, scores
+ * whose maximum rises tile after tile (every tile rescales) or comes first, spread scores. Each
+ * output within the float rounding bound (see test_graph's fused-attention test) of its scale
+ * sum_j p_j |v_j|; the scores it reports are the scaled dots. */
+static void test_attention_matches_double(void **state) {
+  (void)state;
+  uint64_t rng = 5;
+  const int lens[] = {1,   2, NPU_REF_ATTN_TILE - 1, NPU_REF_ATTN_TILE, NPU_REF_ATTN_TILE + 1,
+                      100, 517};
+  const int hds[] = {1, 7, 8, 64, 97};
+  for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+    for (size_t hi = 0; hi < sizeof(hds) / sizeof(hds[0]); hi++) {
+      for (int kind = 0; kind < 3; kind++) {
+        const int len = lens[li], hd = hds[hi], stride = hd + 3;
+        float *keys = malloc((size_t)len * (size_t)stride * sizeof(float));
+        float *values = malloc((size_t)len * (size_t)stride * sizeof(float));
+        float *q = malloc((size_t)hd * sizeof(float)), *out = malloc((size_t)hd * sizeof(float));
+        float *att = malloc((size_t)len * sizeof(float));
+        double *p = malloc((size_t)len * sizeof(double));
+        for (int j = 0; j < len; j++) {
+          /* kind 1: keys grow with j (rising maximum); kind 2: the first key dominates */
+          float gain = kind == 1 ? 1.0f + 0.02f * (float)j : kind == 2 && j == 0 ? 4.0f : 1.0f;
+          for (int i = 0; i < stride; i++) {
+            keys[j * stride + i] = gain * (float)((int)(test_rand(&rng) % 2001) - 1000) / 1000.0f;
+            values[j * stride + i] = (float)((int)(test_rand(&rng) % 2001) - 1000) / 1000.0f;
+          }
+        }
+        for (int i = 0; i < hd; i++) q[i] = (float)((int)(test_rand(&rng) % 2001) - 1000) / 250.0f;
+        float scale = 1.0f / sqrtf((float)hd);
+        npu_ref_attention(out, att, q, keys, values, (size_t)stride, hd, len, scale);
+        double max = -INFINITY, sum = 0.0, s_mag = 0.0;
+        for (int j = 0; j < len; j++) {
+          assert_true(att[j] == npu_ref_dot(keys + j * stride, q, hd) * scale);
+          double dot = 0.0, mag = 0.0;
+          for (int i = 0; i < hd; i++) {
+            dot += (double)q[i] * keys[j * stride + i];
+            mag += fabs((double)q[i] * keys[j * stride + i]);
+          }
+          p[j] = dot * scale;
+          max = fmax(max, p[j]);
+          s_mag = fmax(s_mag, mag * scale);
+        }
+        for (int j = 0; j < len; j++) sum += (p[j] = exp(p[j] - max));
+        const double tol = ((hd / 8 + 4) * s_mag + 32.0) * FLT_EPSILON;
+        for (int i = 0; i < hd; i++) {
+          double want = 0.0, mag = 0.0;
+          for (int j = 0; j < len; j++) {
+            double x = p[j] / sum * values[j * stride + i];
+            want += x;
+            mag += fabs(x);
+          }
+          if (!(fabs(out[i] - want) <= tol * mag)) {
+            fail_msg("len %d hd %d kind %d: out[%d] = %.9g, want %.9g", len, hd, kind, i, out[i],
+                     want);
+          }
+        }
+        free(keys);
+        free(values);
+        free(q);
+        free(out);
+        free(att);
+        free(p);
+      }
+    }
+  }
 }
 
 /* RoPE rotates the right pairs by pos * base^(-2i/d) and preserves each pair's norm. */
@@ -209,6 +278,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matvec_matches_double),
       cmocka_unit_test(test_rmsnorm_and_softmax),
+      cmocka_unit_test(test_attention_matches_double),
       cmocka_unit_test(test_rope_pairs),
       cmocka_unit_test(test_stories260k_config),
       cmocka_unit_test(test_stories260k_greedy),

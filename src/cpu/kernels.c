@@ -1,13 +1,19 @@
 /* FP32 kernels of the CPU backend (see kernels.h). The order of floating-point operations of each
  * output element is exactly the reference forward's: the matmul keeps eight partial sums over k
  * (lane j takes elements i = j mod 8), adds the tail sequentially and reduces the lanes pairwise;
- * attention dots and sums run sequentially over their index. Speed comes from what does not
- * change that order: tiling over rows and weight rows, independent accumulators side by side,
- * and 8-lane vector arithmetic (GCC/Clang vector extensions, AVX2 when the CPU has it). */
+ * attention dots and sums run sequentially over their index, and the fused attention takes the
+ * reference's online-softmax steps tile by tile. Speed comes from what does not change that order:
+ * tiling over rows and weight rows, independent accumulators side by side, and 8-lane vector
+ * arithmetic (GCC/Clang vector extensions, AVX2 when the CPU has it) whose lanes are different
+ * outputs (weight rows, keys, head-dim elements), never parts of one sum except in the matmul's
+ * eight partial sums, which the reference keeps too. No FMA: each product is rounded before it is
+ * added, as in the scalar reference. */
 #include "cpu/kernels.h"
 
 #include <math.h>
 #include <string.h>
+
+#include "ref/forward.h" /* NPU_REF_ATTN_TILE: the tiles that define attention */
 
 /* Eight floats: lane-wise arithmetic is IEEE single precision, as the scalar code is. */
 typedef float npu_v8f __attribute__((vector_size(32)));
@@ -320,75 +326,133 @@ void npu_f32_kv_write(float *restrict cache, const float *restrict x, int32_t po
   memcpy(cache + (size_t)pos0 * (size_t)cols, x, (size_t)n_valid * (size_t)cols * sizeof(float));
 }
 
-/* Keys per block of the score kernel: one vector lane each. */
-#define QK_KEYS 8
-/* Head dims up to this use the vector score kernel (its transposed key block lives on the stack). */
-#define QK_MAX_HD 256
+/* Keys per tile: the reference attention's, since where its online softmax rescales is part of
+ * its bits; the score kernel takes a tile at a time too. */
+#define AT_KEYS NPU_REF_ATTN_TILE
 
-/* Scores of rows t0 .. rows-1 for keys j0 .. j0+7, from 'kt' (hd, 8): key block transposed so that
- * lane l of kt[i] holds element i of key j0 + l. Each dot sums over i in order, as the reference
- * does; four rows at a time keep four independent chains in flight. */
+_Static_assert(AT_KEYS % 8 == 0, "scores come eight keys at a time");
+
+/* The key rows of a group of eight starting at key j0, of the n keys of a tile: past the last,
+ * the last again (never stored, and never a row past what the step attends to). */
+static inline __attribute__((always_inline)) void at_key_rows(const float *kj[8],
+                                                              const float *restrict kh,
+                                                              size_t kv_cols, int32_t j0,
+                                                              int32_t n) {
+  for (int l = 0; l < 8; l++) kj[l] = kh + (size_t)(j0 + l < n ? j0 + l : n - 1) * kv_cols;
+}
+
+/* Scores s[j] = npu_ref_dot(k_j, qt, hd) * scale of keys k_j = kh + j * kv_cols, j < n: eight keys
+ * at a time, each in one vector whose lane l sums dims i = l mod 8 in order, then the tail of hd
+ * past a multiple of 8 in order, then the lanes pairwise. s has room for n rounded up to 8. */
 static inline __attribute__((always_inline)) void
-qk_block(float *restrict s, const float *restrict q, const float *restrict kt, int32_t hd,
-         size_t q_cols, int32_t t0, int32_t rows, int32_t ctx, int32_t j0, int32_t pos0,
-         int32_t n_valid, float scale) {
-  int32_t t = t0;
-  for (; t < rows; t += 4) {
-    int32_t nt = rows - t < 4 ? rows - t : 4;
-    const float *q0 = q + (size_t)t * q_cols;
-    const float *q1 = nt > 1 ? q0 + q_cols : q0, *q2 = nt > 2 ? q1 + q_cols : q0,
-                *q3 = nt > 3 ? q2 + q_cols : q0;
-    npu_v8f d0 = {0}, d1 = {0}, d2 = {0}, d3 = {0};
-    for (int32_t i = 0; i < hd; i++) {
-      npu_v8f kv;
-      LOAD8(kv, kt + (size_t)i * QK_KEYS);
-      d0 += kv * q0[i];
-      d1 += kv * q1[i];
-      d2 += kv * q2[i];
-      d3 += kv * q3[i];
+at_scores_generic(float *restrict s, const float *restrict qt, const float *restrict kh,
+                  size_t kv_cols, int32_t hd, int32_t n, float scale) {
+  const int32_t hd8 = hd & ~7;
+  for (int32_t j0 = 0; j0 < n; j0 += 8) {
+    const float *kj[8];
+    at_key_rows(kj, kh, kv_cols, j0, n);
+    npu_v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0};
+    for (int32_t i = 0; i < hd8; i += 8) {
+      npu_v8f qv, kv;
+      LOAD8(qv, qt + i);
+      LOAD8(kv, kj[0] + i);
+      a0 += kv * qv;
+      LOAD8(kv, kj[1] + i);
+      a1 += kv * qv;
+      LOAD8(kv, kj[2] + i);
+      a2 += kv * qv;
+      LOAD8(kv, kj[3] + i);
+      a3 += kv * qv;
+      LOAD8(kv, kj[4] + i);
+      a4 += kv * qv;
+      LOAD8(kv, kj[5] + i);
+      a5 += kv * qv;
+      LOAD8(kv, kj[6] + i);
+      a6 += kv * qv;
+      LOAD8(kv, kj[7] + i);
+      a7 += kv * qv;
     }
-    d0 *= scale;
-    d1 *= scale;
-    d2 *= scale;
-    d3 *= scale;
-    for (int32_t r = 0; r < nt; r++) {
-      const npu_v8f *d = r == 0 ? &d0 : r == 1 ? &d1 : r == 2 ? &d2 : &d3;
-      int32_t len = npu_attn_len(pos0, n_valid, t + r);
-      float *row = s + (size_t)(t + r) * (size_t)ctx;
-      for (int32_t l = 0; l < QK_KEYS && j0 + l < len; l++) row[j0 + l] = (*d)[l];
+    const float lanes[8] = {HSUM8(a0), HSUM8(a1), HSUM8(a2), HSUM8(a3),
+                            HSUM8(a4), HSUM8(a5), HSUM8(a6), HSUM8(a7)};
+    for (int l = 0; l < 8; l++) {
+      float sum = 0.0f;
+      for (int32_t i = hd8; i < hd; i++) sum += kj[l][i] * qt[i];
+      sum += lanes[l];
+      s[j0 + l] = sum * scale;
     }
   }
 }
 
+#ifdef NPU_HAVE_AVX2_CLONE
+/* at_scores_generic with the lanes of eight keys reduced at once (hsum8x8). */
+__attribute__((target("avx2"))) static inline void
+at_scores_avx2(float *restrict s, const float *restrict qt, const float *restrict kh,
+               size_t kv_cols, int32_t hd, int32_t n, float scale) {
+  const int32_t hd8 = hd & ~7;
+  for (int32_t j0 = 0; j0 < n; j0 += 8) {
+    const float *kj[8];
+    at_key_rows(kj, kh, kv_cols, j0, n);
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (int32_t i = 0; i < hd8; i += 8) {
+      const __m256 qv = _mm256_loadu_ps(qt + i);
+      a0 = _mm256_add_ps(a0, _mm256_mul_ps(_mm256_loadu_ps(kj[0] + i), qv));
+      a1 = _mm256_add_ps(a1, _mm256_mul_ps(_mm256_loadu_ps(kj[1] + i), qv));
+      a2 = _mm256_add_ps(a2, _mm256_mul_ps(_mm256_loadu_ps(kj[2] + i), qv));
+      a3 = _mm256_add_ps(a3, _mm256_mul_ps(_mm256_loadu_ps(kj[3] + i), qv));
+      a4 = _mm256_add_ps(a4, _mm256_mul_ps(_mm256_loadu_ps(kj[4] + i), qv));
+      a5 = _mm256_add_ps(a5, _mm256_mul_ps(_mm256_loadu_ps(kj[5] + i), qv));
+      a6 = _mm256_add_ps(a6, _mm256_mul_ps(_mm256_loadu_ps(kj[6] + i), qv));
+      a7 = _mm256_add_ps(a7, _mm256_mul_ps(_mm256_loadu_ps(kj[7] + i), qv));
+    }
+    __m256 r = hsum8x8(a0, a1, a2, a3, a4, a5, a6, a7);
+    if (hd8 < hd) {
+      float tv[8];
+      for (int l = 0; l < 8; l++) tv[l] = tail_dot(kj[l], qt, hd8, hd);
+      r = _mm256_add_ps(_mm256_loadu_ps(tv), r);
+    } else {
+      r = _mm256_add_ps(_mm256_setzero_ps(), r); /* 0 + sum, as the reference's '+=' */
+    }
+    _mm256_storeu_ps(s + j0, _mm256_mul_ps(r, _mm256_set1_ps(scale)));
+  }
+}
+#endif
+
+/* Tiles of keys of one KV head in the outer loop: each tile stays in L1 while every row of every
+ * query head of its group takes its scores. */
 static inline __attribute__((always_inline)) void
 qk_impl(float *restrict s, const float *restrict q, const float *restrict k, int32_t heads,
         int32_t kv_heads, int32_t hd, int32_t rows, int32_t ctx, int32_t pos0, int32_t n_valid,
-        float scale) {
+        float scale, bool avx2) {
   const int32_t group = heads / kv_heads, n_keys = pos0 + n_valid;
   const size_t q_cols = (size_t)heads * (size_t)hd, kv_cols = (size_t)kv_heads * (size_t)hd;
-  float kt[QK_MAX_HD * QK_KEYS];
+  float tile[AT_KEYS];
   for (int32_t kvh = 0; kvh < kv_heads; kvh++) {
-    const float *kh = k + (size_t)kvh * (size_t)hd;
-    for (int32_t j0 = 0; j0 < n_keys; j0 += QK_KEYS) {
-      /* transpose the block; lanes past the last key hold zeros and are never stored */
-      for (int32_t l = 0; l < QK_KEYS; l++) {
-        const float *kj = kh + (size_t)(j0 + l) * kv_cols;
-        for (int32_t i = 0; i < hd; i++) kt[(size_t)i * QK_KEYS + (size_t)l] = j0 + l < n_keys ? kj[i] : 0.0f;
-      }
-      /* the first row that sees key j0 */
-      int32_t t0 = j0 - pos0 > 0 ? j0 - pos0 : 0;
+    for (int32_t j0 = 0; j0 < n_keys; j0 += AT_KEYS) {
+      const float *kt = k + (size_t)j0 * kv_cols + (size_t)kvh * (size_t)hd;
       for (int32_t h = kvh * group; h < (kvh + 1) * group; h++) {
-        qk_block(s + (size_t)h * (size_t)rows * (size_t)ctx, q + (size_t)h * (size_t)hd, kt, hd,
-                 q_cols, t0, rows, ctx, j0, pos0, n_valid, scale);
+        /* from the first row that sees key j0 */
+        for (int32_t t = j0 - pos0 > 0 ? j0 - pos0 : 0; t < rows; t++) {
+          const int32_t len = npu_attn_len(pos0, n_valid, t);
+          const int32_t n = len - j0 < AT_KEYS ? len - j0 : AT_KEYS;
+          const float *qt = q + (size_t)t * q_cols + (size_t)h * (size_t)hd;
+#ifdef NPU_HAVE_AVX2_CLONE
+          if (avx2) at_scores_avx2(tile, qt, kt, kv_cols, hd, n, scale);
+          else
+#endif
+            at_scores_generic(tile, qt, kt, kv_cols, hd, n, scale);
+          memcpy(s + ((size_t)h * (size_t)rows + (size_t)t) * (size_t)ctx + (size_t)j0, tile,
+                 (size_t)n * sizeof(float));
+        }
       }
     }
   }
+  (void)avx2;
 }
 
 static void qk_generic(float *restrict s, const float *restrict q, const float *restrict k,
                        int32_t heads, int32_t kv_heads, int32_t hd, int32_t rows, int32_t ctx,
                        int32_t pos0, int32_t n_valid, float scale) {
-  qk_impl(s, q, k, heads, kv_heads, hd, rows, ctx, pos0, n_valid, scale);
+  qk_impl(s, q, k, heads, kv_heads, hd, rows, ctx, pos0, n_valid, scale, false);
 }
 
 #ifdef NPU_HAVE_AVX2_CLONE
@@ -397,45 +461,19 @@ __attribute__((target("avx2"))) static void qk_avx2(float *restrict s, const flo
                                                     int32_t kv_heads, int32_t hd, int32_t rows,
                                                     int32_t ctx, int32_t pos0, int32_t n_valid,
                                                     float scale) {
-  qk_impl(s, q, k, heads, kv_heads, hd, rows, ctx, pos0, n_valid, scale);
+  qk_impl(s, q, k, heads, kv_heads, hd, rows, ctx, pos0, n_valid, scale, true);
 }
 #endif
-
-/* The plain version, for head dims past QK_MAX_HD. */
-static void qk_scalar(float *restrict s, const float *restrict q, const float *restrict k,
-                      int32_t heads, int32_t kv_heads, int32_t hd, int32_t rows, int32_t ctx,
-                      int32_t pos0, int32_t n_valid, float scale) {
-  const int32_t group = heads / kv_heads;
-  const size_t q_cols = (size_t)heads * (size_t)hd, kv_cols = (size_t)kv_heads * (size_t)hd;
-  for (int32_t h = 0; h < heads; h++) {
-    const float *kh = k + (size_t)(h / group) * (size_t)hd;
-    for (int32_t t = 0; t < rows; t++) {
-      const float *qt = q + (size_t)t * q_cols + (size_t)h * (size_t)hd;
-      float *row = s + ((size_t)h * (size_t)rows + (size_t)t) * (size_t)ctx;
-      const int32_t len = npu_attn_len(pos0, n_valid, t);
-      for (int32_t j = 0; j < len; j++) {
-        const float *kj = kh + (size_t)j * kv_cols;
-        float d = 0.0f;
-        for (int32_t i = 0; i < hd; i++) d += qt[i] * kj[i];
-        row[j] = d * scale;
-      }
-    }
-  }
-}
 
 void npu_f32_qk(float *restrict s, const float *restrict q, const float *restrict k, int32_t heads,
                 int32_t kv_heads, int32_t hd, int32_t rows, int32_t ctx, int32_t pos0,
                 int32_t n_valid, float scale) {
-  if (hd > QK_MAX_HD) {
-    qk_scalar(s, q, k, heads, kv_heads, hd, rows, ctx, pos0, n_valid, scale);
-  } else {
 #ifdef NPU_HAVE_AVX2_CLONE
-    if (__builtin_cpu_supports("avx2")) {
-      qk_avx2(s, q, k, heads, kv_heads, hd, rows, ctx, pos0, n_valid, scale);
-    } else
+  if (__builtin_cpu_supports("avx2")) {
+    qk_avx2(s, q, k, heads, kv_heads, hd, rows, ctx, pos0, n_valid, scale);
+  } else
 #endif
-      qk_generic(s, q, k, heads, kv_heads, hd, rows, ctx, pos0, n_valid, scale);
-  }
+    qk_generic(s, q, k, heads, kv_heads, hd, rows, ctx, pos0, n_valid, scale);
   /* the masked rest of every row */
   for (int32_t h = 0; h < heads; h++) {
     for (int32_t t = 0; t < rows; t++) {
@@ -549,6 +587,186 @@ void npu_f32_pv(float *restrict out, const float *restrict p, const float *restr
   }
 #endif
   pv_generic(out, p, v, heads, kv_heads, hd, rows, ctx, pos0, n_valid);
+}
+
+/* ---- Fused attention ------------------------------------------------------------------------ */
+
+/* (head, row) pairs per block: they walk the keys together, so each tile of keys and values is
+ * read from memory once per block and from L1 by every pair of it. */
+#define AT_PAIRS 16
+
+/* at_step's accumulators: eight output elements from o + i0 + off, rescaled (0 on the first
+ * tile); then key j's weighted value added to them. */
+#define AT_PV_FROM(a, off)                                                                        \
+  do {                                                                                           \
+    if (first) {                                                                                 \
+      (a) = (npu_v8f){0};                                                                        \
+    } else {                                                                                     \
+      LOAD8((a), o + i0 + (off));                                                                \
+      (a) *= rescale;                                                                            \
+    }                                                                                            \
+  } while (0)
+#define AT_PV_ADD(a, off)                                                                         \
+  do {                                                                                           \
+    npu_v8f x_;                                                                                  \
+    LOAD8(x_, vj + (off));                                                                       \
+    (a) += x_ * pj;                                                                              \
+  } while (0)
+
+/* One tile (keys j0 .. j0+n-1, values from 'vt' = value row j0) for one (head, row) pair: the
+ * reference's online-softmax step. 's' holds the tile's scores (overwritten with their
+ * exponentials); o (hd) is the pair's output row, holding its running weighted sum; *max and *sum
+ * are its running maximum and sum. Vector lanes are head-dim elements: each adds in key order. */
+static inline __attribute__((always_inline)) void
+at_step(float *restrict o, float *restrict s, int32_t n, const float *restrict vt, size_t kv_cols,
+        int32_t hd, float *restrict max, float *restrict sum, bool first) {
+  float tile_max = -INFINITY;
+  for (int32_t j = 0; j < n; j++) tile_max = s[j] > tile_max ? s[j] : tile_max;
+  const float new_max = tile_max > *max ? tile_max : *max;
+  const float rescale = expf(*max - new_max);
+  float l = *sum * rescale;
+  for (int32_t j = 0; j < n; j++) {
+    s[j] = expf(s[j] - new_max);
+    l += s[j];
+  }
+  *sum = l;
+  *max = new_max;
+  int32_t i0 = 0;
+  for (; i0 + 32 <= hd; i0 += 32) {
+    npu_v8f a0, a1, a2, a3;
+    AT_PV_FROM(a0, 0);
+    AT_PV_FROM(a1, 8);
+    AT_PV_FROM(a2, 16);
+    AT_PV_FROM(a3, 24);
+    for (int32_t j = 0; j < n; j++) {
+      const float pj = s[j], *vj = vt + (size_t)j * kv_cols + i0;
+      AT_PV_ADD(a0, 0);
+      AT_PV_ADD(a1, 8);
+      AT_PV_ADD(a2, 16);
+      AT_PV_ADD(a3, 24);
+    }
+    memcpy(o + i0, &a0, sizeof(a0));
+    memcpy(o + i0 + 8, &a1, sizeof(a1));
+    memcpy(o + i0 + 16, &a2, sizeof(a2));
+    memcpy(o + i0 + 24, &a3, sizeof(a3));
+  }
+  for (; i0 + 8 <= hd; i0 += 8) {
+    npu_v8f a0;
+    AT_PV_FROM(a0, 0);
+    for (int32_t j = 0; j < n; j++) {
+      const float pj = s[j], *vj = vt + (size_t)j * kv_cols + i0;
+      AT_PV_ADD(a0, 0);
+    }
+    memcpy(o + i0, &a0, sizeof(a0));
+  }
+  /* a head dim that is not a multiple of 8 */
+  for (int32_t i = i0; i < hd; i++) {
+    float a = first ? 0.0f : o[i] * rescale;
+    for (int32_t j = 0; j < n; j++) a += s[j] * vt[(size_t)j * kv_cols + (size_t)i];
+    o[i] = a;
+  }
+}
+
+/* o (hd) /= sum. */
+static inline __attribute__((always_inline)) void at_normalize(float *restrict o, int32_t hd,
+                                                               float sum) {
+  int32_t i = 0;
+  for (; i + 8 <= hd; i += 8) {
+    npu_v8f x;
+    LOAD8(x, o + i);
+    x /= sum;
+    memcpy(o + i, &x, sizeof(x));
+  }
+  for (; i < hd; i++) o[i] /= sum;
+}
+
+/* Blocks of up to AT_PAIRS (query head, row) pairs of one KV head walk the keys a tile at a time,
+ * each pair taking the reference's online-softmax step on each tile it sees; a pair's output row
+ * in 'out' holds its running weighted sum until it is normalized. Memory beyond q, the caches and
+ * out: one tile's scores and AT_PAIRS running maxima and sums, on the stack. */
+static inline __attribute__((always_inline)) void
+at_impl(float *restrict out, const float *restrict q, const float *restrict k,
+        const float *restrict v, int32_t heads, int32_t kv_heads, int32_t hd, int32_t rows,
+        int32_t pos0, int32_t n_valid, float scale, bool avx2) {
+  const int32_t group = heads / kv_heads;
+  const size_t q_cols = (size_t)heads * (size_t)hd, kv_cols = (size_t)kv_heads * (size_t)hd;
+  const int32_t nh = group < AT_PAIRS ? group : AT_PAIRS, nt = AT_PAIRS / nh;
+  float s[AT_KEYS], max[AT_PAIRS], sum[AT_PAIRS];
+  for (int32_t kvh = 0; kvh < kv_heads; kvh++) {
+    const float *kh = k + (size_t)kvh * (size_t)hd, *vh = v + (size_t)kvh * (size_t)hd;
+    const int32_t h_end = (kvh + 1) * group;
+    for (int32_t h0 = kvh * group; h0 < h_end; h0 += nh) {
+      const int32_t h1 = h_end - h0 < nh ? h_end : h0 + nh;
+      for (int32_t t0 = 0; t0 < rows; t0 += nt) {
+        const int32_t t1 = rows - t0 < nt ? rows : t0 + nt, bt = t1 - t0;
+        /* the block's last row sees the most keys */
+        const int32_t block_len = npu_attn_len(pos0, n_valid, t1 - 1);
+        for (int32_t p = 0; p < AT_PAIRS; p++) {
+          max[p] = -INFINITY;
+          sum[p] = 0.0f;
+        }
+        for (int32_t j0 = 0; j0 < block_len; j0 += AT_KEYS) {
+          const float *kt = kh + (size_t)j0 * kv_cols, *vt = vh + (size_t)j0 * kv_cols;
+          for (int32_t t = t0; t < t1; t++) {
+            const int32_t len = npu_attn_len(pos0, n_valid, t);
+            if (len <= j0) continue;
+            const int32_t n = len - j0 < AT_KEYS ? len - j0 : AT_KEYS;
+            for (int32_t h = h0; h < h1; h++) {
+              const int32_t pair = (h - h0) * bt + (t - t0);
+              const size_t at = (size_t)t * q_cols + (size_t)h * (size_t)hd;
+#ifdef NPU_HAVE_AVX2_CLONE
+              if (avx2) at_scores_avx2(s, q + at, kt, kv_cols, hd, n, scale);
+              else
+#endif
+                at_scores_generic(s, q + at, kt, kv_cols, hd, n, scale);
+              at_step(out + at, s, n, vt, kv_cols, hd, &max[pair], &sum[pair], j0 == 0);
+            }
+          }
+        }
+        for (int32_t t = t0; t < t1; t++) {
+          for (int32_t h = h0; h < h1; h++) {
+            at_normalize(out + (size_t)t * q_cols + (size_t)h * (size_t)hd, hd,
+                         sum[(h - h0) * bt + (t - t0)]);
+          }
+        }
+      }
+    }
+  }
+  (void)avx2;
+}
+
+void npu_f32_attention__generic(float *restrict out, const float *restrict q,
+                                const float *restrict k, const float *restrict v, int32_t heads,
+                                int32_t kv_heads, int32_t hd, int32_t rows, int32_t pos0,
+                                int32_t n_valid, float scale) {
+  at_impl(out, q, k, v, heads, kv_heads, hd, rows, pos0, n_valid, scale, false);
+}
+
+#ifdef NPU_HAVE_AVX2_CLONE
+__attribute__((target("avx2"))) void
+npu_f32_attention__avx2(float *restrict out, const float *restrict q, const float *restrict k,
+                        const float *restrict v, int32_t heads, int32_t kv_heads, int32_t hd,
+                        int32_t rows, int32_t pos0, int32_t n_valid, float scale) {
+  at_impl(out, q, k, v, heads, kv_heads, hd, rows, pos0, n_valid, scale, true);
+}
+#else
+void npu_f32_attention__avx2(float *restrict out, const float *restrict q, const float *restrict k,
+                             const float *restrict v, int32_t heads, int32_t kv_heads, int32_t hd,
+                             int32_t rows, int32_t pos0, int32_t n_valid, float scale) {
+  npu_f32_attention__generic(out, q, k, v, heads, kv_heads, hd, rows, pos0, n_valid, scale);
+}
+#endif
+
+void npu_f32_attention(float *restrict out, const float *restrict q, const float *restrict k,
+                       const float *restrict v, int32_t heads, int32_t kv_heads, int32_t hd,
+                       int32_t rows, int32_t pos0, int32_t n_valid, float scale) {
+#ifdef NPU_HAVE_AVX2_CLONE
+  if (__builtin_cpu_supports("avx2")) {
+    npu_f32_attention__avx2(out, q, k, v, heads, kv_heads, hd, rows, pos0, n_valid, scale);
+    return;
+  }
+#endif
+  npu_f32_attention__generic(out, q, k, v, heads, kv_heads, hd, rows, pos0, n_valid, scale);
 }
 
 /* ---- Element-wise --------------------------------------------------------------------------- */

@@ -3,7 +3,8 @@
  * reproduces the reference bit for bit, and an element never depends on how many rows the step
  * has or how the kernel tiles them (chunked prefill == token-by-token decode exactly).
  * Kernels never allocate; operands never alias (restrict). Shapes follow the graph IR:
- * activations [rows, cols] row-major, attention scores [heads, rows, ctx]. */
+ * activations [rows, cols] row-major, attention scores [heads, rows, ctx] (QK, SOFTMAX, PV; the
+ * fused attention keeps none). */
 #ifndef NPU_CPU_KERNELS_H
 #define NPU_CPU_KERNELS_H
 
@@ -60,7 +61,9 @@ void npu_f32_kv_write(float *restrict cache, const float *restrict x, int32_t po
                       int32_t n_valid, int32_t cols);
 
 /* Scores s[h, t, j] = q[t, h] . k[j, h / group] * scale for j < npu_attn_len(t), -inf for the rest
- * of the bucket's 'ctx' positions. q [rows, heads * hd]; k cache rows of kv_heads * hd floats. */
+ * of the bucket's 'ctx' positions; each dot adds as npu_ref_dot does. q [rows, heads * hd]; k
+ * cache rows of kv_heads * hd floats. QK, SOFTMAX and PV serve attention split around the integer
+ * NPU; all in float, it is npu_f32_attention. */
 void npu_f32_qk(float *restrict s, const float *restrict q, const float *restrict k, int32_t heads,
                 int32_t kv_heads, int32_t hd, int32_t rows, int32_t ctx, int32_t pos0,
                 int32_t n_valid, float scale);
@@ -73,6 +76,28 @@ void npu_f32_softmax(float *restrict p, const float *restrict s, int32_t heads, 
 void npu_f32_pv(float *restrict out, const float *restrict p, const float *restrict v,
                 int32_t heads, int32_t kv_heads, int32_t hd, int32_t rows, int32_t ctx,
                 int32_t pos0, int32_t n_valid);
+
+/* Fused attention: out[t, h] = sum_j softmax_j(q[t, h] . k[j, h / group] * scale) v[j, h / group]
+ * over j < npu_attn_len(t), exactly as npu_ref_attention computes it (online softmax over tiles of
+ * NPU_REF_ATTN_TILE keys), so each element has the reference's bits. q, out [rows, heads * hd];
+ * k, v cache rows of kv_heads * hd floats. Scratch is a few hundred bytes of stack (one tile's
+ * scores, running maxima and sums): no scores or probabilities are stored, so memory does not
+ * grow with the context; each output row holds its running weighted sum (uses AVX2 when the CPU
+ * has it). */
+void npu_f32_attention(float *restrict out, const float *restrict q, const float *restrict k,
+                       const float *restrict v, int32_t heads, int32_t kv_heads, int32_t hd,
+                       int32_t rows, int32_t pos0, int32_t n_valid, float scale);
+
+/* The variants behind npu_f32_attention, for tests: the portable one and the AVX2 one (callable
+ * only when npu_f32_have_avx2()). Both give the same bits. */
+void npu_f32_attention__generic(float *restrict out, const float *restrict q,
+                                const float *restrict k, const float *restrict v, int32_t heads,
+                                int32_t kv_heads, int32_t hd, int32_t rows, int32_t pos0,
+                                int32_t n_valid, float scale);
+void npu_f32_attention__avx2(float *restrict out, const float *restrict q,
+                             const float *restrict k, const float *restrict v, int32_t heads,
+                             int32_t kv_heads, int32_t hd, int32_t rows, int32_t pos0,
+                             int32_t n_valid, float scale);
 
 /* Element-wise over n floats. */
 void npu_f32_add(float *restrict out, const float *restrict a, const float *restrict b, size_t n);

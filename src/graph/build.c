@@ -114,6 +114,7 @@ struct block_builder {
   const struct npu_config *c;
   const struct npu_weight *weights;
   int32_t n_weights;
+  bool fused_attention; /* NPU_OP_ATTN rather than QK, SOFTMAX, PV */
 };
 
 /* A WEIGHT tensor for weight number 'i', or -1 when the model lacks it (an absent bias). */
@@ -170,13 +171,19 @@ static int32_t build_block(struct block_builder *bb, int32_t l, int32_t x) {
   if (v_cache >= 0) bb->b.g->tensors[v_cache].kv_is_value = 1;
   npu_ir_add_node(&bb->b, NPU_OP_KV_WRITE, kr, -1, -1, k_cache, l, 0);
   npu_ir_add_node(&bb->b, NPU_OP_KV_WRITE, v, -1, -1, v_cache, l, 0);
-  /* attention: scores, softmax, weighted values */
+  /* attention: all in float on the CPU, fused (online softmax: no scores kept); else scores,
+   * softmax and weighted values as three ops, for the parts the NPU may run */
   float scale = 1.0f / sqrtf((float)c->head_dim);
-  int32_t s = act3(bb, l, "kq", c->n_heads, rows, ctx);
-  npu_ir_add_node(&bb->b, NPU_OP_QK, qr, k_cache, -1, s, l, scale);
-  int32_t p = act3(bb, l, "kq_softmax", c->n_heads, rows, ctx);
-  npu_ir_add_node(&bb->b, NPU_OP_SOFTMAX, s, -1, -1, p, l, 0);
-  int32_t o = apply(bb, NPU_OP_PV, l, "kqv", q_dim, p, v_cache, -1, 0);
+  int32_t o;
+  if (bb->fused_attention) {
+    o = apply(bb, NPU_OP_ATTN, l, "kqv", q_dim, qr, k_cache, v_cache, scale);
+  } else {
+    int32_t s = act3(bb, l, "kq", c->n_heads, rows, ctx);
+    npu_ir_add_node(&bb->b, NPU_OP_QK, qr, k_cache, -1, s, l, scale);
+    int32_t p = act3(bb, l, "kq_softmax", c->n_heads, rows, ctx);
+    npu_ir_add_node(&bb->b, NPU_OP_SOFTMAX, s, -1, -1, p, l, 0);
+    o = apply(bb, NPU_OP_PV, l, "kqv", q_dim, p, v_cache, -1, 0);
+  }
   /* output projection and residual */
   int32_t ao = apply(bb, NPU_OP_MATMUL, l, "attn_out", c->dim, o, weight(bb, layer_weight(l, L_O)),
                      -1, 0);
@@ -197,9 +204,10 @@ static int32_t build_block(struct block_builder *bb, int32_t l, int32_t x) {
 }
 
 npulm_status npu_build_graph(const struct npulm_model *m, const struct npu_weight *weights,
-                             int32_t n_weights, int32_t rows, int32_t ctx, struct npu_graph *g,
-                             npulm_error *err) {
-  struct block_builder bb = {.c = &m->cfg, .weights = weights, .n_weights = n_weights};
+                             int32_t n_weights, int32_t rows, int32_t ctx, uint32_t float_ops,
+                             struct npu_graph *g, npulm_error *err) {
+  struct block_builder bb = {.c = &m->cfg, .weights = weights, .n_weights = n_weights,
+                             .fused_attention = npu_attention_fused(float_ops)};
   const struct npu_config *c = &m->cfg;
   npu_ir_builder_init(&bb.b, g, rows, ctx);
   /* token embedding */

@@ -48,7 +48,8 @@ npulm_status npu_compile(const struct npulm_model *m, const struct npu_compile_o
     for (int32_t b = 0; b < o->n_buckets; b++) {
       if (o->buckets[b] < rows) continue; /* a chunk larger than the context serves nothing */
       struct npu_graph *g = &p->graphs[p->n_graphs];
-      if ((st = npu_build_graph(m, p->weights, p->n_weights, rows, o->buckets[b], g, err)) ||
+      if ((st = npu_build_graph(m, p->weights, p->n_weights, rows, o->buckets[b], o->float_ops,
+                                g, err)) ||
           (st = npu_partition(g, o->float_ops, err)) || (st = npu_plan(g, err)) ||
           (st = npu_ir_validate(g, p->n_weights, c->n_layers, err))) {
         p->n_graphs++; /* freed with the program */

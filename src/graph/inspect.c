@@ -79,6 +79,10 @@ void npu_program_mac_stats(const struct npu_program *p, const struct npu_graph *
       out->attention += macs;
       if (on_npu) out->attention_npu += macs;
       if (on_npu && quant) out->attention_int8 += macs; /* the integer QK / PV kernels */
+    } else if (n->op == NPU_OP_ATTN && a != NULL) {
+      /* QK and PV fused, on the CPU: q [rows, heads * hd] over ctx keys, twice */
+      const struct npu_ir_tensor *k = &g->tensors[n->in[1]];
+      out->attention += 2 * (uint64_t)a->ne[0] * (uint64_t)k->ne[0] * (uint64_t)a->ne[1];
     }
   }
 }

@@ -12,7 +12,7 @@ static const char *const op_names[NPU_OP_COUNT] = {
     [NPU_OP_ROPE] = "rope",       [NPU_OP_KV_WRITE] = "kv_write", [NPU_OP_QK] = "qk",
     [NPU_OP_SOFTMAX] = "softmax", [NPU_OP_PV] = "pv",           [NPU_OP_ADD] = "add",
     [NPU_OP_MUL] = "mul",         [NPU_OP_SILU] = "silu",       [NPU_OP_TRANSFER] = "transfer",
-    [NPU_OP_SHADOW] = "shadow",
+    [NPU_OP_SHADOW] = "shadow",   [NPU_OP_ATTN] = "attn",
 };
 
 const char *npu_op_name(enum npu_op op) {
@@ -232,6 +232,17 @@ static const char *check_node(const struct npu_graph *g, int32_t i) {
       if (a->ne[1] != rows || a->ne[2] != g->ctx || out->ne[0] != rows) return "shape";
       if (out->ne[1] % a->ne[0] != 0) return "heads";
     }
+    return NULL;
+  }
+  case NPU_OP_ATTN: {
+    /* q [rows, heads * hd] over this layer's K and V caches [ctx, kv_dim] -> [rows, heads * hd] */
+    const struct npu_ir_tensor *k = input(g, n, 1, NPU_TK_KV), *v = input(g, n, 2, NPU_TK_KV);
+    if (!is_value(a) || k == NULL || v == NULL || !is_value(out) || k->kv_is_value ||
+        !v->kv_is_value || k->ref != v->ref) {
+      return "operands";
+    }
+    if (k->ne[0] != g->ctx || k->ne[2] != 1 || !same_shape(k, v)) return "cache shape";
+    if (a->ne[0] != rows || !same_shape(a, out)) return "shape";
     return NULL;
   }
   case NPU_OP_COUNT: break;

@@ -33,6 +33,9 @@ enum npu_op {
                       between float and integer tensors it quantizes or dequantizes */
   NPU_OP_SHADOW,   /* CPU float share of a matmul's outlier input channels (shadow outlier
                       execution, inserted by the quantizer)            in: x (float); out [rows, N] */
+  NPU_OP_ATTN,     /* QK, SOFTMAX and PV fused, in float on the CPU: out[t,h] = softmax_j(q[t,h]·
+                      k[j,h/g] * scale) v[j,h/g] over j <= pos0+t by online softmax, no [heads,
+                      rows, K] tensor     in: q, KV(k), KV(v); param scale; out [rows, heads*hd] */
   NPU_OP_COUNT
 };
 
@@ -75,7 +78,7 @@ struct npu_ir_node {
   int32_t in[NPU_IR_MAX_IN];
   int32_t out;
   int32_t layer; /* -1 outside the transformer blocks */
-  float param;   /* rmsnorm eps; attention scale for QK; 0 otherwise */
+  float param;   /* rmsnorm eps; attention scale for QK and ATTN; 0 otherwise */
 };
 
 /* A run of consecutive nodes on one backend. */

@@ -8,9 +8,19 @@
 #include "npu/supported.h"
 
 const char *npu_fallback_reason(enum npu_op op, uint32_t float_ops) {
+  if (op == NPU_OP_ATTN) {
+    /* the builder makes it only where the policy pins all three (npu_attention_fused) */
+    return "qk, softmax and pv pinned to float by the precision policy, fused (online softmax)";
+  }
   if (!npu_npu_supports(op)) return "not on the NPU's supported list";
   if (float_ops & (1u << op)) return "pinned to float by the precision policy";
   return NULL;
+}
+
+bool npu_attention_fused(uint32_t float_ops) {
+  return npu_fallback_reason(NPU_OP_QK, float_ops) != NULL &&
+         npu_fallback_reason(NPU_OP_SOFTMAX, float_ops) != NULL &&
+         npu_fallback_reason(NPU_OP_PV, float_ops) != NULL;
 }
 
 npulm_status npu_partition(struct npu_graph *g, uint32_t float_ops, npulm_error *err) {
@@ -36,7 +46,8 @@ npulm_status npu_partition(struct npu_graph *g, uint32_t float_ops, npulm_error 
     enum npu_backend be =
         npu_fallback_reason((enum npu_op)node.op, float_ops) == NULL ? NPU_BE_NPU : NPU_BE_CPU;
     node.backend = (uint8_t)be;
-    node.pinned = npu_npu_supports((enum npu_op)node.op) && be == NPU_BE_CPU;
+    node.pinned = (npu_npu_supports((enum npu_op)node.op) || node.op == NPU_OP_ATTN) &&
+                  be == NPU_BE_CPU;
     for (int s = 0; s < NPU_IR_MAX_IN; s++) {
       int32_t src = node.in[s];
       if (src < 0 || tensors[src].kind != NPU_TK_ACT || tensors[src].backend == be) continue;

@@ -88,10 +88,16 @@ void npu_program_free(struct npu_program *p); /* accepts NULL */
  * (exclusive): the given row count with the smallest bucket >= end. NULL if none does. */
 const struct npu_graph *npu_program_find(const struct npu_program *p, int32_t rows, int32_t end);
 
-/* Build one graph (unpartitioned, unplanned): exposed for tests. */
+/* Build one graph (unpartitioned, unplanned): exposed for tests. Attention is one fused ATTN op
+ * where 'float_ops' keeps QK, SOFTMAX and PV all in float (npu_attention_fused), else those
+ * three ops with their [heads, rows, ctx] scores and probabilities. */
 npulm_status npu_build_graph(const struct npulm_model *m, const struct npu_weight *weights,
-                             int32_t n_weights, int32_t rows, int32_t ctx, struct npu_graph *g,
-                             npulm_error *err);
+                             int32_t n_weights, int32_t rows, int32_t ctx, uint32_t float_ops,
+                             struct npu_graph *g, npulm_error *err);
+
+/* True when the precision policy 'float_ops' keeps every part of attention (QK, SOFTMAX, PV) on
+ * the CPU: the graph then computes it with the fused online-softmax op, NPU_OP_ATTN. */
+bool npu_attention_fused(uint32_t float_ops);
 
 /* Partition: place each node on the NPU if the NPU supports its op and the policy does not pin
  * it to float, else on the CPU; insert TRANSFER nodes at backend switches; form subgraphs. */

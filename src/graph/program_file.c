@@ -69,9 +69,14 @@
  * operand, an NPU I8 activation [ctx, kv_dim] named blk.L.k_cache / blk.L.v_cache (ref -1,
  * kv_is_value that of its cache) that a CPU TRANSFER from the layer's F32 cache fills, rows
  * 0 .. pos0 + n_valid - 1 each step; its scores are I16 [heads, rows, ctx], its probabilities
- * I16 Q15 (scale 2^-15, zero point 0). Enumerations are stored as numbered in graph/ir.h and
- * quant/quantize.h (pinned by the static asserts below): a change of numbering or of a record's
- * fields needs a new version.
+ * I16 Q15 (scale 2^-15, zero point 0). Attention that the policy keeps all in float (QK, SOFTMAX
+ * and PV in float_ops, the default) is one CPU node of op 13, ATTN: in0 q [rows, q_dim], in1 and
+ * in2 the layer's own F32 K and V caches, param the scale, out [rows, q_dim]; it has no scores or
+ * probabilities tensors. (Files written before ATTN existed hold QK, SOFTMAX and PV on the CPU
+ * instead; they load and run as they are. Op 13 came without a new version: a reader that
+ * predates it refuses such a file as having an unknown op.) Enumerations are stored as numbered
+ * in graph/ir.h and quant/quantize.h (pinned by the static asserts below): a change of numbering
+ * or of a record's fields needs a new version.
  * Loading range-checks every field, runs npu_ir_validate on every graph, links every NPU node to
  * its site (npu_quant_link) and runs npu_program_verify on the whole program, so that no file can
  * make the executor or an integer kernel index outside a tensor, an arena, a site's arrays, the KV
@@ -118,7 +123,7 @@ _Static_assert(NPU_OP_GATHER == 0 && NPU_OP_RMSNORM == 1 && NPU_OP_MATMUL == 2 &
                    NPU_OP_ROPE == 3 && NPU_OP_KV_WRITE == 4 && NPU_OP_QK == 5 &&
                    NPU_OP_SOFTMAX == 6 && NPU_OP_PV == 7 && NPU_OP_ADD == 8 && NPU_OP_MUL == 9 &&
                    NPU_OP_SILU == 10 && NPU_OP_TRANSFER == 11 && NPU_OP_SHADOW == 12 &&
-                   NPU_OP_COUNT <= 32,
+                   NPU_OP_ATTN == 13 && NPU_OP_COUNT <= 32,
                "enum npu_op is stored in program files: bump NPU_PROGRAM_VERSION");
 _Static_assert(NPU_QUANT_F32 == 0 && NPU_QUANT_NAIVE == 1 && NPU_QUANT_SHADOW == 2 &&
                    NPU_QUANT_SMOOTH == 3 && NPU_QUANT_MODE_COUNT == 4,
@@ -588,6 +593,11 @@ static npulm_status verify_nodes(const struct verify_ctx *v, int32_t *n_transfer
       case NPU_OP_PV:
         if (out->ne[1] != q_dim || !b->kv_is_value) why = "does not read the V cache into q_dim";
         if (why == NULL) why = check_cache(v, i, true);
+        break;
+      case NPU_OP_ATTN:
+        /* npu_ir_validate: in1 and in2 are a K and a V cache of one layer, of the graph's ctx */
+        if (a->ne[1] != q_dim || out->ne[1] != q_dim) why = "does not map q to q_dim";
+        else if (b->ref != n->layer) why = "does not read its own layer's caches";
         break;
       case NPU_OP_SHADOW: why = check_shadow(v, i, detail, sizeof(detail)); break;
       case NPU_OP_RMSNORM:

@@ -20,6 +20,7 @@ bool npu_npu_supports(enum npu_op op) {
   case NPU_OP_KV_WRITE:
   case NPU_OP_TRANSFER:
   case NPU_OP_SHADOW:
+  case NPU_OP_ATTN: /* fused attention is the CPU's; the NPU runs QK, SOFTMAX and PV apart */
   case NPU_OP_COUNT:
     break;
   }

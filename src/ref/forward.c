@@ -53,19 +53,23 @@ void npu_ref_rmsnorm(float *out, const float *x, const float *weight, int n, flo
   for (int i = 0; i < n; i++) out[i] = x[i] * scale * weight[i];
 }
 
+float npu_ref_dot(const float *a, const float *b, int n) {
+  /* eight independent partial sums: the compiler keeps them in one vector register */
+  float acc[8] = {0};
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; j++) acc[j] += a[i + j] * b[i + j];
+  }
+  float sum = 0.0f;
+  for (; i < n; i++) sum += a[i] * b[i];
+  sum += ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  return sum;
+}
+
 void npu_ref_matvec(float *out, const float *w, const float *bias, const float *x, int n_in,
                     int n_out) {
   for (int o = 0; o < n_out; o++) {
-    const float *row = w + (size_t)o * (size_t)n_in;
-    /* eight independent partial sums: the compiler keeps them in one vector register */
-    float acc[8] = {0};
-    int i = 0;
-    for (; i + 8 <= n_in; i += 8) {
-      for (int j = 0; j < 8; j++) acc[j] += row[i + j] * x[i + j];
-    }
-    float sum = 0.0f;
-    for (; i < n_in; i++) sum += row[i] * x[i];
-    sum += ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    float sum = npu_ref_dot(w + (size_t)o * (size_t)n_in, x, n_in);
     out[o] = bias != NULL ? sum + bias[o] : sum;
   }
 }
@@ -111,6 +115,36 @@ bool npu_ref_per_head(const char *what) {
   return strcmp(what, "kq") == 0 || strcmp(what, "kq_softmax") == 0;
 }
 
+void npu_ref_attention(float *out, float *att, const float *q, const float *keys,
+                       const float *values, size_t stride, int hd, int len, float scale) {
+  float max = -INFINITY, sum = 0.0f;
+  memset(out, 0, (size_t)hd * sizeof(float));
+  for (int j0 = 0; j0 < len; j0 += NPU_REF_ATTN_TILE) {
+    int end = len - j0 < NPU_REF_ATTN_TILE ? len : j0 + NPU_REF_ATTN_TILE;
+    /* scores of the tile's keys, and their maximum */
+    float tile_max = -INFINITY;
+    for (int j = j0; j < end; j++) {
+      att[j] = npu_ref_dot(keys + (size_t)j * stride, q, hd) * scale;
+      tile_max = att[j] > tile_max ? att[j] : tile_max;
+    }
+    /* a new maximum rescales what was summed against the old one (the first tile: by 0) */
+    float new_max = tile_max > max ? tile_max : max;
+    float rescale = expf(max - new_max);
+    sum *= rescale;
+    for (int i = 0; i < hd; i++) out[i] *= rescale;
+    /* each key's exponential joins the sum and weights its value */
+    for (int j = j0; j < end; j++) {
+      const float *v = values + (size_t)j * stride;
+      float p = expf(att[j] - new_max);
+      sum += p;
+      for (int i = 0; i < hd; i++) out[i] += p * v[i];
+    }
+    max = new_max;
+  }
+  /* normalize */
+  for (int i = 0; i < hd; i++) out[i] /= sum;
+}
+
 /* Multi-head attention of the current query over cache positions 0..pos; result in 'out'. */
 static void attention(const struct npu_config *c, struct npu_ref_state *s, int layer, int pos,
                       float *out, const struct npu_ref_observer *obs) {
@@ -120,24 +154,15 @@ static void attention(const struct npu_config *c, struct npu_ref_state *s, int l
   const float *values = s->value_cache + (size_t)layer * (size_t)s->n_ctx * kv_dim;
   float scale = 1.0f / sqrtf((float)hd);
   for (int h = 0; h < c->n_heads; h++) {
-    const float *q = s->q + (size_t)h * (size_t)hd;
+    /* query head h reads KV head h / group */
     size_t kv_off = (size_t)(h / group) * (size_t)hd;
-    /* scores of every past position */
-    for (int t = 0; t <= pos; t++) {
-      const float *k = keys + (size_t)t * kv_dim + kv_off;
-      float dot = 0.0f;
-      for (int i = 0; i < hd; i++) dot += q[i] * k[i];
-      s->att[t] = dot * scale;
-    }
-    observe(obs, layer, "kq", s->att, pos + 1);
-    npu_ref_softmax(s->att, pos + 1);
-    observe(obs, layer, "kq_softmax", s->att, pos + 1);
-    /* weighted sum of the values */
-    float *o = out + (size_t)h * (size_t)hd;
-    memset(o, 0, (size_t)hd * sizeof(float));
-    for (int t = 0; t <= pos; t++) {
-      const float *v = values + (size_t)t * kv_dim + kv_off;
-      for (int i = 0; i < hd; i++) o[i] += s->att[t] * v[i];
+    npu_ref_attention(out + (size_t)h * (size_t)hd, s->att, s->q + (size_t)h * (size_t)hd,
+                      keys + kv_off, values + kv_off, kv_dim, hd, pos + 1, scale);
+    /* the scores and, for observers only, their softmax as one row */
+    if (obs != NULL) {
+      observe(obs, layer, "kq", s->att, pos + 1);
+      npu_ref_softmax(s->att, pos + 1);
+      observe(obs, layer, "kq_softmax", s->att, pos + 1);
     }
   }
 }

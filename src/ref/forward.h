@@ -28,7 +28,10 @@ void npu_ref_state_free(struct npu_ref_state *s);
  * outside the blocks). Calibration and error attribution use it. The attention scores ("kq",
  * after the 1/sqrt(head_dim) scale) and probabilities ("kq_softmax") are shown one head at a
  * time, heads in order, each with the pos + 1 values of the positions the token attends to (the
- * graph's [heads, rows, ctx] tensors, without the masked rest): npu_ref_per_head() says which. */
+ * [heads, rows, ctx] tensors of a graph whose attention runs as QK, SOFTMAX, PV, without the
+ * masked rest): npu_ref_per_head() says which. The probabilities are the scores' softmax as one
+ * row (npu_ref_softmax), computed for the observer only: the attention output itself is
+ * npu_ref_attention's online softmax, which agrees with them to rounding. */
 struct npu_ref_observer {
   void (*fn)(void *user, int layer, const char *what, const float *values, int n);
   void *user;
@@ -44,10 +47,29 @@ void npu_ref_forward(const struct npulm_model *m, struct npu_ref_state *s, int32
 
 /* Building blocks, shared with tests and calibration. */
 void npu_ref_rmsnorm(float *out, const float *x, const float *weight, int n, float eps);
-/* out[o] = sum_i w[o * n_in + i] * x[i] (+ bias[o] if bias != NULL), for o < n_out. */
+/* sum_i a[i] * b[i], as eight partial sums (lane j takes i = j mod 8, in order), the rest of
+ * n past a multiple of 8 summed in order, plus the lanes reduced pairwise: the order the CPU
+ * kernels' 8-lane vectors add in. */
+float npu_ref_dot(const float *a, const float *b, int n);
+/* out[o] = npu_ref_dot(w + o * n_in, x, n_in) (+ bias[o] if bias != NULL), for o < n_out. */
 void npu_ref_matvec(float *out, const float *w, const float *bias, const float *x, int n_in,
                     int n_out);
 void npu_ref_softmax(float *x, int n);
+
+/* Keys per tile of the online softmax that defines attention (npu_ref_attention); the CPU
+ * backend's fused attention kernel uses the same tiles, so that both give the same bits. */
+#define NPU_REF_ATTN_TILE 32
+
+/* Attention of one query head over cache positions 0 .. len-1 (len >= 1):
+ * out (hd) = sum_j softmax_j(q . k_j * scale) v_j, where k_j = keys + j * stride and likewise v_j.
+ * Defined as online softmax over tiles of NPU_REF_ATTN_TILE keys, in order: per tile the scores
+ * (npu_ref_dot(k_j, q) * scale) and their maximum; a new running maximum rescales the running
+ * sum and the output by
+ * expf(old - new); then each key's expf(score - max) joins the sum and weights its value; at the
+ * end the output is divided by the sum. No [len] probabilities exist at once, so memory does not
+ * grow with the context. 'att' (len) receives the scores. */
+void npu_ref_attention(float *out, float *att, const float *q, const float *keys,
+                       const float *values, size_t stride, int hd, int len, float scale);
 void npu_ref_rope(float *vec, int n_heads, const struct npu_config *cfg, const float *freq_factors,
                   int pos);
 

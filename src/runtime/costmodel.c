@@ -137,7 +137,7 @@ static void node_cost(const struct npu_program *p, const struct npu_config *c,
   if (y->kind == NPU_TK_LOGITS) nc->io_bytes += tensor_bytes(y);
   const double out_elems = (double)y->ne[0] * (double)y->ne[1] * (double)y->ne[2];
   nc->arithmetic = n->op == NPU_OP_MATMUL || n->op == NPU_OP_QK || n->op == NPU_OP_PV ||
-                   n->op == NPU_OP_SHADOW;
+                   n->op == NPU_OP_ATTN || n->op == NPU_OP_SHADOW;
   switch ((enum npu_op)n->op) {
   case NPU_OP_MATMUL: {
     const struct npu_ir_tensor *x = &g->tensors[n->in[0]];
@@ -164,6 +164,14 @@ static void node_cost(const struct npu_program *p, const struct npu_config *c,
     const double hd = (double)c->head_dim;
     nc->macs = (double)heads * attn_positions(g->rows, pos0, n_valid) * hd;
     nc->kv_bytes = (double)(pos0 + n_valid) * kv_row;
+    break;
+  }
+  case NPU_OP_ATTN: {
+    /* QK and PV fused (the softmax between them is not counted as arithmetic), reading both
+     * caches */
+    nc->macs = 2.0 * (double)c->n_heads * attn_positions(g->rows, pos0, n_valid) *
+               (double)c->head_dim;
+    nc->kv_bytes = 2.0 * (double)(pos0 + n_valid) * kv_row;
     break;
   }
   case NPU_OP_KV_WRITE:

@@ -212,6 +212,13 @@ static void exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
                ctx->n_valid);
     return;
   }
+  case NPU_OP_ATTN: {
+    /* q [rows, heads * hd], K and V caches [ctx, kv_dim] -> out [rows, heads * hd] */
+    const int32_t hd = ctx->cfg->head_dim;
+    npu_f32_attention(out, a, b, tensor_data(g, n->in[2], ctx), a_t->ne[1] / hd, b_t->ne[1] / hd,
+                      hd, a_t->ne[0], ctx->pos0, ctx->n_valid, n->param);
+    return;
+  }
   case NPU_OP_TRANSFER:
     /* a KV cache copied for the integer NPU's attention: the rows this step attends over, which
      * are all the session's cache is sure to hold */

@@ -57,7 +57,7 @@ compile_ok() { "$bin" compile -m "$model" -o "$npu" --chunks 16,64 --ctx 128,512
 check "compile: writes a program file" compile_ok
 inspect_ok() { "$bin" inspect "$npu" >"$tmp/inspect" && grep -q "specializations: 6 graphs" "$tmp/inspect" &&
   grep -q "^placement" "$tmp/inspect" && grep -Eq "^  matmul +[0-9]+ +0$" "$tmp/inspect" &&
-  grep -q "^CPU fallbacks" "$tmp/inspect" && grep -Eq "^  softmax .*pinned to float" "$tmp/inspect" &&
+  grep -q "^CPU fallbacks" "$tmp/inspect" && grep -Eq "^  attn .*pinned to float" "$tmp/inspect" &&
   grep -Eq "^  rmsnorm .*not on the NPU's supported list" "$tmp/inspect" &&
   grep -q "^  KV cache" "$tmp/inspect" && grep -q "^  weights" "$tmp/inspect" && grep -q "^  arenas" "$tmp/inspect"; }
 check "inspect: graphs, placement, fallbacks with reasons, memory" inspect_ok
