@@ -462,11 +462,12 @@ static void test_compile_params(void **state) {
   npulm_model *m = open_ok(src);
   compile_ok(m, NULL);
   const struct npu_program *p = m->program;
-  assert_int_equal(p->opts.n_chunks, 1);
-  assert_int_equal(p->opts.chunks[0], 32);
+  assert_int_equal(p->opts.n_chunks, 2); /* 128 exceeds the context */
+  assert_int_equal(p->opts.chunks[0], 16);
+  assert_int_equal(p->opts.chunks[1], 64);
   assert_int_equal(p->opts.n_buckets, 1);
   assert_int_equal(p->opts.buckets[0], 64);
-  assert_int_equal(p->n_graphs, 2);
+  assert_int_equal(p->n_graphs, 3);
 
   struct {
     int chunks[3], n_chunks, buckets[3], n_buckets;
@@ -549,7 +550,7 @@ static void test_progress_and_print(void **state) {
   assert_non_null(f);
   assert_int_equal(npulm_model_print_program(m, f, &err), NPULM_OK);
   fclose(f);
-  const char *needles[] = {"specializations: 2 graphs",
+  const char *needles[] = {"specializations: 3 graphs",
                            "decode",
                            "prefill",
                            "rmsnorm",

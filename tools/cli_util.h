@@ -20,7 +20,7 @@
   "  --calib-tokens N   calibrate on at most N tokens of it (default 1024)\n"                   \
   "  --smooth-alpha A   SmoothQuant migration strength in (0, 1) (default 0.5)\n"               \
   "  --shadow-threshold T  outlier channel: calibrated max above T x the median (default 6)\n"  \
-  "  --chunks LIST      prefill chunk sizes, ascending, comma-separated (default 32,128)\n"     \
+  "  --chunks LIST      prefill chunk sizes, ascending, comma-separated (default 16,64,128)\n"     \
   "  --buckets LIST     context buckets, ascending (default: powers of two from 128 up to the\n"\
   "                     model's context, which is always the last)\n"
 

@@ -12,7 +12,11 @@
 
 void npu_compile_default_options(const struct npu_config *cfg, struct npu_compile_options *o) {
   memset(o, 0, sizeof(*o));
-  o->chunks[o->n_chunks++] = 32;
+  /* 64 rows is the smallest chunk that keeps the matmuls compute-bound; 16 serves short prompts
+   * without padding them to 64; 128 is where a larger chunk stops paying (its attention and
+   * arena grow, and it leaves the two workers less to overlap) */
+  o->chunks[o->n_chunks++] = 16;
+  o->chunks[o->n_chunks++] = 64;
   o->chunks[o->n_chunks++] = 128;
   for (int32_t k = 128; k < cfg->n_ctx_train && o->n_buckets < NPU_MAX_BUCKETS - 1; k *= 2) {
     o->buckets[o->n_buckets++] = k;

@@ -94,7 +94,8 @@ static bool splits_by_rows(const struct npu_graph *g, const struct npu_ir_node *
   case NPU_OP_MATMUL:
   case NPU_OP_ADD:
   case NPU_OP_MUL:
-  case NPU_OP_SILU: return true;
+  case NPU_OP_SILU:
+  case NPU_OP_ATTN: return true;
   case NPU_OP_TRANSFER: return g->tensors[n->in[0]].kind != NPU_TK_KV;
   default: return false;
   }
@@ -130,6 +131,17 @@ static void exec_rows(const struct npu_graph *g, const struct npu_ir_node *n,
   case NPU_OP_MUL: npu_f32_mul(out, a, b + (size_t)r0 * out_inner, count); return;
   case NPU_OP_SILU: npu_f32_silu(out, a, count); return;
   case NPU_OP_TRANSFER: transfer(a_t, a, out_t, out, count); return;
+  case NPU_OP_ATTN: {
+    /* q [rows, heads * hd], K and V caches [ctx, kv_dim] -> out [rows, heads * hd]. Row t of the
+     * step is row t - r0 here: it sees the same keys if the cut starts at cache position
+     * pos0 + r0 with the real rows that remain (a cut of padded rows: the last real row's keys) */
+    const int32_t hd = ctx->cfg->head_dim;
+    const int32_t pos0 = ctx->pos0 + (r0 < ctx->n_valid ? r0 : ctx->n_valid - 1);
+    const int32_t n_valid = r0 < ctx->n_valid ? ctx->n_valid - r0 : 1;
+    npu_f32_attention(out, a, b, tensor_data(g, n->in[2], ctx), a_t->ne[1] / hd,
+                      g->tensors[n->in[1]].ne[1] / hd, hd, rows, pos0, n_valid, n->param);
+    return;
+  }
   default: assert(!"not a row-wise op");
   }
 }
@@ -212,13 +224,6 @@ static void exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
                ctx->n_valid);
     return;
   }
-  case NPU_OP_ATTN: {
-    /* q [rows, heads * hd], K and V caches [ctx, kv_dim] -> out [rows, heads * hd] */
-    const int32_t hd = ctx->cfg->head_dim;
-    npu_f32_attention(out, a, b, tensor_data(g, n->in[2], ctx), a_t->ne[1] / hd, b_t->ne[1] / hd,
-                      hd, a_t->ne[0], ctx->pos0, ctx->n_valid, n->param);
-    return;
-  }
   case NPU_OP_TRANSFER:
     /* a KV cache copied for the integer NPU's attention: the rows this step attends over, which
      * are all the session's cache is sure to hold */
@@ -233,6 +238,7 @@ static void exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
   case NPU_OP_ADD:
   case NPU_OP_MUL:
   case NPU_OP_SILU:
+  case NPU_OP_ATTN:
   case NPU_OP_COUNT: break;
   }
   assert(!"unknown op");
