@@ -372,10 +372,12 @@ static int graph_index(const struct npu_program *p, const struct npu_graph *g) {
 }
 
 /* Evaluate 'n_tok' tokens as the steps of 'schedule' (eval sizes) from an empty session; every
- * row's logits go to 'out'. Each step's specialization error against 'want' is folded into
- * 'max_err' (per graph) and 'used' counts the graphs run. */
+ * row's logits go to 'out' or, with 'last_only' (generation: no logits asked for), each eval's
+ * last logits to its last row of 'out'. Each step's specialization error against 'want' is
+ * folded into 'max_err' (per graph) and 'used' counts the graphs run. */
 static void run_schedule(npulm_model *m, npulm_session *s, const int32_t *ids, const int *schedule,
-                         int n_sched, const float *want, float *out, double *max_err, int *used) {
+                         int n_sched, bool last_only, const float *want, float *out,
+                         double *max_err, int *used) {
   const struct npu_program *p = m->program;
   int n_vocab = m->cfg.n_vocab;
   struct npu_step steps[600];
@@ -385,15 +387,20 @@ static void run_schedule(npulm_model *m, npulm_session *s, const int32_t *ids, c
   for (int i = 0; i < n_sched; i++) {
     int n = schedule[i];
     float *rows = out + (size_t)pos * (size_t)n_vocab;
-    if (npulm_session_eval(s, ids + pos, (size_t)n, rows, &err) != NPULM_OK) fail_msg("%s", err.msg);
-    assert_memory_equal(npulm_session_logits(s), rows + (size_t)(n - 1) * (size_t)n_vocab,
-                        (size_t)n_vocab * sizeof(float));
-    int n_steps = npu_exec_plan_steps(p, pos, n, steps);
+    float *last = rows + (size_t)(n - 1) * (size_t)n_vocab;
+    if (npulm_session_eval(s, ids + pos, (size_t)n, last_only ? NULL : rows, &err) != NPULM_OK) {
+      fail_msg("%s", err.msg);
+    }
+    if (last_only) memcpy(last, npulm_session_logits(s), (size_t)n_vocab * sizeof(float));
+    assert_memory_equal(npulm_session_logits(s), last, (size_t)n_vocab * sizeof(float));
+    int n_steps = npu_exec_plan_steps(p, pos, n, last_only, steps);
     assert_true(n_steps > 0);
     for (int k = 0; k < n_steps; k++) {
       int gi = graph_index(p, steps[k].g);
       used[gi]++;
+      assert_int_equal(npu_graph_logit_rows(steps[k].g), last_only ? 1 : steps[k].g->rows);
       for (int r = 0; r < steps[k].n_valid; r++) {
+        if (last_only && (k < n_steps - 1 || r < steps[k].n_valid - 1)) continue;
         size_t row = (size_t)(pos + steps[k].row0 + r) * (size_t)n_vocab;
         double e = rel_err(out + row, want + row, n_vocab);
         if (e > max_err[gi]) max_err[gi] = e;
@@ -404,15 +411,15 @@ static void run_schedule(npulm_model *m, npulm_session *s, const int32_t *ids, c
   assert_int_equal(npulm_session_pos(s), pos);
 }
 
-/* Every specialization of the default program (decode, 32, 128) x (128, 256, 512) on 300 tokens
- * of text: the reference's logits bit for bit; every chunked schedule gives the decode schedule's
- * bits. */
+/* Every specialization of a program of chunks 32, 128 and decode, with every row's logits and for
+ * generation, x buckets 128, 256, 512, on 300 tokens of text: the reference's logits bit for bit;
+ * every chunked schedule gives the decode schedule's bits. */
 static void check_model_against_reference(const char *rel) {
   npulm_model *m = open_shared(rel);
-  enum { L = 300 };
+  enum { L = 300, GRAPHS = 15 };
   compile(m, (int[]){32, 128}, 2, (int[]){128, 256, 512}, 3);
   const struct npu_program *p = m->program;
-  assert_int_equal(p->n_graphs, 9);
+  assert_int_equal(p->n_graphs, GRAPHS);
   int n_vocab = m->cfg.n_vocab;
   int32_t *ids = text_tokens(m, L);
   float *want = malloc((size_t)L * (size_t)n_vocab * sizeof(float));
@@ -423,13 +430,13 @@ static void check_model_against_reference(const char *rel) {
   assert_int_equal(npulm_session_eval(ref, ids, L, want, &err), NPULM_OK);
   npulm_session_free(ref);
 
-  double max_err[9] = {0};
-  int used[9] = {0};
+  double max_err[GRAPHS] = {0};
+  int used[GRAPHS] = {0};
   npulm_session *s = new_session(m, 512, false);
   /* token by token: decode in each bucket */
   int decode[L];
   for (int i = 0; i < L; i++) decode[i] = 1;
-  run_schedule(m, s, ids, decode, L, want, stepwise, max_err, used);
+  run_schedule(m, s, ids, decode, L, false, want, stepwise, max_err, used);
   /* lengths 1, C-1, C, C+1 and several chunks; the ends cross every bucket */
   static const int sched_a[] = {1, 31, 32, 33, 127, 76};
   static const int sched_b[] = {128, 32, 96, 44};
@@ -438,8 +445,14 @@ static void check_model_against_reference(const char *rel) {
   const int *scheds[] = {sched_a, sched_b, sched_c, sched_d};
   const int n_sched[] = {6, 4, 4, 2};
   for (int k = 0; k < 4; k++) {
-    run_schedule(m, s, ids, scheds[k], n_sched[k], want, chunked, max_err, used);
+    run_schedule(m, s, ids, scheds[k], n_sched[k], false, want, chunked, max_err, used);
     assert_memory_equal(chunked, stepwise, (size_t)L * (size_t)n_vocab * sizeof(float));
+    /* generating: only each eval's last logits, from the graphs for generation */
+    run_schedule(m, s, ids, scheds[k], n_sched[k], true, want, chunked, max_err, used);
+    for (int i = 0, pos = 0; i < n_sched[k]; pos += scheds[k][i++]) {
+      size_t row = (size_t)(pos + scheds[k][i] - 1) * (size_t)n_vocab;
+      assert_memory_equal(chunked + row, stepwise + row, (size_t)n_vocab * sizeof(float));
+    }
   }
   for (int gi = 0; gi < p->n_graphs; gi++) {
     print_message("%s rows %3d ctx %3d: %3d steps, max rel error %.3g\n", rel, p->graphs[gi].rows,
@@ -487,8 +500,17 @@ static void test_step_policy(void **state) {
       {500, 12, 1, {32}, {512}, {12}},
   };
   for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
-    int n = npu_exec_plan_steps(p, cases[c].pos, cases[c].n, st);
+    int n = npu_exec_plan_steps(p, cases[c].pos, cases[c].n, false, st);
     assert_int_equal(n, cases[c].n_steps);
+    /* for generation: the same steps, on graphs whose logits are the last row's */
+    struct npu_step gen[16];
+    assert_int_equal(npu_exec_plan_steps(p, cases[c].pos, cases[c].n, true, gen), n);
+    for (int k = 0; k < n; k++) {
+      assert_int_equal(gen[k].g->rows, st[k].g->rows);
+      assert_int_equal(gen[k].g->ctx, st[k].g->ctx);
+      assert_int_equal(npu_graph_logit_rows(gen[k].g), 1);
+      assert_int_equal(npu_graph_logit_rows(st[k].g), st[k].g->rows);
+    }
     int row0 = 0;
     for (int k = 0; k < n; k++) {
       assert_int_equal(st[k].g->rows, cases[c].rows[k]);

@@ -467,7 +467,7 @@ static void test_compile_params(void **state) {
   assert_int_equal(p->opts.chunks[1], 64);
   assert_int_equal(p->opts.n_buckets, 1);
   assert_int_equal(p->opts.buckets[0], 64);
-  assert_int_equal(p->n_graphs, 3);
+  assert_int_equal(p->n_graphs, 5); /* decode; each chunk with all rows' logits and the last's */
 
   struct {
     int chunks[3], n_chunks, buckets[3], n_buckets;
@@ -550,7 +550,7 @@ static void test_progress_and_print(void **state) {
   assert_non_null(f);
   assert_int_equal(npulm_model_print_program(m, f, &err), NPULM_OK);
   fclose(f);
-  const char *needles[] = {"specializations: 3 graphs",
+  const char *needles[] = {"specializations: 5 graphs",
                            "decode",
                            "prefill",
                            "rmsnorm",
@@ -1728,8 +1728,10 @@ static void test_three_op_attention_program(void **state) {
   npulm_error err = {{0}};
   for (int32_t i = 0; i < p->n_graphs; i++) {
     struct npu_graph g;
-    assert_int_equal(npu_build_graph(m, p->weights, p->n_weights, p->graphs[i].rows,
-                                     p->graphs[i].ctx, 0, &g, &err),
+    const struct npu_graph *old = &p->graphs[i];
+    bool for_generation = npu_graph_logit_rows(old) != old->rows;
+    assert_int_equal(npu_build_graph(m, p->weights, p->n_weights, old->rows, old->ctx, 0,
+                                     for_generation, &g, &err),
                      NPULM_OK);
     assert_int_equal(npu_partition(&g, p->opts.float_ops, &err), NPULM_OK);
     assert_int_equal(npu_plan(&g, &err), NPULM_OK);
@@ -1771,6 +1773,90 @@ static void test_three_op_attention_program(void **state) {
   free(npu);
 }
 
+/* Last logits of evaluating the first 'n' of 'ids' in one call, with or without asking for every
+ * row's logits (without: the graphs for generation run). */
+static void last_logits(const npulm_model *m, const int32_t *ids, size_t n, bool all_rows,
+                        float *out, size_t vocab) {
+  npulm_session_params sp = npulm_session_default_params();
+  sp.n_ctx = 64;
+  npulm_session *s = NULL;
+  npulm_error err = {{0}};
+  if (npulm_session_create(m, &sp, &s, &err) != NPULM_OK) fail_msg("session: %s", err.msg);
+  float *rows = all_rows ? malloc(n * vocab * sizeof(float)) : NULL;
+  if (npulm_session_eval(s, ids, n, rows, &err) != NPULM_OK) fail_msg("eval: %s", err.msg);
+  memcpy(out, npulm_session_logits(s), vocab * sizeof(float));
+  if (rows != NULL) assert_memory_equal(out, rows + (n - 1) * vocab, vocab * sizeof(float));
+  free(rows);
+  npulm_session_free(s);
+}
+
+/* Graphs for generation compute only the last real row's logits, with the same bits as the row
+ * of a graph that computes all; the verifier keeps their row copy on the CPU ahead of a one-row
+ * head; a program without them (as written before they existed) still verifies and runs. */
+static void test_generation_graphs(void **state) {
+  (void)state;
+  char *src = tmp_path();
+  struct tiny t = {.n_layers = 2};
+  write_tiny(src, &t);
+  npulm_model *m = open_ok(src);
+  compile_ok(m, NULL);
+  struct npu_program *p = m->program;
+  npulm_model_info info;
+  npulm_model_get_info(m, &info);
+  size_t vocab = (size_t)info.n_vocab;
+  int32_t ids[40];
+  for (int i = 0; i < 40; i++) ids[i] = (int32_t)((i * 7 + 3) % info.n_vocab);
+  float *all = malloc(vocab * sizeof(float)), *last = malloc(vocab * sizeof(float));
+  int32_t n_gen = 0;
+  for (int32_t i = 0; i < p->n_graphs; i++) n_gen += npu_graph_logit_rows(&p->graphs[i]) == 1;
+  assert_true(n_gen > 1); /* decode and at least one chunk */
+  /* 3 tokens (a padded 16-row chunk), 16 (a full one), 17 (chunk then decode), 40 (64 padded) */
+  static const size_t lens[] = {3, 16, 17, 40};
+  for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+    last_logits(m, ids, lens[k], true, all, vocab);
+    last_logits(m, ids, lens[k], false, last, vocab);
+    assert_memory_equal(all, last, vocab * sizeof(float));
+  }
+  /* the row copy on the NPU: refused */
+  npulm_error err = {{0}};
+  struct npu_graph *gen = NULL;
+  for (int32_t i = 0; i < p->n_graphs && gen == NULL; i++) {
+    if (p->graphs[i].rows > 1 && npu_graph_logit_rows(&p->graphs[i]) == 1) gen = &p->graphs[i];
+  }
+  assert_non_null(gen);
+  struct npu_ir_node *copy = NULL;
+  for (int32_t i = 0; i < gen->n_nodes; i++) {
+    if (gen->nodes[i].op == NPU_OP_LAST_ROW) copy = &gen->nodes[i];
+  }
+  assert_non_null(copy);
+  copy->backend = NPU_BE_NPU;
+  assert_int_equal(npu_program_verify(m, p, &err), NPULM_ERR_FORMAT);
+  copy->backend = NPU_BE_CPU;
+  assert_int_equal(npu_program_verify(m, p, &err), NPULM_OK);
+  /* without the graphs for generation: every row's logits, the same last row */
+  int32_t kept = 0;
+  for (int32_t i = 0; i < p->n_graphs; i++) {
+    struct npu_graph *g = &p->graphs[i];
+    if (g->rows > 1 && npu_graph_logit_rows(g) == 1) {
+      npu_graph_free(g);
+    } else {
+      p->graphs[kept++] = *g;
+    }
+  }
+  p->n_graphs = kept;
+  assert_int_equal(npu_program_verify(m, p, &err), NPULM_OK);
+  for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
+    last_logits(m, ids, lens[k], false, last, vocab);
+    last_logits(m, ids, lens[k], true, all, vocab);
+    assert_memory_equal(all, last, vocab * sizeof(float));
+  }
+  free(all);
+  free(last);
+  npulm_model_close(m);
+  unlink(src);
+  free(src);
+}
+
 /* The MAC statistics: an FP32 program runs nothing in int8; an integer one every weight matmul
  * but the shadowed channels' share; attention stays in float. */
 static void test_mac_stats(void **state) {
@@ -1783,7 +1869,7 @@ static void test_mac_stats(void **state) {
   const struct npu_config *c = &m->cfg;
   compile_ok(m, NULL);
   struct npu_mac_stats st;
-  const struct npu_graph *g = npu_program_find(m->program, 1, 64);
+  const struct npu_graph *g = npu_program_find(m->program, 1, 64, false);
   assert_non_null(g);
   npu_program_mac_stats(m->program, g, &st);
   uint64_t per_layer = (uint64_t)c->dim * (uint64_t)(c->n_heads * c->head_dim) * 2 +
@@ -1798,7 +1884,7 @@ static void test_mac_stats(void **state) {
   assert_int_equal(st.attention_npu, 0);
 
   quantize_ok(m, &o, NPU_QUANT_SHADOW, 3.0f);
-  g = npu_program_find(m->program, 16, 64);
+  g = npu_program_find(m->program, 16, 64, false);
   assert_non_null(g);
   npu_program_mac_stats(m->program, g, &st);
   assert_int_equal(st.matmul, 16 * want);
@@ -1845,6 +1931,7 @@ int main(void) {
       cmocka_unit_test(test_attention_on_npu),
       cmocka_unit_test(test_fused_attention_records),
       cmocka_unit_test(test_three_op_attention_program),
+      cmocka_unit_test(test_generation_graphs),
       cmocka_unit_test(test_mac_stats),
   };
   /* clang-format on */

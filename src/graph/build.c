@@ -209,7 +209,7 @@ static int32_t build_block(struct block_builder *bb, int32_t l, int32_t x) {
 
 npulm_status npu_build_graph(const struct npulm_model *m, const struct npu_weight *weights,
                              int32_t n_weights, int32_t rows, int32_t ctx, uint32_t float_ops,
-                             struct npu_graph *g, npulm_error *err) {
+                             bool last_logits, struct npu_graph *g, npulm_error *err) {
   struct block_builder bb = {.c = &m->cfg, .weights = weights, .n_weights = n_weights,
                              .fused_attention = npu_attention_fused(float_ops)};
   const struct npu_config *c = &m->cfg;
@@ -218,11 +218,19 @@ npulm_status npu_build_graph(const struct npulm_model *m, const struct npu_weigh
   int32_t ids = npu_ir_add_tensor(&bb.b, NPU_TK_INPUT_IDS, NPU_DT_I32, rows, 1, 1, -1, "ids");
   int32_t x = apply(&bb, NPU_OP_GATHER, -1, "embd", c->dim, ids, weight(&bb, W_EMBD), -1, 0);
   for (int32_t l = 0; l < c->n_layers; l++) x = build_block(&bb, l, x);
-  /* final rmsnorm and classifier */
-  int32_t xn = apply(&bb, NPU_OP_RMSNORM, -1, "output_norm", c->dim, x, weight(&bb, W_OUT_NORM), -1,
-                     c->rms_eps);
+  /* final rmsnorm and classifier: on every row, or only on the last real one, whose logits are
+   * all that generating the next token needs (for a large vocabulary, the classifier is a fifth
+   * or more of a prefill's multiply-accumulates) */
+  int32_t out_rows = last_logits ? 1 : rows;
+  if (out_rows != rows) {
+    int32_t last = act3(&bb, -1, "last_row", 1, c->dim, 1);
+    npu_ir_add_node(&bb.b, NPU_OP_LAST_ROW, x, -1, -1, last, -1, 0);
+    x = last;
+  }
+  int32_t xn = act3(&bb, -1, "output_norm", out_rows, c->dim, 1);
+  npu_ir_add_node(&bb.b, NPU_OP_RMSNORM, x, weight(&bb, W_OUT_NORM), -1, xn, -1, c->rms_eps);
   int32_t logits =
-      npu_ir_add_tensor(&bb.b, NPU_TK_LOGITS, NPU_DT_F32, rows, c->n_vocab, 1, -1, "logits");
+      npu_ir_add_tensor(&bb.b, NPU_TK_LOGITS, NPU_DT_F32, out_rows, c->n_vocab, 1, -1, "logits");
   npu_ir_add_node(&bb.b, NPU_OP_MATMUL, xn, weight(&bb, W_OUTPUT), -1, logits, -1, 0);
   if (bb.b.status != NPULM_OK) {
     npu_graph_free(g);

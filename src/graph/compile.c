@@ -36,20 +36,23 @@ npulm_status npu_compile(const struct npulm_model *m, const struct npu_compile_o
   struct npu_program *p = calloc(1, sizeof(*p));
   if (p == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
   p->opts = *o;
-  int32_t max_graphs = (1 + o->n_chunks) * o->n_buckets;
+  int32_t max_graphs = (1 + 2 * o->n_chunks) * o->n_buckets;
   p->graphs = calloc((size_t)max_graphs, sizeof(*p->graphs));
   if (p->graphs == NULL) {
     st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
     goto fail;
   }
   if ((st = npu_weight_table(m, &p->weights, &p->n_weights, err)) != NPULM_OK) goto fail;
-  for (int32_t r = -1; r < o->n_chunks; r++) {
-    int32_t rows = r < 0 ? 1 : o->chunks[r];
+  /* decode, then each chunk twice: with the logits of every row (scoring a text) and of the last
+   * row only (generating) */
+  for (int32_t r = -1; r < 2 * o->n_chunks; r++) {
+    int32_t rows = r < 0 ? 1 : o->chunks[r / 2];
+    bool last_logits = r >= 0 && r % 2 == 1;
     for (int32_t b = 0; b < o->n_buckets; b++) {
       if (o->buckets[b] < rows) continue; /* a chunk larger than the context serves nothing */
       struct npu_graph *g = &p->graphs[p->n_graphs];
       if ((st = npu_build_graph(m, p->weights, p->n_weights, rows, o->buckets[b], o->float_ops,
-                                g, err)) ||
+                                last_logits, g, err)) ||
           (st = npu_partition(g, o->float_ops, err)) || (st = npu_plan(g, err)) ||
           (st = npu_ir_validate(g, p->n_weights, c->n_layers, err))) {
         p->n_graphs++; /* freed with the program */
@@ -68,11 +71,16 @@ fail:
   return st;
 }
 
-const struct npu_graph *npu_program_find(const struct npu_program *p, int32_t rows, int32_t end) {
+const struct npu_graph *npu_program_find(const struct npu_program *p, int32_t rows, int32_t end,
+                                         bool last_logits) {
+  const int32_t logit_rows = last_logits ? 1 : rows;
   const struct npu_graph *best = NULL;
   for (int32_t i = 0; i < p->n_graphs; i++) {
     const struct npu_graph *g = &p->graphs[i];
-    if (g->rows == rows && g->ctx >= end && (best == NULL || g->ctx < best->ctx)) best = g;
+    if (g->rows == rows && g->ctx >= end && npu_graph_logit_rows(g) == logit_rows &&
+        (best == NULL || g->ctx < best->ctx)) {
+      best = g;
+    }
   }
   return best;
 }

@@ -118,11 +118,11 @@ static void print_header(const struct npulm_model *m, const struct npu_program *
 
 static void print_graphs(const struct npu_program *p, FILE *out) {
   fprintf(out,
-          "\nspecializations: %d graphs (decode, and prefill of %d chunk size%s, for each "
-          "context bucket)\n",
+          "\nspecializations: %d graphs (decode, and prefill of %d chunk size%s with the logits "
+          "of all rows or of the last, for each context bucket)\n",
           p->n_graphs, p->opts.n_chunks, p->opts.n_chunks == 1 ? "" : "s");
   fprintf(out,
-          "  graph  step      rows    ctx  nodes   NPU   CPU  subgraphs  transfers   "
+          "  graph  step      rows    ctx  logits  nodes   NPU   CPU  subgraphs  transfers   "
           "copied/step   NPU arena   CPU arena\n");
   bool any_kv = false;
   for (int32_t i = 0; i < p->n_graphs; i++) {
@@ -141,8 +141,9 @@ static void print_graphs(const struct npu_program *p, FILE *out) {
     char b0[32], b1[32], b2[32], c0[40];
     snprintf(c0, sizeof(c0), "%s%s", kv_copies ? "<= " : "", human_bytes(copied, b0, sizeof(b0)));
     any_kv |= kv_copies;
-    fprintf(out, "  %5d  %-7s %6d %6d %6d %5d %5d %10d %10d %13s %11s %11s\n", i,
-            g->rows == 1 ? "decode" : "prefill", g->rows, g->ctx, g->n_nodes, on[NPU_BE_NPU],
+    fprintf(out, "  %5d  %-7s %6d %6d  %6s %6d %5d %5d %10d %10d %13s %11s %11s\n", i,
+            g->rows == 1 ? "decode" : "prefill", g->rows, g->ctx,
+            npu_graph_logit_rows(g) == g->rows ? "all" : "last", g->n_nodes, on[NPU_BE_NPU],
             on[NPU_BE_CPU], g->n_subgraphs, g->n_transfers, c0,
             human_bytes(g->arena_size[NPU_BE_NPU], b1, sizeof(b1)),
             human_bytes(g->arena_size[NPU_BE_CPU], b2, sizeof(b2)));

@@ -13,6 +13,7 @@ static const char *const op_names[NPU_OP_COUNT] = {
     [NPU_OP_SOFTMAX] = "softmax", [NPU_OP_PV] = "pv",           [NPU_OP_ADD] = "add",
     [NPU_OP_MUL] = "mul",         [NPU_OP_SILU] = "silu",       [NPU_OP_TRANSFER] = "transfer",
     [NPU_OP_SHADOW] = "shadow",   [NPU_OP_ATTN] = "attn",
+    [NPU_OP_LAST_ROW] = "last_row",
 };
 
 const char *npu_op_name(enum npu_op op) {
@@ -245,9 +246,23 @@ static const char *check_node(const struct npu_graph *g, int32_t i) {
     if (a->ne[0] != rows || !same_shape(a, out)) return "shape";
     return NULL;
   }
+  case NPU_OP_LAST_ROW:
+    if (!is_value(a) || !is_value(out)) return "operands";
+    if (a->ne[0] != rows || out->ne[0] != 1 || a->ne[1] != out->ne[1] || a->ne[2] != 1 ||
+        out->ne[2] != 1) {
+      return "shape";
+    }
+    return NULL;
   case NPU_OP_COUNT: break;
   }
   return "unknown op";
+}
+
+int32_t npu_graph_logit_rows(const struct npu_graph *g) {
+  for (int32_t i = 0; i < g->n_tensors; i++) {
+    if (g->tensors[i].kind == NPU_TK_LOGITS) return g->tensors[i].ne[0];
+  }
+  return g->rows;
 }
 
 npulm_status npu_ir_validate(const struct npu_graph *g, int32_t n_weights, int32_t n_layers,

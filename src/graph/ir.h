@@ -36,6 +36,8 @@ enum npu_op {
   NPU_OP_ATTN,     /* QK, SOFTMAX and PV fused, in float on the CPU: out[t,h] = softmax_j(q[t,h]·
                       k[j,h/g] * scale) v[j,h/g] over j <= pos0+t by online softmax, no [heads,
                       rows, K] tensor     in: q, KV(k), KV(v); param scale; out [rows, heads*hd] */
+  NPU_OP_LAST_ROW, /* out[0] = x[n_valid - 1], the step's last real row: a graph for generation
+                      computes the logits of that row only            in: x; out [1, cols] */
   NPU_OP_COUNT
 };
 
@@ -44,7 +46,8 @@ enum npu_tensor_kind {
   NPU_TK_WEIGHT,    /* model weight number 'ref' (see npu_program weights) */
   NPU_TK_INPUT_IDS, /* the step's token ids, [rows] int32 */
   NPU_TK_KV,        /* KV cache of layer 'ref': K when 'kv_is_value' is false, else V */
-  NPU_TK_LOGITS,    /* the step's output, [rows, n_vocab] f32, in the caller's buffer */
+  NPU_TK_LOGITS,    /* the step's output, [rows, n_vocab] f32 (a graph for generation: [1,
+                       n_vocab], the last real row's), in the caller's buffer */
 };
 
 /* Quantization parameters of a tensor: a slot the integer NPU fills in; unused while the graph
@@ -105,6 +108,10 @@ struct npu_graph {
 };
 
 const char *npu_op_name(enum npu_op op);
+
+/* Rows of the graph's logits: g->rows, or 1 for a graph that computes only the last real row's
+ * (NPU_OP_LAST_ROW before the output head). */
+int32_t npu_graph_logit_rows(const struct npu_graph *g);
 const char *npu_backend_name(enum npu_backend be);
 size_t npu_dtype_size(enum npu_dtype dt);
 

@@ -85,15 +85,19 @@ npulm_status npu_compile(const struct npulm_model *m, const struct npu_compile_o
 void npu_program_free(struct npu_program *p); /* accepts NULL */
 
 /* The graph that serves a step of 'rows' tokens (1 = decode) ending at cache position 'end'
- * (exclusive): the given row count with the smallest bucket >= end. NULL if none does. */
-const struct npu_graph *npu_program_find(const struct npu_program *p, int32_t rows, int32_t end);
+ * (exclusive): the given row count with the smallest bucket >= end, computing the logits of
+ * every row, or with 'last_logits' of the last real row only (for decode the two are one). NULL
+ * if none does. */
+const struct npu_graph *npu_program_find(const struct npu_program *p, int32_t rows, int32_t end,
+                                         bool last_logits);
 
 /* Build one graph (unpartitioned, unplanned): exposed for tests. Attention is one fused ATTN op
  * where 'float_ops' keeps QK, SOFTMAX and PV all in float (npu_attention_fused), else those
- * three ops with their [heads, rows, ctx] scores and probabilities. */
+ * three ops with their [heads, rows, ctx] scores and probabilities. With 'last_logits' the
+ * output head runs on the last real row only (NPU_OP_LAST_ROW; logits [1, n_vocab]). */
 npulm_status npu_build_graph(const struct npulm_model *m, const struct npu_weight *weights,
                              int32_t n_weights, int32_t rows, int32_t ctx, uint32_t float_ops,
-                             struct npu_graph *g, npulm_error *err);
+                             bool last_logits, struct npu_graph *g, npulm_error *err);
 
 /* True when the precision policy 'float_ops' keeps every part of attention (QK, SOFTMAX, PV) on
  * the CPU: the graph then computes it with the fused online-softmax op, NPU_OP_ATTN. */

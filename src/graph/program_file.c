@@ -74,7 +74,13 @@
  * in2 the layer's own F32 K and V caches, param the scale, out [rows, q_dim]; it has no scores or
  * probabilities tensors. (Files written before ATTN existed hold QK, SOFTMAX and PV on the CPU
  * instead; they load and run as they are. Op 13 came without a new version: a reader that
- * predates it refuses such a file as having an unknown op.) Enumerations are stored as numbered
+ * predates it refuses such a file as having an unknown op.) After the decode graphs, each chunk
+ * size has its graphs (one per bucket) with the logits of every row [rows, n_vocab], then those
+ * for generation, whose logits are the last real row's only [1, n_vocab]: a CPU node of op 14,
+ * LAST_ROW (in0 [rows, dim], out [1, dim]), copies row n_valid - 1 of the last block's output,
+ * and the output norm and classifier run on that one row. (Files without the graphs for
+ * generation still load and run, computing every row's logits; an older reader refuses the new
+ * ones for op 14.) Enumerations are stored as numbered
  * in graph/ir.h and quant/quantize.h (pinned by the static asserts below): a change of numbering
  * or of a record's fields needs a new version.
  * Loading range-checks every field, runs npu_ir_validate on every graph, links every NPU node to
@@ -123,7 +129,7 @@ _Static_assert(NPU_OP_GATHER == 0 && NPU_OP_RMSNORM == 1 && NPU_OP_MATMUL == 2 &
                    NPU_OP_ROPE == 3 && NPU_OP_KV_WRITE == 4 && NPU_OP_QK == 5 &&
                    NPU_OP_SOFTMAX == 6 && NPU_OP_PV == 7 && NPU_OP_ADD == 8 && NPU_OP_MUL == 9 &&
                    NPU_OP_SILU == 10 && NPU_OP_TRANSFER == 11 && NPU_OP_SHADOW == 12 &&
-                   NPU_OP_ATTN == 13 && NPU_OP_COUNT <= 32,
+                   NPU_OP_ATTN == 13 && NPU_OP_LAST_ROW == 14 && NPU_OP_COUNT <= 32,
                "enum npu_op is stored in program files: bump NPU_PROGRAM_VERSION");
 _Static_assert(NPU_QUANT_F32 == 0 && NPU_QUANT_NAIVE == 1 && NPU_QUANT_SHADOW == 2 &&
                    NPU_QUANT_SMOOTH == 3 && NPU_QUANT_MODE_COUNT == 4,
@@ -165,15 +171,20 @@ static npulm_status with_prefix(npulm_error *err, npulm_status st, const char *p
 
 /* The graphs npu_compile makes for 'o', in its order: graph i serves rows_out[i] x ctx_out[i].
  * Return their count; the arrays (may be NULL) hold (1 + NPU_MAX_CHUNKS) * NPU_MAX_BUCKETS. */
-static int32_t expected_graphs(const struct npu_compile_options *o, int32_t *rows_out,
-                               int32_t *ctx_out) {
-  int32_t n = 0;
-  for (int32_t r = -1; r < o->n_chunks; r++) {
-    int32_t rows = r < 0 ? 1 : o->chunks[r];
+/* The graphs npu_compile makes for options 'o', in its order: their rows, contexts and logit
+ * rows. 'for_generation': each chunk also has graphs whose logits are the last row's only (files
+ * written before those existed have not). */
+static int32_t expected_graphs(const struct npu_compile_options *o, bool for_generation,
+                               int32_t *rows_out, int32_t *ctx_out, int32_t *logit_rows_out) {
+  int32_t n = 0, per_chunk = for_generation ? 2 : 1;
+  for (int32_t r = -1; r < per_chunk * o->n_chunks; r++) {
+    int32_t rows = r < 0 ? 1 : o->chunks[r / per_chunk];
+    bool last = r >= 0 && r % per_chunk == 1;
     for (int32_t b = 0; b < o->n_buckets; b++) {
       if (o->buckets[b] < rows) continue;
       if (rows_out != NULL) rows_out[n] = rows;
       if (ctx_out != NULL) ctx_out[n] = o->buckets[b];
+      if (logit_rows_out != NULL) logit_rows_out[n] = last ? 1 : rows;
       n++;
     }
   }
@@ -200,6 +211,7 @@ struct verify_ctx {
   const struct npu_program *p;
   const struct npu_graph *g;
   int32_t gi;
+  int32_t logit_rows; /* g->rows, or 1 for a graph for generation (checked before use) */
   npulm_error *err;
 };
 
@@ -214,9 +226,10 @@ static npulm_status NPU_PRINTF(2, 3) vfail(const struct verify_ctx *v, const cha
                   v->g->rows, v->g->ctx, what);
 }
 
-/* An activation of the shape [rows, cols, 1]. */
-static bool is_rows(const struct npu_graph *g, const struct npu_ir_tensor *t) {
-  return t->ne[0] == g->rows && t->ne[2] == 1;
+/* An activation of the shape [rows, cols, 1], or [1, cols, 1] in a graph for generation's output
+ * head (npu_ir_validate keeps each op's rows consistent, and only LAST_ROW changes them). */
+static bool is_rows(const struct verify_ctx *v, const struct npu_ir_tensor *t) {
+  return (t->ne[0] == v->g->rows || t->ne[0] == v->logit_rows) && t->ne[2] == 1;
 }
 
 /* Attention scores [n_heads, rows, ctx]. */
@@ -287,7 +300,7 @@ static npulm_status verify_tensors(const struct verify_ctx *v) {
       else if (integer && (q->dtype != t->dtype || !bits_equal(q->q.scale, t->q.scale) ||
                            q->q.zero_point != t->q.zero_point))
         why = "does not match its quantization table entry";
-      else if (!is_rows(g, t) && !is_scores(g, c, t) && !(integer && is_cache_shape(g, c, t)))
+      else if (!is_rows(v, t) && !is_scores(g, c, t) && !(integer && is_cache_shape(g, c, t)))
         why = "has a shape that is neither [rows, n] nor [heads, rows, ctx]";
       else if (t->kind == NPU_TK_LOGITS && (t->ne[1] != c->n_vocab || t->ne[2] != 1))
         why = "is not [rows, n_vocab]";
@@ -571,7 +584,7 @@ static npulm_status verify_nodes(const struct verify_ctx *v, int32_t *n_transfer
           (op == NPU_OP_QK && s < 0) || (op == NPU_OP_PV && s == 0) || op == NPU_OP_SOFTMAX;
       bool want_cache = (op == NPU_OP_QK || op == NPU_OP_PV) && s == 1; /* a copy of a cache */
       if (want_cache ? !is_cache_shape(g, c, t)
-                     : want_scores ? !is_scores(g, c, t) : !scores_ok && !is_rows(g, t)) {
+                     : want_scores ? !is_scores(g, c, t) : !scores_ok && !is_rows(v, t)) {
         why = "operand shape";
       }
     }
@@ -600,6 +613,12 @@ static npulm_status verify_nodes(const struct verify_ctx *v, int32_t *n_transfer
         else if (b->ref != n->layer) why = "does not read its own layer's caches";
         break;
       case NPU_OP_SHADOW: why = check_shadow(v, i, detail, sizeof(detail)); break;
+      case NPU_OP_LAST_ROW:
+        /* npu_ir_validate: [rows, cols] -> [1, cols] */
+        if (n->backend != NPU_BE_CPU || v->logit_rows != 1 || a->dtype != NPU_DT_F32) {
+          why = "is not the CPU's row copy ahead of a one-row output head";
+        }
+        break;
       case NPU_OP_RMSNORM:
       case NPU_OP_MATMUL:
       case NPU_OP_SOFTMAX:
@@ -1181,16 +1200,22 @@ npulm_status npu_program_verify(const struct npulm_model *m, const struct npu_pr
   if (!same)
     return npu_fail(err, NPULM_ERR_FORMAT, "program weight table does not match the model");
   if ((st = verify_quant(p, err)) != NPULM_OK) return st;
-  int32_t rows[(1 + NPU_MAX_CHUNKS) * NPU_MAX_BUCKETS], ctx[(1 + NPU_MAX_CHUNKS) * NPU_MAX_BUCKETS];
-  int32_t n = expected_graphs(&p->opts, rows, ctx);
+  enum { MAX_GRAPHS = (1 + 2 * NPU_MAX_CHUNKS) * NPU_MAX_BUCKETS };
+  int32_t rows[MAX_GRAPHS], ctx[MAX_GRAPHS], logit_rows[MAX_GRAPHS];
+  bool for_generation = p->n_graphs != expected_graphs(&p->opts, false, NULL, NULL, NULL);
+  int32_t n = expected_graphs(&p->opts, for_generation, rows, ctx, logit_rows);
   if (p->n_graphs != n) {
     return npu_fail(err, NPULM_ERR_FORMAT, "program has %d graphs but its options make %d",
                     p->n_graphs, n);
   }
   for (int32_t i = 0; i < n; i++) {
-    struct verify_ctx v = {.m = m, .p = p, .g = &p->graphs[i], .gi = i, .err = err};
+    struct verify_ctx v = {.m = m, .p = p, .g = &p->graphs[i], .gi = i,
+                           .logit_rows = logit_rows[i], .err = err};
     if (v.g->rows != rows[i] || v.g->ctx != ctx[i]) {
       return vfail(&v, "expected rows %d, ctx %d here", rows[i], ctx[i]);
+    }
+    if (npu_graph_logit_rows(v.g) != logit_rows[i]) {
+      return vfail(&v, "expected logits for %d rows here", logit_rows[i]);
     }
     if ((st = verify_graph(&v)) != NPULM_OK) return st;
   }
@@ -1712,10 +1737,11 @@ npulm_status npu_program_load(const struct npulm_model *m, struct npu_program **
   }
   uint32_t count;
   if ((st = npu_gguf_get_u32(g, "npulm.graph.count", &count, err)) != NPULM_OK) goto fail;
-  int32_t want = expected_graphs(&p->opts, NULL, NULL);
+  int32_t want = expected_graphs(&p->opts, true, NULL, NULL, NULL);
+  if (count != (uint32_t)want) want = expected_graphs(&p->opts, false, NULL, NULL, NULL);
   if (count != (uint32_t)want) {
     st = npu_fail(err, NPULM_ERR_FORMAT, "program has %u graphs but its options make %d", count,
-                  want);
+                  expected_graphs(&p->opts, true, NULL, NULL, NULL));
     goto fail;
   }
   p->graphs = calloc((size_t)(want ? want : 1), sizeof(*p->graphs));

@@ -21,6 +21,7 @@ bool npu_npu_supports(enum npu_op op) {
   case NPU_OP_TRANSFER:
   case NPU_OP_SHADOW:
   case NPU_OP_ATTN: /* fused attention is the CPU's; the NPU runs QK, SOFTMAX and PV apart */
+  case NPU_OP_LAST_ROW: /* a row copy ahead of the CPU's output norm */
   case NPU_OP_COUNT:
     break;
   }

@@ -199,6 +199,7 @@ static void node_cost(const struct npu_program *p, const struct npu_config *c,
   case NPU_OP_ADD:
   case NPU_OP_MUL:
   case NPU_OP_SILU:
+  case NPU_OP_LAST_ROW:
   case NPU_OP_COUNT:
     nc->macs = out_elems;
     break;
@@ -247,7 +248,7 @@ npulm_status npulm_decode_traffic_at(const npulm_model *model, int pos,
   if (st != NPULM_OK) return st;
   const struct npu_program *p = model->program;
   out->quant = npu_quant_mode_name((enum npu_quant_mode)p->quant_mode);
-  const struct npu_graph *g = pos >= 0 ? npu_program_find(p, 1, pos + 1) : NULL;
+  const struct npu_graph *g = pos >= 0 ? npu_program_find(p, 1, pos + 1, true) : NULL;
   if (g == NULL) {
     return npu_fail(err, NPULM_ERR_ARG, "position %d is outside the program's contexts", pos);
   }
@@ -380,7 +381,7 @@ npulm_status npulm_predict(const npulm_model *model, const npulm_npu_profile *pr
   double macs = 0.0, bytes = 0.0;
   int32_t pos = 0;
   if (n_prompt > 0) {
-    const int32_t ns = npu_exec_plan_steps(p, 0, n_prompt, steps);
+    const int32_t ns = npu_exec_plan_steps(p, 0, n_prompt, true, steps);
     if (ns < 0) goto no_graph;
     for (int32_t i = 0; i < ns; i++) {
       predict_step(p, &model->cfg, &tg, f32_scale, steps[i].g, steps[i].pos0, steps[i].n_valid,
@@ -389,7 +390,7 @@ npulm_status npulm_predict(const npulm_model *model, const npulm_npu_profile *pr
     pos = n_prompt;
   }
   for (; pos < n_total; pos++) {
-    if (npu_exec_plan_steps(p, pos, 1, steps) != 1) goto no_graph;
+    if (npu_exec_plan_steps(p, pos, 1, true, steps) != 1) goto no_graph;
     predict_step(p, &model->cfg, &tg, f32_scale, steps[0].g, pos, 1, out, &macs, &bytes);
   }
   free(steps);

@@ -207,6 +207,10 @@ static void exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
   case NPU_OP_KV_WRITE:
     npu_f32_kv_write(out, a, ctx->pos0, ctx->n_valid, a_t->ne[1]);
     return;
+  case NPU_OP_LAST_ROW:
+    memcpy(out, a + (size_t)(ctx->n_valid - 1) * (size_t)a_t->ne[1],
+           (size_t)a_t->ne[1] * sizeof(float));
+    return;
   case NPU_OP_QK: {
     /* q [rows, heads * hd], K cache [ctx, kv_dim] -> scores [heads, rows, ctx] */
     int32_t heads = out_t->ne[0], hd = a_t->ne[1] / heads;
@@ -257,7 +261,7 @@ void npu_exec_graph(const struct npu_graph *g, const struct npu_exec_ctx *ctx) {
 }
 
 int32_t npu_exec_plan_steps(const struct npu_program *p, int32_t pos, int32_t n,
-                            struct npu_step *steps_out) {
+                            bool last_logits, struct npu_step *steps_out) {
   const struct npu_compile_options *o = &p->opts;
   int32_t largest = o->n_chunks > 0 ? o->chunks[o->n_chunks - 1] : 1;
   int32_t n_steps = 0, done = 0;
@@ -271,7 +275,9 @@ int32_t npu_exec_plan_steps(const struct npu_program *p, int32_t pos, int32_t n,
       }
       take = left;
     }
-    const struct npu_graph *g = npu_program_find(p, rows, pos + done + take);
+    const struct npu_graph *g = npu_program_find(p, rows, pos + done + take, last_logits);
+    /* a program written before graphs for generation existed computes every row's logits */
+    if (g == NULL && last_logits) g = npu_program_find(p, rows, pos + done + take, false);
     if (g == NULL) return -1;
     steps_out[n_steps++] = (struct npu_step){.g = g, .row0 = done, .pos0 = pos + done,
                                              .n_valid = take};

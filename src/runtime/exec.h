@@ -51,9 +51,10 @@ struct npu_step {
 /* Cut 'n' tokens starting at cache position 'pos' into steps: while at least the largest chunk
  * remains, take it; a single remaining token takes the decode graph; otherwise the smallest chunk
  * that holds the rest, padded. Each step uses the smallest context bucket that holds its last
- * token. Writes at most 'n' steps (no step is empty) and returns their number, or -1 if the
- * program has no graph for some step (then nothing is to be run). */
+ * token, and with 'last_logits' a graph that computes only the last real row's logits where the
+ * program has one. Writes at most 'n' steps (no step is empty) and returns their number, or -1 if
+ * the program has no graph for some step (then nothing is to be run). */
 int32_t npu_exec_plan_steps(const struct npu_program *p, int32_t pos, int32_t n,
-                            struct npu_step *steps_out);
+                            bool last_logits, struct npu_step *steps_out);
 
 #endif /* NPU_RUNTIME_EXEC_H */

@@ -311,8 +311,9 @@ static void run_task(void *user, int32_t step, int32_t sub, int32_t slot) {
              (size_t)st->n_valid * n_vocab * sizeof(float));
     }
     if (step == s->n_steps - 1) {
-      memcpy(s->last_logits, logits + (size_t)(st->n_valid - 1) * n_vocab,
-             n_vocab * sizeof(float));
+      /* the last real row: row n_valid - 1, or the only row of a graph for generation */
+      size_t row = npu_graph_logit_rows(g) == 1 ? 0 : (size_t)st->n_valid - 1;
+      memcpy(s->last_logits, logits + row * n_vocab, n_vocab * sizeof(float));
     }
   }
 }
@@ -350,7 +351,8 @@ npulm_status npulm_session_eval(npulm_session *s, const int32_t *tokens, size_t 
   }
 
   double t0 = npu_now();
-  int32_t n_steps = npu_exec_plan_steps(s->prog, s->pos, (int32_t)n, s->steps);
+  /* without logits_out only the last token's logits are kept: graphs that compute no others */
+  int32_t n_steps = npu_exec_plan_steps(s->prog, s->pos, (int32_t)n, logits_out == NULL, s->steps);
   if (n_steps < 0) {
     return npu_fail(err, NPULM_ERR_UNSUPPORTED,
                     "the program has no graph for %zu tokens at position %d", n, s->pos);

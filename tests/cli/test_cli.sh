@@ -55,7 +55,7 @@ npu=$tmp/stories260K.npu
 compile_ok() { "$bin" compile -m "$model" -o "$npu" --chunks 16,64 --ctx 128,512 2>"$tmp/compile.err" &&
   [ -s "$npu" ] && grep -q "^wrote $npu" "$tmp/compile.err"; }
 check "compile: writes a program file" compile_ok
-inspect_ok() { "$bin" inspect "$npu" >"$tmp/inspect" && grep -q "specializations: 6 graphs" "$tmp/inspect" &&
+inspect_ok() { "$bin" inspect "$npu" >"$tmp/inspect" && grep -q "specializations: 10 graphs" "$tmp/inspect" &&
   grep -q "^placement" "$tmp/inspect" && grep -Eq "^  matmul +[0-9]+ +0$" "$tmp/inspect" &&
   grep -q "^CPU fallbacks" "$tmp/inspect" && grep -Eq "^  attn .*pinned to float" "$tmp/inspect" &&
   grep -Eq "^  rmsnorm .*not on the NPU's supported list" "$tmp/inspect" &&
