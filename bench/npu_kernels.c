@@ -67,21 +67,24 @@ static void bench_gemm(int runs, size_t m, size_t n, size_t k) {
   const struct npu_qs8_gemm_params p = {mult, shift, -3, 5};
   const uint32_t have = npu_isa_detect();
   const double ops = 2.0 * (double)m * (double)n * (double)k;
-  struct {
-    const char *name;
+  /* Every variant of the family in ukernels.inc (the others' pointers are only compared, never
+   * called through the wrong type). */
+  const struct {
+    const char *family, *name;
     uint32_t isa;
-    npu_qs8_gemm_fn *fn;
+    void (*fn)(void);
   } vs[] = {
-    {"scalar", 0, npu_qs8_gemm__scalar},
-#if defined(__x86_64__)
-    {"avx2", NPU_ISA_AVX2, npu_qs8_gemm__avx2},
-#endif
+#define NPU_UKERNEL(family, variant, need)                                                         \
+  {#family, #variant, need, (void (*)(void))npu_##family##__##variant},
+#include "npu/ukernels.inc"
+#undef NPU_UKERNEL
   };
   for (size_t v = 0; v < sizeof(vs) / sizeof(vs[0]); v++) {
-    if ((vs[v].isa & ~have) != 0)
+    if (strcmp(vs[v].family, "qs8_gemm") != 0 || (vs[v].isa & ~have) != 0)
       continue;
+    npu_qs8_gemm_fn *fn = (npu_qs8_gemm_fn *)vs[v].fn;
     double t, tb;
-    TIME_MEDIAN(runs, t, tb, vs[v].fn(m, 0, n, k, x, k, packed, y, n, &p));
+    TIME_MEDIAN(runs, t, tb, fn(m, 0, n, k, x, k, packed, y, n, &p));
     printf("| qs8_gemm__%-10s | %5zu | %5zu | %5zu | %9.2f | %8.1f | %8.1f |\n", vs[v].name, m, n,
            k, t * 1e6, ops / t * 1e-9, ops / tb * 1e-9);
   }
@@ -139,9 +142,12 @@ int main(int argc, char **argv) {
   printf("NPU int8 GEMM, one core, median of %d runs\n\n", runs);
   printf("| kernel               |     M |     N |     K |   time us |     GOPS | best GOPS |\n");
   printf("|----------------------|------:|------:|------:|----------:|---------:|----------:|\n");
-  static const size_t shapes[][3] = {{128, 768, 768}, {1, 768, 768},  {128, 2048, 768},
-                                     {1, 2048, 768},  {64, 172, 64},  {1, 172, 64},
-                                     {1, 64, 172},    {16, 704, 256}, {1, 256, 704}};
+  /* M, N, K: prefill (128 rows) and decode (1) of GPT-2 / Qwen2-0.5B sized projections, the
+   * tiny test model's, and a 24 MiB decode that streams its weights from memory. */
+  static const size_t shapes[][3] = {
+      {128, 768, 768}, {1, 768, 768},    {128, 2048, 768}, {1, 2048, 768},  {128, 768, 2048},
+      {1, 768, 2048},  {128, 4864, 896}, {1, 4864, 896},   {1, 32000, 768}, {64, 172, 64},
+      {1, 172, 64},    {1, 64, 172},     {16, 704, 256},   {1, 256, 704}};
   for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
     bench_gemm(runs, shapes[s][0], shapes[s][1], shapes[s][2]);
   printf("\n| kernel               |  Melem/s |     best "

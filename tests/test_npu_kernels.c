@@ -376,15 +376,59 @@ static void gemm_check(const struct gemm_case *c, npu_qs8_gemm_fn *fn8, npu_qs8_
   free(y);
 }
 
+/* The largest accumulators the ranges allow: k up to 32768, x and w at their extremes (all of one
+ * sign, or the signs flipping halfway along k so that a kernel's running sum swings the furthest
+ * from its start), zero points -128 / 127 and biases +-2^30: |acc| reaches 2^30 + 255 * 127 *
+ * 32768, just below 2^31. Multipliers near 2^-24 keep such sums inside the int8 and int16 ranges
+ * (others saturate), so every bit of the accumulator shows. */
+static void gemm_extreme_check(npu_qs8_gemm_fn *fn8, npu_qs8_gemm_qs16_fn *fn16, uint64_t *rng) {
+  static const size_t ks[] = {32768, 32767, 32765, 20001};
+  static const size_t ms[] = {1, 7};
+  for (int rep = 0; rep < 8; rep++) {
+    const size_t k = ks[rep % 4], m = ms[rep % 2], n = 37;
+    const int32_t zx = rep % 2 ? 127 : -128;
+    struct gemm_case c;
+    gemm_case_make(&c, m, n, k, true, zx, 0, rng);
+    const int x_mode = rep / 2 % 4; /* x: the far end from zx, the near end, alternating, random */
+    for (size_t i = 0; i < m * c.x_stride; i++) {
+      const int8_t far = zx < 0 ? 127 : -128, near = zx < 0 ? -128 : 127;
+      c.x[i] = x_mode == 0   ? far
+               : x_mode == 1 ? near
+               : x_mode == 2 ? (i % 2 ? far : near)
+                             : (int8_t)rand_range(rng, -128, 127);
+    }
+    for (size_t j = 0; j < n; j++) {
+      const int w_mode = (int)(j % 4); /* +127, -127, sign flip at k / 2, either way */
+      for (size_t kk = 0; kk < k; kk++) {
+        const bool first_half = kk < k / 2;
+        c.w[j * k + kk] = w_mode == 0   ? 127
+                          : w_mode == 1 ? -127
+                          : w_mode == 2 ? (first_half ? 127 : -127)
+                                        : (first_half ? -127 : 127);
+      }
+      c.bias[j] = j % 3 == 0 ? (1 << 30) : j % 3 == 1 ? -(1 << 30) : rand_range(rng, -2, 2);
+      c.mult[j] = (1 << 30) + rand_range(rng, 0, (1 << 30) - 1);
+      c.shift[j] = rand_range(rng, -24, -15);
+    }
+    assert_true(npu_qs8_gemm_pack(n, k, c.w, c.bias, c.packed));
+    gemm_check(&c, fn8, fn16, 0, n);
+    gemm_check(&c, fn8, fn16, NPU_QS8_GEMM_NR, n - 3);
+    gemm_case_free(&c);
+  }
+}
+
 static void gemm_family_check(npu_qs8_gemm_fn *fn8, npu_qs8_gemm_qs16_fn *fn16) {
-  static const size_t ms[] = {1, 2, 3, 5, 17, 33};
-  static const size_t ns[] = {1, 7, 8, 9, 63, 172};
+  /* Rows: every remainder of the SIMD kernels' row tiles (1..7) and several whole tiles. Columns:
+   * partial and whole 16-channel blocks in runs of 1 to 11 (the kernels take 1, 2 or 4 at a time). */
+  static const size_t ms[] = {1, 2, 3, 4, 5, 6, 7, 13, 33};
+  static const size_t ns[] = {1, 7, 8, 9, 16, 48, 63, 100, 172};
   static const size_t ks[] = {1, 7, 31, 32, 33, 64, 172, 704};
+  enum { N_MS = sizeof(ms) / sizeof(ms[0]), N_NS = sizeof(ns) / sizeof(ns[0]) };
   const bool out16 = fn16 != NULL;
   uint64_t rng = out16 ? 1234 : 4321;
   int idx = 0;
-  for (size_t im = 0; im < 6; im++)
-    for (size_t in = 0; in < 6; in++)
+  for (size_t im = 0; im < N_MS; im++)
+    for (size_t in = 0; in < N_NS; in++)
       for (size_t ik = 0; ik < 8; ik++, idx++) {
         static const int32_t zxs[] = {-128, 127, 0, 5};
         const int32_t zx = zxs[idx % 4];
@@ -416,6 +460,7 @@ static void gemm_family_check(npu_qs8_gemm_fn *fn8, npu_qs8_gemm_qs16_fn *fn16) 
     gemm_check(&c, fn8, fn16, 0, c.n);
     gemm_case_free(&c);
   }
+  gemm_extreme_check(fn8, fn16, &rng);
 }
 
 static void check_qs8_gemm(npu_qs8_gemm_fn *fn) { gemm_family_check(fn, NULL); }
@@ -1056,6 +1101,12 @@ static void test_dispatch(void **state) {
   npu_ukernels_select(NPU_ISA_AVX2, &uk);
   assert_true(uk.qs8_gemm == npu_qs8_gemm__avx2);
   assert_true(uk.qs16_vadd == npu_qs16_vadd__avx2);
+  npu_ukernels_select(NPU_ISA_AVX2 | NPU_ISA_AVX512VNNI, &uk);
+  assert_true(uk.qs8_gemm == npu_qs8_gemm__avx512vnni);
+  assert_true(uk.qs8_gemm_qs16 == npu_qs8_gemm_qs16__avx512vnni);
+  assert_true(uk.qs16_vadd == npu_qs16_vadd__avx2);
+  npu_ukernels_select(NPU_ISA_AVX512VNNI, &uk); /* never detected without AVX2 */
+  assert_true(uk.qs8_gemm == npu_qs8_gemm__scalar);
 #endif
   npu_ukernels_select(npu_isa_detect(), &uk);
   /* Every family is filled. */

@@ -9,10 +9,7 @@
 
 #if defined(__x86_64__)
 
-#include <assert.h>
-#include <string.h>
-
-#include "npu/avx2_util.h"
+#include "npu/qs8_gemm_x86.h"
 
 enum { NR = NPU_QS8_GEMM_NR, KR = NPU_QS8_GEMM_KR, MR = 3 };
 
@@ -27,53 +24,13 @@ enum { NR = NPU_QS8_GEMM_NR, KR = NPU_QS8_GEMM_KR, MR = 3 };
         acc1, _mm256_madd_epi16(_mm256_maddubs_epi16(xa_, _mm256_sign_epi8(w1, xb_)), ones));      \
   } while (0)
 
-static inline int32_t load_word(const int8_t *p) {
-  int32_t v;
-  memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-/* The last, partial k group: 'rem' (1..3) bytes, zero-filled (the packed weights are 0 there). */
-static inline int32_t load_tail(const int8_t *p, size_t rem) {
-  int32_t v = 0;
-  memcpy(&v, p, rem);
-  return v;
-}
-
-/* Requantize and store one row of 16 channels (nc of them valid). */
-NPU_INLINE_AVX2 void store_row(__m256i acc0, __m256i acc1, const struct npu_avx2_rq *rq0,
-                               const struct npu_avx2_rq *rq1, __m256i yzp, int out16, void *y,
-                               size_t nc) {
-  const __m256i q0 = npu_avx2_add_zp(npu_avx2_requantize(acc0, rq0), yzp);
-  const __m256i q1 = npu_avx2_add_zp(npu_avx2_requantize(acc1, rq1), yzp);
-  if (out16) {
-    const __m256i v = npu_avx2_pack_s16(q0, q1);
-    if (nc == NR) {
-      _mm256_storeu_si256((__m256i *)y, v);
-    } else {
-      int16_t tmp[NR];
-      _mm256_storeu_si256((__m256i *)tmp, v);
-      memcpy(y, tmp, nc * sizeof(int16_t));
-    }
-  } else {
-    const __m128i v = npu_avx2_pack_s8(q0, q1);
-    if (nc == NR) {
-      _mm_storeu_si128((__m128i *)y, v);
-    } else {
-      int8_t tmp[NR];
-      _mm_storeu_si128((__m128i *)tmp, v);
-      memcpy(y, tmp, nc);
-    }
-  }
-}
-
 /* 'mr' (1..4, a constant after inlining) rows x one block of 16 channels. */
 NPU_INLINE_AVX2 void gemm_tile(const int mr, size_t k, const int8_t *restrict x, size_t x_stride,
-                               const int8_t *restrict w, __m256i init0, __m256i init1,
-                               const struct npu_avx2_rq *rq0, const struct npu_avx2_rq *rq1,
-                               __m256i yzp, int out16, void *restrict y, size_t y_stride,
-                               size_t nc) {
+                               const struct npu_gemm_block *c, __m256i yzp, int out16,
+                               void *restrict y, size_t y_stride, size_t nc) {
   const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i init0 = c->init0, init1 = c->init1;
+  const int8_t *w = c->w;
   const int8_t *x0 = x;
   const int8_t *x1 = mr > 1 ? x0 + x_stride : x0;
   const int8_t *x2 = mr > 2 ? x1 + x_stride : x1;
@@ -86,35 +43,35 @@ NPU_INLINE_AVX2 void gemm_tile(const int mr, size_t k, const int8_t *restrict x,
     const __m256i w0 = _mm256_loadu_si256((const __m256i *)w);
     const __m256i w1 = _mm256_loadu_si256((const __m256i *)(w + 32));
     w += NR * KR;
-    GEMM_STEP(a00, a01, load_word(x0 + kk), w0, w1);
+    GEMM_STEP(a00, a01, npu_gemm_load_word(x0 + kk), w0, w1);
     if (mr > 1)
-      GEMM_STEP(a10, a11, load_word(x1 + kk), w0, w1);
+      GEMM_STEP(a10, a11, npu_gemm_load_word(x1 + kk), w0, w1);
     if (mr > 2)
-      GEMM_STEP(a20, a21, load_word(x2 + kk), w0, w1);
+      GEMM_STEP(a20, a21, npu_gemm_load_word(x2 + kk), w0, w1);
     if (mr > 3)
-      GEMM_STEP(a30, a31, load_word(x3 + kk), w0, w1);
+      GEMM_STEP(a30, a31, npu_gemm_load_word(x3 + kk), w0, w1);
   }
   if (kk < k) {
     const size_t rem = k - kk;
     const __m256i w0 = _mm256_loadu_si256((const __m256i *)w);
     const __m256i w1 = _mm256_loadu_si256((const __m256i *)(w + 32));
-    GEMM_STEP(a00, a01, load_tail(x0 + kk, rem), w0, w1);
+    GEMM_STEP(a00, a01, npu_gemm_load_tail(x0 + kk, rem), w0, w1);
     if (mr > 1)
-      GEMM_STEP(a10, a11, load_tail(x1 + kk, rem), w0, w1);
+      GEMM_STEP(a10, a11, npu_gemm_load_tail(x1 + kk, rem), w0, w1);
     if (mr > 2)
-      GEMM_STEP(a20, a21, load_tail(x2 + kk, rem), w0, w1);
+      GEMM_STEP(a20, a21, npu_gemm_load_tail(x2 + kk, rem), w0, w1);
     if (mr > 3)
-      GEMM_STEP(a30, a31, load_tail(x3 + kk, rem), w0, w1);
+      GEMM_STEP(a30, a31, npu_gemm_load_tail(x3 + kk, rem), w0, w1);
   }
   const size_t esize = out16 ? sizeof(int16_t) : sizeof(int8_t);
   uint8_t *yb = y;
-  store_row(a00, a01, rq0, rq1, yzp, out16, yb, nc);
+  npu_gemm_store_row(a00, a01, c, yzp, out16, yb, nc);
   if (mr > 1)
-    store_row(a10, a11, rq0, rq1, yzp, out16, yb + 1 * y_stride * esize, nc);
+    npu_gemm_store_row(a10, a11, c, yzp, out16, yb + 1 * y_stride * esize, nc);
   if (mr > 2)
-    store_row(a20, a21, rq0, rq1, yzp, out16, yb + 2 * y_stride * esize, nc);
+    npu_gemm_store_row(a20, a21, c, yzp, out16, yb + 2 * y_stride * esize, nc);
   if (mr > 3)
-    store_row(a30, a31, rq0, rq1, yzp, out16, yb + 3 * y_stride * esize, nc);
+    npu_gemm_store_row(a30, a31, c, yzp, out16, yb + 3 * y_stride * esize, nc);
 }
 
 /* One row x two consecutive blocks (32 channels): the decode case (m = 1) shares each broadcast
@@ -132,11 +89,11 @@ NPU_INLINE_AVX2 void gemv_tile2(size_t k, const int8_t *restrict x, const int8_t
     const __m256i w3 = _mm256_loadu_si256((const __m256i *)(wb + 32));
     wa += NR * KR;
     wb += NR * KR;
-    GEMM_STEP(a0, a1, load_word(x + kk), w0, w1);
-    GEMM_STEP(a2, a3, load_word(x + kk), w2, w3);
+    GEMM_STEP(a0, a1, npu_gemm_load_word(x + kk), w0, w1);
+    GEMM_STEP(a2, a3, npu_gemm_load_word(x + kk), w2, w3);
   }
   if (kk < k) {
-    const int32_t xt = load_tail(x + kk, k - kk);
+    const int32_t xt = npu_gemm_load_tail(x + kk, k - kk);
     GEMM_STEP(a0, a1, xt, _mm256_loadu_si256((const __m256i *)wa),
               _mm256_loadu_si256((const __m256i *)(wa + 32)));
     GEMM_STEP(a2, a3, xt, _mm256_loadu_si256((const __m256i *)wb),
@@ -145,41 +102,11 @@ NPU_INLINE_AVX2 void gemv_tile2(size_t k, const int8_t *restrict x, const int8_t
   acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3;
 }
 
-/* What a block of 16 channels needs besides its weights. */
-struct block_ctx {
-  __m256i init0, init1;        /* accumulator start: bias - x_zero_point * wsum */
-  struct npu_avx2_rq rq0, rq1; /* requantization of channels 0..7, 8..15 */
-  const int8_t *w;             /* packed weights */
-};
-
-NPU_INLINE_AVX2 void block_setup(const uint8_t *block, size_t n0, size_t nc, __m256i zx,
-                                 const struct npu_qs8_gemm_params *restrict p,
-                                 struct block_ctx *ctx) {
-  const __m256i *head = (const __m256i *)block;
-  ctx->init0 = _mm256_sub_epi32(_mm256_loadu_si256(head),
-                                _mm256_mullo_epi32(zx, _mm256_loadu_si256(head + 2)));
-  ctx->init1 = _mm256_sub_epi32(_mm256_loadu_si256(head + 1),
-                                _mm256_mullo_epi32(zx, _mm256_loadu_si256(head + 3)));
-  /* A partial block pads with mult 0, shift 0. */
-  int32_t mult[NR] = {0}, shift[NR] = {0};
-  memcpy(mult, p->mult + n0, nc * sizeof(int32_t));
-  memcpy(shift, p->shift + n0, nc * sizeof(int32_t));
-  npu_avx2_rq_init(&ctx->rq0, _mm256_loadu_si256((const __m256i *)mult),
-                   _mm256_loadu_si256((const __m256i *)shift));
-  npu_avx2_rq_init(&ctx->rq1, _mm256_loadu_si256((const __m256i *)mult + 1),
-                   _mm256_loadu_si256((const __m256i *)shift + 1));
-  ctx->w = (const int8_t *)(block + 2 * NR * sizeof(int32_t));
-}
-
 NPU_INLINE_AVX2 void gemm_avx2(size_t m, size_t n_begin, size_t n_end, size_t k,
                                const int8_t *restrict x, size_t x_stride,
                                const void *restrict w_packed, void *restrict y, size_t y_stride,
                                const struct npu_qs8_gemm_params *restrict p, int out16) {
-  assert(k >= 1 && k <= 32768);
-  assert(n_begin % NR == 0);
-  assert(p->x_zero_point >= INT8_MIN && p->x_zero_point <= INT8_MAX);
-  const size_t kp = (k + KR - 1) / KR * KR;
-  const size_t block_size = 2 * NR * sizeof(int32_t) + NR * kp;
+  const size_t block_size = npu_gemm_block_size(k, n_begin, p);
   const size_t esize = out16 ? sizeof(int16_t) : sizeof(int8_t);
   const __m256i zx = _mm256_set1_epi32(p->x_zero_point);
   const __m256i yzp = _mm256_set1_epi32(p->y_zero_point);
@@ -189,36 +116,36 @@ NPU_INLINE_AVX2 void gemm_avx2(size_t m, size_t n_begin, size_t n_end, size_t k,
   if (m == 1) {
     /* Decode: two blocks at a time. */
     for (; n0 + 2 * NR <= n_end; n0 += 2 * NR) {
-      struct block_ctx a, b;
-      block_setup(blocks + n0 / NR * block_size, n0, NR, zx, p, &a);
-      block_setup(blocks + (n0 / NR + 1) * block_size, n0 + NR, NR, zx, p, &b);
+      struct npu_gemm_block a, b;
+      npu_gemm_block_setup(blocks + n0 / NR * block_size, n0, NR, zx, p, &a);
+      npu_gemm_block_setup(blocks + (n0 / NR + 1) * block_size, n0 + NR, NR, zx, p, &b);
       __m256i acc[4] = {a.init0, a.init1, b.init0, b.init1};
       gemv_tile2(k, x, a.w, b.w, acc);
-      store_row(acc[0], acc[1], &a.rq0, &a.rq1, yzp, out16, yb + n0 * esize, NR);
-      store_row(acc[2], acc[3], &b.rq0, &b.rq1, yzp, out16, yb + (n0 + NR) * esize, NR);
+      npu_gemm_store_row(acc[0], acc[1], &a, yzp, out16, yb + n0 * esize, NR);
+      npu_gemm_store_row(acc[2], acc[3], &b, yzp, out16, yb + (n0 + NR) * esize, NR);
     }
   }
   for (; n0 < n_end; n0 += NR) {
     const size_t nc = n_end - n0 < NR ? n_end - n0 : NR;
-    struct block_ctx c;
-    block_setup(blocks + n0 / NR * block_size, n0, nc, zx, p, &c);
+    struct npu_gemm_block c;
+    npu_gemm_block_setup(blocks + n0 / NR * block_size, n0, nc, zx, p, &c);
     uint8_t *yn = yb + n0 * esize;
     size_t i = 0;
     for (; i + MR <= m; i += MR)
-      gemm_tile(MR, k, x + i * x_stride, x_stride, c.w, c.init0, c.init1, &c.rq0, &c.rq1, yzp,
-                out16, yn + i * y_stride * esize, y_stride, nc);
+      gemm_tile(MR, k, x + i * x_stride, x_stride, &c, yzp, out16, yn + i * y_stride * esize,
+                y_stride, nc);
     switch (m - i) { /* the last rows: fewer than MR */
     case 3:
-      gemm_tile(3, k, x + i * x_stride, x_stride, c.w, c.init0, c.init1, &c.rq0, &c.rq1, yzp, out16,
-                yn + i * y_stride * esize, y_stride, nc);
+      gemm_tile(3, k, x + i * x_stride, x_stride, &c, yzp, out16, yn + i * y_stride * esize,
+                y_stride, nc);
       break;
     case 2:
-      gemm_tile(2, k, x + i * x_stride, x_stride, c.w, c.init0, c.init1, &c.rq0, &c.rq1, yzp, out16,
-                yn + i * y_stride * esize, y_stride, nc);
+      gemm_tile(2, k, x + i * x_stride, x_stride, &c, yzp, out16, yn + i * y_stride * esize,
+                y_stride, nc);
       break;
     case 1:
-      gemm_tile(1, k, x + i * x_stride, x_stride, c.w, c.init0, c.init1, &c.rq0, &c.rq1, yzp, out16,
-                yn + i * y_stride * esize, y_stride, nc);
+      gemm_tile(1, k, x + i * x_stride, x_stride, &c, yzp, out16, yn + i * y_stride * esize,
+                y_stride, nc);
       break;
     default:
       break;
@@ -226,20 +153,7 @@ NPU_INLINE_AVX2 void gemm_avx2(size_t m, size_t n_begin, size_t n_end, size_t k,
   }
 }
 
-NPU_TARGET_AVX2 void npu_qs8_gemm__avx2(size_t m, size_t n_begin, size_t n_end, size_t k,
-                                        const int8_t *restrict x, size_t x_stride,
-                                        const void *restrict w_packed, int8_t *restrict y,
-                                        size_t y_stride,
-                                        const struct npu_qs8_gemm_params *restrict params) {
-  gemm_avx2(m, n_begin, n_end, k, x, x_stride, w_packed, y, y_stride, params, 0);
-}
-
-NPU_TARGET_AVX2 void npu_qs8_gemm_qs16__avx2(size_t m, size_t n_begin, size_t n_end, size_t k,
-                                             const int8_t *restrict x, size_t x_stride,
-                                             const void *restrict w_packed, int16_t *restrict y,
-                                             size_t y_stride,
-                                             const struct npu_qs8_gemm_params *restrict params) {
-  gemm_avx2(m, n_begin, n_end, k, x, x_stride, w_packed, y, y_stride, params, 1);
-}
+NPU_QS8_GEMM_X86_ENTRY(npu_qs8_gemm__avx2, int8_t, NPU_TARGET_AVX2, gemm_avx2, 0)
+NPU_QS8_GEMM_X86_ENTRY(npu_qs8_gemm_qs16__avx2, int16_t, NPU_TARGET_AVX2, gemm_avx2, 1)
 
 #endif /* __x86_64__ */

@@ -25,8 +25,9 @@
  *        int32 wsum[16]                           sum_k w[n, k], for the zero-point correction
  *        int8  w[kp / 4][16][4]                   w[16b + j][4g + t] at [g][j][t], zero-padded
  *      block size = 128 + 16 * kp bytes (npu_qs8_gemm_packed_size(N, k) = blocks * that).
- *    Each 32-byte row of 8 channels x 4 k is what vpmaddubsw (AVX2) and sdot (NEON dot product,
- *    two 16-byte halves) consume: the layout is shared by every variant of the family.
+ *    Each 32-byte row of 8 channels x 4 k is what vpmaddubsw (AVX2), vpdpbusd (AVX512-VNNI, one
+ *    ymm) and sdot (NEON dot product, two 16-byte halves) consume: the layout is shared by every
+ *    variant of the family.
  * Columns [n_begin, n_end) (n_end <= N) are computed, for all m rows; n_begin must be a multiple
  * of 16 (split work across threads in multiples of 16 columns, or split rows by offsetting x and
  * y). No scratch memory is needed.
@@ -225,8 +226,9 @@ typedef void npu_qs16_pv_qs8_fn(const struct npu_attn_shape *restrict shape,
 
 /* Instruction-set extensions a variant needs (bit mask); 0 = plain C. */
 enum npu_isa {
-  NPU_ISA_AVX2 = 1u << 0, /* x86-64 AVX2 + FMA */
-  NPU_ISA_NEON = 1u << 1, /* AArch64 Advanced SIMD (reserved for the phone kernels) */
+  NPU_ISA_AVX2 = 1u << 0,       /* x86-64 AVX2 + FMA */
+  NPU_ISA_NEON = 1u << 1,       /* AArch64 Advanced SIMD (reserved for the phone kernels) */
+  NPU_ISA_AVX512VNNI = 1u << 2, /* x86-64 AVX512F/VL/BW + AVX512-VNNI (vpdpbusd on ymm) */
 };
 
 /* Declarations of every variant: npu_qs8_gemm__scalar, npu_qs8_gemm__avx2, ... */
@@ -258,5 +260,9 @@ uint32_t npu_isa_detect(void);
 /* Fill 'uk_out' with, for each family, the last variant in ukernels.inc whose extensions are all
  * in 'isa' (pass npu_isa_detect(), or 0 to force the scalar reference kernels). */
 void npu_ukernels_select(uint32_t isa, struct npu_ukernels *uk_out);
+
+/* The variant name ("scalar", "avx2", "avx512vnni", ...) of the kernel 'uk' holds for 'family'
+ * ("qs8_gemm", ...), for reports; "?" if the family is unknown or no listed variant. */
+const char *npu_ukernels_variant(const struct npu_ukernels *uk, const char *family);
 
 #endif /* NPU_NPU_UKERNELS_H */

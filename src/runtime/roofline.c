@@ -240,11 +240,8 @@ npulm_status npulm_roofline_measure(int n_threads, npulm_roofline *out, npulm_er
   memset(&sh, 0, sizeof(sh));
   sh.n_threads = n_threads;
   npu_ukernels_select(npu_isa_detect(), &sh.uk);
-  const char *variant = "scalar";
-#if defined(__x86_64__)
-  if (sh.uk.qs8_gemm == npu_qs8_gemm__avx2) variant = "avx2";
-#endif
-  snprintf(out->kernel, sizeof(out->kernel), "qs8_gemm__%s", variant);
+  snprintf(out->kernel, sizeof(out->kernel), "qs8_gemm__%s",
+           npu_ukernels_variant(&sh.uk, "qs8_gemm"));
 
   /* the streamed buffer: 4x the last-level cache, at least 256 MiB, at most 1 GiB */
   const uint64_t cache = llc_bytes();
