@@ -466,6 +466,32 @@ static void gemm_family_check(npu_qs8_gemm_fn *fn8, npu_qs8_gemm_qs16_fn *fn16) 
 static void check_qs8_gemm(npu_qs8_gemm_fn *fn) { gemm_family_check(fn, NULL); }
 static void check_qs8_gemm_qs16(npu_qs8_gemm_qs16_fn *fn) { gemm_family_check(NULL, fn); }
 
+/* Unpacking a row gives back the packed matrix's row, over any column range, for awkward n, k. */
+static void test_gemm_unpack_row(void **state) {
+  (void)state;
+  uint64_t rng = 99;
+  static const size_t shapes[][2] = {{1, 1}, {3, 5}, {17, 7}, {33, 64}, {40, 1030}, {16, 4}};
+  for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+    size_t n = shapes[s][0], k = shapes[s][1];
+    int8_t *w = malloc(n * k), *row = malloc(k);
+    void *packed = malloc(npu_qs8_gemm_packed_size(n, k));
+    assert_true(w && row && packed);
+    for (size_t i = 0; i < n * k; i++) w[i] = (int8_t)(test_rand(&rng) % 255 - 127);
+    assert_true(npu_qs8_gemm_pack(n, k, w, NULL, packed));
+    for (size_t r = 0; r < n; r++) {
+      npu_qs8_gemm_unpack_row(k, packed, r, 0, k, row);
+      assert_memory_equal(row, w + r * k, k);
+      size_t c0 = (size_t)(test_rand(&rng) % k), c1 = c0 + (size_t)(test_rand(&rng) % (k - c0 + 1));
+      memset(row, 0x55, k);
+      npu_qs8_gemm_unpack_row(k, packed, r, c0, c1, row);
+      if (c1 > c0) assert_memory_equal(row, w + r * k + c0, c1 - c0);
+    }
+    free(w);
+    free(row);
+    free(packed);
+  }
+}
+
 static void test_gemm_pack(void **state) {
   (void)state;
   int8_t w[3 * 5] = {0};
@@ -1132,6 +1158,7 @@ int main(void) {
       cmocka_unit_test(test_requantize_random), cmocka_unit_test(test_quantize_multiplier),
       cmocka_unit_test(test_quantize_weights),  cmocka_unit_test(test_quantize_activations),
       cmocka_unit_test(test_lut_build_silu),    cmocka_unit_test(test_gemm_pack),
+      cmocka_unit_test(test_gemm_unpack_row),
       cmocka_unit_test(test_gemm_vs_float),     cmocka_unit_test(test_dispatch),
       cmocka_unit_test(test_softmax_vs_float),
 #define NPU_UKERNEL(family, variant, isa) cmocka_unit_test(test_##family##__##variant),

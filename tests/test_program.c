@@ -1067,6 +1067,7 @@ static void assert_sites_equal(const struct npu_qsite *x, const struct npu_qsite
   assert_int_equal(x->n, y->n);
   assert_int_equal(x->k, y->k);
   assert_int_equal(x->packed_size, y->packed_size);
+  assert_int_equal(x->table_site, y->table_site);
   assert_int_equal(x->packed == NULL, y->packed == NULL);
   if (x->packed != NULL) assert_memory_equal(x->packed, y->packed, (size_t)x->packed_size);
   size_t n = (size_t)x->n;
@@ -1773,6 +1774,61 @@ static void test_three_op_attention_program(void **state) {
   free(npu);
 }
 
+/* A tied embedding is stored once: the gather reads its rows out of the classifier's packed
+ * weights, the file holds no table for it, and a file that points a gather elsewhere is refused.
+ * An untied classifier keeps its own table. */
+static void test_tied_table(void **state) {
+  (void)state;
+  const char *path = test_shared_path("models/stories260K.gguf");
+  TEST_REQUIRE_FILE(path);
+  npulm_model *m = open_ok(path);
+  struct npu_compile_options o;
+  small_options(m, &o);
+  quantize_ok(m, &o, NPU_QUANT_NAIVE, 0.0f);
+  const struct npu_program *p = m->program;
+  int gather = -1, mm = -1, add = -1;
+  for (int i = 0; i < p->n_qsites; i++) {
+    if (p->qsites[i].op == NPU_OP_GATHER) gather = i;
+    if (p->qsites[i].op == NPU_OP_ADD && add < 0) add = i;
+  }
+  assert_true(gather >= 0 && add >= 0);
+  mm = p->qsites[gather].table_site;
+  assert_true(mm >= 0);
+  assert_int_equal(p->qsites[mm].op, NPU_OP_MATMUL);
+  assert_ptr_equal(p->qsites[gather].packed, p->qsites[mm].packed);
+  struct image im = {.path = tmp_path()};
+  save_ok(m, im.path);
+  im.data = read_all(im.path, &im.size);
+  npulm_error err = {{0}};
+  assert_int_equal(npu_gguf_open_memory(im.data, im.size, &im.g, &err), NPULM_OK);
+  assert_null(npu_gguf_find_tensor(im.g, site_tensor_name(gather, "packed")));
+  assert_non_null(npu_gguf_find_tensor(im.g, site_tensor_name(mm, "packed")));
+  const char *T = "npulm.qsites.tables";
+  expect_patch(&im, "table from an add", field_at(&im, T, 1, gather, 0), add, NPULM_ERR_FORMAT,
+               "not a [n");
+  expect_patch(&im, "table from itself", field_at(&im, T, 1, gather, 0), gather, NPULM_ERR_FORMAT,
+               "reads its table from site");
+  expect_patch(&im, "table beyond the sites", field_at(&im, T, 1, gather, 0), 100000,
+               NPULM_ERR_FORMAT, "reads its table from site");
+  expect_patch(&im, "own table missing", field_at(&im, T, 1, gather, 0), -1, NPULM_ERR_FORMAT,
+               "packed");
+  expect_patch(&im, "an add with a table", field_at(&im, T, 1, add, 0), mm, NPULM_ERR_FORMAT,
+               "reads a table from site");
+  image_free(&im);
+  npulm_model_close(m);
+  /* an untied classifier: its own weights, the gather its own table */
+  char *src = tmp_path();
+  struct tiny t = {.untied = true};
+  write_tiny(src, &t);
+  npulm_model *u = open_ok(src);
+  small_options(u, &o);
+  quantize_ok(u, &o, NPU_QUANT_NAIVE, 0.0f);
+  for (int i = 0; i < u->program->n_qsites; i++) assert_int_equal(u->program->qsites[i].table_site, -1);
+  npulm_model_close(u);
+  unlink(src);
+  free(src);
+}
+
 /* Last logits of evaluating the first 'n' of 'ids' in one call, with or without asking for every
  * row's logits (without: the graphs for generation run). */
 static void last_logits(const npulm_model *m, const int32_t *ids, size_t n, bool all_rows,
@@ -1932,6 +1988,7 @@ int main(void) {
       cmocka_unit_test(test_fused_attention_records),
       cmocka_unit_test(test_three_op_attention_program),
       cmocka_unit_test(test_generation_graphs),
+      cmocka_unit_test(test_tied_table),
       cmocka_unit_test(test_mac_stats),
   };
   /* clang-format on */

@@ -270,16 +270,19 @@ static void print_quant(const struct npu_program *p, FILE *out) {
     n_i8 += p->qtensors[i].dtype == NPU_DT_I8;
     n_i16 += p->qtensors[i].dtype == NPU_DT_I16;
   }
+  bool tied = false;
   for (int32_t i = 0; i < p->n_qsites; i++) {
+    tied |= p->qsites[i].table_site >= 0;
     n_outliers += p->qsites[i].n_outliers;
     n_shadowed += p->qsites[i].n_outliers > 0;
-    packed += p->qsites[i].packed_size;
+    if (p->qsites[i].table_site < 0) packed += p->qsites[i].packed_size; /* tied: once */
   }
   char b0[32];
   fprintf(out,
           "  quantization table: %d tensors (%d I8, %d I16); %d NPU operations with %s of int8 "
-          "weights and tables\n",
-          p->n_qtensors, n_i8, n_i16, p->n_qsites, human_bytes(packed, b0, sizeof(b0)));
+          "weights and tables%s\n",
+          p->n_qtensors, n_i8, n_i16, p->n_qsites, human_bytes(packed, b0, sizeof(b0)),
+          tied ? " (the embedding gathered from the classifier's)" : "");
   fprintf(out, "  outlier channels: %d in %d matmul%s%s\n", n_outliers, n_shadowed,
           n_shadowed == 1 ? "" : "s",
           n_outliers > 0 ? " (computed in float on the CPU, added back on the NPU)" : "");

@@ -48,6 +48,10 @@
  *                                    (30 .. 33). The fields of other ops than the site's are 0.
  *   npulm.qsite_names          str[n_sites], each shorter than NPU_IR_NAME_MAX bytes
  *   npulm.qsites.luts          i8[256 * number of SILU sites]: their tables, in site order
+ *   npulm.qsites.tables        i32[n_sites], optional: per site -1, or for a gather that reads
+ *                                    its table out of a matmul's packed weights of the same
+ *                                    [n, k] (a tied embedding, stored once) that matmul's site;
+ *                                    such a gather has no packed tensor of its own
  *
  *   tensors: every weight the model reads, under its GGUF name and shape, as F32 (a tied output
  *   is stored once, as token_embd.weight; a SmoothQuant program stores its smoothed weights);
@@ -983,12 +987,26 @@ static npulm_status verify_site(const struct npu_program *p, int32_t i, npulm_er
     if (strcmp(p->qsites[j].name, s->name) == 0) return sfail(err, p, i, "is named twice");
   }
   bool table = s->op == NPU_OP_MATMUL || s->op == NPU_OP_GATHER;
+  /* a gather may read its table out of a matmul's packed weights of the same [n, k] */
+  const struct npu_qsite *owner = NULL;
+  if (s->table_site != -1) {
+    if (s->op != NPU_OP_GATHER || s->table_site < 0 || s->table_site >= p->n_qsites) {
+      return sfail(err, p, i, "reads a table from site %d", s->table_site);
+    }
+    owner = &p->qsites[s->table_site];
+    if (owner->op != NPU_OP_MATMUL || owner->n != s->n || owner->k != s->k ||
+        owner->packed != s->packed) {
+      return sfail(err, p, i, "reads its table from site %d, which is not a [n %d, k %d] matmul",
+                   s->table_site, s->n, s->k);
+    }
+  }
   if (table) {
-    if (s->n < 1 || s->k < 1 || (s->op == NPU_OP_MATMUL && s->k > GEMM_MAX_K)) {
+    if (s->n < 1 || s->k < 1 || ((s->op == NPU_OP_MATMUL || owner) && s->k > GEMM_MAX_K)) {
       return sfail(err, p, i, "has an invalid shape [n %d, k %d]", s->n, s->k);
     }
-    uint64_t want = s->op == NPU_OP_MATMUL ? npu_qs8_gemm_packed_size((size_t)s->n, (size_t)s->k)
-                                           : (uint64_t)s->n * (uint64_t)s->k;
+    uint64_t want = s->op == NPU_OP_MATMUL || owner
+                        ? npu_qs8_gemm_packed_size((size_t)s->n, (size_t)s->k)
+                        : (uint64_t)s->n * (uint64_t)s->k;
     if (s->packed == NULL || s->packed_size != want) {
       return sfail(err, p, i, "has %llu bytes of packed weights, not the %llu of [n %d, k %d]",
                    (unsigned long long)s->packed_size, (unsigned long long)want, s->n, s->k);
@@ -1605,12 +1623,14 @@ static npulm_status load_site(const struct npu_gguf *g, struct npu_program *p, i
     return sfail(err, p, si, "has an invalid shape [n %d, k %d]", s->n, s->k);
   }
   const struct npu_gguf_tensor *t;
-  uint64_t packed = op == NPU_OP_MATMUL ? npu_qs8_gemm_packed_size((size_t)s->n, (size_t)s->k)
-                                        : (uint64_t)s->n * (uint64_t)s->k;
-  npulm_status st = site_tensor(g, p, si, "packed", GGML_I8, packed, 0, &t, err);
-  if (st != NPULM_OK) return st;
-  s->packed = (void *)t->data; /* in place: p->qsites_mapped */
-  s->packed_size = packed;
+  npulm_status st;
+  if (s->table_site < 0) {
+    uint64_t packed = op == NPU_OP_MATMUL ? npu_qs8_gemm_packed_size((size_t)s->n, (size_t)s->k)
+                                          : (uint64_t)s->n * (uint64_t)s->k;
+    if ((st = site_tensor(g, p, si, "packed", GGML_I8, packed, 0, &t, err)) != NPULM_OK) return st;
+    s->packed = (void *)t->data; /* in place: p->qsites_mapped */
+    s->packed_size = packed;
+  }
   size_t n = (size_t)s->n;
   if ((st = site_tensor(g, p, si, "mult", GGML_I32, n, 0, &t, err)) != NPULM_OK ||
       (st = copy_out(t, n * sizeof(int32_t), (void **)&s->mult, err)) != NPULM_OK ||
@@ -1675,6 +1695,26 @@ static npulm_status load_sites(const struct npu_gguf *g, struct npu_program *p, 
                     "'npulm.qsites.luts' has %llu values for %d SILU sites of %d each",
                     (unsigned long long)luts.n, n_silu, LUT_SIZE);
   }
+  /* which gathers read their table out of a matmul's packed weights (absent: none) */
+  for (int32_t i = 0; i < n; i++) p->qsites[i].table_site = -1;
+  if (npu_gguf_find(g, "npulm.qsites.tables") != NULL) {
+    struct npu_gguf_arr tables;
+    if ((st = npu_gguf_get_arr(g, "npulm.qsites.tables", NPU_GGUF_I32, &tables, err)) != NPULM_OK) {
+      return st;
+    }
+    if (tables.n != (uint64_t)n) {
+      return npu_fail(err, NPULM_ERR_FORMAT, "'npulm.qsites.tables' has %llu values for %d sites",
+                      (unsigned long long)tables.n, n);
+    }
+    for (int32_t i = 0; i < n; i++) {
+      int32_t owner = arr_i32(&tables, (uint64_t)i);
+      if (owner < -1 || owner >= n || owner == i) {
+        return npu_fail(err, NPULM_ERR_FORMAT, "program site %d reads its table from site %d", i,
+                        owner);
+      }
+      p->qsites[i].table_site = owner;
+    }
+  }
   for (int32_t i = 0, silu = 0; i < n; i++) {
     int32_t f[SITE_FIELDS];
     for (int k = 0; k < SITE_FIELDS; k++) {
@@ -1684,6 +1724,13 @@ static npulm_status load_sites(const struct npu_gguf *g, struct npu_program *p, 
     if (p->qsites[i].op == NPU_OP_SILU) {
       memcpy(p->qsites[i].lut, luts.data + (size_t)silu++ * LUT_SIZE, LUT_SIZE);
     }
+  }
+  /* borrowed tables point at their matmul's packed weights (npu_program_verify checks the pair) */
+  for (int32_t i = 0; i < n; i++) {
+    struct npu_qsite *s = &p->qsites[i];
+    if (s->table_site < 0) continue;
+    s->packed = p->qsites[s->table_site].packed;
+    s->packed_size = p->qsites[s->table_site].packed_size;
   }
   return NPULM_OK;
 }
@@ -1963,7 +2010,10 @@ static int32_t site_tensors(const struct npu_qsite *s, int32_t si, struct file_t
   bool table = s->op == NPU_OP_MATMUL || s->op == NPU_OP_GATHER;
   for (int a = 0; a < SITE_ARRAYS; a++) {
     /* the packed table and multipliers of a matmul or gather; the outlier arrays it has */
-    bool has = table && (a < 3 ? true : a < 5 ? s->n_outliers > 0 : s->outlier_dim > 0);
+    bool has = table && (a == 0   ? s->table_site < 0
+                         : a < 3  ? true
+                         : a < 5  ? s->n_outliers > 0
+                                  : s->outlier_dim > 0);
     if (!has) continue;
     struct file_tensor *t = &ft[n++];
     snprintf(t->buf, sizeof(t->buf), "npulm.qsite.%d.%s", si, arrays[a].field);
@@ -2054,6 +2104,14 @@ static npulm_status add_quant(struct npu_gguf_writer *w, const struct npu_progra
   npu_gguf_writer_add_arr(w, "npulm.qsites", NPU_GGUF_I32, rec, (size_t)p->n_qsites * SITE_FIELDS);
   npu_gguf_writer_add_arr_str(w, "npulm.qsite_names", names, (size_t)p->n_qsites);
   npu_gguf_writer_add_arr(w, "npulm.qsites.luts", NPU_GGUF_I8, luts, n_silu * LUT_SIZE);
+  bool borrowed = false;
+  for (int32_t i = 0; i < p->n_qsites; i++) {
+    rec[i] = p->qsites[i].table_site;
+    borrowed |= rec[i] >= 0;
+  }
+  if (borrowed) {
+    npu_gguf_writer_add_arr(w, "npulm.qsites.tables", NPU_GGUF_I32, rec, (size_t)p->n_qsites);
+  }
   free(rec);
   free(names);
   free(luts);

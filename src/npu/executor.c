@@ -10,6 +10,31 @@ static void *addr(const struct npu_graph *g, int32_t id, uint8_t *const arena[NP
   return arena[t->backend] + t->offset;
 }
 
+/* A gather whose table is the packed weights of a matmul (a tied embedding): each row is read back
+ * out of the packed layout a piece at a time and requantized by the gather kernel as a one-row
+ * table with that row's multiplier. */
+static void gather_packed(const struct npu_qsite *site, const struct npu_ukernels *uk,
+                          size_t rows, size_t cols, const int32_t *ids, void *y, bool wide) {
+  enum { PIECE = 1024 };
+  int8_t row[PIECE];
+  const int32_t first = 0;
+  for (size_t t = 0; t < rows; t++) {
+    const int32_t id = ids[t];
+    assert(id >= 0 && id < site->n);
+    const struct npu_qs8_gather_params one = {site->mult + id, site->shift + id,
+                                              site->gather.y_zero_point};
+    for (size_t c0 = 0; c0 < cols; c0 += PIECE) {
+      const size_t c1 = c0 + PIECE < cols ? c0 + PIECE : cols;
+      npu_qs8_gemm_unpack_row((size_t)site->k, site->packed, (size_t)id, c0, c1, row);
+      if (wide) {
+        uk->qs8_gather_qs16(1, &first, 1, c1 - c0, row, (int16_t *)y + t * cols + c0, cols, &one);
+      } else {
+        uk->qs8_gather(1, &first, 1, c1 - c0, row, (int8_t *)y + t * cols + c0, cols, &one);
+      }
+    }
+  }
+}
+
 /* A matmul cut into column ranges, one per pool task. */
 struct matmul_split {
   const struct npu_qsite *site;
@@ -61,6 +86,10 @@ void npu_npu_exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
     return;
   }
   case NPU_OP_GATHER:
+    if (site->table_site >= 0) {
+      gather_packed(site, uk, rows, cols, ids, y, wide);
+      return;
+    }
     if (wide) {
       uk->qs8_gather_qs16(rows, ids, (size_t)site->n, cols, site->packed, y, cols, &site->gather);
     } else {

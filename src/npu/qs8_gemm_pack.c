@@ -45,3 +45,12 @@ bool npu_qs8_gemm_pack(size_t n, size_t k, const int8_t *restrict w, const int32
   }
   return true;
 }
+
+void npu_qs8_gemm_unpack_row(size_t k, const void *restrict packed, size_t r, size_t c0, size_t c1,
+                             int8_t *restrict out) {
+  enum { NR = NPU_QS8_GEMM_NR, KR = NPU_QS8_GEMM_KR };
+  const size_t block_size = 2 * NR * sizeof(int32_t) + NR * gemm_kp(k);
+  const int8_t *wq = (const int8_t *)packed + (r / NR) * block_size + 2 * NR * sizeof(int32_t);
+  const size_t j = r % NR;
+  for (size_t c = c0; c < c1; c++) out[c - c0] = wq[(c / KR) * NR * KR + j * KR + c % KR];
+}

@@ -66,6 +66,11 @@ size_t npu_qs8_gemm_packed_size(size_t n, size_t k);
 bool npu_qs8_gemm_pack(size_t n, size_t k, const int8_t *restrict w, const int32_t *restrict bias,
                        void *restrict packed_out);
 
+/* Columns [c0, c1) of row r (< n) of a packed [n, k] matrix, as int8 (the inverse of the packing,
+ * for a gather that reads a tied embedding out of the classifier's packed weights). */
+void npu_qs8_gemm_unpack_row(size_t k, const void *restrict packed, size_t r, size_t c0, size_t c1,
+                             int8_t *restrict out);
+
 /* ---- standalone requantization of int32 values -------------------------------------------------
  * y[i] = sat(npu_requantize(acc[i], mult[i], shift[i]) + zero_point): per-element multipliers
  * (pass arrays of one repeated value for per-tensor). Ranges as in fixedpoint.h. */

@@ -26,9 +26,10 @@ void npu_quant_default_options(struct npu_quant_options *o) {
   o->shadow_threshold = 6.0f;
 }
 
-/* Free a site's arrays; 'packed' only when it is heap memory (not a program file's mapping). */
+/* Free a site's arrays; 'packed' only when it is its own heap memory (not a program file's
+ * mapping, nor the matmul's whose weights a gather reads). */
 static void free_site(struct npu_qsite *s, bool packed_mapped) {
-  if (!packed_mapped) free(s->packed);
+  if (!packed_mapped && s->table_site < 0) free(s->packed);
   free(s->mult);
   free(s->shift);
   free(s->outliers);
@@ -502,11 +503,56 @@ static npulm_status make_gather(struct npu_program *p, const struct npu_graph *g
   return st;
 }
 
+/* Whether the int8 table of gather site 'g' is row for row the packed weights of matmul site
+ * 'mm' (a tied embedding, quantized the same way per row for both). */
+static bool same_table(const struct npu_qsite *g, const struct npu_qsite *mm) {
+  if (mm->op != NPU_OP_MATMUL || mm->n != g->n || mm->k != g->k || mm->n_outliers != 0) {
+    return false;
+  }
+  enum { NR = NPU_QS8_GEMM_NR };
+  const size_t block_size = npu_qs8_gemm_packed_size(NR, (size_t)g->k);
+  int8_t row[1024];
+  for (int32_t r = 0; r < g->n; r++) {
+    /* a matmul with a bias cannot serve: the head of its packed block holds that bias */
+    int32_t bias;
+    memcpy(&bias, (const uint8_t *)mm->packed + (size_t)(r / NR) * block_size + (size_t)(r % NR) * 4,
+           sizeof(bias));
+    if (bias != 0) return false;
+    for (int32_t c0 = 0; c0 < g->k; c0 += (int32_t)sizeof(row)) {
+      int32_t c1 = c0 + (int32_t)sizeof(row) < g->k ? c0 + (int32_t)sizeof(row) : g->k;
+      npu_qs8_gemm_unpack_row((size_t)g->k, mm->packed, (size_t)r, (size_t)c0, (size_t)c1, row);
+      if (memcmp(row, (const int8_t *)g->packed + (size_t)r * (size_t)g->k + c0,
+                 (size_t)(c1 - c0)) != 0) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+/* A gather whose table equals a matmul's packed weights (the classifier of a model whose output
+ * shares the token embedding) reads it from there: the int8 matrix is kept once. */
+static void share_tied_tables(struct npu_program *p) {
+  for (int32_t i = 0; i < p->n_qsites; i++) {
+    struct npu_qsite *g = &p->qsites[i];
+    if (g->op != NPU_OP_GATHER || g->table_site >= 0) continue;
+    for (int32_t j = 0; j < p->n_qsites; j++) {
+      if (!same_table(g, &p->qsites[j])) continue;
+      free(g->packed);
+      g->packed = p->qsites[j].packed;
+      g->packed_size = p->qsites[j].packed_size;
+      g->table_site = j;
+      break;
+    }
+  }
+}
+
 static npulm_status make_site(struct npu_program *p, const struct npu_graph *g,
                               const struct npu_ir_node *n, const struct npu_calib *cal,
                               const struct npu_quant_options *o, npulm_error *err) {
   struct npu_qsite *site = &p->qsites[p->n_qsites++];
   memset(site, 0, sizeof(*site));
+  site->table_site = -1;
   snprintf(site->name, sizeof(site->name), "%s", g->tensors[n->out].name);
   site->op = n->op;
   const struct npu_qtensor *a = n->in[0] >= 0 ? qt(p, g, n->in[0]) : NULL;
@@ -887,6 +933,7 @@ npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_progra
     if (n->backend != NPU_BE_NPU || n->op == NPU_OP_TRANSFER) continue;
     st = make_site(p, g0, n, cal, o, err);
   }
+  if (st == NPULM_OK) share_tied_tables(p);
   /* shadowed matmuls: the CPU share and the sum take the matmul's quantization */
   int32_t n_sites = p->n_qsites;
   for (int32_t i = 0; i < n_sites && st == NPULM_OK; i++) {
@@ -897,6 +944,7 @@ npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_progra
     snprintf(base, sizeof(base), "%.*s", (int)sizeof(base) - 1, mm->name);
     struct npu_qsite *add = &p->qsites[p->n_qsites++];
     memset(add, 0, sizeof(*add));
+    add->table_site = -1;
     snprintf(add->name, sizeof(add->name), "%s.shadowed", base);
     add->op = NPU_OP_ADD;
     const char *suffixes[2] = {".shadow", ".shadowed"};

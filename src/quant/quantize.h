@@ -47,9 +47,12 @@ struct npu_quant_options {
 struct npu_qsite {
   char name[NPU_IR_NAME_MAX];
   uint8_t op; /* enum npu_op */
-  /* matmul: packed int8 weights (npu_qs8_gemm_pack) [n, k]; gather: int8 table [n rows, k] */
+  /* matmul: packed int8 weights (npu_qs8_gemm_pack) [n, k]; gather: int8 table [n rows, k], or
+   * (table_site >= 0) the packed weights of that matmul site, whose int8 values are the table's
+   * (a tied embedding is stored once) */
   int32_t n, k;
   void *packed;
+  int32_t table_site; /* -1, or the matmul site whose packed weights a gather reads */
   uint64_t packed_size;
   int32_t *mult, *shift; /* (n) per output channel (matmul) or per table row (gather) */
   struct npu_qs8_gemm_params gemm;
