@@ -110,6 +110,7 @@
 #define SUBGRAPH_FIELDS 3
 #define INFO_FIELDS 3
 #define QTENSOR_FIELDS 3
+#define SMALL_TENSOR_BYTES (64u << 10) /* tensors below this are stored together, first */
 #define SITE_FIELDS 34
 #define SITE_QK 23      /* first field of the qk, softmax and pv parameters */
 #define SITE_SOFTMAX 28
@@ -2124,9 +2125,10 @@ npulm_status npu_program_save(const struct npulm_model *m, const struct npu_prog
   struct npu_gguf_writer *w = NULL;
   size_t cap = (size_t)p->n_weights + 1 + (size_t)p->n_qsites * SITE_ARRAYS;
   struct file_tensor *ft = calloc(cap, sizeof(*ft));
+  int32_t *order = calloc(cap, sizeof(*order)); /* the order the tensors are written in */
   const char **weight_names = calloc((size_t)p->n_weights + 1, sizeof(*weight_names));
   npulm_status st;
-  if (ft == NULL || weight_names == NULL) {
+  if (ft == NULL || order == NULL || weight_names == NULL) {
     st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
     goto fail;
   }
@@ -2154,14 +2156,26 @@ npulm_status npu_program_save(const struct npulm_model *m, const struct npu_prog
   for (int32_t i = 0; i < p->n_qsites && p->quant_mode != NPU_QUANT_F32; i++) {
     n_ft = site_tensors(&p->qsites[i], i, ft, n_ft);
   }
+  /* the small tensors (norms, biases, multipliers) first, side by side: the CPU reads the norms
+   * at run time, and a page cache of large folios maps a whole folio (up to megabytes) for one
+   * touched page, so each norm stored between two big F32 matrices would bring a megabyte of
+   * them into the resident set */
+  int32_t n_order = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    for (int32_t i = 0; i < n_ft; i++) {
+      if ((ft[i].bytes < SMALL_TENSOR_BYTES) == (pass == 0)) order[n_order++] = i;
+    }
+  }
   uint64_t total = 0, done = 0;
-  for (int32_t i = 0; i < n_ft; i++) {
-    npu_gguf_writer_add_tensor(w, ft[i].name, ft[i].type, ft[i].n_dims, ft[i].ne, NULL);
-    total += ft[i].bytes;
+  for (int32_t o = 0; o < n_ft; o++) {
+    const struct file_tensor *t = &ft[order[o]];
+    npu_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, NULL);
+    total += t->bytes;
   }
   if ((st = npu_gguf_writer_status(w, err)) != NPULM_OK) goto fail;
   if (progress != NULL) progress(user, 0, total);
-  for (int32_t i = 0; i < n_ft; i++) {
+  for (int32_t o = 0; o < n_ft; o++) {
+    const int32_t i = order[o];
     const uint8_t *data = (const uint8_t *)ft[i].data;
     uint64_t left = ft[i].bytes;
     while (left > 0) {
@@ -2177,6 +2191,7 @@ npulm_status npu_program_save(const struct npulm_model *m, const struct npu_prog
 fail:
   npu_gguf_writer_free(w); /* removes the file unless finished */
   free(ft);
+  free(order);
   free(weight_names);
   return st;
 }
