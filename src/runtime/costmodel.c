@@ -268,12 +268,14 @@ npulm_status npulm_decode_traffic_at(const npulm_model *model, int pos,
     else cpu_w += nc.weight_bytes;
     kv += nc.kv_bytes;
     if (nc.arithmetic) macs += nc.macs;
-    /* everything the graph holds: integer sites once, FP32 weights once (a tied output shares
-     * the embedding), whole tables */
+    /* everything the graph holds: integer sites once (a gather that reads a tied classifier's
+     * weights holds nothing of its own), FP32 weights once (a tied output shares the
+     * embedding), whole tables */
     const struct npu_qsite *site = node_site(p, g, i);
     if (site != NULL && n->backend == NPU_BE_NPU) {
       const int32_t s = g->node_site[i];
-      if (!seen_s[s] && (n->op == NPU_OP_MATMUL || n->op == NPU_OP_GATHER)) {
+      if (!seen_s[s] && site->table_site < 0 &&
+          (n->op == NPU_OP_MATMUL || n->op == NPU_OP_GATHER)) {
         model_bytes += n->op == NPU_OP_MATMUL ? (double)site->packed_size + 8.0 * site->n
                                               : (double)site->n * ((double)site->k + 8.0);
       }
