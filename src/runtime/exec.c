@@ -236,14 +236,7 @@ static void exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
   case NPU_OP_SHADOW:
     shadow(&ctx->prog->qsites[g->node_site[index]], a, (size_t)a_t->ne[1], (size_t)a_t->ne[0], out);
     return;
-  case NPU_OP_RMSNORM:
-  case NPU_OP_ROPE:
-  case NPU_OP_MATMUL:
-  case NPU_OP_ADD:
-  case NPU_OP_MUL:
-  case NPU_OP_SILU:
-  case NPU_OP_ATTN:
-  case NPU_OP_COUNT: break;
+  default: break; /* the row-wise ops ran in exec_rows */
   }
   assert(!"unknown op");
 }
