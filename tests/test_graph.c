@@ -232,12 +232,19 @@ static void test_fused_attention_matches_reference_bits(void **state) {
     for (int variant = 0; variant < 2; variant++) {
       if (variant == 1 && !npu_f32_have_avx2()) continue;
       for (size_t i = 0; i < n_out; i++) got[i] = NAN;
+      /* all KV heads at once, or (odd trials) in two ranges as two threads would take them */
+      int32_t cut = trial % 2 == 1 ? c.kv_heads / 2 : 0;
       (variant == 0 ? npu_f32_attention__generic : npu_f32_attention__avx2)(
-          got, c.q, c.k, c.v, c.heads, c.kv_heads, c.hd, c.rows, c.pos0, c.n_valid, c.scale);
+          got, c.q, c.k, c.v, c.heads, c.kv_heads, c.hd, c.rows, c.pos0, c.n_valid, c.scale, 0,
+          cut);
+      (variant == 0 ? npu_f32_attention__generic : npu_f32_attention__avx2)(
+          got, c.q, c.k, c.v, c.heads, c.kv_heads, c.hd, c.rows, c.pos0, c.n_valid, c.scale, cut,
+          c.kv_heads);
       if (memcmp(got, want, n_out * sizeof(float)) != 0) {
-        fail_msg("trial %d (%s): heads %d/%d hd %d rows %d pos0 %d n_valid %d differs", trial,
-                 variant ? "avx2" : "generic", c.heads, c.kv_heads, c.hd, c.rows, c.pos0,
-                 c.n_valid);
+        fail_msg("trial %d (%s): heads %d/%d hd %d rows %d pos0 %d n_valid %d (cut at KV head "
+                 "%d) differs",
+                 trial, variant ? "avx2" : "generic", c.heads, c.kv_heads, c.hd, c.rows, c.pos0,
+                 c.n_valid, cut);
       }
     }
     free(want);
@@ -263,7 +270,7 @@ static void test_fused_attention_matches_double(void **state) {
     float *got = malloc((size_t)c.rows * (size_t)q_cols * sizeof(float));
     double *p = malloc((size_t)c.ctx * sizeof(double));
     npu_f32_attention(got, c.q, c.k, c.v, c.heads, c.kv_heads, c.hd, c.rows, c.pos0, c.n_valid,
-                      c.scale);
+                      c.scale, 0, c.kv_heads);
     for (int t = 0; t < c.rows; t++) {
       int len = npu_attn_len(c.pos0, c.n_valid, t);
       for (int h = 0; h < c.heads; h++) {

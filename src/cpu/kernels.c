@@ -687,12 +687,13 @@ static inline __attribute__((always_inline)) void at_normalize(float *restrict o
 static inline __attribute__((always_inline)) void
 at_impl(float *restrict out, const float *restrict q, const float *restrict k,
         const float *restrict v, int32_t heads, int32_t kv_heads, int32_t hd, int32_t rows,
-        int32_t pos0, int32_t n_valid, float scale, bool avx2) {
+        int32_t pos0, int32_t n_valid, float scale, int32_t kvh_begin, int32_t kvh_end,
+        bool avx2) {
   const int32_t group = heads / kv_heads;
   const size_t q_cols = (size_t)heads * (size_t)hd, kv_cols = (size_t)kv_heads * (size_t)hd;
   const int32_t nh = group < AT_PAIRS ? group : AT_PAIRS, nt = AT_PAIRS / nh;
   float s[AT_KEYS], max[AT_PAIRS], sum[AT_PAIRS];
-  for (int32_t kvh = 0; kvh < kv_heads; kvh++) {
+  for (int32_t kvh = kvh_begin; kvh < kvh_end; kvh++) {
     const float *kh = k + (size_t)kvh * (size_t)hd, *vh = v + (size_t)kvh * (size_t)hd;
     const int32_t h_end = (kvh + 1) * group;
     for (int32_t h0 = kvh * group; h0 < h_end; h0 += nh) {
@@ -738,35 +739,43 @@ at_impl(float *restrict out, const float *restrict q, const float *restrict k,
 void npu_f32_attention__generic(float *restrict out, const float *restrict q,
                                 const float *restrict k, const float *restrict v, int32_t heads,
                                 int32_t kv_heads, int32_t hd, int32_t rows, int32_t pos0,
-                                int32_t n_valid, float scale) {
-  at_impl(out, q, k, v, heads, kv_heads, hd, rows, pos0, n_valid, scale, false);
+                                int32_t n_valid, float scale, int32_t kvh_begin,
+                                int32_t kvh_end) {
+  at_impl(out, q, k, v, heads, kv_heads, hd, rows, pos0, n_valid, scale, kvh_begin, kvh_end,
+          false);
 }
 
 #ifdef NPU_HAVE_AVX2_CLONE
 __attribute__((target("avx2"))) void
 npu_f32_attention__avx2(float *restrict out, const float *restrict q, const float *restrict k,
                         const float *restrict v, int32_t heads, int32_t kv_heads, int32_t hd,
-                        int32_t rows, int32_t pos0, int32_t n_valid, float scale) {
-  at_impl(out, q, k, v, heads, kv_heads, hd, rows, pos0, n_valid, scale, true);
+                        int32_t rows, int32_t pos0, int32_t n_valid, float scale,
+                        int32_t kvh_begin, int32_t kvh_end) {
+  at_impl(out, q, k, v, heads, kv_heads, hd, rows, pos0, n_valid, scale, kvh_begin, kvh_end, true);
 }
 #else
 void npu_f32_attention__avx2(float *restrict out, const float *restrict q, const float *restrict k,
                              const float *restrict v, int32_t heads, int32_t kv_heads, int32_t hd,
-                             int32_t rows, int32_t pos0, int32_t n_valid, float scale) {
-  npu_f32_attention__generic(out, q, k, v, heads, kv_heads, hd, rows, pos0, n_valid, scale);
+                             int32_t rows, int32_t pos0, int32_t n_valid, float scale,
+                             int32_t kvh_begin, int32_t kvh_end) {
+  npu_f32_attention__generic(out, q, k, v, heads, kv_heads, hd, rows, pos0, n_valid, scale,
+                             kvh_begin, kvh_end);
 }
 #endif
 
 void npu_f32_attention(float *restrict out, const float *restrict q, const float *restrict k,
                        const float *restrict v, int32_t heads, int32_t kv_heads, int32_t hd,
-                       int32_t rows, int32_t pos0, int32_t n_valid, float scale) {
+                       int32_t rows, int32_t pos0, int32_t n_valid, float scale,
+                       int32_t kvh_begin, int32_t kvh_end) {
 #ifdef NPU_HAVE_AVX2_CLONE
   if (__builtin_cpu_supports("avx2")) {
-    npu_f32_attention__avx2(out, q, k, v, heads, kv_heads, hd, rows, pos0, n_valid, scale);
+    npu_f32_attention__avx2(out, q, k, v, heads, kv_heads, hd, rows, pos0, n_valid, scale,
+                            kvh_begin, kvh_end);
     return;
   }
 #endif
-  npu_f32_attention__generic(out, q, k, v, heads, kv_heads, hd, rows, pos0, n_valid, scale);
+  npu_f32_attention__generic(out, q, k, v, heads, kv_heads, hd, rows, pos0, n_valid, scale,
+                             kvh_begin, kvh_end);
 }
 
 /* ---- Element-wise --------------------------------------------------------------------------- */

@@ -83,21 +83,24 @@ void npu_f32_pv(float *restrict out, const float *restrict p, const float *restr
  * k, v cache rows of kv_heads * hd floats. Scratch is a few hundred bytes of stack (one tile's
  * scores, running maxima and sums): no scores or probabilities are stored, so memory does not
  * grow with the context; each output row holds its running weighted sum (uses AVX2 when the CPU
- * has it). */
+ * has it). Only the query heads of KV heads kvh_begin .. kvh_end-1 are computed (0, kv_heads:
+ * all); the other columns of out are left alone, so threads may take disjoint ranges, and each
+ * element's bits do not depend on the range. */
 void npu_f32_attention(float *restrict out, const float *restrict q, const float *restrict k,
                        const float *restrict v, int32_t heads, int32_t kv_heads, int32_t hd,
-                       int32_t rows, int32_t pos0, int32_t n_valid, float scale);
+                       int32_t rows, int32_t pos0, int32_t n_valid, float scale,
+                       int32_t kvh_begin, int32_t kvh_end);
 
 /* The variants behind npu_f32_attention, for tests: the portable one and the AVX2 one (callable
  * only when npu_f32_have_avx2()). Both give the same bits. */
 void npu_f32_attention__generic(float *restrict out, const float *restrict q,
                                 const float *restrict k, const float *restrict v, int32_t heads,
                                 int32_t kv_heads, int32_t hd, int32_t rows, int32_t pos0,
-                                int32_t n_valid, float scale);
+                                int32_t n_valid, float scale, int32_t kvh_begin, int32_t kvh_end);
 void npu_f32_attention__avx2(float *restrict out, const float *restrict q,
                              const float *restrict k, const float *restrict v, int32_t heads,
                              int32_t kv_heads, int32_t hd, int32_t rows, int32_t pos0,
-                             int32_t n_valid, float scale);
+                             int32_t n_valid, float scale, int32_t kvh_begin, int32_t kvh_end);
 
 /* Element-wise over n floats. */
 void npu_f32_add(float *restrict out, const float *restrict a, const float *restrict b, size_t n);

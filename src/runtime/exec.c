@@ -101,6 +101,23 @@ static bool splits_by_rows(const struct npu_graph *g, const struct npu_ir_node *
   }
 }
 
+/* Rows [r0, r1) of an ATTN node, for the query heads of KV heads [h0, h1): q [rows, heads * hd],
+ * K and V caches [ctx, kv_dim] -> out [rows, heads * hd]. Row t of the step is row t - r0 here:
+ * it sees the same keys if the cut starts at cache position pos0 + r0 with the real rows that
+ * remain (a cut of padded rows: the last real row's keys). */
+static void attention(const struct npu_graph *g, const struct npu_ir_node *n,
+                      const struct npu_exec_ctx *ctx, int32_t r0, int32_t r1, int32_t h0,
+                      int32_t h1) {
+  const int32_t hd = ctx->cfg->head_dim, q_cols = g->tensors[n->in[0]].ne[1];
+  const int32_t pos0 = ctx->pos0 + (r0 < ctx->n_valid ? r0 : ctx->n_valid - 1);
+  const int32_t n_valid = r0 < ctx->n_valid ? ctx->n_valid - r0 : 1;
+  float *out = (float *)tensor_data(g, n->out, ctx) + (size_t)r0 * (size_t)q_cols;
+  const float *q = (const float *)tensor_data(g, n->in[0], ctx) + (size_t)r0 * (size_t)q_cols;
+  npu_f32_attention(out, q, tensor_data(g, n->in[1], ctx), tensor_data(g, n->in[2], ctx),
+                    q_cols / hd, g->tensors[n->in[1]].ne[1] / hd, hd, r1 - r0, pos0, n_valid,
+                    n->param, h0, h1);
+}
+
 /* Outer rows [r0, r1) of a node that splits_by_rows. */
 static void exec_rows(const struct npu_graph *g, const struct npu_ir_node *n,
                       const struct npu_exec_ctx *ctx, int32_t r0, int32_t r1) {
@@ -131,17 +148,9 @@ static void exec_rows(const struct npu_graph *g, const struct npu_ir_node *n,
   case NPU_OP_MUL: npu_f32_mul(out, a, b + (size_t)r0 * out_inner, count); return;
   case NPU_OP_SILU: npu_f32_silu(out, a, count); return;
   case NPU_OP_TRANSFER: transfer(a_t, a, out_t, out, count); return;
-  case NPU_OP_ATTN: {
-    /* q [rows, heads * hd], K and V caches [ctx, kv_dim] -> out [rows, heads * hd]. Row t of the
-     * step is row t - r0 here: it sees the same keys if the cut starts at cache position
-     * pos0 + r0 with the real rows that remain (a cut of padded rows: the last real row's keys) */
-    const int32_t hd = ctx->cfg->head_dim;
-    const int32_t pos0 = ctx->pos0 + (r0 < ctx->n_valid ? r0 : ctx->n_valid - 1);
-    const int32_t n_valid = r0 < ctx->n_valid ? ctx->n_valid - r0 : 1;
-    npu_f32_attention(out, a, b, tensor_data(g, n->in[2], ctx), a_t->ne[1] / hd,
-                      g->tensors[n->in[1]].ne[1] / hd, hd, rows, pos0, n_valid, n->param);
+  case NPU_OP_ATTN:
+    attention(g, n, ctx, r0, r1, 0, g->tensors[n->in[1]].ne[1] / ctx->cfg->head_dim);
     return;
-  }
   default: assert(!"not a row-wise op");
   }
 }
@@ -161,6 +170,20 @@ static void row_task(void *arg, size_t task) {
   exec_rows(rs->g, rs->n, rs->ctx, r0, r1);
 }
 
+/* The attention of a step with fewer rows than threads (decode), one KV head's query heads per
+ * pool task. */
+struct head_split {
+  const struct npu_graph *g;
+  const struct npu_ir_node *n;
+  const struct npu_exec_ctx *ctx;
+};
+
+static void head_task(void *arg, size_t task) {
+  const struct head_split *hs = arg;
+  attention(hs->g, hs->n, hs->ctx, 0, hs->g->tensors[hs->n->out].ne[0], (int32_t)task,
+            (int32_t)task + 1);
+}
+
 /* Run a row-wise node on the pool of its backend: a few tasks per thread, none so small that
  * claiming it costs more than running it. */
 static void exec_split(const struct npu_graph *g, const struct npu_ir_node *n,
@@ -169,8 +192,14 @@ static void exec_split(const struct npu_graph *g, const struct npu_ir_node *n,
   struct npu_pool *pool = ctx->pool[n->backend];
   const struct npu_ir_tensor *out_t = &g->tensors[n->out];
   const int32_t rows = out_t->ne[0];
+  const int threads = npu_pool_threads(pool);
+  if (n->op == NPU_OP_ATTN && rows < threads && threads > 1) {
+    struct head_split hs = {g, n, ctx};
+    npu_pool_run(pool, (size_t)(g->tensors[n->in[1]].ne[1] / ctx->cfg->head_dim), head_task, &hs);
+    return;
+  }
   const size_t inner = (size_t)out_t->ne[1] * (size_t)out_t->ne[2];
-  size_t tasks = (size_t)npu_pool_threads(pool) * TASKS_PER_THREAD;
+  size_t tasks = (size_t)threads * TASKS_PER_THREAD;
   size_t by_size = (size_t)rows * inner / MIN_TASK_ELEMS;
   if (tasks > by_size) tasks = by_size;
   if (tasks <= 1) {
