@@ -77,7 +77,8 @@ const struct npu_graph *npu_program_find(const struct npu_program *p, int32_t ro
   const struct npu_graph *best = NULL;
   for (int32_t i = 0; i < p->n_graphs; i++) {
     const struct npu_graph *g = &p->graphs[i];
-    if (g->rows == rows && g->ctx >= end && npu_graph_logit_rows(g) == logit_rows &&
+    /* a decode graph serves both kinds; only a chunk's logit rows need looking up */
+    if (g->rows == rows && g->ctx >= end && (rows == 1 || npu_graph_logit_rows(g) == logit_rows) &&
         (best == NULL || g->ctx < best->ctx)) {
       best = g;
     }
