@@ -316,15 +316,6 @@ static void test_fused_attention_matches_double(void **state) {
 
 /* ---- Models --------------------------------------------------------------------------------- */
 
-static npulm_model *open_shared(const char *rel) {
-  const char *path = test_shared_path(rel);
-  TEST_REQUIRE_FILE(path);
-  npulm_model *m = NULL;
-  npulm_error err;
-  npulm_status st = npulm_model_open(path, &m, &err);
-  if (st != NPULM_OK) fail_msg("%s", err.msg);
-  return m;
-}
 
 /* Compile 'm' into FP32 graphs with the given chunk sizes and context buckets. */
 static void compile(npulm_model *m, const int *chunks, int n_chunks, const int *buckets,
@@ -422,7 +413,7 @@ static void run_schedule(npulm_model *m, npulm_session *s, const int32_t *ids, c
  * generation, x buckets 128, 256, 512, on 300 tokens of text: the reference's logits bit for bit;
  * every chunked schedule gives the decode schedule's bits. */
 static void check_model_against_reference(const char *rel) {
-  npulm_model *m = open_shared(rel);
+  npulm_model *m = test_open_shared(rel);
   enum { L = 300, GRAPHS = 15 };
   compile(m, (int[]){32, 128}, 2, (int[]){128, 256, 512}, 3);
   const struct npu_program *p = m->program;
@@ -489,7 +480,7 @@ static void test_tinystories5m_matches_reference(void **state) {
  * chunk that holds the rest (padded); the smallest bucket that holds each step's last token. */
 static void test_step_policy(void **state) {
   (void)state;
-  npulm_model *m = open_shared("models/stories260K.gguf");
+  npulm_model *m = test_open_shared("models/stories260K.gguf");
   compile(m, (int[]){32, 128}, 2, (int[]){128, 256, 512}, 3);
   const struct npu_program *p = m->program;
   struct npu_step st[16];
@@ -536,7 +527,7 @@ static void test_step_policy(void **state) {
  * decode's the reference's. */
 static void test_odd_chunks_and_short_context(void **state) {
   (void)state;
-  npulm_model *m = open_shared("models/stories260K.gguf");
+  npulm_model *m = test_open_shared("models/stories260K.gguf");
   compile(m, (int[]){3, 8, 48}, 3, (int[]){64, 512}, 2);
   enum { L = 61, V = 512 };
   int32_t *ids = text_tokens(m, L);
@@ -596,7 +587,7 @@ static void test_greedy_identical(void **state) {
   (void)state;
   const char *models[2] = {"models/stories260K.gguf", "models/tinystories-5M.gguf"};
   for (int k = 0; k < 2; k++) {
-    npulm_model *m = open_shared(models[k]);
+    npulm_model *m = test_open_shared(models[k]);
     int32_t a[100], b[100];
     int na = greedy_ids(m, true, "Once upon a time", 100, a); /* compiles privately */
     int nb = greedy_ids(m, false, "Once upon a time", 100, b);
@@ -618,7 +609,7 @@ static void test_perplexity_identical(void **state) {
   size_t len;
   char *text = test_slurp(test_shared_path("data/tinystories-valid.txt"), &len);
   for (int k = 0; k < 2; k++) {
-    npulm_model *m = open_shared(cases[k].model);
+    npulm_model *m = test_open_shared(cases[k].model);
     npulm_ppl_result ref, graph;
     npulm_error err;
     size_t n = cases[k].bytes < len ? cases[k].bytes : len;
@@ -641,7 +632,7 @@ static void test_perplexity_identical(void **state) {
 /* A prefill of several chunks keeps both workers busy and overlaps them; the stats add up. */
 static void test_stats(void **state) {
   (void)state;
-  npulm_model *m = open_shared("models/tinystories-5M.gguf");
+  npulm_model *m = test_open_shared("models/tinystories-5M.gguf");
   enum { L = 300 };
   int32_t *ids = text_tokens(m, L);
   npulm_session *s = new_session(m, 512, false);
@@ -676,7 +667,7 @@ static void test_stats(void **state) {
  * refused; the default context fits the program. */
 static void test_session_arguments(void **state) {
   (void)state;
-  npulm_model *m = open_shared("models/stories260K.gguf");
+  npulm_model *m = test_open_shared("models/stories260K.gguf");
   compile(m, (int[]){32}, 1, (int[]){64, 128}, 2);
   npulm_session *s;
   npulm_error err;

@@ -142,19 +142,10 @@ static void test_rope_pairs(void **state) {
   }
 }
 
-static npulm_model *open_shared(const char *rel) {
-  const char *path = test_shared_path(rel);
-  TEST_REQUIRE_FILE(path);
-  npulm_model *m = NULL;
-  npulm_error err;
-  npulm_status st = npulm_model_open(path, &m, &err);
-  if (st != NPULM_OK) fail_msg("%s", err.msg);
-  return m;
-}
 
 static void test_stories260k_config(void **state) {
   (void)state;
-  npulm_model *m = open_shared("models/stories260K.gguf");
+  npulm_model *m = test_open_shared("models/stories260K.gguf");
   npulm_model_info info;
   npulm_model_get_info(m, &info);
   assert_string_equal(info.arch, "llama");
@@ -205,7 +196,7 @@ static void greedy(npulm_model *m, const char *prompt, int n, char *out, size_t 
 
 static void test_stories260k_greedy(void **state) {
   (void)state;
-  npulm_model *m = open_shared("models/stories260K.gguf");
+  npulm_model *m = test_open_shared("models/stories260K.gguf");
   char text[4096];
   greedy(m, "Once upon a time", 60, text, sizeof(text));
   const char *want = "Once upon a time, there was a little girl named Lily. She loved to play "
@@ -216,7 +207,7 @@ static void test_stories260k_greedy(void **state) {
 
 static void test_tinystories5m_greedy(void **state) {
   (void)state;
-  npulm_model *m = open_shared("models/tinystories-5M.gguf");
+  npulm_model *m = test_open_shared("models/tinystories-5M.gguf");
   char text[4096];
   greedy(m, "Once upon a time", 30, text, sizeof(text));
   const char *want =
@@ -228,7 +219,7 @@ static void test_tinystories5m_greedy(void **state) {
 /* One call over n tokens gives the same logits as n calls of one token, and reset forgets. */
 static void test_batch_equals_stepwise(void **state) {
   (void)state;
-  npulm_model *m = open_shared("models/stories260K.gguf");
+  npulm_model *m = test_open_shared("models/stories260K.gguf");
   enum { N = 12, V = 512 };
   int32_t ids[N] = {1, 400, 31, 7, 290, 511, 3, 258, 100, 42, 9, 13};
   static float all[N * V], one[V];
@@ -251,7 +242,7 @@ static void test_batch_equals_stepwise(void **state) {
 
 static void test_session_rejects_bad_input(void **state) {
   (void)state;
-  npulm_model *m = open_shared("models/stories260K.gguf");
+  npulm_model *m = test_open_shared("models/stories260K.gguf");
   npulm_session *s;
   npulm_error err;
   npulm_session_params p = {.n_ctx = 8, .n_threads = 1};

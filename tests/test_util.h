@@ -12,6 +12,8 @@
 
 #include <cmocka.h>
 
+#include "npulm.h"
+
 /* Path of 'rel' under the shared data folder ($NPULM_SHARED, default ../shared). */
 static inline const char *test_shared_path(const char *rel) {
   static char buf[4096];
@@ -28,6 +30,17 @@ static inline const char *test_shared_path(const char *rel) {
       skip();                                                                              \
     }                                                                                      \
   } while (0)
+
+/* Open shared model 'rel' (skipping the test when it is absent; failing it on an error). */
+static inline npulm_model *test_open_shared(const char *rel) {
+  const char *path = test_shared_path(rel);
+  TEST_REQUIRE_FILE(path);
+  npulm_model *m = NULL;
+  npulm_error err;
+  npulm_status st = npulm_model_open(path, &m, &err);
+  if (st != NPULM_OK) fail_msg("%s", err.msg);
+  return m;
+}
 
 /* The whole of file 'path' (malloc'd, NUL-terminated; '*len' bytes without the NUL). */
 static inline char *test_slurp(const char *path, size_t *len) {
