@@ -1829,6 +1829,40 @@ static void test_tied_table(void **state) {
   free(src);
 }
 
+/* Program files store their small tensors (the norms the CPU reads at run time) ahead of every
+ * large one, so that touching them maps no page-cache folio of a big F32 matrix. */
+static void test_small_tensors_first(void **state) {
+  (void)state;
+  npulm_model *m = test_open_shared("models/stories260K.gguf");
+  struct npu_compile_options o;
+  small_options(m, &o);
+  quantize_ok(m, &o, NPU_QUANT_NAIVE, 0.0f);
+  char *path = tmp_path();
+  save_ok(m, path);
+  struct npu_gguf *g = NULL;
+  npulm_error err = {{0}};
+  assert_int_equal(npu_gguf_open(path, &g, &err), NPULM_OK);
+  enum { SMALL = 64 << 10 }; /* program_file.c's SMALL_TENSOR_BYTES */
+  uint64_t last_small = 0, first_large = UINT64_MAX;
+  int n_small = 0, n_large = 0;
+  for (uint64_t i = 0; i < g->n_tensors; i++) {
+    const struct npu_gguf_tensor *t = &g->tensors[i];
+    if (t->nbytes < SMALL) {
+      n_small++;
+      if (t->offset > last_small) last_small = t->offset;
+    } else {
+      n_large++;
+      if (t->offset < first_large) first_large = t->offset;
+    }
+  }
+  assert_true(n_small > 10 && n_large > 0);
+  assert_true(last_small < first_large);
+  npu_gguf_close(g);
+  npulm_model_close(m);
+  unlink(path);
+  free(path);
+}
+
 /* Last logits of evaluating the first 'n' of 'ids' in one call, with or without asking for every
  * row's logits (without: the graphs for generation run). */
 static void last_logits(const npulm_model *m, const int32_t *ids, size_t n, bool all_rows,
@@ -1989,6 +2023,7 @@ int main(void) {
       cmocka_unit_test(test_three_op_attention_program),
       cmocka_unit_test(test_generation_graphs),
       cmocka_unit_test(test_tied_table),
+      cmocka_unit_test(test_small_tensors_first),
       cmocka_unit_test(test_mac_stats),
   };
   /* clang-format on */
