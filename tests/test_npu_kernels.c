@@ -8,6 +8,7 @@
 
 #include "npu/fixedpoint.h"
 #include "npu/ukernels.h"
+#include "cpu/convert.h"
 #include "quant/qparams.h"
 #include "test_util.h"
 
@@ -209,6 +210,51 @@ static void test_quantize_weights(void **state) {
   assert_false(npu_quantize_weights_per_channel(w, R, C, q, scales));
   w[7] = INFINITY;
   assert_false(npu_quantize_weights_per_channel(w, R, C, q, scales));
+}
+
+/* The transfers' conversions (AVX2 where the CPU has it) against their plain loops, bit for bit,
+ * on every length up to past a few vectors: values on and next to the half-way points, past the
+ * saturation bounds, NaN, infinities and signed zeros, at zero points from end to end. */
+static void test_convert_matches_loops(void **state) {
+  (void)state;
+  enum { N = 300 };
+  float x[N], back[N], want_back[N];
+  int8_t q8[N], want8[N];
+  int16_t q16[N], want16[N];
+  uint64_t rng = 5;
+  for (int trial = 0; trial < 400; trial++) {
+    const size_t n = trial < 40 ? (size_t)trial : (size_t)rand_range(&rng, 0, N);
+    const float scale = (float)ldexp(0.5 + rand_unit(&rng), rand_range(&rng, -20, 4));
+    const int32_t zp8 = trial % 5 == 0 ? -128 : trial % 5 == 1 ? 127 : rand_range(&rng, -128, 127);
+    const int32_t zp16 = trial % 3 == 0 ? 0 : rand_range(&rng, -32768, 32767);
+    for (size_t i = 0; i < n; i++) {
+      const double code = rand_range(&rng, -40000, 40000) + 0.5 * rand_range(&rng, -1, 1);
+      switch (test_rand(&rng) % 8) {
+      case 0: x[i] = (float)(code * scale); break; /* on a half-way point (or near, in float) */
+      case 1: x[i] = nextafterf((float)(code * scale), INFINITY); break;
+      case 2: x[i] = nextafterf((float)(code * scale), -INFINITY); break;
+      case 3: {
+        static const float special[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e30f, -1e30f};
+        x[i] = special[test_rand(&rng) % 7];
+        break;
+      }
+      default: x[i] = (float)((rand_unit(&rng) * 2.0 - 1.0) * 300.0 * scale);
+      }
+    }
+    npu_quantize_s8(x, n, scale, zp8, q8);
+    npu_quantize_s8__generic(x, n, scale, zp8, want8);
+    assert_memory_equal(q8, want8, n);
+    npu_quantize_s16(x, n, scale, zp16, q16);
+    npu_quantize_s16__generic(x, n, scale, zp16, want16);
+    assert_memory_equal(q16, want16, n * sizeof(int16_t));
+    for (size_t i = 0; i < n; i++) q16[i] = (int16_t)rand_range(&rng, -32768, 32767);
+    npu_dequantize_s8(q8, n, scale, zp8, back);
+    npu_dequantize_s8__generic(q8, n, scale, zp8, want_back);
+    assert_memory_equal(back, want_back, n * sizeof(float));
+    npu_dequantize_s16(q16, n, scale, zp16, back);
+    npu_dequantize_s16__generic(q16, n, scale, zp16, want_back);
+    assert_memory_equal(back, want_back, n * sizeof(float));
+  }
 }
 
 static void test_quantize_activations(void **state) {
@@ -1157,6 +1203,7 @@ int main(void) {
       cmocka_unit_test(test_requantize_ties),   cmocka_unit_test(test_requantize_extremes),
       cmocka_unit_test(test_requantize_random), cmocka_unit_test(test_quantize_multiplier),
       cmocka_unit_test(test_quantize_weights),  cmocka_unit_test(test_quantize_activations),
+      cmocka_unit_test(test_convert_matches_loops),
       cmocka_unit_test(test_lut_build_silu),    cmocka_unit_test(test_gemm_pack),
       cmocka_unit_test(test_gemm_unpack_row),
       cmocka_unit_test(test_gemm_vs_float),     cmocka_unit_test(test_dispatch),

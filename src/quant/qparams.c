@@ -94,35 +94,6 @@ float npu_choose_scale_sym(float absmax, int32_t qmax) {
   return absmax > 0.0f ? absmax / (float)qmax : 1.0f;
 }
 
-/* sat(round(x / scale) + zero_point) into [qmin, qmax], NaN -> zero_point. */
-static int32_t quantize_one(float x, float scale, int32_t zero_point, int32_t qmin, int32_t qmax) {
-  const float v = x / scale;
-  if (isnan(v))
-    return zero_point;
-  const double r = (double)roundf(v) + zero_point;
-  return r < qmin ? qmin : r > qmax ? qmax : (int32_t)r;
-}
-
-void npu_quantize_s8(const float *x, size_t n, float scale, int32_t zero_point, int8_t *q_out) {
-  for (size_t i = 0; i < n; i++)
-    q_out[i] = (int8_t)quantize_one(x[i], scale, zero_point, INT8_MIN, INT8_MAX);
-}
-
-void npu_quantize_s16(const float *x, size_t n, float scale, int32_t zero_point, int16_t *q_out) {
-  for (size_t i = 0; i < n; i++)
-    q_out[i] = (int16_t)quantize_one(x[i], scale, zero_point, INT16_MIN, INT16_MAX);
-}
-
-void npu_dequantize_s8(const int8_t *q, size_t n, float scale, int32_t zero_point, float *x_out) {
-  for (size_t i = 0; i < n; i++)
-    x_out[i] = scale * (float)(q[i] - zero_point);
-}
-
-void npu_dequantize_s16(const int16_t *q, size_t n, float scale, int32_t zero_point, float *x_out) {
-  for (size_t i = 0; i < n; i++)
-    x_out[i] = scale * (float)(q[i] - zero_point);
-}
-
 bool npu_qadd_params_make(float a_scale, int32_t a_zero_point, float b_scale, int32_t b_zero_point,
                           float y_scale, int32_t y_zero_point, bool int16,
                           struct npu_qadd_params *params_out) {

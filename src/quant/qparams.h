@@ -45,13 +45,6 @@ void npu_choose_qparams_s8(float min, float max, float *scale_out, int32_t *zero
  * absmax is 0. */
 float npu_choose_scale_sym(float absmax, int32_t qmax);
 
-/* Activations, CPU side of a transfer: q = sat(round(x / scale) + zero_point) (NaN -> zero_point,
- * +-inf saturate), and back: x = scale * (q - zero_point). scale > 0. */
-void npu_quantize_s8(const float *x, size_t n, float scale, int32_t zero_point, int8_t *q_out);
-void npu_quantize_s16(const float *x, size_t n, float scale, int32_t zero_point, int16_t *q_out);
-void npu_dequantize_s8(const int8_t *q, size_t n, float scale, int32_t zero_point, float *x_out);
-void npu_dequantize_s16(const int16_t *q, size_t n, float scale, int32_t zero_point, float *x_out);
-
 /* Params of npu_qs8_vadd / npu_qs16_vadd for y = a + b with the given scales and zero points;
  * left_shift: 20 for int8 inputs (TFLite), 14 for int16. Return false if a multiplier is not
  * representable or left_shift is out of range for 'int16' inputs. */

@@ -8,7 +8,7 @@
 
 #include "common.h"
 #include "graph/program.h"
-#include "quant/qparams.h"
+#include "cpu/convert.h"
 #include "ref/forward.h"
 #include "runtime/exec.h"
 #include "runtime/session_internal.h"

@@ -9,7 +9,7 @@
 
 #include "cpu/kernels.h"
 #include "npu/executor.h"
-#include "quant/qparams.h"
+#include "cpu/convert.h"
 #include "runtime/pool.h"
 
 /* Address of tensor 'id' for this step. */
