@@ -144,6 +144,39 @@ static inline float tail_dot(const float *restrict w, const float *restrict x, i
   return sum;
 }
 
+/* The reference's dot products of u0 and of u1 (k floats) with each of v[0..3]: lanes 0-3 u0 . v[l],
+ * lanes 4-7 u1 . v[l]; each one's lane l sums the products of dims i = l mod 8 in order, the lanes
+ * are reduced pairwise, and the tail past k8 (in order) comes first. */
+__attribute__((target("avx2"))) static inline __m256 dot2x4(const float *restrict u0,
+                                                           const float *restrict u1,
+                                                           const float *const v[4], int32_t k8,
+                                                           int32_t k) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+  for (int32_t i = 0; i < k8; i += 8) {
+    const __m256 x0 = _mm256_loadu_ps(u0 + i), x1 = _mm256_loadu_ps(u1 + i);
+    __m256 y = _mm256_loadu_ps(v[0] + i);
+    a0 = _mm256_add_ps(a0, _mm256_mul_ps(x0, y));
+    b0 = _mm256_add_ps(b0, _mm256_mul_ps(x1, y));
+    y = _mm256_loadu_ps(v[1] + i);
+    a1 = _mm256_add_ps(a1, _mm256_mul_ps(x0, y));
+    b1 = _mm256_add_ps(b1, _mm256_mul_ps(x1, y));
+    y = _mm256_loadu_ps(v[2] + i);
+    a2 = _mm256_add_ps(a2, _mm256_mul_ps(x0, y));
+    b2 = _mm256_add_ps(b2, _mm256_mul_ps(x1, y));
+    y = _mm256_loadu_ps(v[3] + i);
+    a3 = _mm256_add_ps(a3, _mm256_mul_ps(x0, y));
+    b3 = _mm256_add_ps(b3, _mm256_mul_ps(x1, y));
+  }
+  const __m256 r = hsum8x8(a0, a1, a2, a3, b0, b1, b2, b3);
+  if (k8 == k) return _mm256_add_ps(_mm256_setzero_ps(), r); /* 0 + sum, as the reference's '+=' */
+  float tv[8];
+  for (int l = 0; l < 4; l++) {
+    tv[l] = tail_dot(u0, v[l], k8, k);
+    tv[4 + l] = tail_dot(u1, v[l], k8, k);
+  }
+  return _mm256_add_ps(_mm256_loadu_ps(tv), r);
+}
+
 /* The eight partial sums of one row: lane l sums w[i] * x[i] over i = l mod 8, in order. */
 __attribute__((target("avx2"))) static inline __m256 row_dot(const float *restrict w,
                                                             const float *restrict x, int32_t k8) {
@@ -187,34 +220,8 @@ __attribute__((target("avx2"))) void npu_f32_matmul__avx2(float *restrict out,
       int32_t j = n0;
       for (; j + 2 <= n1; j += 2) {
         const float *w0 = w + (size_t)j * ks, *w1 = w0 + ks;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0,
-               b3 = a0;
-        for (int32_t i = 0; i < k8; i += 8) {
-          __m256 v0 = _mm256_loadu_ps(w0 + i), v1 = _mm256_loadu_ps(w1 + i);
-          __m256 xv = _mm256_loadu_ps(xs[0] + i);
-          a0 = _mm256_add_ps(a0, _mm256_mul_ps(v0, xv));
-          b0 = _mm256_add_ps(b0, _mm256_mul_ps(v1, xv));
-          xv = _mm256_loadu_ps(xs[1] + i);
-          a1 = _mm256_add_ps(a1, _mm256_mul_ps(v0, xv));
-          b1 = _mm256_add_ps(b1, _mm256_mul_ps(v1, xv));
-          xv = _mm256_loadu_ps(xs[2] + i);
-          a2 = _mm256_add_ps(a2, _mm256_mul_ps(v0, xv));
-          b2 = _mm256_add_ps(b2, _mm256_mul_ps(v1, xv));
-          xv = _mm256_loadu_ps(xs[3] + i);
-          a3 = _mm256_add_ps(a3, _mm256_mul_ps(v0, xv));
-          b3 = _mm256_add_ps(b3, _mm256_mul_ps(v1, xv));
-        }
         /* lanes: tokens 0..3 of weight row j, then of row j+1 */
-        __m256 r = hsum8x8(a0, a1, a2, a3, b0, b1, b2, b3);
-        if (k8 < k) {
-          for (int q = 0; q < 4; q++) {
-            tv[q] = tail_dot(w0, xs[q], k8, k);
-            tv[4 + q] = tail_dot(w1, xs[q], k8, k);
-          }
-          r = _mm256_add_ps(_mm256_loadu_ps(tv), r);
-        } else {
-          r = _mm256_add_ps(_mm256_setzero_ps(), r); /* 0 + sum, as the reference's '+=' */
-        }
+        __m256 r = dot2x4(w0, w1, xs, k8, k);
         if (bias != NULL) {
           r = _mm256_add_ps(r, _mm256_set_m128(_mm_set1_ps(bias[j + 1]), _mm_set1_ps(bias[j])));
         }
@@ -413,6 +420,25 @@ at_scores_avx2(float *restrict s, const float *restrict qt, const float *restric
       r = _mm256_add_ps(_mm256_setzero_ps(), r); /* 0 + sum, as the reference's '+=' */
     }
     _mm256_storeu_ps(s + j0, _mm256_mul_ps(r, _mm256_set1_ps(scale)));
+  }
+}
+
+/* at_scores_avx2 for two query rows at once (s0 from qt0, s1 from qt1), four keys at a time: each
+ * key row loaded serves both, and every score has the same bits. s0 and s1 have room for n
+ * rounded up to 4. */
+__attribute__((target("avx2"))) static inline void
+at_scores2_avx2(float *restrict s0, float *restrict s1, const float *restrict qt0,
+                const float *restrict qt1, const float *restrict kh, size_t kv_cols, int32_t hd,
+                int32_t n, float scale) {
+  const int32_t hd8 = hd & ~7;
+  for (int32_t j0 = 0; j0 < n; j0 += 4) {
+    const float *kj[4];
+    for (int l = 0; l < 4; l++) kj[l] = kh + (size_t)(j0 + l < n ? j0 + l : n - 1) * kv_cols;
+    /* lanes 0-3: row 0's four keys, 4-7: row 1's */
+    __m256 r = dot2x4(qt0, qt1, kj, hd8, hd);
+    r = _mm256_mul_ps(r, _mm256_set1_ps(scale));
+    _mm_storeu_ps(s0 + j0, _mm256_castps256_ps128(r));
+    _mm_storeu_ps(s1 + j0, _mm256_extractf128_ps(r, 1));
   }
 }
 #endif
@@ -692,7 +718,7 @@ at_impl(float *restrict out, const float *restrict q, const float *restrict k,
   const int32_t group = heads / kv_heads;
   const size_t q_cols = (size_t)heads * (size_t)hd, kv_cols = (size_t)kv_heads * (size_t)hd;
   const int32_t nh = group < AT_PAIRS ? group : AT_PAIRS, nt = AT_PAIRS / nh;
-  float s[AT_KEYS], max[AT_PAIRS], sum[AT_PAIRS];
+  float s[AT_KEYS], s1[AT_KEYS], max[AT_PAIRS], sum[AT_PAIRS];
   for (int32_t kvh = kvh_begin; kvh < kvh_end; kvh++) {
     const float *kh = k + (size_t)kvh * (size_t)hd, *vh = v + (size_t)kvh * (size_t)hd;
     const int32_t h_end = (kvh + 1) * group;
@@ -712,6 +738,24 @@ at_impl(float *restrict out, const float *restrict q, const float *restrict k,
             const int32_t len = npu_attn_len(pos0, n_valid, t);
             if (len <= j0) continue;
             const int32_t n = len - j0 < AT_KEYS ? len - j0 : AT_KEYS;
+#ifdef NPU_HAVE_AVX2_CLONE
+            if (avx2 && t + 1 < t1) {
+              /* rows t and t + 1 together: their scores share the loads of each key row (row
+               * t + 1 sees at least the keys row t sees; row t ignores the scores past its own) */
+              const int32_t len1 = npu_attn_len(pos0, n_valid, t + 1);
+              const int32_t n1 = len1 - j0 < AT_KEYS ? len1 - j0 : AT_KEYS;
+              for (int32_t h = h0; h < h1; h++) {
+                const int32_t pair = (h - h0) * bt + (t - t0);
+                const size_t at = (size_t)t * q_cols + (size_t)h * (size_t)hd;
+                at_scores2_avx2(s, s1, q + at, q + at + q_cols, kt, kv_cols, hd, n1, scale);
+                at_step(out + at, s, n, vt, kv_cols, hd, &max[pair], &sum[pair], j0 == 0);
+                at_step(out + at + q_cols, s1, n1, vt, kv_cols, hd, &max[pair + 1],
+                        &sum[pair + 1], j0 == 0);
+              }
+              t++;
+              continue;
+            }
+#endif
             for (int32_t h = h0; h < h1; h++) {
               const int32_t pair = (h - h0) * bt + (t - t0);
               const size_t at = (size_t)t * q_cols + (size_t)h * (size_t)hd;
