@@ -339,13 +339,13 @@ void npu_f32_kv_write(float *restrict cache, const float *restrict x, int32_t po
 
 _Static_assert(AT_KEYS % 8 == 0, "scores come eight keys at a time");
 
-/* The key rows of a group of eight starting at key j0, of the n keys of a tile: past the last,
+/* The key rows of a group of 'count' starting at key j0, of the n keys of a tile: past the last,
  * the last again (never stored, and never a row past what the step attends to). */
-static inline __attribute__((always_inline)) void at_key_rows(const float *kj[8],
+static inline __attribute__((always_inline)) void at_key_rows(const float **kj, int count,
                                                               const float *restrict kh,
                                                               size_t kv_cols, int32_t j0,
                                                               int32_t n) {
-  for (int l = 0; l < 8; l++) kj[l] = kh + (size_t)(j0 + l < n ? j0 + l : n - 1) * kv_cols;
+  for (int l = 0; l < count; l++) kj[l] = kh + (size_t)(j0 + l < n ? j0 + l : n - 1) * kv_cols;
 }
 
 /* Scores s[j] = npu_ref_dot(k_j, qt, hd) * scale of keys k_j = kh + j * kv_cols, j < n: eight keys
@@ -357,7 +357,7 @@ at_scores_generic(float *restrict s, const float *restrict qt, const float *rest
   const int32_t hd8 = hd & ~7;
   for (int32_t j0 = 0; j0 < n; j0 += 8) {
     const float *kj[8];
-    at_key_rows(kj, kh, kv_cols, j0, n);
+    at_key_rows(kj, 8, kh, kv_cols, j0, n);
     npu_v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0};
     for (int32_t i = 0; i < hd8; i += 8) {
       npu_v8f qv, kv;
@@ -398,7 +398,7 @@ at_scores_avx2(float *restrict s, const float *restrict qt, const float *restric
   const int32_t hd8 = hd & ~7;
   for (int32_t j0 = 0; j0 < n; j0 += 8) {
     const float *kj[8];
-    at_key_rows(kj, kh, kv_cols, j0, n);
+    at_key_rows(kj, 8, kh, kv_cols, j0, n);
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
     for (int32_t i = 0; i < hd8; i += 8) {
       const __m256 qv = _mm256_loadu_ps(qt + i);
@@ -433,7 +433,7 @@ at_scores2_avx2(float *restrict s0, float *restrict s1, const float *restrict qt
   const int32_t hd8 = hd & ~7;
   for (int32_t j0 = 0; j0 < n; j0 += 4) {
     const float *kj[4];
-    for (int l = 0; l < 4; l++) kj[l] = kh + (size_t)(j0 + l < n ? j0 + l : n - 1) * kv_cols;
+    at_key_rows(kj, 4, kh, kv_cols, j0, n);
     /* lanes 0-3: row 0's four keys, 4-7: row 1's */
     __m256 r = dot2x4(qt0, qt1, kj, hd8, hd);
     r = _mm256_mul_ps(r, _mm256_set1_ps(scale));
