@@ -621,31 +621,31 @@ void npu_f32_pv(float *restrict out, const float *restrict p, const float *restr
  * read from memory once per block and from L1 by every pair of it. */
 #define AT_PAIRS 16
 
-/* at_step's accumulators: eight output elements from o + i0 + off, rescaled (0 on the first
- * tile); then key j's weighted value added to them. */
-#define AT_PV_FROM(a, off)                                                                        \
+/* A PV accumulator: eight output elements of row o from o + i0 + off, times that row's rescale
+ * (0 on the first tile); then key j's weighted value (vj = its value row at i0, pj = its
+ * probability) added to it. */
+#define AT_PV_FROM(a, o, rescale, off)                                                            \
   do {                                                                                           \
     if (first) {                                                                                 \
       (a) = (npu_v8f){0};                                                                        \
     } else {                                                                                     \
-      LOAD8((a), o + i0 + (off));                                                                \
-      (a) *= rescale;                                                                            \
+      LOAD8((a), (o) + i0 + (off));                                                              \
+      (a) *= (rescale);                                                                          \
     }                                                                                            \
   } while (0)
-#define AT_PV_ADD(a, off)                                                                         \
+#define AT_PV_ADD(a, vj, pj, off)                                                                 \
   do {                                                                                           \
     npu_v8f x_;                                                                                  \
-    LOAD8(x_, vj + (off));                                                                       \
-    (a) += x_ * pj;                                                                              \
+    LOAD8(x_, (vj) + (off));                                                                     \
+    (a) += x_ * (pj);                                                                            \
   } while (0)
 
-/* One tile (keys j0 .. j0+n-1, values from 'vt' = value row j0) for one (head, row) pair: the
- * reference's online-softmax step. 's' holds the tile's scores (overwritten with their
- * exponentials); o (hd) is the pair's output row, holding its running weighted sum; *max and *sum
- * are its running maximum and sum. Vector lanes are head-dim elements: each adds in key order. */
-static inline __attribute__((always_inline)) void
-at_step(float *restrict o, float *restrict s, int32_t n, const float *restrict vt, size_t kv_cols,
-        int32_t hd, float *restrict max, float *restrict sum, bool first) {
+/* The reference's online-softmax step on one tile's n scores 's' for one (head, row) pair:
+ * updates its running *max and *sum, overwrites s with the exponentials, and returns the factor
+ * that rescales the pair's running weighted sum. */
+static inline __attribute__((always_inline)) float at_softmax(float *restrict s, int32_t n,
+                                                              float *restrict max,
+                                                              float *restrict sum) {
   float tile_max = -INFINITY;
   for (int32_t j = 0; j < n; j++) tile_max = s[j] > tile_max ? s[j] : tile_max;
   const float new_max = tile_max > *max ? tile_max : *max;
@@ -657,19 +657,27 @@ at_step(float *restrict o, float *restrict s, int32_t n, const float *restrict v
   }
   *sum = l;
   *max = new_max;
-  int32_t i0 = 0;
+  return rescale;
+}
+
+/* Head-dim elements i0 .. hd-1 of one pair's output row o (hd): its running weighted sum times
+ * 'rescale' plus the tile's n values (from 'vt', value row j0) weighted by the exponentials p.
+ * Vector lanes are head-dim elements: each adds in key order. */
+static inline __attribute__((always_inline)) void
+at_pv(float *restrict o, const float *restrict p, int32_t n, const float *restrict vt,
+      size_t kv_cols, int32_t i0, int32_t hd, float rescale, bool first) {
   for (; i0 + 32 <= hd; i0 += 32) {
     npu_v8f a0, a1, a2, a3;
-    AT_PV_FROM(a0, 0);
-    AT_PV_FROM(a1, 8);
-    AT_PV_FROM(a2, 16);
-    AT_PV_FROM(a3, 24);
+    AT_PV_FROM(a0, o, rescale, 0);
+    AT_PV_FROM(a1, o, rescale, 8);
+    AT_PV_FROM(a2, o, rescale, 16);
+    AT_PV_FROM(a3, o, rescale, 24);
     for (int32_t j = 0; j < n; j++) {
-      const float pj = s[j], *vj = vt + (size_t)j * kv_cols + i0;
-      AT_PV_ADD(a0, 0);
-      AT_PV_ADD(a1, 8);
-      AT_PV_ADD(a2, 16);
-      AT_PV_ADD(a3, 24);
+      const float pj = p[j], *vj = vt + (size_t)j * kv_cols + i0;
+      AT_PV_ADD(a0, vj, pj, 0);
+      AT_PV_ADD(a1, vj, pj, 8);
+      AT_PV_ADD(a2, vj, pj, 16);
+      AT_PV_ADD(a3, vj, pj, 24);
     }
     memcpy(o + i0, &a0, sizeof(a0));
     memcpy(o + i0 + 8, &a1, sizeof(a1));
@@ -678,19 +686,82 @@ at_step(float *restrict o, float *restrict s, int32_t n, const float *restrict v
   }
   for (; i0 + 8 <= hd; i0 += 8) {
     npu_v8f a0;
-    AT_PV_FROM(a0, 0);
+    AT_PV_FROM(a0, o, rescale, 0);
     for (int32_t j = 0; j < n; j++) {
-      const float pj = s[j], *vj = vt + (size_t)j * kv_cols + i0;
-      AT_PV_ADD(a0, 0);
+      const float pj = p[j], *vj = vt + (size_t)j * kv_cols + i0;
+      AT_PV_ADD(a0, vj, pj, 0);
     }
     memcpy(o + i0, &a0, sizeof(a0));
   }
   /* a head dim that is not a multiple of 8 */
   for (int32_t i = i0; i < hd; i++) {
     float a = first ? 0.0f : o[i] * rescale;
-    for (int32_t j = 0; j < n; j++) a += s[j] * vt[(size_t)j * kv_cols + (size_t)i];
+    for (int32_t j = 0; j < n; j++) a += p[j] * vt[(size_t)j * kv_cols + (size_t)i];
     o[i] = a;
   }
+}
+
+/* One tile (keys j0 .. j0+n-1, values from 'vt' = value row j0) for one (head, row) pair: the
+ * reference's online-softmax step. 's' holds the tile's scores (overwritten with their
+ * exponentials); o (hd) is the pair's output row, holding its running weighted sum; *max and *sum
+ * are its running maximum and sum. */
+static inline __attribute__((always_inline)) void
+at_step(float *restrict o, float *restrict s, int32_t n, const float *restrict vt, size_t kv_cols,
+        int32_t hd, float *restrict max, float *restrict sum, bool first) {
+  const float rescale = at_softmax(s, n, max, sum);
+  at_pv(o, s, n, vt, kv_cols, 0, hd, rescale, first);
+}
+
+/* at_step for two pairs at once, rows o0 and o1 (n0 <= n1 keys): each value row loaded serves
+ * both (32 head-dim elements at a time, eight accumulators: the adds of one row no longer wait on
+ * each other), with the same bits, since every lane still adds in key order. */
+static inline __attribute__((always_inline)) void
+at_step2(float *restrict o0, float *restrict o1, float *restrict s0, float *restrict s1,
+         int32_t n0, int32_t n1, const float *restrict vt, size_t kv_cols, int32_t hd,
+         float *restrict max0, float *restrict sum0, float *restrict max1, float *restrict sum1,
+         bool first) {
+  const float r0 = at_softmax(s0, n0, max0, sum0), r1 = at_softmax(s1, n1, max1, sum1);
+  int32_t i0 = 0;
+  for (; i0 + 32 <= hd; i0 += 32) {
+    npu_v8f a0, a1, a2, a3, b0, b1, b2, b3;
+    AT_PV_FROM(a0, o0, r0, 0);
+    AT_PV_FROM(a1, o0, r0, 8);
+    AT_PV_FROM(a2, o0, r0, 16);
+    AT_PV_FROM(a3, o0, r0, 24);
+    AT_PV_FROM(b0, o1, r1, 0);
+    AT_PV_FROM(b1, o1, r1, 8);
+    AT_PV_FROM(b2, o1, r1, 16);
+    AT_PV_FROM(b3, o1, r1, 24);
+    int32_t j = 0;
+    for (; j < n0; j++) {
+      const float p0 = s0[j], p1 = s1[j], *vj = vt + (size_t)j * kv_cols + i0;
+      AT_PV_ADD(a0, vj, p0, 0);
+      AT_PV_ADD(b0, vj, p1, 0);
+      AT_PV_ADD(a1, vj, p0, 8);
+      AT_PV_ADD(b1, vj, p1, 8);
+      AT_PV_ADD(a2, vj, p0, 16);
+      AT_PV_ADD(b2, vj, p1, 16);
+      AT_PV_ADD(a3, vj, p0, 24);
+      AT_PV_ADD(b3, vj, p1, 24);
+    }
+    for (; j < n1; j++) { /* the keys only row 1 sees */
+      const float p1 = s1[j], *vj = vt + (size_t)j * kv_cols + i0;
+      AT_PV_ADD(b0, vj, p1, 0);
+      AT_PV_ADD(b1, vj, p1, 8);
+      AT_PV_ADD(b2, vj, p1, 16);
+      AT_PV_ADD(b3, vj, p1, 24);
+    }
+    memcpy(o0 + i0, &a0, sizeof(a0));
+    memcpy(o0 + i0 + 8, &a1, sizeof(a1));
+    memcpy(o0 + i0 + 16, &a2, sizeof(a2));
+    memcpy(o0 + i0 + 24, &a3, sizeof(a3));
+    memcpy(o1 + i0, &b0, sizeof(b0));
+    memcpy(o1 + i0 + 8, &b1, sizeof(b1));
+    memcpy(o1 + i0 + 16, &b2, sizeof(b2));
+    memcpy(o1 + i0 + 24, &b3, sizeof(b3));
+  }
+  at_pv(o0, s0, n0, vt, kv_cols, i0, hd, r0, first);
+  at_pv(o1, s1, n1, vt, kv_cols, i0, hd, r1, first);
 }
 
 /* o (hd) /= sum. */
@@ -748,9 +819,8 @@ at_impl(float *restrict out, const float *restrict q, const float *restrict k,
                 const int32_t pair = (h - h0) * bt + (t - t0);
                 const size_t at = (size_t)t * q_cols + (size_t)h * (size_t)hd;
                 at_scores2_avx2(s, s1, q + at, q + at + q_cols, kt, kv_cols, hd, n1, scale);
-                at_step(out + at, s, n, vt, kv_cols, hd, &max[pair], &sum[pair], j0 == 0);
-                at_step(out + at + q_cols, s1, n1, vt, kv_cols, hd, &max[pair + 1],
-                        &sum[pair + 1], j0 == 0);
+                at_step2(out + at, out + at + q_cols, s, s1, n, n1, vt, kv_cols, hd, &max[pair],
+                         &sum[pair], &max[pair + 1], &sum[pair + 1], j0 == 0);
               }
               t++;
               continue;
