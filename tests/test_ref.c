@@ -6,6 +6,7 @@
 
 #include "model.h"
 #include "npulm.h"
+#include "ref/expf.h"
 #include "ref/forward.h"
 #include "test_util.h"
 
@@ -51,6 +52,40 @@ static void test_rmsnorm_and_softmax(void **state) {
   for (int i = 0; i < 5; i++) sum += p[i];
   assert_true(fabs(sum - 1.0) < 1e-6);
   assert_true(p[1] > p[0] && p[0] == p[4] && p[3] == 0.0f);
+}
+
+/* Distance in units in the last place between two finite floats of the same sign. */
+static int64_t ulps(float a, float b) {
+  int32_t ia, ib;
+  memcpy(&ia, &a, sizeof(ia));
+  memcpy(&ib, &b, sizeof(ib));
+  return ia > ib ? (int64_t)ia - ib : (int64_t)ib - ia;
+}
+
+/* npu_expf (attention's exponential, ref/expf.h) against double-precision exp, rounded once to
+ * float: within 1 ulp at two million points from -103.9 (deep in the subnormal results) to 88.72
+ * (just below overflow); the edges; and the eight lanes of npu_expf8 each its own scalar value. */
+static void test_expf_within_one_ulp(void **state) {
+  (void)state;
+  int64_t worst = 0;
+  enum { STEPS = 2000000 };
+  for (int i = 0; i <= STEPS; i++) {
+    const float x = -103.9f + (88.72f + 103.9f) * (float)i / (float)STEPS;
+    const int64_t u = ulps(npu_expf(x), (float)exp((double)x));
+    worst = u > worst ? u : worst;
+  }
+  assert_true(worst <= 1);
+  assert_true(npu_expf(0.0f) == 1.0f && npu_expf(-0.0f) == 1.0f);
+  assert_true(npu_expf(-INFINITY) == 0.0f && npu_expf(-104.0f) == 0.0f);
+  assert_true(npu_expf(-1e30f) == 0.0f);
+  assert_true(isinf(npu_expf(INFINITY)) && isinf(npu_expf(88.8f)) && isinf(npu_expf(1e30f)));
+  assert_true(isnan(npu_expf(NAN)));
+  float x[8] = {-3.5f, 0.25f, NAN, -90.0f, 10.0f, -0.0f, 88.8f, -200.0f}, y[8];
+  npu_expf8(y, x);
+  for (int l = 0; l < 8; l++) {
+    const float one = npu_expf(x[l]);
+    assert_true(memcmp(&y[l], &one, sizeof(one)) == 0);
+  }
 }
 
 /* npu_ref_attention (online softmax over tiles) against softmax attention in double: lengths
@@ -269,6 +304,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matvec_matches_double),
       cmocka_unit_test(test_rmsnorm_and_softmax),
+      cmocka_unit_test(test_expf_within_one_ulp),
       cmocka_unit_test(test_attention_matches_double),
       cmocka_unit_test(test_rope_pairs),
       cmocka_unit_test(test_stories260k_config),

@@ -13,10 +13,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "ref/expf.h"    /* npu_expf: the exponential that defines attention; npu_v8f */
 #include "ref/forward.h" /* NPU_REF_ATTN_TILE: the tiles that define attention */
-
-/* Eight floats: lane-wise arithmetic is IEEE single precision, as the scalar code is. */
-typedef float npu_v8f __attribute__((vector_size(32)));
 
 /* Loads through memcpy: no alignment is assumed, and no vector crosses a call boundary. */
 #define LOAD8(v, p) memcpy(&(v), (p), sizeof(npu_v8f))
@@ -443,6 +441,44 @@ at_scores2_avx2(float *restrict s0, float *restrict s1, const float *restrict qt
 }
 #endif
 
+/* The largest of 'init' and x[0 .. n-1] as the reference's running maximum finds it (a NaN
+ * 'init' stays; a NaN x is passed over), eight lanes at a time: the order cannot change a
+ * maximum, and a tie between -0 and +0 cannot change x - max. */
+static inline __attribute__((always_inline)) float max_of(const float *restrict x, int32_t n,
+                                                          float init) {
+  npu_v8f m8 = NPU_V8F(init);
+  int32_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    npu_v8f v;
+    LOAD8(v, x + j);
+    m8 = NPU_V8F_SELECT(v > m8, v, m8);
+  }
+  float m = init;
+  for (int l = 0; l < 8; l++) m = m8[l] > m ? m8[l] : m;
+  for (; j < n; j++) m = x[j] > m ? x[j] : m;
+  return m;
+}
+
+/* o[j] = npu_expf(x[j] - max) for j < n (o may be x), eight at a time; returns 'sum' with each
+ * added in order, as the reference sums them. */
+static inline __attribute__((always_inline)) float exp_sum(float *o, const float *x, int32_t n,
+                                                           float max, float sum) {
+  int32_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    npu_v8f v;
+    LOAD8(v, x + j);
+    v -= max;
+    memcpy(o + j, &v, sizeof(v));
+    npu_expf8(o + j, o + j);
+    for (int l = 0; l < 8; l++) sum += o[j + l];
+  }
+  for (; j < n; j++) {
+    o[j] = npu_expf(x[j] - max);
+    sum += o[j];
+  }
+  return sum;
+}
+
 /* Tiles of keys of one KV head in the outer loop: each tile stays in L1 while every row of every
  * query head of its group takes its scores. */
 static inline __attribute__((always_inline)) void
@@ -517,23 +553,10 @@ void npu_f32_softmax(float *restrict p, const float *restrict s, int32_t heads, 
       const float *x = s + off;
       float *o = p + off;
       const int32_t len = npu_attn_len(pos0, n_valid, t);
-      /* the maximum, four chains at a time (the order cannot change a maximum; a tie between
-       * -0 and +0 cannot change x - max either) */
-      float m[4] = {x[0], x[0], x[0], x[0]};
-      int32_t j = 1;
-      for (; j + 4 <= len; j += 4) {
-        for (int l = 0; l < 4; l++) m[l] = x[j + l] > m[l] ? x[j + l] : m[l];
-      }
-      for (; j < len; j++) m[0] = x[j] > m[0] ? x[j] : m[0];
-      float max = m[0];
-      for (int l = 1; l < 4; l++) max = m[l] > max ? m[l] : max;
-      /* exponentials, summed in order as the reference does */
-      float sum = 0.0f;
-      for (j = 0; j < len; j++) {
-        o[j] = expf(x[j] - max);
-        sum += o[j];
-      }
-      for (j = 0; j + 8 <= len; j += 8) {
+      const float max = max_of(x + 1, len - 1, x[0]);
+      const float sum = exp_sum(o, x, len, max, 0.0f);
+      int32_t j = 0;
+      for (; j + 8 <= len; j += 8) {
         npu_v8f v;
         LOAD8(v, o + j);
         v /= sum;
@@ -646,15 +669,10 @@ void npu_f32_pv(float *restrict out, const float *restrict p, const float *restr
 static inline __attribute__((always_inline)) float at_softmax(float *restrict s, int32_t n,
                                                               float *restrict max,
                                                               float *restrict sum) {
-  float tile_max = -INFINITY;
-  for (int32_t j = 0; j < n; j++) tile_max = s[j] > tile_max ? s[j] : tile_max;
+  const float tile_max = max_of(s, n, -INFINITY);
   const float new_max = tile_max > *max ? tile_max : *max;
-  const float rescale = expf(*max - new_max);
-  float l = *sum * rescale;
-  for (int32_t j = 0; j < n; j++) {
-    s[j] = expf(s[j] - new_max);
-    l += s[j];
-  }
+  const float rescale = npu_expf(*max - new_max);
+  const float l = exp_sum(s, s, n, new_max, *sum * rescale);
   *sum = l;
   *max = new_max;
   return rescale;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "ref/expf.h"
 
 npulm_status npu_ref_state_init(struct npu_ref_state *s, const struct npu_config *c, int n_ctx,
                                 npulm_error *err) {
@@ -79,7 +80,7 @@ void npu_ref_softmax(float *x, int n) {
   for (int i = 1; i < n; i++) max = x[i] > max ? x[i] : max;
   float sum = 0.0f;
   for (int i = 0; i < n; i++) {
-    x[i] = expf(x[i] - max);
+    x[i] = npu_expf(x[i] - max);
     sum += x[i];
   }
   for (int i = 0; i < n; i++) x[i] /= sum;
@@ -129,13 +130,13 @@ void npu_ref_attention(float *out, float *att, const float *q, const float *keys
     }
     /* a new maximum rescales what was summed against the old one (the first tile: by 0) */
     float new_max = tile_max > max ? tile_max : max;
-    float rescale = expf(max - new_max);
+    float rescale = npu_expf(max - new_max);
     sum *= rescale;
     for (int i = 0; i < hd; i++) out[i] *= rescale;
     /* each key's exponential joins the sum and weights its value */
     for (int j = j0; j < end; j++) {
       const float *v = values + (size_t)j * stride;
-      float p = expf(att[j] - new_max);
+      float p = npu_expf(att[j] - new_max);
       sum += p;
       for (int i = 0; i < hd; i++) out[i] += p * v[i];
     }

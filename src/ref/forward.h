@@ -64,10 +64,10 @@ void npu_ref_softmax(float *x, int n);
  * out (hd) = sum_j softmax_j(q . k_j * scale) v_j, where k_j = keys + j * stride and likewise v_j.
  * Defined as online softmax over tiles of NPU_REF_ATTN_TILE keys, in order: per tile the scores
  * (npu_ref_dot(k_j, q) * scale) and their maximum; a new running maximum rescales the running
- * sum and the output by
- * expf(old - new); then each key's expf(score - max) joins the sum and weights its value; at the
- * end the output is divided by the sum. No [len] probabilities exist at once, so memory does not
- * grow with the context. 'att' (len) receives the scores. */
+ * sum and the output by npu_expf(old - new) (ref/expf.h); then each key's npu_expf(score - max)
+ * joins the sum and weights its value; at the end the output is divided by the sum. No [len]
+ * probabilities exist at once, so memory does not grow with the context. 'att' (len) receives
+ * the scores. */
 void npu_ref_attention(float *out, float *att, const float *q, const float *keys,
                        const float *values, size_t stride, int hd, int len, float scale);
 void npu_ref_rope(float *vec, int n_heads, const struct npu_config *cfg, const float *freq_factors,
