@@ -68,6 +68,29 @@ static void test_matmul_matches_reference_bits(void **state) {
   }
 }
 
+/* RMSNorm over rows equals the reference's npu_ref_rmsnorm of each row bit for bit: row counts
+ * below, at and past the kernel's eight rows at a time, and widths not a multiple of 8. */
+static void test_rmsnorm_matches_reference_bits(void **state) {
+  (void)state;
+  uint64_t rng = 11;
+  const int32_t rows[] = {1, 3, 7, 8, 9, 16, 21}, cols[] = {1, 5, 8, 13, 64, 77};
+  for (size_t a = 0; a < sizeof(rows) / sizeof(rows[0]); a++) {
+    for (size_t b = 0; b < sizeof(cols) / sizeof(cols[0]); b++) {
+      const int32_t n = rows[a], k = cols[b];
+      float *x = malloc((size_t)n * (size_t)k * sizeof(float)), *w = malloc((size_t)k * sizeof(float));
+      float *got = malloc((size_t)n * (size_t)k * sizeof(float)), *want = malloc((size_t)k * sizeof(float));
+      fill(x, (size_t)n * (size_t)k, &rng, 40.0f);
+      fill(w, (size_t)k, &rng, 2.0f);
+      npu_f32_rmsnorm(got, x, w, n, k, 1e-5f);
+      for (int32_t t = 0; t < n; t++) {
+        npu_ref_rmsnorm(want, x + (size_t)t * (size_t)k, w, k, 1e-5f);
+        assert_memory_equal(got + (size_t)t * (size_t)k, want, (size_t)k * sizeof(float));
+      }
+      free(x), free(w), free(got), free(want);
+    }
+  }
+}
+
 /* RoPE from the table, both pairings, partial rotation and frequency factors, equals the
  * reference's rotation at each row's position bit for bit. */
 static void test_rope_matches_reference_bits(void **state) {
@@ -691,6 +714,7 @@ static void test_session_arguments(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matmul_matches_reference_bits),
+      cmocka_unit_test(test_rmsnorm_matches_reference_bits),
       cmocka_unit_test(test_rope_matches_reference_bits),
       cmocka_unit_test(test_attention_matches_reference_bits),
       cmocka_unit_test(test_fused_attention_matches_reference_bits),
