@@ -91,26 +91,34 @@ static void test_rmsnorm_matches_reference_bits(void **state) {
   }
 }
 
-/* RoPE from the table, both pairings, partial rotation and frequency factors, equals the
- * reference's rotation at each row's position bit for bit. */
+/* RoPE from the table, both pairings, partial rotation and frequency factors, head dims that do
+ * and do not fill the kernel's vectors, equals the reference's rotation at each row's position
+ * bit for bit. */
 static void test_rope_matches_reference_bits(void **state) {
   (void)state;
   uint64_t rng = 3;
-  float factors[4] = {1.0f, 2.0f, 4.5f, 8.0f};
-  for (int variant = 0; variant < 4; variant++) {
-    struct npu_config c = {.head_dim = 8, .rope_dim = variant < 2 ? 8 : 6, .rope_base = 10000.0f,
-                           .rope_type = variant % 2 ? NPU_ROPE_NEOX : NPU_ROPE_NORM};
-    const float *ff = variant == 3 ? factors : NULL;
-    enum { ROWS = 5, HEADS = 3, POS0 = 17, NPOS = 32 };
-    float cos_t[NPOS * 4], sin_t[NPOS * 4], x[ROWS * HEADS * 8], got[ROWS * HEADS * 8];
-    npu_f32_rope_table(cos_t, sin_t, NPOS, &c, ff);
-    fill(x, ROWS * HEADS * 8, &rng, 3.0f);
-    npu_f32_rope(got, x, cos_t, sin_t, &c, ROWS, HEADS, POS0);
-    for (int t = 0; t < ROWS; t++) {
-      float want[HEADS * 8];
-      memcpy(want, x + t * HEADS * 8, sizeof(want));
-      npu_ref_rope(want, HEADS, &c, ff, POS0 + t);
-      assert_memory_equal(got + t * HEADS * 8, want, sizeof(want));
+  float factors[36];
+  for (int i = 0; i < 36; i++) factors[i] = 1.0f + 0.5f * (float)i;
+  const int32_t dims[][2] = {{8, 8}, {8, 6}, {64, 64}, {64, 40}, {72, 72}, {72, 66}};
+  for (size_t d = 0; d < sizeof(dims) / sizeof(dims[0]); d++) {
+    for (int variant = 0; variant < 4; variant++) {
+      struct npu_config c = {.head_dim = dims[d][0], .rope_dim = dims[d][1],
+                             .rope_base = 10000.0f,
+                             .rope_type = variant % 2 ? NPU_ROPE_NEOX : NPU_ROPE_NORM};
+      const float *ff = variant >= 2 ? factors : NULL;
+      enum { ROWS = 5, HEADS = 3, POS0 = 17, NPOS = 32, MAX_HD = 72 };
+      const int32_t hd = c.head_dim;
+      float cos_t[NPOS * MAX_HD / 2], sin_t[NPOS * MAX_HD / 2];
+      float x[ROWS * HEADS * MAX_HD], got[ROWS * HEADS * MAX_HD];
+      npu_f32_rope_table(cos_t, sin_t, NPOS, &c, ff);
+      fill(x, (size_t)(ROWS * HEADS * hd), &rng, 3.0f);
+      npu_f32_rope(got, x, cos_t, sin_t, &c, ROWS, HEADS, POS0);
+      for (int t = 0; t < ROWS; t++) {
+        float want[HEADS * MAX_HD];
+        memcpy(want, x + t * HEADS * hd, (size_t)(HEADS * hd) * sizeof(float));
+        npu_ref_rope(want, HEADS, &c, ff, POS0 + t);
+        assert_memory_equal(got + t * HEADS * hd, want, (size_t)(HEADS * hd) * sizeof(float));
+      }
     }
   }
 }

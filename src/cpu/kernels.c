@@ -339,25 +339,77 @@ void npu_f32_rope_table(float *restrict cos_out, float *restrict sin_out, int32_
   }
 }
 
+/* Pairs i0 .. half-1 of one head: the reference's rotation. */
+static inline __attribute__((always_inline)) void rope_pairs(float *restrict o,
+                                                             const float *restrict v,
+                                                             const float *restrict cs,
+                                                             const float *restrict sn, int32_t i0,
+                                                             int32_t half, bool norm) {
+  for (int32_t i = i0; i < half; i++) {
+    int32_t a = norm ? 2 * i : i, b = norm ? 2 * i + 1 : i + half;
+    float v0 = v[a], v1 = v[b];
+    o[a] = v0 * cs[i] - v1 * sn[i];
+    o[b] = v0 * sn[i] + v1 * cs[i];
+  }
+}
+
+#ifdef NPU_HAVE_AVX2_CLONE
+/* rope_pairs of a whole head, eight dimensions at a time, with the same bits: each output is the
+ * reference's two products joined by its one subtraction or addition (an addition's operands
+ * commute exactly). Adjacent pairs (norm): x = [a0 b0 a1 b1 ..], p = x * [c0 c0 c1 c1 ..],
+ * q = [b0 a0 b1 a1 ..] * [s0 s0 s1 s1 ..]; addsub(p, q) = [a0 c0 - b0 s0, b0 c0 + a0 s0, ..]. */
+__attribute__((target("avx2"))) static void rope_head_avx2(float *restrict o,
+                                                           const float *restrict v,
+                                                           const float *restrict cs,
+                                                           const float *restrict sn, int32_t half,
+                                                           bool norm) {
+  int32_t i = 0;
+  if (norm) {
+    const __m256i dup = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+    for (; i + 4 <= half; i += 4) {
+      const __m256 x = _mm256_loadu_ps(v + 2 * i);
+      const __m256 c = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(cs + i)), dup);
+      const __m256 s = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(sn + i)), dup);
+      const __m256 p = _mm256_mul_ps(x, c), q = _mm256_mul_ps(_mm256_permute_ps(x, 0xB1), s);
+      _mm256_storeu_ps(o + 2 * i, _mm256_addsub_ps(p, q));
+    }
+  } else {
+    for (; i + 8 <= half; i += 8) {
+      const __m256 a = _mm256_loadu_ps(v + i), b = _mm256_loadu_ps(v + i + half);
+      const __m256 c = _mm256_loadu_ps(cs + i), s = _mm256_loadu_ps(sn + i);
+      _mm256_storeu_ps(o + i, _mm256_sub_ps(_mm256_mul_ps(a, c), _mm256_mul_ps(b, s)));
+      _mm256_storeu_ps(o + i + half, _mm256_add_ps(_mm256_mul_ps(a, s), _mm256_mul_ps(b, c)));
+    }
+  }
+  rope_pairs(o, v, cs, sn, i, half, norm);
+}
+#endif
+
 void npu_f32_rope(float *restrict out, const float *restrict x, const float *restrict cos_tab,
                   const float *restrict sin_tab, const struct npu_config *c, int32_t rows,
                   int32_t heads, int32_t pos0) {
   const int32_t hd = c->head_dim, half = c->rope_dim / 2;
   const size_t cols = (size_t)heads * (size_t)hd;
   const bool norm = c->rope_type == NPU_ROPE_NORM;
-  memcpy(out, x, (size_t)rows * cols * sizeof(float)); /* the dimensions RoPE leaves alone */
+#ifdef NPU_HAVE_AVX2_CLONE
+  const bool avx2 = __builtin_cpu_supports("avx2");
+#endif
+  if (2 * half < hd) { /* the dimensions RoPE leaves alone */
+    memcpy(out, x, (size_t)rows * cols * sizeof(float));
+  }
   for (int32_t t = 0; t < rows; t++) {
     const float *cs = cos_tab + (size_t)(pos0 + t) * (size_t)half;
     const float *sn = sin_tab + (size_t)(pos0 + t) * (size_t)half;
     for (int32_t h = 0; h < heads; h++) {
       const float *v = x + (size_t)t * cols + (size_t)h * (size_t)hd;
       float *o = out + (size_t)t * cols + (size_t)h * (size_t)hd;
-      for (int32_t i = 0; i < half; i++) {
-        int32_t a = norm ? 2 * i : i, b = norm ? 2 * i + 1 : i + half;
-        float v0 = v[a], v1 = v[b];
-        o[a] = v0 * cs[i] - v1 * sn[i];
-        o[b] = v0 * sn[i] + v1 * cs[i];
+#ifdef NPU_HAVE_AVX2_CLONE
+      if (avx2) {
+        rope_head_avx2(o, v, cs, sn, half, norm);
+        continue;
       }
+#endif
+      rope_pairs(o, v, cs, sn, 0, half, norm);
     }
   }
 }
