@@ -14,6 +14,7 @@
 #include "model.h"
 #include "ref/forward.h"
 #include "runtime/exec.h"
+#include "runtime/pages.h"
 #include "runtime/session_internal.h"
 #include "runtime/pool.h"
 #include "runtime/scheduler.h"
@@ -21,7 +22,6 @@
 /* Context used when the caller asks for the model's own: capped so that models trained for very
  * long contexts do not allocate gigabytes of KV cache by default. */
 #define DEFAULT_CTX_CAP 4096
-#define ARENA_ALIGN 64
 
 /* The memory one chunk in flight works in. */
 struct slot {
@@ -45,12 +45,15 @@ struct npulm_session {
   const struct npu_program *prog;
   int32_t max_rows;
   float *kv;         /* (n_layers, 2, n_ctx, kv_dim): K then V of each layer */
+  size_t kv_bytes;
   float **k_cache;   /* (n_layers) into kv */
   float **v_cache;   /* (n_layers) into kv */
   float *rope_cos;   /* (n_ctx + max_rows, rope_dim / 2) */
   float *rope_sin;
   float *scratch_logits; /* (max_rows, n_vocab) for steps whose rows do not all go to the caller */
+  size_t scratch_bytes;
   struct slot slots[NPU_SCHED_SLOTS];
+  size_t arena_bytes[NPU_BE_COUNT]; /* of each slot's arena of each backend */
   struct npu_step *steps;                /* (n_ctx) the steps of the evaluation in progress */
   const struct npu_graph **step_graphs;  /* (n_ctx) */
   double *costs;        /* measured seconds of every subgraph of every graph (scheduler's) */
@@ -78,12 +81,10 @@ npulm_session_params npulm_session_default_params(void) {
   return p;
 }
 
-/* Allocate 'size' bytes aligned for the kernels (never zero bytes), or NULL. */
-static void *alloc_aligned(uint64_t size) {
-  size = (size + ARENA_ALIGN - 1) & ~(uint64_t)(ARENA_ALIGN - 1);
-  if (size == 0) size = ARENA_ALIGN;
-  if (size > SIZE_MAX) return NULL;
-  return aligned_alloc(ARENA_ALIGN, (size_t)size);
+/* npu_pages_alloc of a 'size' that must fit a size_t (*bytes takes it); NULL if it does not. */
+static void *alloc_pages(uint64_t size, size_t *bytes) {
+  *bytes = size <= SIZE_MAX ? (size_t)size : 0;
+  return size <= SIZE_MAX ? npu_pages_alloc((size_t)size) : NULL;
 }
 
 /* Set up the compiled engine of 's' for a context of s->n_ctx. */
@@ -126,12 +127,13 @@ static npulm_status compiled_init(struct npulm_session *s, npulm_error *err) {
   size_t kv_dim = (size_t)c->n_kv_heads * (size_t)c->head_dim;
   size_t layer_rows = (size_t)s->n_ctx * kv_dim;
   size_t n_rope = ((size_t)s->n_ctx + (size_t)s->max_rows) * (size_t)(c->rope_dim / 2 + 1);
-  s->kv = calloc(2 * (size_t)c->n_layers * layer_rows, sizeof(float));
+  s->kv = alloc_pages(2 * (uint64_t)c->n_layers * layer_rows * sizeof(float), &s->kv_bytes);
   s->k_cache = calloc((size_t)c->n_layers, sizeof(*s->k_cache));
   s->v_cache = calloc((size_t)c->n_layers, sizeof(*s->v_cache));
   s->rope_cos = malloc(n_rope * sizeof(float));
   s->rope_sin = malloc(n_rope * sizeof(float));
-  s->scratch_logits = alloc_aligned((uint64_t)s->max_rows * (uint64_t)c->n_vocab * sizeof(float));
+  s->scratch_logits = alloc_pages((uint64_t)s->max_rows * (uint64_t)c->n_vocab * sizeof(float),
+                                  &s->scratch_bytes);
   s->steps = calloc((size_t)s->n_ctx, sizeof(*s->steps));
   s->step_graphs = calloc((size_t)s->n_ctx, sizeof(*s->step_graphs));
   s->step_costs = calloc((size_t)s->n_ctx, sizeof(*s->step_costs));
@@ -159,7 +161,7 @@ static npulm_status compiled_init(struct npulm_session *s, npulm_error *err) {
     sl->ids = calloc((size_t)s->max_rows, sizeof(int32_t));
     if (sl->ids == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
     for (int be = 0; be < NPU_BE_COUNT; be++) {
-      sl->arena[be] = alloc_aligned(arena[be]);
+      sl->arena[be] = alloc_pages(arena[be], &s->arena_bytes[be]);
       if (sl->arena[be] == NULL) {
         return npu_fail(err, NPULM_ERR_NOMEM, "out of memory allocating a %s arena of %llu bytes",
                         npu_backend_name((enum npu_backend)be), (unsigned long long)arena[be]);
@@ -225,14 +227,16 @@ void npulm_session_free(npulm_session *s) {
   npu_ref_state_free(&s->ref);
   for (int i = 0; i < NPU_SCHED_SLOTS; i++) {
     free(s->slots[i].ids);
-    for (int be = 0; be < NPU_BE_COUNT; be++) free(s->slots[i].arena[be]);
+    for (int be = 0; be < NPU_BE_COUNT; be++) {
+      npu_pages_free(s->slots[i].arena[be], s->arena_bytes[be]);
+    }
   }
-  free(s->kv);
+  npu_pages_free(s->kv, s->kv_bytes);
   free(s->k_cache);
   free(s->v_cache);
   free(s->rope_cos);
   free(s->rope_sin);
-  free(s->scratch_logits);
+  npu_pages_free(s->scratch_logits, s->scratch_bytes);
   free(s->steps);
   free(s->step_graphs);
   free(s->step_costs);
