@@ -34,8 +34,9 @@ const char npulm_usage_bench[] =
     "Measure prefill (pp N: N tokens in one evaluation) and decode (tg N: N single-token\n"
     "evaluations) speeds in tokens/s the way llama-bench does: synthetic random tokens, no\n"
     "tokenization or sampling, a warmup run, then repetitions from an empty cache, reported as\n"
-    "mean +/- standard deviation. Also reports time to first token and peak RSS. A GGUF model is\n"
-    "compiled in memory first; a program file (npulm compile) runs as it is.\n"
+    "mean +/- standard deviation. Also reports time to first token and peak RSS (on Linux each\n"
+    "test's own: the high-water mark is reset before it; elsewhere the process's peak so far).\n"
+    "A GGUF model is compiled in memory first; a program file (npulm compile) runs as it is.\n"
     "\n"
     "  -m, --model FILE      model (default: $NPULM_MODEL, else " CLI_DEFAULT_MODEL_PATH ")\n"
     "  -p, --n-prompt LIST   prompt lengths, comma-separated; 0 = no prefill test (default 512)\n"
@@ -68,7 +69,7 @@ struct result {
   uint64_t *samples_ns; /* (reps) */
   int reps;
   double ttft_s;        /* mean time from a repetition's start to its first logits */
-  uint64_t peak_rss;    /* bytes, after the test (the process's peak so far) */
+  uint64_t peak_rss;    /* bytes: the test's own peak (Linux), else the process's peak so far */
   /* --roofline */
   const npulm_roofline *host;
   npulm_prediction bound;              /* on this host's ceilings */
@@ -180,6 +181,33 @@ static double run_gen(const char *cmd, npulm_session *s, const npulm_model_info 
   return first;
 }
 
+/* Start a new peak-RSS window: Linux resets the process's high-water mark (VmHWM) to its current
+ * RSS when "5" is written to /proc/self/clear_refs. Elsewhere nothing happens. */
+static void peak_rss_reset(void) {
+  FILE *f = fopen("/proc/self/clear_refs", "w");
+  if (f == NULL) return;
+  fputs("5", f);
+  fclose(f);
+}
+
+/* Peak RSS in bytes since the last peak_rss_reset: VmHWM of /proc/self/status; without it, the
+ * process's peak (getrusage: reset by nothing). */
+static uint64_t peak_rss_bytes(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (f != NULL) {
+    char line[256];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (!found && fgets(line, sizeof(line), f) != NULL) {
+      found = sscanf(line, "VmHWM: %llu kB", &kib) == 1;
+    }
+    fclose(f);
+    if (found) return (uint64_t)kib * 1024;
+  }
+  struct rusage ru;
+  return getrusage(RUSAGE_SELF, &ru) == 0 ? (uint64_t)ru.ru_maxrss * 1024 : 0; /* KiB */
+}
+
 static void run_test(const char *cmd, const npulm_model *model, const struct bench_opts *o,
                      struct result *r) {
   npulm_model_info info;
@@ -191,6 +219,7 @@ static void run_test(const char *cmd, const npulm_model *model, const struct ben
   gmtime_r(&now, &tm);
   strftime(r->test_time, sizeof(r->test_time), "%Y-%m-%dT%H:%M:%SZ", &tm);
 
+  peak_rss_reset();
   npulm_session_params sp = npulm_session_default_params();
   sp.n_ctx = n_tokens(r);
   sp.n_threads = r->n_threads;
@@ -225,8 +254,7 @@ static void run_test(const char *cmd, const npulm_model *model, const struct ben
     ttft += first;
   }
   r->ttft_s = ttft / o->reps;
-  struct rusage ru;
-  if (getrusage(RUSAGE_SELF, &ru) == 0) r->peak_rss = (uint64_t)ru.ru_maxrss * 1024; /* KiB */
+  r->peak_rss = peak_rss_bytes();
   free(tokens);
   npulm_session_free(s);
 }

@@ -50,6 +50,23 @@ if command -v python3 >/dev/null 2>&1; then
 else
   n=$((n + 1)); echo "ok $n - bench -o json fields # SKIP no python3"
 fi
+# each test's own peak RSS: a small decode test after a larger prefill one reports less than it
+# (a process-wide peak could only grow); the larger session's memory is given back when freed
+per_test_rss() {
+  "$bin" bench -m "$model" -p 512 -n 4 -r 1 -t 1 -o json >"$tmp/rss.json" 2>/dev/null &&
+    python3 - "$tmp/rss.json" <<'EOF'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+pp, tg = rows[0]["peak_rss_bytes"], rows[1]["peak_rss_bytes"]
+assert (rows[0]["n_prompt"], rows[1]["n_gen"]) == (512, 4)
+assert 0 < tg < pp, (pp, tg)
+EOF
+}
+if command -v python3 >/dev/null 2>&1 && [ -w /proc/self/clear_refs ]; then
+  check "bench: peak RSS is each test's own" per_test_rss
+else
+  n=$((n + 1)); echo "ok $n - bench per-test peak RSS # SKIP no python3 or /proc/self/clear_refs"
+fi
 json_only() { [ ! -s "$tmp/json.err" ] && [ "$(head -c 1 "$tmp/json")" = "[" ]; }
 check "bench -o json: nothing but JSON" json_only
 
