@@ -141,6 +141,7 @@ typedef struct npulm_session_params {
   int n_threads;  /* threads the NPU's matmuls are cut across: the NPU worker, the CPU worker
                    * while it waits, and n_threads - 2 more; 0 = one per online CPU */
   bool reference; /* run the FP32 reference forward instead of the compiled graphs (the oracle) */
+  bool profile;   /* time every node by operator (npulm_session_profile): a clock read per node */
 } npulm_session_params;
 /* A session runs the model's program (npulm_model_compile, or the one a program file carries).
  * On a model without one it compiles FP32 static graphs of its own: calibrating for the integer
@@ -157,6 +158,26 @@ typedef struct npulm_session_stats {
 } npulm_session_stats;
 
 void npulm_session_get_stats(const npulm_session *session, npulm_session_stats *stats_out);
+
+/* Where node time went, by operator and backend (a session created with params.profile; none
+ * otherwise, nor for the reference). The two workers' times add up, so with overlap the sum of
+ * 'seconds' can exceed the wall time. */
+typedef struct npulm_profile_entry {
+  const char *op;        /* "matmul", "attn", "rmsnorm", "transfer", ... */
+  const char *backend;   /* "NPU" or "CPU" */
+  uint64_t calls;        /* nodes run */
+  double seconds;        /* wall time inside them */
+  uint64_t macs;         /* multiply-accumulates: weight matmuls (padded rows included) and
+                            attention (the keys each real row attends to); 0 for other ops */
+  uint64_t weight_bytes; /* weight bytes the matmuls read (packed int8 on the integer NPU) */
+} npulm_profile_entry;
+
+/* Write up to 'cap' entries, the most time first, one per operator and backend that ran since
+ * the session was created or its profile cleared; return how many there are. */
+int npulm_session_profile(const npulm_session *session, npulm_profile_entry *out, int cap);
+
+/* Start the profile again from zero (as between a warmup and the measured runs). */
+void npulm_session_profile_clear(npulm_session *session);
 
 npulm_session_params npulm_session_default_params(void);
 

@@ -26,6 +26,7 @@
 
 #define MAX_LIST 16
 #define MAX_PROFILES 8
+#define MAX_PROFILE 32 /* operator x backend entries of a --profile */
 
 const char npulm_usage_bench[] =
     "usage: npulm bench [-m MODEL] [-p 512] [-n 128] [-t THREADS] [-r 5] [-o md|json]\n"
@@ -49,6 +50,9 @@ const char npulm_usage_bench[] =
     "                        bandwidth, place every test against them, and predict each test on\n"
     "                        the NPU profiles (Hexagon V75, Apple M4 ANE, Meteor Lake NPU)\n"
     "  --plot FILE.svg       draw the roofline with the measured points (implies --roofline)\n"
+    "  --profile             time every node and print, per test, where a run's time goes by\n"
+    "                        operator and backend, with the matmuls' GMAC/s and GB/s (JSON:\n"
+    "                        a 'profile' array per test)\n"
     "\n"
     "Compile options, for a GGUF model:\n" CLI_COMPILE_OPTIONS_HELP;
 
@@ -58,7 +62,7 @@ struct bench_opts {
   int gens[MAX_LIST], n_gens;
   int threads[MAX_LIST], n_threads;
   int reps;
-  bool json, warmup, roofline;
+  bool json, warmup, roofline, profile;
   const char *plot;
 };
 
@@ -76,6 +80,9 @@ struct result {
   npulm_prediction pred[MAX_PROFILES]; /* on each NPU profile */
   npulm_decode_traffic traffic;        /* tg: at position 0 */
   double bytes_per_token;              /* tg: mean over the run's positions */
+  /* --profile: the measured repetitions' node time by operator, the most first */
+  npulm_profile_entry profile[MAX_PROFILE];
+  int n_profile;
 };
 
 /* What describes the model in every row. */
@@ -223,6 +230,7 @@ static void run_test(const char *cmd, const npulm_model *model, const struct ben
   npulm_session_params sp = npulm_session_default_params();
   sp.n_ctx = n_tokens(r);
   sp.n_threads = r->n_threads;
+  sp.profile = o->profile;
   npulm_session *s;
   npulm_error err;
   if (npulm_session_create(model, &sp, &s, &err) != NPULM_OK) {
@@ -238,6 +246,7 @@ static void run_test(const char *cmd, const npulm_model *model, const struct ben
     if (r->n_prompt > 0) run_prompt(cmd, s, &info, tokens, r->n_prompt, &rng);
     if (r->n_gen > 0) run_gen(cmd, s, &info, 1, &rng);
   }
+  npulm_session_profile_clear(s); /* the measured repetitions only */
   double ttft = 0.0;
   for (int rep = 0; rep < o->reps; rep++) {
     npulm_session_reset(s);
@@ -255,6 +264,8 @@ static void run_test(const char *cmd, const npulm_model *model, const struct ben
   }
   r->ttft_s = ttft / o->reps;
   r->peak_rss = peak_rss_bytes();
+  r->n_profile = npulm_session_profile(s, r->profile, MAX_PROFILE);
+  if (r->n_profile > MAX_PROFILE) r->n_profile = MAX_PROFILE;
   free(tokens);
   npulm_session_free(s);
 }
@@ -470,6 +481,51 @@ static void print_roofline_table(const struct model_desc *d, const struct result
              q->n_dispatches, q->transfer_s * 1e3, p + 1 < n_prof ? ";" : "\n");
     }
   }
+}
+
+/* ---- --profile ------------------------------------------------------------------------------ */
+
+/* Where one run of test 'r' spends its node time, per operator and backend. */
+static void print_profile(const struct result *r) {
+  char name[48];
+  test_name(r, name, sizeof(name));
+  double total = 0.0;
+  for (int i = 0; i < r->n_profile; i++) total += r->profile[i].seconds;
+  const double reps = r->reps > 0 ? r->reps : 1;
+  printf("\nprofile of %s, per run (wall %.2f ms; node time %.2f ms, the NPU and CPU workers'"
+         " added):\n",
+         name, (double)avg_ns(r) * 1e-6, total / reps * 1e3);
+  printf("| %-9s | %-7s | %8s | %9s | %7s | %8s | %7s |\n", "op", "backend", "calls", "ms",
+         "% nodes", "GMAC/s", "GB/s");
+  printf("| --------- | ------- | -------: | --------: | ------: | -------: | ------: |\n");
+  for (int i = 0; i < r->n_profile; i++) {
+    const npulm_profile_entry *e = &r->profile[i];
+    char gmac[16] = "", gbs[16] = "";
+    if (e->macs > 0 && e->seconds > 0) snprintf(gmac, sizeof(gmac), "%.1f", e->macs / e->seconds * 1e-9);
+    if (e->weight_bytes > 0 && e->seconds > 0) {
+      snprintf(gbs, sizeof(gbs), "%.1f", e->weight_bytes / e->seconds * 1e-9);
+    }
+    printf("| %-9s | %-7s | %8.0f | %9.3f | %6.1f%% | %8s | %7s |\n", e->op, e->backend,
+           (double)e->calls / reps, e->seconds / reps * 1e3,
+           total > 0 ? 100.0 * e->seconds / total : 0.0, gmac, gbs);
+  }
+}
+
+static json_t *profile_json(const struct result *r) {
+  json_t *arr = json_array();
+  const double reps = r->reps > 0 ? r->reps : 1;
+  for (int i = 0; i < r->n_profile; i++) {
+    const npulm_profile_entry *e = &r->profile[i];
+    json_t *o = json_object();
+    json_object_set_new(o, "op", json_string(e->op));
+    json_object_set_new(o, "backend", json_string(e->backend));
+    json_object_set_new(o, "calls_per_run", json_real((double)e->calls / reps));
+    json_object_set_new(o, "ms_per_run", json_real(e->seconds / reps * 1e3));
+    json_object_set_new(o, "macs_per_run", json_real((double)e->macs / reps));
+    json_object_set_new(o, "weight_bytes_per_run", json_real((double)e->weight_bytes / reps));
+    json_array_append_new(arr, o);
+  }
+  return arr;
 }
 
 /* ---- SVG plot ------------------------------------------------------------------------------ */
@@ -741,6 +797,7 @@ static json_t *result_json(const struct model_desc *d, const struct result *r) {
   json_object_set_new(o, "quant", json_string(d->quant));
   json_object_set_new(o, "ttft_ms", json_real(r->ttft_s * 1e3));
   json_object_set_new(o, "peak_rss_bytes", json_integer((json_int_t)r->peak_rss));
+  if (r->n_profile > 0) json_object_set_new(o, "profile", profile_json(r));
   if (r->host != NULL) {
     const npulm_roofline *h = r->host;
     struct placement pl;
@@ -803,6 +860,7 @@ static void parse(struct cli_args *a, struct bench_opts *o, npulm_compile_params
       else cli_die(a->cmd, "option -o: '%s' is not md or json", v);
     } else if (cli_is_opt(s, NULL, "--no-warmup")) o->warmup = false;
     else if (cli_is_opt(s, NULL, "--roofline")) o->roofline = true;
+    else if (cli_is_opt(s, NULL, "--profile")) o->profile = true;
     else if (cli_is_opt(s, NULL, "--plot")) {
       o->plot = cli_opt_value(a);
       o->roofline = true;
@@ -894,6 +952,9 @@ int npulm_cmd_bench(int argc, char **argv) {
       roofline_for(a.cmd, model, &rs[i], &hosts[t]);
     }
     if (!o.json) print_roofline_table(&d, rs, n_tests);
+  }
+  if (o.profile && !o.json) {
+    for (int i = 0; i < n_tests; i++) print_profile(&rs[i]);
   }
   if (o.json) {
     json_t *arr = json_array();

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "common.h"
 #include "cpu/kernels.h"
 #include "npu/executor.h"
 #include "cpu/convert.h"
@@ -211,8 +212,8 @@ static void exec_split(const struct npu_graph *g, const struct npu_ir_node *n,
                row_task, &rs);
 }
 
-static void exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
-                      const struct npu_exec_ctx *ctx) {
+static void run_node(const struct npu_graph *g, const struct npu_ir_node *n,
+                     const struct npu_exec_ctx *ctx) {
   int32_t index = (int32_t)(n - g->nodes);
   if (g->node_site != NULL && n->backend == NPU_BE_NPU) {
     npu_npu_exec_node(g, n, &ctx->prog->qsites[g->node_site[index]], &ctx->prog->uk,
@@ -268,6 +269,46 @@ static void exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
   default: break; /* the row-wise ops ran in exec_rows */
   }
   assert(!"unknown op");
+}
+
+/* The multiply-accumulates and weight bytes of node 'n' in this step: a matmul's rows x N x K
+ * (padded rows included: the static graph computes them) and its weights (packed int8 on the
+ * integer NPU, else F32); attention's q.k and p.v over the keys each real row attends to. */
+static void node_work(const struct npu_graph *g, const struct npu_ir_node *n,
+                      const struct npu_exec_ctx *ctx, uint64_t *macs, uint64_t *bytes) {
+  const struct npu_ir_tensor *out = &g->tensors[n->out];
+  *macs = *bytes = 0;
+  if (n->op == NPU_OP_MATMUL) {
+    const uint64_t k = (uint64_t)g->tensors[n->in[0]].ne[1], cols = (uint64_t)out->ne[1];
+    *macs = (uint64_t)out->ne[0] * cols * k;
+    const int32_t site = g->node_site != NULL ? g->node_site[n - g->nodes] : -1;
+    *bytes = site >= 0 ? ctx->prog->qsites[site].packed_size : cols * k * sizeof(float);
+  } else if (n->op == NPU_OP_ATTN || n->op == NPU_OP_QK || n->op == NPU_OP_PV) {
+    /* keys attended: row t sees pos0 + t + 1 of them */
+    const uint64_t v = (uint64_t)ctx->n_valid;
+    const uint64_t keys = v * (uint64_t)ctx->pos0 + v * (v + 1) / 2;
+    const uint64_t q_dim = (uint64_t)ctx->cfg->n_heads * (uint64_t)ctx->cfg->head_dim;
+    *macs = keys * q_dim * (n->op == NPU_OP_ATTN ? 2 : 1);
+  }
+}
+
+static void exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
+                      const struct npu_exec_ctx *ctx) {
+  struct npu_profile *pr = ctx->profile;
+  if (pr == NULL) {
+    run_node(g, n, ctx);
+    return;
+  }
+  const double t0 = npu_now();
+  run_node(g, n, ctx);
+  const uint64_t ns = (uint64_t)((npu_now() - t0) * 1e9);
+  uint64_t macs, bytes;
+  node_work(g, n, ctx, &macs, &bytes);
+  const int be = n->backend, op = n->op;
+  atomic_fetch_add_explicit(&pr->ns[be][op], ns, memory_order_relaxed);
+  atomic_fetch_add_explicit(&pr->calls[be][op], 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&pr->macs[be][op], macs, memory_order_relaxed);
+  atomic_fetch_add_explicit(&pr->bytes[be][op], bytes, memory_order_relaxed);
 }
 
 void npu_exec_subgraph(const struct npu_graph *g, const struct npu_subgraph *sg,

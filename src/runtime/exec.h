@@ -5,12 +5,23 @@
 #ifndef NPU_RUNTIME_EXEC_H
 #define NPU_RUNTIME_EXEC_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "graph/program.h"
 #include "model.h"
 
 struct npu_pool;
+
+/* Where node time goes (a session's params.profile): per backend and op, the wall time inside its
+ * nodes, their number, and the multiply-accumulates and weight bytes they do, which the workers
+ * add as they go (relaxed atomics: the two workers may finish nodes of one op at once). */
+struct npu_profile {
+  _Atomic uint64_t ns[NPU_BE_COUNT][NPU_OP_COUNT];
+  _Atomic uint64_t calls[NPU_BE_COUNT][NPU_OP_COUNT];
+  _Atomic uint64_t macs[NPU_BE_COUNT][NPU_OP_COUNT];
+  _Atomic uint64_t bytes[NPU_BE_COUNT][NPU_OP_COUNT];
+};
 
 /* Everything one step of one graph reads and writes, apart from the graph itself. */
 struct npu_exec_ctx {
@@ -30,6 +41,7 @@ struct npu_exec_ctx {
   void (*observe)(void *user, const struct npu_graph *g, int32_t node,
                   const struct npu_exec_ctx *ctx);
   void *observe_user;
+  struct npu_profile *profile; /* NULL: not profiling */
 };
 
 /* Run nodes sg->first .. sg->first + sg->count - 1 of 'g' in order. */

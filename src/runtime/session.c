@@ -71,6 +71,7 @@ struct npulm_session {
   npu_node_observer observe;
   void *observe_user;
   /* accounting */
+  struct npu_profile *profile; /* NULL unless params.profile */
   uint64_t n_steps_total;
   uint64_t n_transfers;
   double wall_s;
@@ -206,7 +207,8 @@ npulm_status npulm_session_create(const npulm_model *model, const npulm_session_
   s->n_threads = p.n_threads;
   npulm_status st = NPULM_OK;
   s->last_logits = calloc((size_t)model->cfg.n_vocab, sizeof(float));
-  if (s->last_logits == NULL) {
+  if (p.profile && !p.reference) s->profile = calloc(1, sizeof(*s->profile));
+  if (s->last_logits == NULL || (p.profile && !p.reference && s->profile == NULL)) {
     st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
     goto fail;
   }
@@ -242,6 +244,7 @@ void npulm_session_free(npulm_session *s) {
   free(s->step_costs);
   free(s->cost_off);
   free(s->costs);
+  free(s->profile);
   npu_program_free(s->owned_program);
   free(s->last_logits);
   free(s);
@@ -263,6 +266,47 @@ void npulm_session_get_stats(const npulm_session *s, npulm_session_stats *stats_
     stats_out->npu_busy_s = st.busy_s[NPU_BE_NPU];
     stats_out->cpu_busy_s = st.busy_s[NPU_BE_CPU];
     stats_out->overlap_s = st.overlap_s;
+  }
+}
+
+int npulm_session_profile(const npulm_session *s, npulm_profile_entry *out, int cap) {
+  int n = 0;
+  if (s->profile == NULL) return 0;
+  for (int be = 0; be < NPU_BE_COUNT; be++) {
+    for (int op = 0; op < NPU_OP_COUNT; op++) {
+      const uint64_t calls = atomic_load_explicit(&s->profile->calls[be][op], memory_order_relaxed);
+      if (calls == 0) continue;
+      const npulm_profile_entry e = {
+          .op = npu_op_name((enum npu_op)op),
+          .backend = npu_backend_name((enum npu_backend)be),
+          .calls = calls,
+          .seconds =
+              (double)atomic_load_explicit(&s->profile->ns[be][op], memory_order_relaxed) * 1e-9,
+          .macs = atomic_load_explicit(&s->profile->macs[be][op], memory_order_relaxed),
+          .weight_bytes = atomic_load_explicit(&s->profile->bytes[be][op], memory_order_relaxed),
+      };
+      /* insertion into the first min(n, cap) entries, the most time first */
+      int at = n < cap ? n : cap;
+      while (at > 0 && out[at - 1].seconds < e.seconds) {
+        if (at < cap) out[at] = out[at - 1];
+        at--;
+      }
+      if (at < cap) out[at] = e;
+      n++;
+    }
+  }
+  return n;
+}
+
+void npulm_session_profile_clear(npulm_session *s) {
+  if (s->profile == NULL) return;
+  for (int be = 0; be < NPU_BE_COUNT; be++) {
+    for (int op = 0; op < NPU_OP_COUNT; op++) {
+      atomic_store_explicit(&s->profile->ns[be][op], 0, memory_order_relaxed);
+      atomic_store_explicit(&s->profile->calls[be][op], 0, memory_order_relaxed);
+      atomic_store_explicit(&s->profile->macs[be][op], 0, memory_order_relaxed);
+      atomic_store_explicit(&s->profile->bytes[be][op], 0, memory_order_relaxed);
+    }
   }
 }
 
@@ -306,6 +350,7 @@ static void run_task(void *user, int32_t step, int32_t sub, int32_t slot) {
       .pool = {s->pools[NPU_BE_NPU], s->pools[NPU_BE_CPU]},
       .observe = s->observe,
       .observe_user = s->observe_user,
+      .profile = s->profile,
   };
   npu_exec_subgraph(g, &g->subgraphs[sub], &ctx);
   if (sub == g->n_subgraphs - 1) {

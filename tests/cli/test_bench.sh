@@ -67,6 +67,38 @@ if command -v python3 >/dev/null 2>&1 && [ -w /proc/self/clear_refs ]; then
 else
   n=$((n + 1)); echo "ok $n - bench per-test peak RSS # SKIP no python3 or /proc/self/clear_refs"
 fi
+# --profile: per test, node time by operator; the matmuls' work is what the model's shapes say
+# (a decode step multiplies every weight once: MACs per token = the weights the matmuls read,
+# less the packed layout's per-channel header)
+"$bin" bench -m "$model" -p 16 -n 4 -r 2 -t 1 --profile >"$tmp/prof" 2>"$tmp/prof.err"
+"$bin" bench -m "$model" -p 16 -n 4 -r 2 -t 1 --profile -o json >"$tmp/prof.json" 2>/dev/null
+profile_md() {
+  grep -q '^profile of pp16, per run (wall [0-9.]* ms; node time [0-9.]* ms' "$tmp/prof" &&
+    grep -q '^profile of tg4, per run' "$tmp/prof" &&
+    grep -Eq '^\| matmul +\| NPU +\| +[1-9][0-9]* \| +[0-9.]+ \| +[0-9.]+% \| +[0-9.]+ \| +[0-9.]+ \|$' "$tmp/prof" &&
+    grep -Eq '^\| attn +\| CPU +\|' "$tmp/prof" &&
+    awk -F'|' '/^profile of tg4/ {on = 1} on && $3 ~ /NPU|CPU/ {gsub(/[ %]/, "", $6); s += $6}
+               END {exit !(s > 99.5 && s < 100.5)}' "$tmp/prof"
+}
+check "bench --profile: a table per test, its shares adding up to 100%" profile_md
+profile_json() {
+  python3 - "$tmp/prof.json" <<'EOF'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+tg = [r for r in rows if r["n_gen"] == 4][0]
+mm = [e for e in tg["profile"] if e["op"] == "matmul" and e["backend"] == "NPU"][0]
+assert mm["ms_per_run"] > 0 and mm["macs_per_run"] > 0
+per_token = mm["macs_per_run"] / 4
+assert per_token == int(per_token), per_token
+# the packed layout adds 8 bytes per output channel (128 per 16): an eighth at this model's k = 64
+assert per_token < mm["weight_bytes_per_run"] / 4 < 1.2 * per_token, mm
+EOF
+}
+if command -v python3 >/dev/null 2>&1; then
+  check "bench --profile -o json: decode matmul MACs match the weights they read" profile_json
+else
+  n=$((n + 1)); echo "ok $n - bench --profile json # SKIP no python3"
+fi
 json_only() { [ ! -s "$tmp/json.err" ] && [ "$(head -c 1 "$tmp/json")" = "[" ]; }
 check "bench -o json: nothing but JSON" json_only
 
