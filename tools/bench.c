@@ -47,8 +47,9 @@ const char npulm_usage_bench[] =
     "  -o, --output FORMAT   md (a llama-bench table, default) or json (llama-bench's JSON fields)\n"
     "  --no-warmup           skip the warmup runs\n"
     "  --roofline            measure this host's int8 MAC/s (the NPU's GEMM kernel) and memory\n"
-    "                        bandwidth, place every test against them, and predict each test on\n"
-    "                        the NPU profiles (Hexagon V75, Apple M4 ANE, Meteor Lake NPU)\n"
+    "                        bandwidth (before and after the tests; the better of the two), place\n"
+    "                        every test against them, and predict each test on the NPU profiles\n"
+    "                        (Hexagon V75, Apple M4 ANE, Meteor Lake NPU)\n"
     "  --plot FILE.svg       draw the roofline with the measured points (implies --roofline)\n"
     "  --profile             time every node and print, per test, where a run's time goes by\n"
     "                        operator and backend, with the matmuls' GMAC/s and GB/s (JSON:\n"
@@ -403,9 +404,22 @@ static void roofline_for(const char *cmd, const npulm_model *model, struct resul
   }
 }
 
+/* Each ceiling of 'h' the better of its and 'other''s (two measurements of one host and thread
+ * count): a ceiling is the most the host can do, and on a shared machine one measurement reads
+ * low whenever another job holds a core for its windows. */
+static void best_of(npulm_roofline *h, const npulm_roofline *other) {
+  h->int8_macs = fmax(h->int8_macs, other->int8_macs);
+  h->f32_macs = fmax(h->f32_macs, other->f32_macs);
+  h->read_bytes = fmax(h->read_bytes, other->read_bytes);
+  h->copy_bytes = fmax(h->copy_bytes, other->copy_bytes);
+  h->mem_bytes = fmax(h->read_bytes, h->copy_bytes);
+  h->seconds += other->seconds;
+}
+
 static void print_host(FILE *f, const npulm_roofline *h) {
   fprintf(f,
-          "roofline of this host, %d threads (measured in %.1f s):\n"
+          "roofline of this host, %d threads (the better of a measurement before and one after "
+          "the tests, %.1f s in all):\n"
           "  int8 compute  %8.2f GMAC/s  NPU kernel %s on cache-resident shapes\n"
           "  f32 compute   %8.2f GMAC/s  CPU backend matmul\n"
           "  memory        %8.2f GB/s    the better of a streaming read (%.2f GB/s) and copy "
@@ -928,6 +942,13 @@ int npulm_cmd_bench(int argc, char **argv) {
   describe_model(a.cmd, model, path, &d);
   d.n_ubatch = npulm_program_max_rows(model);
 
+  /* the host's ceilings, once per thread count, before and after the tests (best_of) */
+  npulm_roofline hosts[MAX_LIST], before[MAX_LIST];
+  for (int t = 0; o.roofline && t < o.n_threads; t++) {
+    if (npulm_roofline_measure(o.threads[t], &before[t], &err) != NPULM_OK) {
+      cli_die(a.cmd, "%s", err.msg);
+    }
+  }
   if (!o.json) print_md_header();
   for (int i = 0; i < n_tests; i++) {
     run_test(a.cmd, model, &o, &rs[i]);
@@ -935,14 +956,12 @@ int npulm_cmd_bench(int argc, char **argv) {
   }
   if (!o.json) printf("\nbuild: npulm (%s)\n", d.quant);
 
-  /* the host's ceilings, once per thread count: measured after the tests, so that the streamed
-   * buffer stays out of their peak RSS */
-  npulm_roofline hosts[MAX_LIST];
   if (o.roofline) {
     for (int t = 0; t < o.n_threads; t++) {
       if (npulm_roofline_measure(o.threads[t], &hosts[t], &err) != NPULM_OK) {
         cli_die(a.cmd, "%s", err.msg);
       }
+      best_of(&hosts[t], &before[t]);
       if (!o.json) printf("\n");
       print_host(o.json ? stderr : stdout, &hosts[t]);
     }
