@@ -30,7 +30,7 @@
 
 const char npulm_usage_bench[] =
     "usage: npulm bench [-m MODEL] [-p 512] [-n 128] [-t THREADS] [-r 5] [-o md|json]\n"
-    "                   [--roofline] [--plot FILE.svg] [compile options]\n"
+    "                   [--roofline] [--plot FILE.svg] [--profile] [compile options]\n"
     "\n"
     "Measure prefill (pp N: N tokens in one evaluation) and decode (tg N: N single-token\n"
     "evaluations) speeds in tokens/s the way llama-bench does: synthetic random tokens, no\n"
