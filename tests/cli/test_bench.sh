@@ -75,6 +75,7 @@ fi
 profile_md() {
   grep -q '^profile of pp16, per run (wall [0-9.]* ms; node time [0-9.]* ms' "$tmp/prof" &&
     grep -q '^profile of tg4, per run' "$tmp/prof" &&
+    grep -q '^workers in their subgraphs: NPU [0-9.]* ms, CPU [0-9.]* ms, both at once [0-9.]* ms' "$tmp/prof" &&
     grep -Eq '^\| matmul +\| NPU +\| +[1-9][0-9]* \| +[0-9.]+ \| +[0-9.]+% \| +[0-9.]+ \| +[0-9.]+ \|$' "$tmp/prof" &&
     grep -Eq '^\| attn +\| CPU +\|' "$tmp/prof" &&
     awk -F'|' '/^profile of tg4/ {on = 1} on && $3 ~ /NPU|CPU/ {gsub(/[ %]/, "", $6); s += $6}
