@@ -8,9 +8,10 @@
  * 1.5 * 2^23), r = x - n * ln 2 in two parts (Cody-Waite: n * C1 is exact), so |r| <= ln(2) / 2;
  * e^r by Cephes' degree-7 polynomial; then times 2^n as two powers of two, each a normal float,
  * so results down in the subnormals round once, as a multiplication does. Inputs are clamped to
- * [-105, 89] first (e^-105 rounds to 0, e^89 overflows to +inf); NaN stays NaN. Relative error
- * within 2 ulp of e^x over the normal range (tests/test_cpu_kernels.c measures it against
- * double-precision exp). Every product is its own statement: no fused multiply-add can form. */
+ * [-105, 89] first (e^-105 rounds to 0, e^89 overflows to +inf); NaN stays NaN. Within 1 ulp
+ * of e^x from -103.9 to 88.72, subnormal results included (test_expf_within_one_ulp in
+ * tests/test_ref.c measures it against double-precision exp). Every product is its own
+ * statement: no fused multiply-add can form. */
 #ifndef NPU_REF_EXPF_H
 #define NPU_REF_EXPF_H
 
