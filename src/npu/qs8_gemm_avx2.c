@@ -1,10 +1,12 @@
-/* npu_qs8_gemm__avx2 and npu_qs8_gemm_qs16__avx2: int8 GEMM in tiles of MR = 3 rows x 16
- * channels (6 accumulators: the loop stays in the 16 ymm registers, where 4 rows spill), and for
- * decode (m = 1) one row x 32 channels (two packed blocks). Per 4-byte k group, x[i, 4g..4g+3] is
- * broadcast to 8 lanes and vpmaddubsw multiplies |x| (u8) by w with the sign of x applied
- * (vpsignb): each pair sum is at most 2 * 128 * 127 < 2^15, so nothing saturates; vpmaddwd by 1
- * then sums the pairs into one int32 per channel. The zero point enters once per channel as
- * bias - x_zero_point * wsum (precomputed in the packed block). */
+/* npu_qs8_gemm__avx2 and npu_qs8_gemm_qs16__avx2: int8 GEMM in tiles of MR = 3 rows x 16 channels
+ * (6 accumulators: the loop stays in the 16 ymm registers, where 4 rows spill); decode (m = 1) is
+ * the one-row tile, block after block, so that each thread reads its share of the weights as one
+ * sequential stream (two blocks side by side, sharing each broadcast, both threads each streaming
+ * half of a 256 MiB matrix ran at 18-23 GB/s, one block at 20-33, a plain read at 26-35). Per
+ * 4-byte k group, x[i, 4g..4g+3] is broadcast to 8 lanes and vpmaddubsw multiplies |x| (u8) by w
+ * with the sign of x applied (vpsignb): each pair sum is at most 2 * 128 * 127 < 2^15, so nothing
+ * saturates; vpmaddwd by 1 then sums the pairs into one int32 per channel. The zero point enters
+ * once per channel as bias - x_zero_point * wsum (precomputed in the packed block). */
 #include "npu/ukernels.h"
 
 #if defined(__x86_64__)
@@ -74,34 +76,6 @@ NPU_INLINE_AVX2 void gemm_tile(const int mr, size_t k, const int8_t *restrict x,
     npu_gemm_store_row(a30, a31, c, yzp, out16, yb + 3 * y_stride * esize, nc);
 }
 
-/* One row x two consecutive blocks (32 channels): the decode case (m = 1) shares each broadcast
- * x group across four weight vectors. */
-NPU_INLINE_AVX2 void gemv_tile2(size_t k, const int8_t *restrict x, const int8_t *restrict wa,
-                                const int8_t *restrict wb, __m256i *acc) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256i a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
-  const size_t kfull = k / KR * KR;
-  size_t kk = 0;
-  for (; kk < kfull; kk += KR) {
-    const __m256i w0 = _mm256_loadu_si256((const __m256i *)wa);
-    const __m256i w1 = _mm256_loadu_si256((const __m256i *)(wa + 32));
-    const __m256i w2 = _mm256_loadu_si256((const __m256i *)wb);
-    const __m256i w3 = _mm256_loadu_si256((const __m256i *)(wb + 32));
-    wa += NR * KR;
-    wb += NR * KR;
-    GEMM_STEP(a0, a1, npu_gemm_load_word(x + kk), w0, w1);
-    GEMM_STEP(a2, a3, npu_gemm_load_word(x + kk), w2, w3);
-  }
-  if (kk < k) {
-    const int32_t xt = npu_gemm_load_tail(x + kk, k - kk);
-    GEMM_STEP(a0, a1, xt, _mm256_loadu_si256((const __m256i *)wa),
-              _mm256_loadu_si256((const __m256i *)(wa + 32)));
-    GEMM_STEP(a2, a3, xt, _mm256_loadu_si256((const __m256i *)wb),
-              _mm256_loadu_si256((const __m256i *)(wb + 32)));
-  }
-  acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3;
-}
-
 NPU_INLINE_AVX2 void gemm_avx2(size_t m, size_t n_begin, size_t n_end, size_t k,
                                const int8_t *restrict x, size_t x_stride,
                                const void *restrict w_packed, void *restrict y, size_t y_stride,
@@ -112,20 +86,7 @@ NPU_INLINE_AVX2 void gemm_avx2(size_t m, size_t n_begin, size_t n_end, size_t k,
   const __m256i yzp = _mm256_set1_epi32(p->y_zero_point);
   const uint8_t *blocks = w_packed;
   uint8_t *yb = y;
-  size_t n0 = n_begin;
-  if (m == 1) {
-    /* Decode: two blocks at a time. */
-    for (; n0 + 2 * NR <= n_end; n0 += 2 * NR) {
-      struct npu_gemm_block a, b;
-      npu_gemm_block_setup(blocks + n0 / NR * block_size, n0, NR, zx, p, &a);
-      npu_gemm_block_setup(blocks + (n0 / NR + 1) * block_size, n0 + NR, NR, zx, p, &b);
-      __m256i acc[4] = {a.init0, a.init1, b.init0, b.init1};
-      gemv_tile2(k, x, a.w, b.w, acc);
-      npu_gemm_store_row(acc[0], acc[1], &a, yzp, out16, yb + n0 * esize, NR);
-      npu_gemm_store_row(acc[2], acc[3], &b, yzp, out16, yb + (n0 + NR) * esize, NR);
-    }
-  }
-  for (; n0 < n_end; n0 += NR) {
+  for (size_t n0 = n_begin; n0 < n_end; n0 += NR) {
     const size_t nc = n_end - n0 < NR ? n_end - n0 : NR;
     struct npu_gemm_block c;
     npu_gemm_block_setup(blocks + n0 / NR * block_size, n0, nc, zx, p, &c);
