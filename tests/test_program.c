@@ -1545,9 +1545,7 @@ static void test_hostile_quant_sweep(void **state) {
  * lets through of a sweep of them runs in bounds (SAN=1). */
 static void test_attention_on_npu(void **state) {
   (void)state;
-  const char *path = test_shared_path("models/stories260K.gguf");
-  TEST_REQUIRE_FILE(path);
-  npulm_model *m = open_ok(path);
+  npulm_model *m = test_open_shared("models/stories260K.gguf");
   npulm_compile_params cp = npulm_compile_default_params();
   cp.n_chunks = 1;
   cp.chunks[0] = 16;
@@ -1779,9 +1777,7 @@ static void test_three_op_attention_program(void **state) {
  * An untied classifier keeps its own table. */
 static void test_tied_table(void **state) {
   (void)state;
-  const char *path = test_shared_path("models/stories260K.gguf");
-  TEST_REQUIRE_FILE(path);
-  npulm_model *m = open_ok(path);
+  npulm_model *m = test_open_shared("models/stories260K.gguf");
   struct npu_compile_options o;
   small_options(m, &o);
   quantize_ok(m, &o, NPU_QUANT_NAIVE, 0.0f);
@@ -1951,9 +1947,7 @@ static void test_generation_graphs(void **state) {
  * but the shadowed channels' share; attention stays in float. */
 static void test_mac_stats(void **state) {
   (void)state;
-  const char *path = test_shared_path("models/stories260K.gguf");
-  TEST_REQUIRE_FILE(path);
-  npulm_model *m = open_ok(path);
+  npulm_model *m = test_open_shared("models/stories260K.gguf");
   struct npu_compile_options o;
   small_options(m, &o);
   const struct npu_config *c = &m->cfg;
