@@ -752,6 +752,28 @@ void npu_f32_pv(float *restrict out, const float *restrict p, const float *restr
     LOAD8(x_, (vj) + (off));                                                                     \
     (a) += x_ * (pj);                                                                            \
   } while (0)
+/* The same on four accumulators a0 .. a3 of 'a': head-dim elements i0 .. i0+31. */
+#define AT_PV_FROM4(a, o, rescale)                                                                \
+  do {                                                                                            \
+    AT_PV_FROM(a##0, o, rescale, 0);                                                              \
+    AT_PV_FROM(a##1, o, rescale, 8);                                                              \
+    AT_PV_FROM(a##2, o, rescale, 16);                                                             \
+    AT_PV_FROM(a##3, o, rescale, 24);                                                             \
+  } while (0)
+#define AT_PV_ADD4(a, vj, pj)                                                                     \
+  do {                                                                                            \
+    AT_PV_ADD(a##0, vj, pj, 0);                                                                   \
+    AT_PV_ADD(a##1, vj, pj, 8);                                                                   \
+    AT_PV_ADD(a##2, vj, pj, 16);                                                                  \
+    AT_PV_ADD(a##3, vj, pj, 24);                                                                  \
+  } while (0)
+#define AT_PV_STORE4(o, a)                                                                        \
+  do {                                                                                            \
+    memcpy((o) + i0, &a##0, sizeof(a##0));                                                        \
+    memcpy((o) + i0 + 8, &a##1, sizeof(a##1));                                                    \
+    memcpy((o) + i0 + 16, &a##2, sizeof(a##2));                                                   \
+    memcpy((o) + i0 + 24, &a##3, sizeof(a##3));                                                   \
+  } while (0)
 
 /* The reference's online-softmax step on one tile's n scores 's' for one (head, row) pair:
  * updates its running *max and *sum, overwrites s with the exponentials, and returns the factor
@@ -776,21 +798,12 @@ at_pv(float *restrict o, const float *restrict p, int32_t n, const float *restri
       size_t kv_cols, int32_t i0, int32_t hd, float rescale, bool first) {
   for (; i0 + 32 <= hd; i0 += 32) {
     npu_v8f a0, a1, a2, a3;
-    AT_PV_FROM(a0, o, rescale, 0);
-    AT_PV_FROM(a1, o, rescale, 8);
-    AT_PV_FROM(a2, o, rescale, 16);
-    AT_PV_FROM(a3, o, rescale, 24);
+    AT_PV_FROM4(a, o, rescale);
     for (int32_t j = 0; j < n; j++) {
       const float pj = p[j], *vj = vt + (size_t)j * kv_cols + i0;
-      AT_PV_ADD(a0, vj, pj, 0);
-      AT_PV_ADD(a1, vj, pj, 8);
-      AT_PV_ADD(a2, vj, pj, 16);
-      AT_PV_ADD(a3, vj, pj, 24);
+      AT_PV_ADD4(a, vj, pj);
     }
-    memcpy(o + i0, &a0, sizeof(a0));
-    memcpy(o + i0 + 8, &a1, sizeof(a1));
-    memcpy(o + i0 + 16, &a2, sizeof(a2));
-    memcpy(o + i0 + 24, &a3, sizeof(a3));
+    AT_PV_STORE4(o, a);
   }
   for (; i0 + 8 <= hd; i0 += 8) {
     npu_v8f a0;
@@ -832,41 +845,20 @@ at_step2(float *restrict o0, float *restrict o1, float *restrict s0, float *rest
   int32_t i0 = 0;
   for (; i0 + 32 <= hd; i0 += 32) {
     npu_v8f a0, a1, a2, a3, b0, b1, b2, b3;
-    AT_PV_FROM(a0, o0, r0, 0);
-    AT_PV_FROM(a1, o0, r0, 8);
-    AT_PV_FROM(a2, o0, r0, 16);
-    AT_PV_FROM(a3, o0, r0, 24);
-    AT_PV_FROM(b0, o1, r1, 0);
-    AT_PV_FROM(b1, o1, r1, 8);
-    AT_PV_FROM(b2, o1, r1, 16);
-    AT_PV_FROM(b3, o1, r1, 24);
+    AT_PV_FROM4(a, o0, r0);
+    AT_PV_FROM4(b, o1, r1);
     int32_t j = 0;
     for (; j < n0; j++) {
       const float p0 = s0[j], p1 = s1[j], *vj = vt + (size_t)j * kv_cols + i0;
-      AT_PV_ADD(a0, vj, p0, 0);
-      AT_PV_ADD(b0, vj, p1, 0);
-      AT_PV_ADD(a1, vj, p0, 8);
-      AT_PV_ADD(b1, vj, p1, 8);
-      AT_PV_ADD(a2, vj, p0, 16);
-      AT_PV_ADD(b2, vj, p1, 16);
-      AT_PV_ADD(a3, vj, p0, 24);
-      AT_PV_ADD(b3, vj, p1, 24);
+      AT_PV_ADD4(a, vj, p0);
+      AT_PV_ADD4(b, vj, p1);
     }
     for (; j < n1; j++) { /* the keys only row 1 sees */
       const float p1 = s1[j], *vj = vt + (size_t)j * kv_cols + i0;
-      AT_PV_ADD(b0, vj, p1, 0);
-      AT_PV_ADD(b1, vj, p1, 8);
-      AT_PV_ADD(b2, vj, p1, 16);
-      AT_PV_ADD(b3, vj, p1, 24);
+      AT_PV_ADD4(b, vj, p1);
     }
-    memcpy(o0 + i0, &a0, sizeof(a0));
-    memcpy(o0 + i0 + 8, &a1, sizeof(a1));
-    memcpy(o0 + i0 + 16, &a2, sizeof(a2));
-    memcpy(o0 + i0 + 24, &a3, sizeof(a3));
-    memcpy(o1 + i0, &b0, sizeof(b0));
-    memcpy(o1 + i0 + 8, &b1, sizeof(b1));
-    memcpy(o1 + i0 + 16, &b2, sizeof(b2));
-    memcpy(o1 + i0 + 24, &b3, sizeof(b3));
+    AT_PV_STORE4(o0, a);
+    AT_PV_STORE4(o1, b);
   }
   at_pv(o0, s0, n0, vt, kv_cols, i0, hd, r0, first);
   at_pv(o1, s1, n1, vt, kv_cols, i0, hd, r1, first);
