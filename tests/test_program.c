@@ -1031,6 +1031,26 @@ static void test_ir_shape_overflow(void **state) {
 
 /* ---- Integer programs ----------------------------------------------------------------------- */
 
+/* The packed weights of every matmul of 'p', and of every gather that borrows them, lie in the
+ * program's block of huge pages, and every other table in [lo, hi) (lo NULL: unchecked), 64-byte
+ * aligned. */
+static void assert_packed_placed(const struct npu_program *p, const uint8_t *lo,
+                                 const uint8_t *hi) {
+  assert_non_null(p->packed_arena);
+  for (int32_t i = 0; i < p->n_qsites; i++) {
+    const struct npu_qsite *site = &p->qsites[i];
+    if (site->packed == NULL) continue;
+    const uint8_t *at = site->packed, *in = lo, *end = hi;
+    if (site->op == NPU_OP_MATMUL || site->table_site >= 0) {
+      in = p->packed_arena;
+      end = in + p->packed_arena_size;
+    }
+    if (in == NULL) continue;
+    assert_true(at >= in && at + site->packed_size <= end);
+    assert_int_equal((uintptr_t)at % 64, 0);
+  }
+}
+
 /* Replace the program of 'm' with one compiled with 'o' and quantized in 'mode' (shadow
  * threshold 'threshold' if > 0) on the built-in calibration text; it must pass verification. */
 static void quantize_ok(npulm_model *m, const struct npu_compile_options *o,
@@ -1059,6 +1079,7 @@ static void quantize_ok(npulm_model *m, const struct npu_compile_options *o,
   if (npu_program_verify(m, p, &err) != NPULM_OK) {
     fail_msg("the quantizer's own program fails verification: %s", err.msg);
   }
+  assert_packed_placed(p, NULL, NULL);
 }
 
 static void assert_sites_equal(const struct npu_qsite *x, const struct npu_qsite *y) {
@@ -1183,18 +1204,12 @@ static int32_t quant_round_trip(const char *src, enum npu_quant_mode mode, float
   assert_programs_equal(m->program, p->program);
   assert_quant_equal(m->program, p->program);
   assert_models_equal(m, p);
-  /* packed weights are used in place from the mapping, aligned; the rest is the program's own */
+  /* other gathers' tables are used in place from the mapping; the rest is the program's own */
   const struct npu_program *lp = p->program;
   assert_true(lp->qsites_mapped);
+  assert_packed_placed(lp, p->gguf->base, p->gguf->base + p->gguf->size);
   int32_t outliers = 0;
-  for (int32_t i = 0; i < lp->n_qsites; i++) {
-    const struct npu_qsite *site = &lp->qsites[i];
-    outliers += site->n_outliers;
-    if (site->packed == NULL) continue;
-    const uint8_t *at = site->packed;
-    assert_true(at >= p->gguf->base && at + site->packed_size <= p->gguf->base + p->gguf->size);
-    assert_int_equal((uintptr_t)at % 64, 0);
-  }
+  for (int32_t i = 0; i < lp->n_qsites; i++) outliers += lp->qsites[i].n_outliers;
   assert_int_equal(p->n_owned, 0);
   /* the same logits, bit for bit, prefill and decode */
   size_t n1, n2;

@@ -59,6 +59,10 @@ struct npu_program {
    * loaded from (npu_program_load): npu_quant_free must not free() them. Everything else of a
    * site is always heap memory the program owns. */
   bool qsites_mapped;
+  /* Where the matmul sites' packed weights live once placed (npu_quant_place_packed): one block
+   * of huge pages, streamed by the decode GEMV on every token. NULL before. */
+  uint8_t *packed_arena;
+  size_t packed_arena_size;
 };
 
 /* Defaults: chunks 32 and 128, buckets powers of two from 128 up to the model's context (which is

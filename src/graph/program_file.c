@@ -3,8 +3,8 @@
  * mmap-able file, read back as hostile input.
  *
  * Format, version 3. A program file is a GGUF v3 file (ggml/docs/gguf.md), so the bounds-checked
- * GGUF reader parses it, the model loader and the tokenizer read it unchanged, and the weights are
- * used in place from the mapping. It holds:
+ * GGUF reader parses it, the model loader and the tokenizer read it unchanged, and the float
+ * weights are used in place from the mapping. It holds:
  *
  *   general.alignment          u32   64: every tensor's data starts on a cache line
  *   (the source model's metadata, value for value and in its order: general.*, {arch}.*,
@@ -64,7 +64,8 @@
  *     npulm.qsite.S.outlier_w  F32 [n_outliers, n] their weight columns (ggml order: ne0 first)
  *     npulm.qsite.S.outlier_gate F32 [outlier_dim, n_outliers] } when outlier_dim > 0: the FFN
  *     npulm.qsite.S.outlier_up   F32 [outlier_dim, n_outliers] } gate and up rows of them
- *   The packed weights are used in place from the mapping (64-byte aligned, like all tensors);
+ *   The packed weights of matmuls are copied out of the mapping into huge pages
+ *   (npu_quant_place_packed), those of gathers used in place (64-byte aligned, like all tensors);
  *   the small arrays are copied.
  *
  * Version 3 graphs compute in FP32 (quant.mode 0: activations, weights, caches and logits F32,
@@ -1733,7 +1734,9 @@ static npulm_status load_sites(const struct npu_gguf *g, struct npu_program *p, 
     s->packed = p->qsites[s->table_site].packed;
     s->packed_size = p->qsites[s->table_site].packed_size;
   }
-  return NPULM_OK;
+  /* out of the mapping into huge pages, before npu_program_verify reads them: what is checked is
+   * what runs */
+  return npu_quant_place_packed(p, err);
 }
 
 /* The integer half of a program file: mode and options, the quantization table, the sites; then

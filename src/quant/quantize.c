@@ -9,6 +9,7 @@
 
 #include "common.h"
 #include "quant/qparams.h"
+#include "runtime/pages.h"
 
 /* Headroom over the calibrated magnitude for int16 tensors: text unlike the calibration text may
  * go somewhat further, and int16 has resolution to spare. */
@@ -26,10 +27,17 @@ void npu_quant_default_options(struct npu_quant_options *o) {
   o->shadow_threshold = 6.0f;
 }
 
+/* Whether 'packed' lies in the program's block of placed weights. */
+static bool in_arena(const struct npu_program *p, const void *packed) {
+  const uint8_t *b = packed;
+  return p->packed_arena != NULL && b >= p->packed_arena &&
+         b < p->packed_arena + p->packed_arena_size;
+}
+
 /* Free a site's arrays; 'packed' only when it is its own heap memory (not a program file's
- * mapping, nor the matmul's whose weights a gather reads). */
-static void free_site(struct npu_qsite *s, bool packed_mapped) {
-  if (!packed_mapped && s->table_site < 0) free(s->packed);
+ * mapping, nor the placed weights' block, nor the matmul's whose weights a gather reads). */
+static void free_site(const struct npu_program *p, struct npu_qsite *s) {
+  if (!p->qsites_mapped && s->table_site < 0 && !in_arena(p, s->packed)) free(s->packed);
   free(s->mult);
   free(s->shift);
   free(s->outliers);
@@ -39,7 +47,10 @@ static void free_site(struct npu_qsite *s, bool packed_mapped) {
 }
 
 void npu_quant_free(struct npu_program *p) {
-  for (int32_t i = 0; i < p->n_qsites; i++) free_site(&p->qsites[i], p->qsites_mapped);
+  for (int32_t i = 0; i < p->n_qsites; i++) free_site(p, &p->qsites[i]);
+  npu_pages_free(p->packed_arena, p->packed_arena_size);
+  p->packed_arena = NULL;
+  p->packed_arena_size = 0;
   free(p->qsites);
   free(p->qtensors);
   for (int32_t i = 0; i < p->n_owned; i++) free(p->owned[i]);
@@ -50,6 +61,43 @@ void npu_quant_free(struct npu_program *p) {
   p->n_qsites = p->n_qtensors = p->n_owned = 0;
   p->quant_mode = NPU_QUANT_F32;
   p->qsites_mapped = false;
+}
+
+/* Whether site 's' is a matmul whose packed weights are its own (placed in the arena). */
+static bool placed(const struct npu_qsite *s) {
+  return s->op == NPU_OP_MATMUL && s->table_site < 0 && s->packed != NULL;
+}
+
+npulm_status npu_quant_place_packed(struct npu_program *p, npulm_error *err) {
+  enum { ALIGN = 64 };
+  size_t total = 0;
+  for (int32_t i = 0; i < p->n_qsites; i++) {
+    const struct npu_qsite *s = &p->qsites[i];
+    if (placed(s)) total += ((size_t)s->packed_size + ALIGN - 1) / ALIGN * ALIGN;
+  }
+  if (total == 0 || p->packed_arena != NULL) return NPULM_OK;
+  uint8_t *arena = npu_pages_alloc_huge(total);
+  if (arena == NULL) {
+    return npu_fail(err, NPULM_ERR_NOMEM, "out of memory placing %zu MiB of packed weights",
+                    total >> 20);
+  }
+  size_t off = 0;
+  for (int32_t i = 0; i < p->n_qsites; i++) {
+    struct npu_qsite *s = &p->qsites[i];
+    if (!placed(s)) continue;
+    memcpy(arena + off, s->packed, (size_t)s->packed_size);
+    if (p->qsites_mapped) npu_pages_release(s->packed, (size_t)s->packed_size);
+    else free(s->packed);
+    s->packed = arena + off;
+    off += ((size_t)s->packed_size + ALIGN - 1) / ALIGN * ALIGN;
+  }
+  p->packed_arena = arena;
+  p->packed_arena_size = total;
+  for (int32_t i = 0; i < p->n_qsites; i++) {
+    struct npu_qsite *s = &p->qsites[i];
+    if (s->table_site >= 0) s->packed = p->qsites[s->table_site].packed;
+  }
+  return NPULM_OK;
 }
 
 const struct npu_qsite *npu_program_qsite(const struct npu_program *p, const char *name) {
@@ -933,7 +981,10 @@ npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_progra
     if (n->backend != NPU_BE_NPU || n->op == NPU_OP_TRANSFER) continue;
     st = make_site(p, g0, n, cal, o, err);
   }
-  if (st == NPULM_OK) share_tied_tables(p);
+  if (st == NPULM_OK) {
+    share_tied_tables(p);
+    st = npu_quant_place_packed(p, err);
+  }
   /* shadowed matmuls: the CPU share and the sum take the matmul's quantization */
   int32_t n_sites = p->n_qsites;
   for (int32_t i = 0; i < n_sites && st == NPULM_OK; i++) {

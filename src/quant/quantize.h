@@ -97,6 +97,12 @@ npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_progra
  * data, or with data of another op, is an error naming it. */
 npulm_status npu_quant_link(const struct npu_program *p, struct npu_graph *g, npulm_error *err);
 
+/* Move the packed weights of every matmul site of 'p' into one block of huge pages
+ * (npu_pages_alloc_huge), each 64-byte aligned, freeing their heap copies or releasing their
+ * pages of the program file's mapping as it goes, so that the weights are never held twice;
+ * gathers that borrow a matmul's weights follow them. */
+npulm_status npu_quant_place_packed(struct npu_program *p, npulm_error *err);
+
 /* Free the integer data of 'p' (back to FP32 quant_mode). */
 void npu_quant_free(struct npu_program *p);
 

@@ -1,7 +1,9 @@
 /* npulm_roofline_measure: this host's two roofline ceilings. The compute ceiling is the int8 MAC
  * rate of the NPU's own GEMM microkernel (the variant npu_ukernels_select picks for this CPU) on
  * cache-resident shapes, the best of several; the memory ceiling is the rate of a streaming read
- * and of a streaming copy through a buffer several times the last-level cache. Every phase runs
+ * and of a streaming copy through a buffer several times the last-level cache, in pages like the
+ * packed weights' (npu_pages_alloc_huge: streaming from huge pages is faster, and the ceiling must
+ * not be measured slower than the engine can read). Every phase runs
  * on all threads at once: the threads are created once and persist for the whole measurement,
  * meeting at a barrier before each timed window, so a window's rate is total work / the longest
  * thread's time, and a phase reports its best window. */
@@ -14,6 +16,7 @@
 #include "common.h"
 #include "cpu/kernels.h"
 #include "npu/ukernels.h"
+#include "runtime/pages.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -263,7 +266,7 @@ npulm_status npulm_roofline_measure(int n_threads, npulm_roofline *out, npulm_er
   const size_t fx_n = (size_t)f32_shape[0] * (size_t)f32_shape[2];
   const size_t fw_n = (size_t)f32_shape[1] * (size_t)f32_shape[2];
   float *fx = alloc64(fx_n * sizeof(float)), *fw = alloc64(fw_n * sizeof(float));
-  uint8_t *stream = alloc64(sh.slice * (size_t)n_threads);
+  uint8_t *stream = npu_pages_alloc_huge(sh.slice * (size_t)n_threads);
   struct worker *workers = calloc((size_t)n_threads, sizeof(*workers));
   pthread_t *threads = calloc((size_t)n_threads, sizeof(*threads));
   int n_started = 0;
@@ -392,6 +395,6 @@ done:
   free(shift);
   free(fx);
   free(fw);
-  free(stream);
+  npu_pages_free(stream, sh.slice * (size_t)n_threads);
   return st;
 }
