@@ -310,6 +310,11 @@ typedef struct npulm_roofline {
  * and work at once. Takes about a second; allocates a few hundred MiB for the duration. */
 npulm_status npulm_roofline_measure(int n_threads, npulm_roofline *out, npulm_error *err);
 
+/* npulm_roofline_measure's memory ceiling alone (read_bytes, copy_bytes, mem_bytes; the compute
+ * rates 0): about half a second, to take right before and after a test on a host whose
+ * bandwidth drifts (npulm bench --roofline pairs every repetition with one). */
+npulm_status npulm_roofline_measure_memory(int n_threads, npulm_roofline *out, npulm_error *err);
+
 /* A public NPU part for the cost model. Figures are vendor or third-party public numbers where
  * they exist; 'estimates' names the ones that are npulm's estimates (src/runtime/costmodel.c cites
  * every source). */

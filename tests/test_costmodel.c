@@ -1,6 +1,7 @@
 /* The NPU cost model and the host roofline: the profile list, predictions that grow with the MACs
  * and shrink with the peak rate, decode bound by bandwidth (the bytes a token must read), prefill
- * by MACs, decode traffic that adds up, and a roofline measurement with positive ceilings. */
+ * by MACs, decode traffic that adds up, and a roofline measurement with positive ceilings (all of
+ * them, or the memory ones alone). */
 #include <math.h>
 #include <string.h>
 
@@ -206,6 +207,13 @@ static void test_roofline_measure(void **state) {
   assert_true(r.buffer_bytes >= 256ull << 20);
   assert_non_null(strstr(r.kernel, "qs8_gemm__"));
   assert_int_equal(npulm_roofline_measure(-1, &r, &err), NPULM_ERR_ARG);
+  /* the memory ceiling alone */
+  assert_int_equal(npulm_roofline_measure_memory(1, &r, &err), NPULM_OK);
+  assert_int_equal(r.n_threads, 1);
+  assert_true(r.int8_macs == 0.0 && r.f32_macs == 0.0);
+  assert_true(r.read_bytes > 1e8 && r.copy_bytes > 1e8);
+  assert_true(r.mem_bytes == fmax(r.read_bytes, r.copy_bytes));
+  assert_int_equal(npulm_roofline_measure_memory(-1, &r, &err), NPULM_ERR_ARG);
 }
 
 int main(void) {

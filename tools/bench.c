@@ -49,7 +49,9 @@ const char npulm_usage_bench[] =
     "  --roofline            measure this host's int8 MAC/s (the NPU's GEMM kernel) and memory\n"
     "                        bandwidth (before and after the tests; the better of the two), place\n"
     "                        every test against them, and predict each test on the NPU profiles\n"
-    "                        (Hexagon V75, Apple M4 ANE, Meteor Lake NPU)\n"
+    "                        (Hexagon V75, Apple M4 ANE, Meteor Lake NPU); also measure the\n"
+    "                        bandwidth right before and after every repetition, and place each\n"
+    "                        repetition against the better of its two ('% paired', the median)\n"
     "  --plot FILE.svg       draw the roofline with the measured points (implies --roofline)\n"
     "  --profile             time every node and print, per test, where a run's time goes by\n"
     "                        operator and backend, with the matmuls' GMAC/s and GB/s (JSON:\n"
@@ -76,6 +78,7 @@ struct result {
   double ttft_s;        /* mean time from a repetition's start to its first logits */
   uint64_t peak_rss;    /* bytes: the test's own peak (Linux), else the process's peak so far */
   /* --roofline */
+  double *rep_mem; /* (reps + 1) bandwidth ceilings: before each repetition, after the last */
   const npulm_roofline *host;
   npulm_prediction bound;              /* on this host's ceilings */
   npulm_prediction pred[MAX_PROFILES]; /* on each NPU profile */
@@ -112,6 +115,17 @@ static double stdev(const double *v, int n) {
   double m = mean(v, n), s = 0.0;
   for (int i = 0; i < n; i++) s += (v[i] - m) * (v[i] - m);
   return sqrt(s / (n - 1));
+}
+
+/* The median of v[0 .. n-1] (sorted in place); 0 for none. */
+static double median(double *v, int n) {
+  for (int i = 1; i < n; i++) {
+    const double x = v[i];
+    int j = i;
+    for (; j > 0 && v[j - 1] > x; j--) v[j] = v[j - 1];
+    v[j] = x;
+  }
+  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static int n_tokens(const struct result *r) { return r->n_prompt + r->n_gen; }
@@ -190,6 +204,8 @@ static double run_gen(const char *cmd, npulm_session *s, const npulm_model_info 
   return first;
 }
 
+static uint64_t max_u64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
 /* Start a new peak-RSS window: Linux resets the process's high-water mark (VmHWM) to its current
  * RSS when "5" is written to /proc/self/clear_refs. Elsewhere nothing happens. */
 static void peak_rss_reset(void) {
@@ -217,6 +233,20 @@ static uint64_t peak_rss_bytes(void) {
   return getrusage(RUSAGE_SELF, &ru) == 0 ? (uint64_t)ru.ru_maxrss * 1024 : 0; /* KiB */
 }
 
+/* With --roofline, the bandwidth ceiling now into r->rep_mem[i], and a new peak-RSS window (the
+ * measurement's buffer is not the test's); the peak of the window that ends returned. */
+static uint64_t measure_between(const char *cmd, struct result *r, int i) {
+  const uint64_t peak = peak_rss_bytes();
+  npulm_roofline m;
+  npulm_error err;
+  if (npulm_roofline_measure_memory(r->n_threads, &m, &err) != NPULM_OK) {
+    cli_die(cmd, "%s", err.msg);
+  }
+  r->rep_mem[i] = m.mem_bytes;
+  peak_rss_reset();
+  return peak;
+}
+
 static void run_test(const char *cmd, const npulm_model *model, const struct bench_opts *o,
                      struct result *r) {
   npulm_model_info info;
@@ -240,7 +270,10 @@ static void run_test(const char *cmd, const npulm_model *model, const struct ben
   }
   int32_t *tokens = malloc((size_t)(r->n_prompt > 0 ? r->n_prompt : 1) * sizeof(int32_t));
   r->samples_ns = calloc((size_t)o->reps, sizeof(uint64_t));
-  if (tokens == NULL || r->samples_ns == NULL) cli_die(cmd, "out of memory");
+  r->rep_mem = o->roofline ? calloc((size_t)o->reps + 1, sizeof(double)) : NULL;
+  if (tokens == NULL || r->samples_ns == NULL || (o->roofline && r->rep_mem == NULL)) {
+    cli_die(cmd, "out of memory");
+  }
   r->reps = o->reps;
   uint64_t rng = 0x853c49e6748fea9bULL; /* the same tokens on every run */
 
@@ -252,7 +285,9 @@ static void run_test(const char *cmd, const npulm_model *model, const struct ben
   npulm_session_stats before;
   npulm_session_get_stats(s, &before);
   double ttft = 0.0;
+  uint64_t peak = 0;
   for (int rep = 0; rep < o->reps; rep++) {
+    if (o->roofline) peak = max_u64(peak, measure_between(cmd, r, rep));
     npulm_session_reset(s);
     double t0 = cli_now(), first = 0.0;
     if (r->n_prompt > 0) {
@@ -266,8 +301,9 @@ static void run_test(const char *cmd, const npulm_model *model, const struct ben
     r->samples_ns[rep] = (uint64_t)((cli_now() - t0) * 1e9);
     ttft += first;
   }
+  if (o->roofline) peak = max_u64(peak, measure_between(cmd, r, o->reps));
   r->ttft_s = ttft / o->reps;
-  r->peak_rss = peak_rss_bytes();
+  r->peak_rss = max_u64(peak, peak_rss_bytes());
   r->n_profile = npulm_session_profile(s, r->profile, MAX_PROFILE);
   npulm_session_get_stats(s, &r->busy);
   r->busy.npu_busy_s -= before.npu_busy_s;
@@ -384,6 +420,32 @@ static void place(const struct model_desc *d, const struct result *r, struct pla
   pl->pct = ceiling > 0 ? 100.0 * pl->macs_s / ceiling : 0.0;
 }
 
+/* The median over the repetitions of each one's % of a roofline whose bandwidth is the better of
+ * the two measured right before and after it (r->rep_mem): 'work' per token (MACs or bytes)
+ * against min(peak, per_byte * bandwidth). On a host whose bandwidth drifts, this pairs every
+ * repetition with the bandwidth it had, where the ceiling of the whole run may come from another
+ * moment. */
+static double paired_pct(const struct result *r, double work, double peak, double per_byte) {
+  double ts[1024], pct[1024];
+  samples_ts(r, ts);
+  for (int i = 0; i < r->reps; i++) {
+    const double ceiling = fmin(peak, per_byte * fmax(r->rep_mem[i], r->rep_mem[i + 1]));
+    pct[i] = ceiling > 0 ? 100.0 * work * ts[i] / ceiling : 0.0;
+  }
+  return median(pct, r->reps);
+}
+
+/* paired_pct of the roofline at the test's intensity (the placement's '% paired'). */
+static double paired_roof_pct(const struct model_desc *d, const struct result *r,
+                              const struct placement *pl) {
+  return paired_pct(r, (double)r->bound.macs / n_tokens(r), peak_macs(d, r->host), pl->ai);
+}
+
+/* paired_pct of a decode test's bytes per token against the bandwidth alone. */
+static double paired_bw_pct(const struct result *r) {
+  return paired_pct(r, r->bytes_per_token, INFINITY, 1.0);
+}
+
 static void roofline_for(const char *cmd, const npulm_model *model, struct result *r,
                          const npulm_roofline *host) {
   npulm_error err;
@@ -442,11 +504,11 @@ static void print_roofline_table(const struct model_desc *d, const struct result
   int n_prof;
   const npulm_npu_profile *prof = npulm_npu_profiles(&n_prof);
   if (n_prof > MAX_PROFILES) n_prof = MAX_PROFILES;
-  printf("\n| %15s | %7s | %12s | %9s | %8s | %8s | %6s | %9s |", "test", "threads", "t/s",
-         "GMAC/s", "GB/s", "MAC/B", "bound", "% ceiling");
+  printf("\n| %15s | %7s | %12s | %9s | %8s | %8s | %6s | %9s | %8s |", "test", "threads",
+         "t/s", "GMAC/s", "GB/s", "MAC/B", "bound", "% ceiling", "% paired");
   for (int p = 0; p < n_prof; p++) printf(" %11s t/s |", prof[p].name);
   printf("\n| --------------: | ------: | -----------: | --------: | -------: | -------: | ------ | "
-         "--------: |");
+         "--------: | -------: |");
   for (int p = 0; p < n_prof; p++) printf(" --------------: |");
   printf("\n");
   for (int i = 0; i < n; i++) {
@@ -455,9 +517,9 @@ static void print_roofline_table(const struct model_desc *d, const struct result
     place(d, r, &pl);
     char name[48];
     test_name(r, name, sizeof(name));
-    printf("| %15s | %7d | %12.2f | %9.3f | %8.3f | %8.2f | %-6s | %8.1f%% |", name,
+    printf("| %15s | %7d | %12.2f | %9.3f | %8.3f | %8.2f | %-6s | %8.1f%% | %7.1f%% |", name,
            r->n_threads, avg_ts(r), pl.macs_s * 1e-9, pl.bytes_s * 1e-9, pl.ai,
-           pl.memory_bound ? "memory" : "MACs", pl.pct);
+           pl.memory_bound ? "memory" : "MACs", pl.pct, paired_roof_pct(d, r, &pl));
     for (int p = 0; p < n_prof; p++) {
       printf(" %15.2f |", r->pred[p].seconds > 0 ? n_tokens(r) / r->pred[p].seconds : 0.0);
     }
@@ -470,11 +532,17 @@ static void print_roofline_table(const struct model_desc *d, const struct result
     test_name(r, name, sizeof(name));
     if (r->n_gen > 0) {
       const double ceiling = r->host->mem_bytes / r->bytes_per_token;
+      double lo = r->rep_mem[0], hi = lo;
+      for (int k = 1; k <= r->reps; k++) {
+        lo = fmin(lo, r->rep_mem[k]);
+        hi = fmax(hi, r->rep_mem[k]);
+      }
       printf("%s: %.3f MB per token (NPU weights %.3f MB, CPU weights %.3f MB, KV cache %.3f MB "
-             "at position %d); the bandwidth ceiling allows %.1f t/s, measured %.1f%% of it\n",
+             "at position %d); the bandwidth ceiling allows %.1f t/s, measured %.1f%% of it; "
+             "against the bandwidth around each repetition (%.2f-%.2f GB/s), %.1f%% (median)\n",
              name, r->bytes_per_token * 1e-6, r->traffic.weight_bytes_npu * 1e-6,
              r->traffic.weight_bytes_cpu * 1e-6, r->traffic.kv_bytes * 1e-6, r->n_prompt,
-             ceiling, 100.0 * avg_ts(r) / ceiling);
+             ceiling, 100.0 * avg_ts(r) / ceiling, lo * 1e-9, hi * 1e-9, paired_bw_pct(r));
     } else {
       printf("%s: %.3f GMAC per run; the %s ceiling allows %.1f t/s, measured %.1f%% of it\n",
              name, r->bound.macs * 1e-9, strcmp(d->quant, "f32") == 0 ? "f32" : "int8",
@@ -841,10 +909,15 @@ static json_t *result_json(const struct model_desc *d, const struct result *r) {
     json_object_set_new(rl, "intensity", json_real(pl.ai));
     json_object_set_new(rl, "bound", json_string(pl.memory_bound ? "memory" : "compute"));
     json_object_set_new(rl, "pct_of_ceiling", json_real(pl.pct));
+    json_object_set_new(rl, "pct_of_ceiling_paired", json_real(paired_roof_pct(d, r, &pl)));
+    json_t *around = json_array();
+    for (int i = 0; i <= r->reps; i++) json_array_append_new(around, json_real(r->rep_mem[i]));
+    json_object_set_new(rl, "mem_bytes_per_s_around_reps", around);
     if (r->n_gen > 0) {
       json_object_set_new(rl, "bytes_per_token", json_real(r->bytes_per_token));
       json_object_set_new(rl, "pct_of_bandwidth",
                           json_real(100.0 * avg_ts(r) * r->bytes_per_token / h->mem_bytes));
+      json_object_set_new(rl, "pct_of_bandwidth_paired", json_real(paired_bw_pct(r)));
     }
     json_object_set_new(o, "roofline", rl);
     json_t *pr = json_object();
@@ -1000,7 +1073,10 @@ int npulm_cmd_bench(int argc, char **argv) {
     }
     fprintf(stderr, "wrote %s\n", o.plot);
   }
-  for (int i = 0; i < n_tests; i++) free(rs[i].samples_ns);
+  for (int i = 0; i < n_tests; i++) {
+    free(rs[i].samples_ns);
+    free(rs[i].rep_mem);
+  }
   free(rs);
   npulm_model_close(model);
   return 0;

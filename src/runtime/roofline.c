@@ -81,6 +81,7 @@ struct shared {
   const int32_t *mult, *shift;    /* (max n) requantization */
   const float *fx, *fw;           /* float matmul operands */
   uint8_t *stream;                /* (n_threads * slice) bytes */
+  int first_phase;                /* phases before it are not measured */
   size_t slice;                   /* bytes of 'stream' each thread owns (a multiple of 64) */
 };
 
@@ -149,7 +150,7 @@ static void run_unit(struct worker *w, int ph) {
 
 static void *worker_main(void *arg) {
   struct worker *w = arg;
-  for (int ph = 0; ph < PH_COUNT; ph++) {
+  for (int ph = w->sh->first_phase; ph < PH_COUNT; ph++) {
     for (int win = 0; win < WINDOWS; win++) {
       if (!barrier_wait(&w->sh->barrier)) return NULL;
       const double limit = ph >= PH_READ ? STREAM_PHASE_S : PHASE_S;
@@ -228,7 +229,9 @@ static void *alloc64(size_t bytes) {
   return aligned_alloc(ALIGN, (bytes + ALIGN - 1) / ALIGN * ALIGN);
 }
 
-npulm_status npulm_roofline_measure(int n_threads, npulm_roofline *out, npulm_error *err) {
+/* npulm_roofline_measure from phase 'first_phase' on: all of them, or the memory ones. */
+static npulm_status measure(int n_threads, int first_phase, npulm_roofline *out,
+                            npulm_error *err) {
   memset(out, 0, sizeof(*out));
   if (n_threads < 0 || n_threads > 1024) {
     return npu_fail(err, NPULM_ERR_ARG, "thread count %d is outside 0..1024", n_threads);
@@ -242,6 +245,7 @@ npulm_status npulm_roofline_measure(int n_threads, npulm_roofline *out, npulm_er
   struct shared sh;
   memset(&sh, 0, sizeof(sh));
   sh.n_threads = n_threads;
+  sh.first_phase = first_phase;
   npu_ukernels_select(npu_isa_detect(), &sh.uk);
   snprintf(out->kernel, sizeof(out->kernel), "qs8_gemm__%s",
            npu_ukernels_variant(&sh.uk, "qs8_gemm"));
@@ -354,7 +358,7 @@ done:
     /* a window's rate: all threads' work / the longest thread's time; a phase's: its best
      * window (the ceiling, least disturbed by other load on the machine) */
     double rate[PH_COUNT] = {0};
-    for (int ph = 0; ph < PH_COUNT; ph++) {
+    for (int ph = first_phase; ph < PH_COUNT; ph++) {
       for (int win = 0; win < WINDOWS; win++) {
         double work = 0.0, longest = 0.0;
         for (int i = 0; i < n_threads; i++) {
@@ -397,4 +401,12 @@ done:
   free(fw);
   npu_pages_free(stream, sh.slice * (size_t)n_threads);
   return st;
+}
+
+npulm_status npulm_roofline_measure(int n_threads, npulm_roofline *out, npulm_error *err) {
+  return measure(n_threads, 0, out, err);
+}
+
+npulm_status npulm_roofline_measure_memory(int n_threads, npulm_roofline *out, npulm_error *err) {
+  return measure(n_threads, PH_READ, out, err);
 }

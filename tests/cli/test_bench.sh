@@ -110,9 +110,47 @@ ceilings() {
     grep -Eq '^\| +pp16 \| +1 \| +[0-9.]+ \| .*% \|' "$tmp/roof" &&
     grep -Eq '^\| +tg4 \| .* memory \|' "$tmp/roof" &&
     grep -q 'hexagon-v75 t/s' "$tmp/roof" && grep -q 'm4-ane t/s' "$tmp/roof" &&
-    grep -q 'mtl-npu t/s' "$tmp/roof" && grep -q '^tg4: .* MB per token' "$tmp/roof"
+    grep -q 'mtl-npu t/s' "$tmp/roof" && grep -q '^tg4: .* MB per token' "$tmp/roof" &&
+    grep -Eq '^\| +test \| .* % ceiling \| % paired \|' "$tmp/roof" &&
+    grep -Eq '^tg4: .* around each repetition \([0-9.]+-[0-9.]+ GB/s\), [0-9.]+% \(median\)$' \
+      "$tmp/roof"
 }
 check "bench --roofline: positive ceilings, % of ceiling, NPU predictions, bytes per token" ceilings
+# the paired figures: each repetition against the better of the bandwidths measured right before
+# and after it, the median; the measurement's buffer (256 MiB or more) is not the test's peak RSS
+paired_json() {
+  "$bin" bench -m "$model" -p 16 -n 4 -r 3 -t 1 --roofline -o json >"$tmp/paired.json" \
+    2>/dev/null &&
+    python3 - "$tmp/paired.json" "$1" <<'EOF'
+import json, statistics, sys
+rows = json.load(open(sys.argv[1]))
+for r in rows:
+    rl = r["roofline"]
+    around = rl["mem_bytes_per_s_around_reps"]
+    assert len(around) == len(r["samples_ts"]) + 1, around
+    assert all(b > 1e8 for b in around), around
+    bw = [max(around[i], around[i + 1]) for i in range(len(r["samples_ts"]))]
+    if r["n_gen"] > 0:
+        want = statistics.median(100 * ts * rl["bytes_per_token"] / b
+                                 for ts, b in zip(r["samples_ts"], bw))
+        assert abs(rl["pct_of_bandwidth_paired"] - want) < 1e-6 * want, (rl, want)
+    macs_per_token = rl["macs"] / (r["n_prompt"] + r["n_gen"])
+    want = statistics.median(100 * ts * macs_per_token /
+                             min(rl["int8_macs_per_s"], rl["intensity"] * b)
+                             for ts, b in zip(r["samples_ts"], bw))
+    assert abs(rl["pct_of_ceiling_paired"] - want) < 1e-6 * want, (rl, want)
+    if sys.argv[2] == "rss":
+        assert r["peak_rss_bytes"] < 128 << 20, r["peak_rss_bytes"]
+EOF
+}
+if command -v python3 >/dev/null 2>&1; then
+  rss=no
+  [ -w /proc/self/clear_refs ] && rss=rss
+  check "bench --roofline -o json: paired % figures agree with the samples and bandwidths" \
+    paired_json "$rss"
+else
+  n=$((n + 1)); echo "ok $n - bench --roofline paired json # SKIP no python3"
+fi
 svg() {
   head -c 200 "$tmp/roof.svg" | grep -q '^<svg ' && tail -1 "$tmp/roof.svg" | grep -q '</svg>' &&
     grep -q 'arithmetic intensity' "$tmp/roof.svg" && grep -q '<circle' "$tmp/roof.svg" &&
