@@ -1,5 +1,6 @@
 /* Graph execution against the FP32 reference: the float kernels bit for bit against the
- * reference's building blocks (and the fused attention against a double-precision definition),
+ * reference's building blocks (and the fused attention against a double-precision definition; the
+ * line reads that warm decode attention's KV rows by what they return),
  * the step policy, and whole models: every specialization (decode and each chunk size, times each
  * context bucket) bit for bit the reference's logits, chunked prefill equal to token-by-token
  * decode, greedy output and perplexity identical. */
@@ -282,6 +283,24 @@ static void test_fused_attention_matches_reference_bits(void **state) {
     free(got);
     free(att);
     attn_case_free(&c);
+  }
+}
+
+/* npu_touch_lines reads one byte per 64-byte line from the start, nothing past the end (each
+ * buffer is exactly its size, for the sanitizers), and sums what it read. */
+static void test_touch_lines(void **state) {
+  (void)state;
+  const size_t sizes[] = {0, 1, 63, 64, 65, 1000, 4096, 4097};
+  uint64_t rng = 5;
+  for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+    const size_t n = sizes[s];
+    uint8_t *b = malloc(n > 0 ? n : 1);
+    assert_non_null(b);
+    uint32_t want = 0;
+    for (size_t i = 0; i < n; i++) b[i] = (uint8_t)test_rand(&rng);
+    for (size_t i = 0; i < n; i += 64) want += b[i];
+    assert_int_equal(npu_touch_lines(b, n), want);
+    free(b);
   }
 }
 
@@ -727,6 +746,7 @@ int main(void) {
       cmocka_unit_test(test_attention_matches_reference_bits),
       cmocka_unit_test(test_fused_attention_matches_reference_bits),
       cmocka_unit_test(test_fused_attention_matches_double),
+      cmocka_unit_test(test_touch_lines),
       cmocka_unit_test(test_step_policy),
       cmocka_unit_test(test_stories260k_matches_reference),
       cmocka_unit_test(test_tinystories5m_matches_reference),

@@ -421,6 +421,13 @@ void npu_f32_kv_write(float *restrict cache, const float *restrict x, int32_t po
   memcpy(cache + (size_t)pos0 * (size_t)cols, x, (size_t)n_valid * (size_t)cols * sizeof(float));
 }
 
+uint32_t npu_touch_lines(const void *p, size_t bytes) {
+  const uint8_t *b = p;
+  uint32_t sum = 0;
+  for (size_t i = 0; i < bytes; i += 64) sum += b[i];
+  return sum;
+}
+
 /* Keys per tile: the reference attention's, since where its online softmax rescales is part of
  * its bits; the score kernel takes a tile at a time too. */
 #define AT_KEYS NPU_REF_ATTN_TILE

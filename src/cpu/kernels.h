@@ -60,6 +60,12 @@ void npu_f32_rope(float *restrict out, const float *restrict x, const float *res
 void npu_f32_kv_write(float *restrict cache, const float *restrict x, int32_t pos0,
                       int32_t n_valid, int32_t cols);
 
+/* Read one byte of every 64-byte line of [p, p + bytes), front to back, and return their sum (so
+ * that the reads happen): brings a region into the caches as one sequential stream, which the
+ * hardware prefetcher runs ahead of, where a kernel that walks it in small strided pieces would
+ * wait on each line (decode attention over a cold KV cache). */
+uint32_t npu_touch_lines(const void *p, size_t bytes);
+
 /* Scores s[h, t, j] = q[t, h] . k[j, h / group] * scale for j < npu_attn_len(t), -inf for the rest
  * of the bucket's 'ctx' positions; each dot adds as npu_ref_dot does. q [rows, heads * hd]; k
  * cache rows of kv_heads * hd floats. QK, SOFTMAX and PV serve attention split around the integer
