@@ -176,12 +176,16 @@ static void check_threads_bit_identical(const char *model, const char *quant) {
   cp.calib_tokens = 64;
   cp.quant = quant;
   assert_int_equal(npulm_model_compile(m, &cp, &err), NPULM_OK);
-  size_t n1, n4;
+  size_t n1, n3, n4;
   float *one = session_logits(m, 1, &n1);
+  float *three = session_logits(m, 3, &n3); /* shares that do not divide the columns evenly */
   float *four = session_logits(m, 4, &n4);
+  assert_int_equal(n1, n3);
   assert_int_equal(n1, n4);
+  assert_memory_equal(one, three, n1 * sizeof(float));
   assert_memory_equal(one, four, n1 * sizeof(float));
   free(one);
+  free(three);
   free(four);
   npulm_model_close(m);
 }

@@ -214,7 +214,7 @@ static void kv_warm(const struct npu_graph *g, const struct npu_ir_node *n,
   struct kv_warm w = {.k = tensor_data(g, n->in[1], ctx), .v = tensor_data(g, n->in[2], ctx),
                       .bytes = (size_t)(ctx->pos0 + ctx->n_valid) * row};
   const size_t tasks = threads < KV_WARM_TASKS ? (size_t)threads : KV_WARM_TASKS;
-  w.per_task = (w.bytes / tasks + 63) / 64 * 64;
+  w.per_task = ((w.bytes + tasks - 1) / tasks + 63) / 64 * 64; /* whole lines, at least one */
   npu_pool_run(pool, (w.bytes + w.per_task - 1) / w.per_task, kv_warm_task, &w);
 }
 
