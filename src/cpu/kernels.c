@@ -759,21 +759,17 @@ void npu_f32_pv(float *restrict out, const float *restrict p, const float *restr
     LOAD8(x_, (vj) + (off));                                                                     \
     (a) += x_ * (pj);                                                                            \
   } while (0)
-/* The same on four accumulators a0 .. a3 of 'a': head-dim elements i0 .. i0+31. */
-#define AT_PV_FROM4(a, o, rescale)                                                                \
+/* STEP (AT_PV_FROM or AT_PV_ADD) on four accumulators a0 .. a3 of 'a': head-dim elements i0 ..
+ * i0+31. */
+#define AT_PV_EACH4(STEP, a, x, y)                                                                \
   do {                                                                                            \
-    AT_PV_FROM(a##0, o, rescale, 0);                                                              \
-    AT_PV_FROM(a##1, o, rescale, 8);                                                              \
-    AT_PV_FROM(a##2, o, rescale, 16);                                                             \
-    AT_PV_FROM(a##3, o, rescale, 24);                                                             \
+    STEP(a##0, x, y, 0);                                                                          \
+    STEP(a##1, x, y, 8);                                                                          \
+    STEP(a##2, x, y, 16);                                                                         \
+    STEP(a##3, x, y, 24);                                                                         \
   } while (0)
-#define AT_PV_ADD4(a, vj, pj)                                                                     \
-  do {                                                                                            \
-    AT_PV_ADD(a##0, vj, pj, 0);                                                                   \
-    AT_PV_ADD(a##1, vj, pj, 8);                                                                   \
-    AT_PV_ADD(a##2, vj, pj, 16);                                                                  \
-    AT_PV_ADD(a##3, vj, pj, 24);                                                                  \
-  } while (0)
+#define AT_PV_FROM4(a, o, rescale) AT_PV_EACH4(AT_PV_FROM, a, o, rescale)
+#define AT_PV_ADD4(a, vj, pj) AT_PV_EACH4(AT_PV_ADD, a, vj, pj)
 #define AT_PV_STORE4(o, a)                                                                        \
   do {                                                                                            \
     memcpy((o) + i0, &a##0, sizeof(a##0));                                                        \
