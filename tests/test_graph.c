@@ -78,9 +78,10 @@ static void test_rmsnorm_matches_reference_bits(void **state) {
   for (size_t a = 0; a < sizeof(rows) / sizeof(rows[0]); a++) {
     for (size_t b = 0; b < sizeof(cols) / sizeof(cols[0]); b++) {
       const int32_t n = rows[a], k = cols[b];
-      float *x = malloc((size_t)n * (size_t)k * sizeof(float)), *w = malloc((size_t)k * sizeof(float));
-      float *got = malloc((size_t)n * (size_t)k * sizeof(float)), *want = malloc((size_t)k * sizeof(float));
-      fill(x, (size_t)n * (size_t)k, &rng, 40.0f);
+      const size_t nk = (size_t)n * (size_t)k;
+      float *x = malloc(nk * sizeof(float)), *w = malloc((size_t)k * sizeof(float));
+      float *got = malloc(nk * sizeof(float)), *want = malloc((size_t)k * sizeof(float));
+      fill(x, nk, &rng, 40.0f);
       fill(w, (size_t)k, &rng, 2.0f);
       npu_f32_rmsnorm(got, x, w, n, k, 1e-5f);
       for (int32_t t = 0; t < n; t++) {

@@ -465,7 +465,8 @@ static void gemm_extreme_check(npu_qs8_gemm_fn *fn8, npu_qs8_gemm_qs16_fn *fn16,
 
 static void gemm_family_check(npu_qs8_gemm_fn *fn8, npu_qs8_gemm_qs16_fn *fn16) {
   /* Rows: every remainder of the SIMD kernels' row tiles (1..7) and several whole tiles. Columns:
-   * partial and whole 16-channel blocks in runs of 1 to 11 (the kernels take one or two at a time). */
+   * partial and whole 16-channel blocks in runs of 1 to 11 (the kernels take one or two at a
+   * time). */
   static const size_t ms[] = {1, 2, 3, 4, 5, 6, 7, 13, 33};
   static const size_t ns[] = {1, 7, 8, 9, 16, 48, 63, 100, 172};
   static const size_t ks[] = {1, 7, 31, 32, 33, 64, 172, 704};

@@ -594,7 +594,9 @@ static void print_profile(const struct result *r) {
   for (int i = 0; i < r->n_profile; i++) {
     const npulm_profile_entry *e = &r->profile[i];
     char gmac[16] = "", gbs[16] = "";
-    if (e->macs > 0 && e->seconds > 0) snprintf(gmac, sizeof(gmac), "%.1f", e->macs / e->seconds * 1e-9);
+    if (e->macs > 0 && e->seconds > 0) {
+      snprintf(gmac, sizeof(gmac), "%.1f", e->macs / e->seconds * 1e-9);
+    }
     if (e->weight_bytes > 0 && e->seconds > 0) {
       snprintf(gbs, sizeof(gbs), "%.1f", e->weight_bytes / e->seconds * 1e-9);
     }
