@@ -6,10 +6,12 @@
 #include <math.h>
 #include <string.h>
 
+#include "npu/executor.h"
 #include "npu/fixedpoint.h"
 #include "npu/ukernels.h"
 #include "cpu/convert.h"
 #include "quant/qparams.h"
+#include "runtime/pool.h"
 #include "test_util.h"
 
 /* ---- helpers ----------------------------------------------------------------------------------*/
@@ -512,6 +514,101 @@ static void gemm_family_check(npu_qs8_gemm_fn *fn8, npu_qs8_gemm_qs16_fn *fn16) 
 
 static void check_qs8_gemm(npu_qs8_gemm_fn *fn) { gemm_family_check(fn, NULL); }
 static void check_qs8_gemm_qs16(npu_qs8_gemm_qs16_fn *fn) { gemm_family_check(NULL, fn); }
+
+/* Matmuls on one input run as one loop (npu_npu_exec_matmuls): each member's output equals the
+ * reference's, whatever the members' widths (awkward ones: a thread's range crosses from one into
+ * the next mid-tile of the concatenation) and output types, on one to three threads; nothing
+ * past a member's columns is written; npu_npu_matmul_group counts only the matmuls on the same
+ * input, up to NPU_MATMUL_GROUP_MAX. */
+static void test_matmul_group(void **state) {
+  (void)state;
+  enum { MAX = NPU_MATMUL_GROUP_MAX, SLACK = 64 };
+  uint64_t rng = 4242;
+  struct npu_pool *pools[3];
+  npulm_error err;
+  for (int t = 0; t < 3; t++)
+    assert_int_equal(npu_pool_create(t + 1, t, &pools[t], &err), NPULM_OK);
+  struct npu_ukernels uk;
+  npu_ukernels_select(npu_isa_detect(), &uk);
+  for (int trial = 0; trial < 60; trial++) {
+    const int32_t count = rand_range(&rng, 1, MAX);
+    const size_t m = trial % 3 == 0 ? (size_t)rand_range(&rng, 2, 9) : 1;
+    const size_t k = (size_t)rand_range(&rng, 1, 300);
+    struct gemm_case c[MAX];
+    struct npu_qsite sites[MAX];
+    struct npu_ir_tensor tensors[MAX + 2];
+    struct npu_ir_node nodes[MAX + 1];
+    int32_t node_site[MAX + 1];
+    memset(sites, 0, sizeof(sites));
+    memset(tensors, 0, sizeof(tensors));
+    memset(nodes, 0, sizeof(nodes));
+    int8_t *x = xmalloc(m * k);
+    for (size_t i = 0; i < m * k; i++) x[i] = (int8_t)rand_range(&rng, -128, 127);
+    tensors[0] = (struct npu_ir_tensor){.dtype = NPU_DT_I8, .backend = NPU_BE_NPU,
+                                        .ne = {(int32_t)m, (int32_t)k, 1}};
+    size_t arena_size = m * k;
+    for (int32_t i = 0; i < count; i++) {
+      const size_t n = (size_t)(rand_range(&rng, 0, 2) == 0 ? rand_range(&rng, 1, 40)
+                                                            : rand_range(&rng, 1, 200));
+      gemm_case_make(&c[i], m, n, k, i % 2 == 0, rand_range(&rng, -128, 127), 0, &rng);
+      free(c[i].x); /* every member reads the shared input */
+      c[i].x = x;
+      c[i].x_stride = k;
+      c[i].y_stride = n;
+      const bool wide = rand_range(&rng, 0, 1) == 1;
+      arena_size = (arena_size + 63) / 64 * 64; /* the planner's alignment */
+      sites[i].k = (int32_t)k;
+      sites[i].packed = c[i].packed;
+      sites[i].gemm = (struct npu_qs8_gemm_params){c[i].mult, c[i].shift, c[i].zx, 0};
+      tensors[i + 1] = (struct npu_ir_tensor){.dtype = wide ? NPU_DT_I16 : NPU_DT_I8,
+                                              .backend = NPU_BE_NPU,
+                                              .ne = {(int32_t)m, (int32_t)n, 1},
+                                              .offset = arena_size};
+      arena_size += m * n * (wide ? 2 : 1) + SLACK;
+      nodes[i] = (struct npu_ir_node){.op = NPU_OP_MATMUL, .backend = NPU_BE_NPU, .in = {0, -1, -1},
+                                      .out = i + 1};
+      node_site[i] = i;
+    }
+    /* a last matmul on another input ends the group */
+    nodes[count] = (struct npu_ir_node){.op = NPU_OP_MATMUL, .backend = NPU_BE_NPU,
+                                        .in = {count + 1, -1, -1}, .out = count + 1};
+    node_site[count] = 0;
+    struct npu_graph g = {.rows = (int32_t)m, .n_tensors = count + 2, .n_nodes = count + 1,
+                          .tensors = tensors, .nodes = nodes, .node_site = node_site};
+    assert_int_equal(npu_npu_matmul_group(&g, 0, count + 1), count);
+    assert_int_equal(npu_npu_matmul_group(&g, 0, count), count);
+    uint8_t *buf = xmalloc(arena_size);
+    uint8_t *arena[NPU_BE_COUNT] = {NULL};
+    arena[NPU_BE_NPU] = buf;
+    for (int t = 0; t < 3; t++) {
+      memset(buf + m * k, 0x5a, arena_size - m * k);
+      memcpy(buf, x, m * k);
+      npu_npu_exec_matmuls(&g, 0, count, sites, &uk, pools[t], arena);
+      for (int32_t i = 0; i < count; i++) {
+        const struct npu_ir_tensor *y = &tensors[i + 1];
+        const bool wide = y->dtype == NPU_DT_I16;
+        const uint8_t *yb = buf + y->offset;
+        for (size_t r = 0; r < m; r++)
+          for (size_t j = 0; j < c[i].n; j++) {
+            const int32_t got = wide ? ((const int16_t *)(const void *)yb)[r * c[i].n + j]
+                                     : ((const int8_t *)yb)[r * c[i].n + j];
+            if (got != gemm_ref(&c[i], r, j, wide))
+              fail_msg("trial %d, %d threads, member %d of %d (n %zu, k %zu, m %zu): y[%zu, %zu]",
+                       trial, t + 1, i, count, c[i].n, k, m, r, j);
+          }
+        const size_t bytes = m * c[i].n * (wide ? 2 : 1);
+        for (size_t b = 0; b < SLACK; b++) assert_int_equal(yb[bytes + b], 0x5a);
+      }
+    }
+    free(buf);
+    for (int32_t i = 0; i < count; i++) {
+      c[i].x = NULL;
+      gemm_case_free(&c[i]);
+    }
+    free(x);
+  }
+  for (int t = 0; t < 3; t++) npu_pool_free(pools[t]);
+}
 
 /* Unpacking a row gives back the packed matrix's row, over any column range, for awkward n, k. */
 static void test_gemm_unpack_row(void **state) {
@@ -1206,7 +1303,7 @@ int main(void) {
       cmocka_unit_test(test_quantize_weights),  cmocka_unit_test(test_quantize_activations),
       cmocka_unit_test(test_convert_matches_loops),
       cmocka_unit_test(test_lut_build_silu),    cmocka_unit_test(test_gemm_pack),
-      cmocka_unit_test(test_gemm_unpack_row),
+      cmocka_unit_test(test_gemm_unpack_row),  cmocka_unit_test(test_matmul_group),
       cmocka_unit_test(test_gemm_vs_float),     cmocka_unit_test(test_dispatch),
       cmocka_unit_test(test_softmax_vs_float),
 #define NPU_UKERNEL(family, variant, isa) cmocka_unit_test(test_##family##__##variant),

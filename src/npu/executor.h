@@ -11,14 +11,30 @@
 
 struct npu_pool;
 
-/* Run node 'n' of 'g' (an NPU node with integer data 'site') on the threads of 'pool' (NULL: the
- * caller alone; matmuls are cut into column ranges): operands in the arenas
- * ('arena[be] + tensor.offset'), token ids 'ids' (g->rows). The step starts at cache position
- * 'pos0' with 'n_valid' real rows (the attention ops' mask; 1 <= n_valid <= g->rows and
- * pos0 + n_valid <= g->ctx). */
+/* Run node 'n' of 'g' (an NPU node other than a matmul, with integer data 'site') on the calling
+ * thread: operands in the arenas ('arena[be] + tensor.offset'), token ids 'ids' (g->rows). The step
+ * starts at cache position 'pos0' with 'n_valid' real rows (the attention ops' mask; 1 <= n_valid
+ * <= g->rows and pos0 + n_valid <= g->ctx). */
 void npu_npu_exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
                        const struct npu_qsite *site, const struct npu_ukernels *uk,
-                       struct npu_pool *pool, uint8_t *const arena[NPU_BE_COUNT],
-                       const int32_t *ids, int32_t pos0, int32_t n_valid);
+                       uint8_t *const arena[NPU_BE_COUNT], const int32_t *ids, int32_t pos0,
+                       int32_t n_valid);
+
+/* Matmuls that read one input (a layer's q, k and v; its gate and up) run as one loop over their
+ * columns laid end to end, each thread one range of them: one join instead of several, and each
+ * thread's share of the weights one longer stream, since the sites' packed weights lie in node
+ * order (npu_quant_place_packed). At most this many in one loop. */
+#define NPU_MATMUL_GROUP_MAX 4
+
+/* How many nodes from 'first' (before 'end', the end of its subgraph) run as one loop: the
+ * matmuls on the NPU that read the input of node 'first', up to NPU_MATMUL_GROUP_MAX, when node
+ * 'first' is such a matmul; else 1. */
+int32_t npu_npu_matmul_group(const struct npu_graph *g, int32_t first, int32_t end);
+
+/* Run the 'count' matmuls of 'g' from node 'first' (as npu_npu_matmul_group counted them) on the
+ * threads of 'pool', cut into column ranges; 'sites' is the program's (g->node_site indexes it). */
+void npu_npu_exec_matmuls(const struct npu_graph *g, int32_t first, int32_t count,
+                          const struct npu_qsite *sites, const struct npu_ukernels *uk,
+                          struct npu_pool *pool, uint8_t *const arena[NPU_BE_COUNT]);
 
 #endif /* NPU_NPU_EXECUTOR_H */

@@ -250,8 +250,8 @@ static void run_node(const struct npu_graph *g, const struct npu_ir_node *n,
                      const struct npu_exec_ctx *ctx) {
   int32_t index = (int32_t)(n - g->nodes);
   if (g->node_site != NULL && n->backend == NPU_BE_NPU) {
-    npu_npu_exec_node(g, n, &ctx->prog->qsites[g->node_site[index]], &ctx->prog->uk,
-                      ctx->pool[NPU_BE_NPU], ctx->arena, ctx->ids, ctx->pos0, ctx->n_valid);
+    npu_npu_exec_node(g, n, &ctx->prog->qsites[g->node_site[index]], &ctx->prog->uk, ctx->arena,
+                      ctx->ids, ctx->pos0, ctx->n_valid);
     return;
   }
   if (splits_by_rows(g, n)) {
@@ -326,30 +326,51 @@ static void node_work(const struct npu_graph *g, const struct npu_ir_node *n,
   }
 }
 
-static void exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
+/* Nodes 'first' .. 'first + count - 1' of 'g': one node, or matmuls on the NPU that run as one
+ * loop (npu_npu_matmul_group). */
+static void run_nodes(const struct npu_graph *g, int32_t first, int32_t count,
                       const struct npu_exec_ctx *ctx) {
+  const struct npu_ir_node *n = &g->nodes[first];
+  if (g->node_site != NULL && n->backend == NPU_BE_NPU && n->op == NPU_OP_MATMUL) {
+    npu_npu_exec_matmuls(g, first, count, ctx->prog->qsites, &ctx->prog->uk,
+                         ctx->pool[NPU_BE_NPU], ctx->arena);
+    return;
+  }
+  assert(count == 1);
+  run_node(g, n, ctx);
+}
+
+/* run_nodes, timed when profiling: the nodes of one loop share its time. */
+static void exec_nodes(const struct npu_graph *g, int32_t first, int32_t count,
+                       const struct npu_exec_ctx *ctx) {
   struct npu_profile *pr = ctx->profile;
   if (pr == NULL) {
-    run_node(g, n, ctx);
+    run_nodes(g, first, count, ctx);
     return;
   }
   const double t0 = npu_now();
-  run_node(g, n, ctx);
+  run_nodes(g, first, count, ctx);
   const uint64_t ns = (uint64_t)((npu_now() - t0) * 1e9);
-  uint64_t macs, bytes;
-  node_work(g, n, ctx, &macs, &bytes);
-  const int be = n->backend, op = n->op;
+  const int be = g->nodes[first].backend, op = g->nodes[first].op;
   atomic_fetch_add_explicit(&pr->ns[be][op], ns, memory_order_relaxed);
-  atomic_fetch_add_explicit(&pr->calls[be][op], 1, memory_order_relaxed);
-  atomic_fetch_add_explicit(&pr->macs[be][op], macs, memory_order_relaxed);
-  atomic_fetch_add_explicit(&pr->bytes[be][op], bytes, memory_order_relaxed);
+  for (int32_t i = first; i < first + count; i++) {
+    uint64_t macs, bytes;
+    node_work(g, &g->nodes[i], ctx, &macs, &bytes);
+    atomic_fetch_add_explicit(&pr->calls[be][op], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pr->macs[be][op], macs, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pr->bytes[be][op], bytes, memory_order_relaxed);
+  }
 }
 
 void npu_exec_subgraph(const struct npu_graph *g, const struct npu_subgraph *sg,
                        const struct npu_exec_ctx *ctx) {
-  for (int32_t i = sg->first; i < sg->first + sg->count; i++) {
-    exec_node(g, &g->nodes[i], ctx);
-    if (ctx->observe != NULL) ctx->observe(ctx->observe_user, g, i, ctx);
+  const int32_t end = sg->first + sg->count;
+  for (int32_t i = sg->first; i < end;) {
+    const int32_t count = npu_npu_matmul_group(g, i, end);
+    exec_nodes(g, i, count, ctx);
+    for (int32_t j = i; j < i + count && ctx->observe != NULL; j++)
+      ctx->observe(ctx->observe_user, g, j, ctx);
+    i += count;
   }
 }
 
