@@ -139,7 +139,8 @@ typedef struct npulm_session npulm_session;
 typedef struct npulm_session_params {
   int n_ctx;      /* context length (KV cache size); 0 = the model's, at most 4096 */
   int n_threads;  /* threads the NPU's matmuls are cut across: the NPU worker, the CPU worker
-                   * while it waits, and n_threads - 2 more; 0 = one per online CPU */
+                   * (the thread calling npulm_session_eval) while it waits, and n_threads - 2
+                   * more; 0 = one per online CPU */
   bool reference; /* run the FP32 reference forward instead of the compiled graphs (the oracle) */
   bool profile;   /* time every node by operator (npulm_session_profile): a clock read per node */
 } npulm_session_params;

@@ -1,13 +1,15 @@
-/* The two-worker task scheduler (see scheduler.h). All shared state is guarded by one mutex;
- * each worker sleeps on its own condition variable and is woken when a task finishes or a job
- * starts. A chunk's subgraphs finish in order, so the whole state of a chunk in flight is one
- * counter (how many of its subgraphs are done) and one flag (one of them is running).
+/* The task scheduler (see scheduler.h): the NPU's worker thread, and the thread of npu_sched_run
+ * as the CPU's worker while its job runs. All shared state is guarded by one mutex; each worker
+ * sleeps on its own condition variable and is woken when a task finishes or a job starts. A
+ * chunk's subgraphs finish in order, so the whole state of a chunk in flight is one counter (how
+ * many of its subgraphs are done) and one flag (one of them is running).
  * A decode step hands work back and forth between the workers a few dozen times in a few
  * milliseconds, so a waiter first spins briefly (yielding the core to anyone runnable) on an
  * epoch counter that every change of state bumps, and only then sleeps: a futex wake-up costs tens
  * of microseconds. While it spins it lends itself to the other worker's data-parallel loops (the
  * NPU's matmuls, the CPU's row-wise ops): with two cores, the idle worker is the second core of
- * the busy one.
+ * the busy one. The caller is the CPU's worker, rather than a third thread it waits for, so that
+ * the end of a job wakes no one: the caller returns as soon as it sees the last task done.
  * Subgraphs alternate between the backends, so the older chunk's next subgraph always needs the
  * worker that is not running its current one. If that worker started a long subgraph of the
  * younger chunk meanwhile, the older chunk would stall behind it: a worker therefore only takes a
@@ -28,19 +30,12 @@
 /* How long a waiter spins before it sleeps. */
 #define SPIN_S 100e-6
 
-struct worker {
-  struct npu_sched *s;
-  enum npu_backend be;
-  pthread_t thread;
-  bool started;
-};
-
 struct npu_sched {
   struct npu_pool *pools[NPU_BE_COUNT]; /* a waiting worker lends itself to their loops */
   pthread_mutex_t lock;
   pthread_cond_t wake[NPU_BE_COUNT]; /* a worker waits here for a task */
-  pthread_cond_t finished;           /* the caller of npu_sched_run waits here */
-  struct worker workers[NPU_BE_COUNT];
+  pthread_t npu_worker;
+  bool npu_worker_started;
   bool stop;
   atomic_uint epoch; /* bumped (under 'lock') at every change a waiter may be waiting for */
   /* the job in progress (NULL when idle) and its state; all guarded by 'lock' */
@@ -154,15 +149,21 @@ static void wait_change(struct npu_sched *s, pthread_cond_t *cv) {
   }
 }
 
-static void *worker_main(void *arg) {
-  struct worker *w = arg;
-  struct npu_sched *s = w->s;
-  enum npu_backend other = w->be == NPU_BE_NPU ? NPU_BE_CPU : NPU_BE_NPU;
-  pthread_mutex_lock(&s->lock);
+/* Whether the job in progress is done (or none is). Called with the lock held. */
+static bool job_done(const struct npu_sched *s) {
+  return s->job == NULL || s->chunks_done == s->job->n_steps;
+}
+
+/* Run the tasks of backend 'be' as they become ready: until the scheduler stops (the NPU's
+ * worker) or until the job is done (the caller, 'until_done'). Called and returns with the lock
+ * held. */
+static void serve(struct npu_sched *s, enum npu_backend be, bool until_done) {
+  enum npu_backend other = be == NPU_BE_NPU ? NPU_BE_CPU : NPU_BE_NPU;
   for (;;) {
     int32_t step = 0, sub = 0;
-    while (!s->stop && !find_task(s, w->be, &step, &sub)) wait_change(s, &s->wake[w->be]);
-    if (s->stop) break;
+    while (!s->stop && !(until_done && job_done(s)) && !find_task(s, be, &step, &sub))
+      wait_change(s, &s->wake[be]);
+    if (s->stop || (until_done && job_done(s))) return;
     const struct npu_sched_job *job = s->job;
     int32_t slot = step % NPU_SCHED_SLOTS;
     s->running[slot] = true;
@@ -176,7 +177,7 @@ static void *worker_main(void *arg) {
     pthread_mutex_lock(&s->lock);
     double t1 = npu_now();
     account(s, -1, t1);
-    s->stats.busy_s[w->be] += t1 - t0;
+    s->stats.busy_s[be] += t1 - t0;
     s->stats.n_tasks++;
     if (job->cost != NULL) job->cost[step][sub] = t1 - t0;
     s->running[slot] = false;
@@ -184,11 +185,16 @@ static void *worker_main(void *arg) {
       /* chunks finish in order: (c, last) waits for (c-1, last) */
       s->progress[slot] = 0;
       s->chunks_done++;
-      if (s->chunks_done == job->n_steps) pthread_cond_signal(&s->finished);
     }
     changed(s);
     pthread_cond_signal(&s->wake[other]);
   }
+}
+
+static void *npu_worker_main(void *arg) {
+  struct npu_sched *s = arg;
+  pthread_mutex_lock(&s->lock);
+  serve(s, NPU_BE_NPU, false);
   pthread_mutex_unlock(&s->lock);
   return NULL;
 }
@@ -203,30 +209,21 @@ npulm_status npu_sched_create(struct npu_pool *const pools[NPU_BE_COUNT], struct
   npulm_status st = NPULM_OK;
   if (pthread_mutex_init(&s->lock, NULL) != 0) goto sync_fail;
   sync_ok++;
-  if (pthread_cond_init(&s->finished, NULL) != 0) goto sync_fail;
-  sync_ok++;
   for (int be = 0; be < NPU_BE_COUNT; be++) {
     if (pthread_cond_init(&s->wake[be], NULL) != 0) goto sync_fail;
     sync_ok++;
   }
-  for (int be = 0; be < NPU_BE_COUNT; be++) {
-    struct worker *w = &s->workers[be];
-    w->s = s;
-    w->be = (enum npu_backend)be;
-    if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
-      st = npu_fail(err, NPULM_ERR_NOMEM, "could not start the %s worker thread",
-                    npu_backend_name((enum npu_backend)be));
-      goto fail;
-    }
-    w->started = true;
+  if (pthread_create(&s->npu_worker, NULL, npu_worker_main, s) != 0) {
+    st = npu_fail(err, NPULM_ERR_NOMEM, "could not start the NPU worker thread");
+    goto fail;
   }
+  s->npu_worker_started = true;
   *out = s;
   return NPULM_OK;
 sync_fail:
   st = npu_fail(err, NPULM_ERR_NOMEM, "could not create the scheduler's locks");
   if (sync_ok > 0) pthread_mutex_destroy(&s->lock);
-  if (sync_ok > 1) pthread_cond_destroy(&s->finished);
-  for (int be = 0; be + 2 < sync_ok; be++) pthread_cond_destroy(&s->wake[be]);
+  for (int be = 0; be + 1 < sync_ok; be++) pthread_cond_destroy(&s->wake[be]);
   free(s);
   return st;
 fail:
@@ -239,13 +236,10 @@ void npu_sched_free(struct npu_sched *s) {
   pthread_mutex_lock(&s->lock);
   s->stop = true;
   changed(s);
-  for (int be = 0; be < NPU_BE_COUNT; be++) pthread_cond_signal(&s->wake[be]);
+  pthread_cond_signal(&s->wake[NPU_BE_NPU]);
   pthread_mutex_unlock(&s->lock);
-  for (int be = 0; be < NPU_BE_COUNT; be++) {
-    if (s->workers[be].started) pthread_join(s->workers[be].thread, NULL);
-  }
+  if (s->npu_worker_started) pthread_join(s->npu_worker, NULL);
   pthread_mutex_destroy(&s->lock);
-  pthread_cond_destroy(&s->finished);
   for (int be = 0; be < NPU_BE_COUNT; be++) pthread_cond_destroy(&s->wake[be]);
   free(s);
 }
@@ -260,9 +254,8 @@ void npu_sched_run(struct npu_sched *s, const struct npu_sched_job *job) {
     s->running[i] = false;
   }
   changed(s);
-  for (int be = 0; be < NPU_BE_COUNT; be++) pthread_cond_signal(&s->wake[be]);
-  /* the caller sleeps: spinning here would take a core from the workers on every task */
-  while (s->chunks_done < job->n_steps) pthread_cond_wait(&s->finished, &s->lock);
+  pthread_cond_signal(&s->wake[NPU_BE_NPU]);
+  serve(s, NPU_BE_CPU, true);
   s->job = NULL;
   pthread_mutex_unlock(&s->lock);
 }

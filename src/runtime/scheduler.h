@@ -1,6 +1,7 @@
-/* The heterogeneous scheduler: one persistent worker thread per backend (NPU, CPU), started with
- * the session and kept until it ends. An evaluation is a list of steps (chunks); step c runs the
- * subgraphs 0 .. S-1 of its graph, each on its backend's worker. Task (c, s) may start when
+/* The heterogeneous scheduler: one persistent worker thread for the NPU, started with the session
+ * and kept until it ends, and for the CPU the thread that runs the job. An evaluation is a list of
+ * steps (chunks); step c runs the subgraphs 0 .. S-1 of its graph, each on its backend's worker.
+ * Task (c, s) may start when
  *   (c, s-1) is done                   (data flow inside the chunk),
  *   (c-1, s) is done                   (the KV cache rows chunk c attends over, the logits buffer),
  *   chunk c-2 is done, for s = 0       (at most NPU_SCHED_SLOTS chunks in flight, one arena set
@@ -45,16 +46,17 @@ struct npu_sched;
 
 struct npu_pool;
 
-/* Start the two workers; while waiting for a task, each runs tasks of the loops of 'pools' (any
+/* Start the NPU's worker; while waiting for a task, each worker runs tasks of the loops of 'pools' (any
  * may be NULL). Return NPULM_OK and '*out', or an error naming what failed. */
 npulm_status npu_sched_create(struct npu_pool *const pools[NPU_BE_COUNT], struct npu_sched **out,
                               npulm_error *err);
 
-/* Stop and join the workers and free everything; accepts NULL. No job may be running. */
+/* Stop and join the NPU's worker and free everything; accepts NULL. No job may be running. */
 void npu_sched_free(struct npu_sched *s);
 
-/* Run every task of 'job' and return when all are done. One job at a time per scheduler. Steps
- * whose graphs differ in their subgraph structure are run one after the other, not overlapped. */
+/* Run every task of 'job', the CPU's on the calling thread, and return when all are done. One job
+ * at a time per scheduler. Steps whose graphs differ in their subgraph structure are run one after
+ * the other, not overlapped. */
 void npu_sched_run(struct npu_sched *s, const struct npu_sched_job *job);
 
 void npu_sched_get_stats(struct npu_sched *s, struct npu_sched_stats *stats_out);
