@@ -517,9 +517,10 @@ static void check_qs8_gemm_qs16(npu_qs8_gemm_qs16_fn *fn) { gemm_family_check(NU
 
 /* Matmuls on one input run as one loop (npu_npu_exec_matmuls): each member's output equals the
  * reference's, whatever the members' widths (awkward ones: a thread's range crosses from one into
- * the next mid-tile of the concatenation) and output types, on one to three threads; nothing
- * past a member's columns is written; npu_npu_matmul_group counts only the matmuls on the same
- * input, up to NPU_MATMUL_GROUP_MAX. */
+ * the next) and output types, on one to three threads (three on this host's cores: threads fall
+ * behind and are helped with the end of their ranges); nothing past a member's columns is
+ * written; npu_npu_matmul_group counts only the matmuls on the same input, up to
+ * NPU_MATMUL_GROUP_MAX. */
 static void test_matmul_group(void **state) {
   (void)state;
   enum { MAX = NPU_MATMUL_GROUP_MAX, SLACK = 64 };

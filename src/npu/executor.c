@@ -2,6 +2,7 @@
 #include "npu/executor.h"
 
 #include <assert.h>
+#include <stdatomic.h>
 
 #include "runtime/pool.h"
 
@@ -36,12 +37,21 @@ static void gather_packed(const struct npu_qsite *site, const struct npu_ukernel
 }
 
 /* Matmuls on one input run as one loop: their columns laid end to end (each from a whole number
- * of the kernels' widest column tile, two packed blocks), cut into ranges, one per pool task; a
- * range that crosses from one matmul into the next runs a piece of each. */
+ * of tiles, the kernels' widest column block pair), cut into tiles and the tiles into one range
+ * per thread. A task runs its range's tiles from the front, then takes the untouched half of what
+ * is left of another range, from its back, until none is left: a thread that the host delays, or
+ * whose share streams slower, is helped with its last tiles, while each range is still read front
+ * to back as one stream. */
+enum { TILE = 2 * NPU_QS8_GEMM_NR, MAX_RANGES = 64 };
+
+struct range {
+  _Alignas(64) _Atomic uint64_t todo; /* (next tile << 32) | end tile: [next, end) not taken */
+};
+
 struct matmul_group {
   const struct npu_ukernels *uk;
   const int8_t *x;
-  size_t rows, k, total, cols_per_task;
+  size_t rows, k, total;
   int32_t count;
   struct {
     const struct npu_qsite *site;
@@ -49,14 +59,12 @@ struct matmul_group {
     size_t cols, at; /* its columns and where they start in the group's */
     bool wide;
   } mm[NPU_MATMUL_GROUP_MAX];
+  size_t n_ranges;
+  struct range ranges[MAX_RANGES];
 };
 
-enum { TILE = 2 * NPU_QS8_GEMM_NR };
-
-static void group_task(void *arg, size_t task) {
-  const struct matmul_group *mg = arg;
-  const size_t a = task * mg->cols_per_task;
-  const size_t b = a + mg->cols_per_task < mg->total ? a + mg->cols_per_task : mg->total;
+/* Columns [a, b) of the group: a piece of each member they cross. */
+static void run_cols(const struct matmul_group *mg, size_t a, size_t b) {
   for (int32_t i = 0; i < mg->count; i++) {
     const size_t at = mg->mm[i].at, end = at + mg->mm[i].cols;
     if (b <= at || a >= end) continue;
@@ -72,17 +80,34 @@ static void group_task(void *arg, size_t task) {
   }
 }
 
-/* Columns per task, a whole number of tiles. Prefill: a few tasks per thread, so that a
- * descheduled thread delays little. Decode: one per thread, so that each thread reads its share of
- * the weights as one stream; several shorter ones each start the hardware prefetcher over
- * (stories110M's 85 decode matmuls from both threads, in this host's fast bandwidth state: 89 % of
- * a plain read's rate with four tasks per thread, 94 % with one). */
-static size_t cols_per_task(size_t rows, size_t cols, int threads) {
-  enum { TASKS_PER_THREAD = 4 };
-  if (threads <= 1) return cols;
-  size_t tasks = (size_t)threads * (rows == 1 ? 1 : TASKS_PER_THREAD);
-  size_t per = (cols + tasks - 1) / tasks;
-  return (per + TILE - 1) / TILE * TILE;
+/* Take tiles of range 'r': its next one ('owner'), else half of what is left (at least one) from
+ * its end. Sets [*t0, *t1) and returns true, or returns false when none is left. */
+static bool take_tiles(struct range *r, bool owner, size_t *t0, size_t *t1) {
+  uint64_t v = atomic_load_explicit(&r->todo, memory_order_relaxed);
+  for (;;) {
+    const uint32_t next = (uint32_t)(v >> 32), end = (uint32_t)v;
+    if (next >= end) return false;
+    const uint32_t n = owner ? 1 : (end - next + 1) / 2;
+    const uint64_t left = owner ? v + ((uint64_t)1 << 32) : v - n;
+    if (atomic_compare_exchange_weak_explicit(&r->todo, &v, left, memory_order_relaxed,
+                                              memory_order_relaxed)) {
+      *t0 = owner ? next : end - n;
+      *t1 = owner ? next + 1 : end;
+      return true;
+    }
+  }
+}
+
+static void group_task(void *arg, size_t task) {
+  struct matmul_group *mg = arg;
+  size_t t0, t1;
+  for (size_t i = 0; i < mg->n_ranges; i++) {
+    struct range *r = &mg->ranges[(task + i) % mg->n_ranges];
+    while (take_tiles(r, i == 0, &t0, &t1)) {
+      const size_t b = t1 * TILE < mg->total ? t1 * TILE : mg->total;
+      run_cols(mg, t0 * TILE, b);
+    }
+  }
 }
 
 int32_t npu_npu_matmul_group(const struct npu_graph *g, int32_t first, int32_t end) {
@@ -115,8 +140,16 @@ void npu_npu_exec_matmuls(const struct npu_graph *g, int32_t first, int32_t coun
     mg.mm[i].wide = out->dtype == NPU_DT_I16;
     mg.total = mg.mm[i].at + mg.mm[i].cols;
   }
-  mg.cols_per_task = cols_per_task(mg.rows, mg.total, npu_pool_threads(pool));
-  npu_pool_run(pool, (mg.total + mg.cols_per_task - 1) / mg.cols_per_task, group_task, &mg);
+  const size_t tiles = (mg.total + TILE - 1) / TILE;
+  const int threads = npu_pool_threads(pool);
+  mg.n_ranges = threads < MAX_RANGES ? (size_t)threads : MAX_RANGES;
+  if (mg.n_ranges > tiles) mg.n_ranges = tiles;
+  const size_t per = (tiles + mg.n_ranges - 1) / mg.n_ranges;
+  for (size_t r = 0; r < mg.n_ranges; r++) {
+    const size_t t0 = r * per < tiles ? r * per : tiles, t1 = t0 + per < tiles ? t0 + per : tiles;
+    atomic_init(&mg.ranges[r].todo, (uint64_t)t0 << 32 | t1);
+  }
+  npu_pool_run(pool, mg.n_ranges, group_task, &mg);
 }
 
 void npu_npu_exec_node(const struct npu_graph *g, const struct npu_ir_node *n,

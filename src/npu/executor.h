@@ -21,9 +21,10 @@ void npu_npu_exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
                        int32_t n_valid);
 
 /* Matmuls that read one input (a layer's q, k and v; its gate and up) run as one loop over their
- * columns laid end to end, each thread one range of them: one join instead of several, and each
- * thread's share of the weights one longer stream, since the sites' packed weights lie in node
- * order (npu_quant_place_packed). At most this many in one loop. */
+ * columns laid end to end, each thread one range of them, front to back, and then the rest of
+ * another's that it has not reached: one join instead of several, each thread's share of the
+ * weights one longer stream (the sites' packed weights lie in node order, npu_quant_place_packed),
+ * and a thread that falls behind is helped with its last columns. At most this many in one loop. */
 #define NPU_MATMUL_GROUP_MAX 4
 
 /* How many nodes from 'first' (before 'end', the end of its subgraph) run as one loop: the
