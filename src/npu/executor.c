@@ -42,7 +42,10 @@ static void gather_packed(const struct npu_qsite *site, const struct npu_ukernel
  * is left of another range, from its back, until none is left: a thread that the host delays, or
  * whose share streams slower, is helped with its last tiles, while each range is still read front
  * to back as one stream. */
-enum { TILE = 2 * NPU_QS8_GEMM_NR, MAX_RANGES = 64 };
+enum {
+  TILE = 2 * NPU_QS8_GEMM_NR,
+  MAX_RANGES = 64, /* threads past the 64th only help with the other loops */
+};
 
 struct range {
   _Alignas(64) _Atomic uint64_t todo; /* (next tile << 32) | end tile: [next, end) not taken */
@@ -60,7 +63,7 @@ struct matmul_group {
     bool wide;
   } mm[NPU_MATMUL_GROUP_MAX];
   size_t n_ranges;
-  struct range ranges[MAX_RANGES];
+  struct range *ranges; /* (n_ranges) on the caller's stack, set up for this loop only */
 };
 
 /* Columns [a, b) of the group: a piece of each member they cross. */
@@ -142,12 +145,14 @@ void npu_npu_exec_matmuls(const struct npu_graph *g, int32_t first, int32_t coun
   }
   const size_t tiles = (mg.total + TILE - 1) / TILE;
   const int threads = npu_pool_threads(pool);
+  struct range ranges[MAX_RANGES];
+  mg.ranges = ranges;
   mg.n_ranges = threads < MAX_RANGES ? (size_t)threads : MAX_RANGES;
   if (mg.n_ranges > tiles) mg.n_ranges = tiles;
   const size_t per = (tiles + mg.n_ranges - 1) / mg.n_ranges;
   for (size_t r = 0; r < mg.n_ranges; r++) {
     const size_t t0 = r * per < tiles ? r * per : tiles, t1 = t0 + per < tiles ? t0 + per : tiles;
-    atomic_init(&mg.ranges[r].todo, (uint64_t)t0 << 32 | t1);
+    atomic_init(&ranges[r].todo, (uint64_t)t0 << 32 | t1);
   }
   npu_pool_run(pool, mg.n_ranges, group_task, &mg);
 }
