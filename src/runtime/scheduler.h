@@ -46,8 +46,8 @@ struct npu_sched;
 
 struct npu_pool;
 
-/* Start the NPU's worker; while waiting for a task, each worker runs tasks of the loops of 'pools' (any
- * may be NULL). Return NPULM_OK and '*out', or an error naming what failed. */
+/* Start the NPU's worker; while waiting for a task, each worker runs tasks of the loops of
+ * 'pools' (any may be NULL). Return NPULM_OK and '*out', or an error naming what failed. */
 npulm_status npu_sched_create(struct npu_pool *const pools[NPU_BE_COUNT], struct npu_sched **out,
                               npulm_error *err);
 
