@@ -4,8 +4,8 @@
  * chunk's subgraphs finish in order, so the whole state of a chunk in flight is one counter (how
  * many of its subgraphs are done) and one flag (one of them is running).
  * A decode step hands work back and forth between the workers a few dozen times in a few
- * milliseconds, so a waiter first spins briefly (yielding the core to anyone runnable) on an
- * epoch counter that every change of state bumps, and only then sleeps: a futex wake-up costs tens
+ * milliseconds, so a waiter spins (yielding the core to anyone runnable) on an epoch counter that
+ * every change of state bumps, and sleeps only when no task is running: a futex wake-up costs tens
  * of microseconds. While it spins it lends itself to the other worker's data-parallel loops (the
  * NPU's matmuls, the CPU's row-wise ops): with two cores, the idle worker is the second core of
  * the busy one. The caller is the CPU's worker, rather than a third thread it waits for, so that
@@ -45,7 +45,7 @@ struct npu_sched {
   bool running[NPU_SCHED_SLOTS];        /* a subgraph of the chunk in each slot is running */
   double started[NPU_SCHED_SLOTS];      /* when it started */
   /* accounting */
-  int n_busy;          /* workers inside a task */
+  atomic_int n_busy;   /* workers inside a task (changed under 'lock'; read by spinning waiters) */
   double last_change;  /* when n_busy last changed */
   struct npu_sched_stats stats;
 };
@@ -105,9 +105,11 @@ static bool find_task(const struct npu_sched *s, enum npu_backend be, int32_t *s
 
 /* A worker starts (+1) or ends (-1) a task at time 'now'. Called with the lock held. */
 static void account(struct npu_sched *s, int delta, double now) {
-  if (s->n_busy == NPU_BE_COUNT) s->stats.overlap_s += now - s->last_change;
+  if (atomic_load_explicit(&s->n_busy, memory_order_relaxed) == NPU_BE_COUNT) {
+    s->stats.overlap_s += now - s->last_change;
+  }
   s->last_change = now;
-  s->n_busy += delta;
+  atomic_fetch_add_explicit(&s->n_busy, delta, memory_order_relaxed);
 }
 
 /* Something changed: bump the epoch. Called with the lock held. */
@@ -124,8 +126,12 @@ static bool help(struct npu_sched *s) {
   return ran;
 }
 
-/* Wait on 'cv' for a change, spinning first. Called and returns with the lock held; the caller
- * re-checks its condition, as after any condition wait. */
+/* Wait on 'cv' for a change, spinning first. While the other worker is inside a task the waiter
+ * keeps spinning, however long the task: it may start a data-parallel loop at any moment (a
+ * prefill chunk's NPU subgraph runs a layer's matmuls with element-wise ops and norms between
+ * them, each long enough to outlast a short spin), and a sleeping waiter would leave the loops
+ * after it one thread short. It sleeps only when no task runs. Called and returns with the lock
+ * held; the caller re-checks its condition, as after any condition wait. */
 static void wait_change(struct npu_sched *s, pthread_cond_t *cv) {
   unsigned seen = atomic_load_explicit(&s->epoch, memory_order_relaxed);
   pthread_mutex_unlock(&s->lock);
@@ -138,7 +144,7 @@ static void wait_change(struct npu_sched *s, pthread_cond_t *cv) {
       continue;
     }
     if (!moved && i % 64 == 0) {
-      if (npu_now() > until) break;
+      if (npu_now() > until && atomic_load_explicit(&s->n_busy, memory_order_relaxed) == 0) break;
       sched_yield();
     }
   }
