@@ -337,9 +337,10 @@ const npulm_npu_profile *npulm_npu_profiles(int *n_out);
 typedef struct npulm_decode_traffic {
   const char *quant;         /* how the program's NPU computes: "w8a8-naive", ..., or "f32" */
   uint64_t weight_bytes_npu; /* weights the NPU nodes read: int8 packed matmul weights with their
-                                per-channel data (float for an "f32" program), embedding rows */
-  uint64_t weight_bytes_cpu; /* float weights the CPU nodes read (norms, float matmuls, outlier
-                                channels) */
+                                per-channel data (float for an "f32" program), norm weights,
+                                embedding rows */
+  uint64_t weight_bytes_cpu; /* float weights the CPU nodes read (norms kept in float, float
+                                matmuls, outlier channels) */
   uint64_t kv_bytes;         /* KV cache bytes read (positions 0 .. pos) and written (pos) */
   uint64_t bytes;            /* the sum: what a token must move at least */
   uint64_t macs;             /* multiply-accumulates of the step (matmuls and attention) */

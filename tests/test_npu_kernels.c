@@ -1259,6 +1259,293 @@ static void check_qs16_pv_qs8(npu_qs16_pv_qs8_fn *fn) {
   }
 }
 
+/* ---- RMSNorm ----------------------------------------------------------------------------------*/
+
+/* A multiplier in [-INT32_MAX, INT32_MAX] (wider than rand_range can take). */
+static int32_t rand_mult(uint64_t *rng) {
+  const int32_t m = (int32_t)(test_rand(rng) >> 33);
+  return test_rand(rng) & 1 ? m : -m;
+}
+
+/* One row of the RMSNorm from its definition in ukernels.h, in 128-bit arithmetic, so that the
+ * shift by s needs no case of its own past 62. */
+static void rmsnorm_row_ref(const int16_t *x, size_t cols, const struct npu_qs16_rmsnorm_params *p,
+                            int8_t *out) {
+  int64_t v = p->eps;
+  for (size_t c = 0; c < cols; c++)
+    v += (int64_t)x[c] * x[c];
+  int32_t e;
+  const int64_t r = npu_rsqrt_q61(v, &e);
+  const int32_t s = 77 - e - p->shift;
+  assert_true(s >= 1);
+  for (size_t c = 0; c < cols; c++) {
+    const __int128 u = ((__int128)x[c] * r + (1 << 14)) >> 15;
+    const __int128 o = ((u * p->mult[c] + ((__int128)1 << (s - 1))) >> s) + p->y_zero_point;
+    out[c] = (int8_t)(o < INT8_MIN ? INT8_MIN : o > INT8_MAX ? INT8_MAX : o);
+  }
+}
+
+/* Single rows whose every output sits on a rounding edge, its value known by construction (so
+ * the scalar kernel is checked too): (a) x in +-[1, 3] and mult chosen so that
+ * u * mult / 2^s lies in [o - 1/2, o - 1/2 + |u| / 2^s) with |mult| > |u|: any u one off (its
+ * own rounding, ties of it included) moves the output; (b) x in {0, sg} with eps searched until
+ * u = +-2^a * b, b odd and small, and mult = k * 2^(s - 1 - a): then u * mult / 2^s = +-b * k / 2
+ * exactly, a tie for odd k, which must round up (towards +infinity) for either sign. */
+static void rmsnorm_edge_check(npu_qs16_rmsnorm_qs8_fn *fn, uint64_t *rng) {
+  enum { MAXC = 40 };
+  int16_t x[MAXC];
+  int32_t mult[MAXC];
+  int8_t y[MAXC], want[MAXC], expect[MAXC];
+  for (int rep = 0; rep < 600; rep++) {
+    const size_t cols = (size_t)rand_range(rng, 1, MAXC);
+    const int32_t zp = rand_range(rng, -20, 20);
+    struct npu_qs16_rmsnorm_params p = {.mult = mult, .y_zero_point = zp};
+    int32_t e, out[MAXC];
+    if (rep % 2 == 0) {
+      const bool tie = rep % 40 == 0; /* x = +-1, eps searched until x * r is a tie for u */
+      int64_t v = 0;
+      for (size_t c = 0; c < cols; c++) {
+        x[c] = (int16_t)((tie ? 1 : rand_range(rng, 1, 3)) * (rand_range(rng, 0, 1) ? 1 : -1));
+        v += x[c] * x[c];
+      }
+      int64_t r;
+      for (p.eps = rand_range(rng, 1, 64);; p.eps++) {
+        r = npu_rsqrt_q61(v + p.eps, &e);
+        if (!tie || (r & 0x7FFF) == 0x4000)
+          break;
+      }
+      const int32_t s = 37;
+      p.shift = 77 - e - s;
+      for (size_t c = 0; c < cols; c++) {
+        const int64_t u = ((int64_t)x[c] * r + (1 << 14)) >> 15, au = llabs(u);
+        out[c] = rand_range(rng, -100, 100);
+        const int64_t t = out[c] * ((int64_t)1 << s) - ((int64_t)1 << (s - 1));
+        const int64_t m = t / au + (t % au > 0); /* ceil: au * m in [t, t + au) */
+        assert_true(llabs(m) > au && llabs(m) <= INT32_MAX);
+        mult[c] = (int32_t)(u > 0 ? m : -m);
+      }
+    } else {
+      const int16_t sg = rep % 4 == 1 ? 1 : -1;
+      int64_t n1 = 0;
+      for (size_t c = 0; c < cols; c++) {
+        x[c] = rand_range(rng, 0, 3) != 0 || c == cols / 2 ? sg : 0;
+        n1 += x[c] != 0;
+      }
+      int64_t u;
+      int32_t a;
+      for (p.eps = rand_range(rng, 1, 1000);; p.eps++) {
+        u = ((int64_t)sg * npu_rsqrt_q61(n1 + p.eps, &e) + (1 << 14)) >> 15;
+        a = __builtin_ctzll((unsigned long long)llabs(u));
+        if ((llabs(u) >> a) <= 127)
+          break;
+      }
+      const int32_t b = (int32_t)(llabs(u) >> a), j = rand_range(rng, 0, 12), s = a + 1 + j;
+      p.shift = 77 - e - s;
+      for (size_t c = 0; c < cols; c++) {
+        const int32_t kmax = 250 / b, k = rand_range(rng, -kmax, kmax);
+        mult[c] = x[c] != 0 ? k * (1 << j) : rand_mult(rng);
+        out[c] = x[c] != 0 ? (int32_t)floor(((u > 0 ? b : -b) * k + 1) / 2.0) : 0;
+      }
+    }
+    assert_true(p.shift >= -16 && p.shift <= 46);
+    for (size_t c = 0; c < cols; c++)
+      expect[c] = (int8_t)npu_clamp_i64(out[c] + zp, INT8_MIN, INT8_MAX);
+    fn(1, cols, x, y, &p);
+    npu_qs16_rmsnorm_qs8__scalar(1, cols, x, want, &p);
+    for (size_t c = 0; c < cols; c++)
+      if (y[c] != expect[c] || want[c] != expect[c])
+        fail_msg("edge rep %d cols %zu (shift %d eps %lld zp %d): y[%zu] = %d, scalar %d, want %d "
+                 "(x %d mult %d)",
+                 rep, cols, p.shift, (long long)p.eps, zp, c, y[c], want[c], expect[c], x[c],
+                 mult[c]);
+  }
+}
+
+/* Awkward widths (SIMD body, its 8-wide step and the scalar tail), rows of extremes, zeros (with
+ * eps 1) and random values, multipliers of both signs up to +-INT32_MAX, every shift and eps from
+ * 1 to 2^62: bit for bit against the scalar kernel and the definition. The buffers are exactly
+ * the tensors' sizes (plus a guard after y), so a sanitizer build sees any stray access. */
+static void check_qs16_rmsnorm_qs8(npu_qs16_rmsnorm_qs8_fn *fn) {
+  uint64_t rng = 25;
+  static const size_t widths[] = {1, 2, 7, 8, 9, 15, 16, 17, 23, 24, 31, 32, 33, 768, 1000, 4103};
+  enum { GUARD = 32 };
+  long inside = 0; /* outputs strictly between the int8 bounds and off the zero point */
+  for (size_t wi = 0; wi < sizeof(widths) / sizeof(widths[0]); wi++)
+    for (int rep = 0; rep < (widths[wi] < 64 ? 280 : 28); rep++) { /* more where cheap */
+      const size_t cols = widths[wi], rows = (size_t)rand_range(&rng, 1, 5), n = rows * cols;
+      int16_t *x = xmalloc(n * sizeof(int16_t));
+      int32_t *mult = xmalloc(cols * sizeof(int32_t));
+      int8_t *y = xmalloc(n + GUARD), *want = xmalloc(n), *ref = xmalloc(cols);
+      const int mode = rep % 7; /* 6: a mode per row */
+      for (size_t t = 0; t < rows; t++) {
+        const int m = mode == 6 ? rand_range(&rng, 0, 5) : mode;
+        for (size_t c = 0; c < cols; c++) {
+          int16_t *xi = &x[t * cols + c];
+          *xi = m == 0   ? (int16_t)rand_range(&rng, INT16_MIN, INT16_MAX)
+                : m == 1 ? (int16_t)(c % 3 == 0 ? INT16_MAX : INT16_MIN)
+                : m == 2 ? INT16_MIN /* every vpmaddwd pair sum is 2^31 */
+                : m == 3 ? 0
+                : m == 4 ? (int16_t)rand_range(&rng, -300, 300)
+                         : (int16_t)rand_range(&rng, -3, 3);
+        }
+      }
+      for (size_t c = 0; c < cols; c++) {
+        const int k = rand_range(&rng, 0, 9);
+        const int32_t mag = (int32_t)(test_rand(&rng) >> rand_range(&rng, 33, 63)); /* < 2^31 */
+        mult[c] = k == 0   ? 0
+                  : k == 1 ? INT32_MAX
+                  : k == 2 ? -INT32_MAX
+                  : k <= 4 ? rand_mult(&rng)
+                           : (rand_range(&rng, 0, 1) ? mag : -mag);
+      }
+      /* shift: an end, anything, or where most outputs are inside int8; eps: 1 (always for
+       * some zero rows), 2^62 or anything, but small for the tiny values, whose u = x * r / 2^15
+       * is only ~2^15 |x|, so that its rounding moves outputs by up to 2^-7 LSB and shows */
+      const int ek = rand_range(&rng, 0, 3), sk = rep % 4;
+      const bool tiny = mode == 5;
+      struct npu_qs16_rmsnorm_params p = {
+          .mult = mult,
+          .eps = ek == 0 || (mode == 3 && rep % 2 == 1) ? 1
+                 : tiny                                 ? rand_range(&rng, 1, 16)
+                 : ek == 1                              ? (int64_t)1 << 62
+                           : (int64_t)(test_rand(&rng) >> rand_range(&rng, 2, 63)) + 1,
+          .shift = sk == 0   ? (rep % 8 == 0 ? -16 : 46)
+                   : sk == 1 ? rand_range(&rng, -16, 46)
+                   : tiny    ? rand_range(&rng, 4, 20)
+                             : rand_range(&rng, 0, 16),
+          .y_zero_point = rep % 3 == 0   ? INT8_MIN
+                          : rep % 3 == 1 ? INT8_MAX
+                                         : rand_range(&rng, INT8_MIN, INT8_MAX)};
+      memset(y + n, 0x5A, GUARD);
+      fn(rows, cols, x, y, &p);
+      npu_qs16_rmsnorm_qs8__scalar(rows, cols, x, want, &p);
+      for (size_t i = 0; i < n; i++)
+        if (y[i] != want[i])
+          fail_msg("cols %zu rows %zu rep %d (shift %d eps %lld zp %d): y[%zu,%zu] = %d, scalar "
+                   "%d (x %d, mult %d)",
+                   cols, rows, rep, p.shift, (long long)p.eps, p.y_zero_point, i / cols, i % cols,
+                   y[i], want[i], x[i], mult[i % cols]);
+      for (size_t i = 0; i < GUARD; i++)
+        assert_int_equal(y[n + i], 0x5A);
+      for (size_t t = 0; t < rows; t++) {
+        rmsnorm_row_ref(x + t * cols, cols, &p, ref);
+        assert_memory_equal(want + t * cols, ref, cols);
+      }
+      for (size_t i = 0; i < n; i++)
+        inside += y[i] != INT8_MIN && y[i] != INT8_MAX && y[i] != p.y_zero_point;
+      free(x), free(mult), free(y), free(want), free(ref);
+    }
+  assert_true(inside > 20000); /* the cases reach the rounding, not only the ends */
+  rmsnorm_edge_check(fn, &rng);
+}
+
+static double rand_normal(uint64_t *rng) { /* Box-Muller */
+  const double u1 = 1.0 - rand_unit(rng), u2 = rand_unit(rng);
+  return sqrt(-2.0 * log(u1)) * cos(2.0 * 3.14159265358979323846 * u2);
+}
+
+/* npu_rsqrt_q61's contract, then the integer RMSNorm against the real one in double: gains of
+ * either sign (and 0), outlier channels, rows of very different sizes and an all-zero row, with
+ * the params made the way the quantizer makes them (one shift from the largest gain, eps in units
+ * of the squared input): within one output LSB everywhere. */
+static void test_rmsnorm_vs_float(void **state) {
+  (void)state;
+  uint64_t rng = 26;
+  for (int i = 0; i < 4000; i++) {
+    static const int64_t fixed[] = {1, 2, 3, 4, 5, ((int64_t)1 << 60) - 1, (int64_t)1 << 60,
+                                    ((int64_t)1 << 62) - 1, (int64_t)1 << 62, INT64_MAX};
+    const uint64_t w = test_rand(&rng) >> rand_range(&rng, 1, 63); /* [0, 2^63) */
+    const int64_t v = i < 10 ? fixed[i] : w == 0 ? 1 : (int64_t)w;
+    int32_t e;
+    const int32_t r = npu_rsqrt_q61(v, &e);
+    assert_true(e >= -1 && e <= 30 && r >= (1 << 30)); /* 2^30 itself at v' = 2^62 - 1 */
+    const double rel = (double)r * ldexp(1.0, e - 61) * sqrt((double)v) - 1.0;
+    if (fabs(rel) > 0x1p-29)
+      fail_msg("npu_rsqrt_q61(%lld) = %d * 2^(%d - 61): relative error %g", (long long)v, r, e,
+               rel);
+  }
+  static const size_t widths[] = {1, 2, 7, 64, 100, 768, 1000, 2048, 4096};
+  int checked = 0, saturated = 0;
+  for (int rep = 0; rep < 45; rep++) {
+    const size_t cols = widths[rep % 9], rows = (size_t)rand_range(&rng, 1, 3), n = rows * cols;
+    int16_t *x = xmalloc(n * sizeof(int16_t));
+    int8_t *y = xmalloc(n);
+    int32_t *mult = xmalloc(cols * sizeof(int32_t));
+    double *g = xmalloc(cols * sizeof(double)), *yr = xmalloc(n * sizeof(double));
+    /* the real residual stream: x * sx, the int16 amplitude and the real one independent */
+    const double sx = ldexp(1.0 + rand_unit(&rng), rand_range(&rng, -3, 6)) /
+                      ldexp(1.0, rand_range(&rng, 5, 13));
+    const double eps_real = rep % 2 ? 1e-5 : 1e-6;
+    for (size_t t = 0; t < rows; t++) {
+      const double amp = ldexp(1.0 + rand_unit(&rng), rand_range(&rng, 5, 12));
+      int64_t sq = 0;
+      for (size_t c = 0; c < cols; c++) {
+        const double v = rand_normal(&rng) * amp * (c % 97 == 5 ? 8.0 : 1.0);
+        x[t * cols + c] = (int16_t)fmin(fmax(round(v), INT16_MIN), INT16_MAX);
+        sq += (int64_t)x[t * cols + c] * x[t * cols + c];
+      }
+      /* a real row is never so small that eps's rounding to an integer would show ... */
+      if (sq < 4096)
+        x[t * cols] = 64;
+      /* ... except an all-zero one, which is 0 (+ the zero point) either way */
+      if (rep % 10 == 9 && t == rows - 1)
+        memset(x + t * cols, 0, cols * sizeof(int16_t));
+    }
+    double gmax = 0.0;
+    for (size_t c = 0; c < cols; c++) {
+      g[c] = rep % 3 == 0 ? 1.0 : (0.2 + 1.5 * rand_unit(&rng)) * (c % 10 == 7 ? -1.0 : 1.0);
+      if (c % 50 == 3)
+        g[c] = 0.0;
+      gmax = fmax(gmax, fabs(g[c]));
+    }
+    double ymax = 0.0;
+    for (size_t t = 0; t < rows; t++) {
+      double ms = 0.0;
+      for (size_t c = 0; c < cols; c++)
+        ms += (x[t * cols + c] * sx) * (x[t * cols + c] * sx);
+      const double inv = 1.0 / sqrt(ms / (double)cols + eps_real);
+      for (size_t c = 0; c < cols; c++) {
+        yr[t * cols + c] = x[t * cols + c] * sx * inv * g[c];
+        ymax = fmax(ymax, fabs(yr[t * cols + c]));
+      }
+    }
+    /* the output scale from the tensor's range, sometimes too small (saturating) */
+    const double sy = (ymax > 0.0 ? ymax : 1.0) / (64.0 + 192.0 * rand_unit(&rng));
+    const int32_t zp = rep % 4 == 0 ? 0 : rand_range(&rng, -60, 60);
+    /* mult[c] * 2^(shift - 31) ~ g[c] * sqrt(cols) / sy with the largest |mult| in [2^30, 2^31) */
+    int32_t shift;
+    frexp(gmax * sqrt((double)cols) / sy, &shift);
+    for (;;) {
+      bool fits = true;
+      for (size_t c = 0; c < cols; c++) {
+        const double m = round(ldexp(g[c] * sqrt((double)cols) / sy, 31 - shift));
+        fits = fits && fabs(m) <= INT32_MAX;
+        mult[c] = fabs(m) <= INT32_MAX ? (int32_t)m : 0;
+      }
+      if (fits)
+        break;
+      shift++; /* the largest rounded up to 2^31 */
+    }
+    assert_true(shift >= -16 && shift <= 46);
+    const double eps_units = round((double)cols * eps_real / (sx * sx));
+    assert_true(eps_units <= ldexp(1.0, 62));
+    const struct npu_qs16_rmsnorm_params p = {
+        .mult = mult, .eps = eps_units < 1.0 ? 1 : (int64_t)eps_units, .shift = shift,
+        .y_zero_point = zp};
+    npu_qs16_rmsnorm_qs8__scalar(rows, cols, x, y, &p);
+    for (size_t i = 0; i < n; i++) {
+      const double want = fmin(fmax(round(yr[i] / sy) + zp, INT8_MIN), INT8_MAX);
+      saturated += want == INT8_MIN || want == INT8_MAX;
+      checked++;
+      if (fabs(y[i] - want) > 1.0)
+        fail_msg("rep %d (cols %zu shift %d eps %lld): y[%zu,%zu] = %d, real %g", rep, cols, shift,
+                 (long long)p.eps, i / cols, i % cols, y[i], yr[i] / sy + zp);
+    }
+    free(x), free(y), free(mult), free(g), free(yr);
+  }
+  assert_true(saturated < checked / 50); /* the test spans the range, not just the ends */
+}
+
 /* ---- dispatch ---------------------------------------------------------------------------------*/
 
 static void test_dispatch(void **state) {
@@ -1268,14 +1555,17 @@ static void test_dispatch(void **state) {
   assert_true(uk.qs8_gemm == npu_qs8_gemm__scalar);
   assert_true(uk.x8_lut == npu_x8_lut__scalar);
   assert_true(uk.qs8_gather_qs16 == npu_qs8_gather_qs16__scalar);
+  assert_true(uk.qs16_rmsnorm_qs8 == npu_qs16_rmsnorm_qs8__scalar);
 #if defined(__x86_64__)
   npu_ukernels_select(NPU_ISA_AVX2, &uk);
   assert_true(uk.qs8_gemm == npu_qs8_gemm__avx2);
   assert_true(uk.qs16_vadd == npu_qs16_vadd__avx2);
+  assert_true(uk.qs16_rmsnorm_qs8 == npu_qs16_rmsnorm_qs8__avx2);
   npu_ukernels_select(NPU_ISA_AVX2 | NPU_ISA_AVX512VNNI, &uk);
   assert_true(uk.qs8_gemm == npu_qs8_gemm__avx512vnni);
   assert_true(uk.qs8_gemm_qs16 == npu_qs8_gemm_qs16__avx512vnni);
   assert_true(uk.qs16_vadd == npu_qs16_vadd__avx2);
+  assert_true(uk.qs16_rmsnorm_qs8 == npu_qs16_rmsnorm_qs8__avx2);
   npu_ukernels_select(NPU_ISA_AVX512VNNI, &uk); /* never detected without AVX2 */
   assert_true(uk.qs8_gemm == npu_qs8_gemm__scalar);
 #endif
@@ -1306,7 +1596,7 @@ int main(void) {
       cmocka_unit_test(test_lut_build_silu),    cmocka_unit_test(test_gemm_pack),
       cmocka_unit_test(test_gemm_unpack_row),  cmocka_unit_test(test_matmul_group),
       cmocka_unit_test(test_gemm_vs_float),     cmocka_unit_test(test_dispatch),
-      cmocka_unit_test(test_softmax_vs_float),
+      cmocka_unit_test(test_softmax_vs_float),  cmocka_unit_test(test_rmsnorm_vs_float),
 #define NPU_UKERNEL(family, variant, isa) cmocka_unit_test(test_##family##__##variant),
 #include "npu/ukernels.inc"
 #undef NPU_UKERNEL

@@ -20,7 +20,7 @@
 /* ---- A tiny model ------------------------------------------------------------------------- */
 
 /* i32 fields per record of npulm.qsites (program_file.c) */
-enum { SITE_FIELDS = 34, SITE_QK = 23, SITE_SOFTMAX = 28, SITE_PV = 30 };
+enum { SITE_FIELDS = 38, SITE_QK = 23, SITE_SOFTMAX = 28, SITE_PV = 30, SITE_RMSNORM = 34 };
 
 enum { DIM = 32, HEADS = 4, KV_HEADS = 2, HEAD_DIM = DIM / HEADS, FFN = 64, VOCAB = 259 + 5 };
 
@@ -773,7 +773,8 @@ static void test_hostile_version_and_keys(void **state) {
   assert_int_equal(open_bytes(&im, im.data, im.size, &err), NPULM_OK);
 
   size_t v = value_at(&im, "npulm.program.version");
-  expect_patch(&im, "version 4", v, 4, NPULM_ERR_UNSUPPORTED, "version 4");
+  expect_patch(&im, "version 5", v, 5, NPULM_ERR_UNSUPPORTED, "version 5");
+  expect_patch(&im, "version 3", v, 3, NPULM_ERR_UNSUPPORTED, "recompile");
   expect_patch(&im, "version 2", v, 2, NPULM_ERR_UNSUPPORTED, "recompile");
   expect_patch(&im, "version 1", v, 1, NPULM_ERR_UNSUPPORTED, "recompile");
   expect_patch(&im, "version 0", v, 0, NPULM_ERR_UNSUPPORTED, "version 0");
@@ -860,6 +861,7 @@ static void test_hostile_records(void **state) {
   int act = find_tensor(&im, NPU_TK_ACT, NPU_BE_NPU);
   int kv = find_tensor(&im, NPU_TK_KV, -1);
   int rms = find_node(&im, NPU_OP_RMSNORM), mm = find_node(&im, NPU_OP_MATMUL);
+  int rope = find_node(&im, NPU_OP_ROPE);
   struct {
     const char *what;
     size_t at;
@@ -874,7 +876,7 @@ static void test_hostile_records(void **state) {
       {"node backend", field_at(&im, N, 9, 1, 1), 2, "unknown backend"},
       {"node layer", field_at(&im, N, 9, 1, 7), 2, "layer"},
       {"node param", field_at(&im, N, 9, rms, 8), 0x7fc00000, "not finite"},
-      {"rmsnorm on the NPU", field_at(&im, N, 9, rms, 1), NPU_BE_NPU, "does not support"},
+      {"rope on the NPU", field_at(&im, N, 9, rope, 1), NPU_BE_NPU, "does not support"},
       {"matmul on the CPU", field_at(&im, N, 9, mm, 1), NPU_BE_CPU, "arena"},
       {"node reads an unwritten tensor", field_at(&im, N, 9, 1, 3), act + 40, "graph 0"},
       {"tensor kind", field_at(&im, T, 12, act, 0), 7, "unknown kind"},
@@ -1057,7 +1059,9 @@ static void quantize_ok(npulm_model *m, const struct npu_compile_options *o,
                         enum npu_quant_mode mode, float threshold) {
   npulm_error err = {{0}};
   struct npu_program *p = NULL;
-  if (npu_compile(m, o, &p, &err) != NPULM_OK) fail_msg("compile: %s", err.msg);
+  struct npu_compile_options co = *o;
+  co.float_ops = npu_quant_float_ops(mode, co.float_ops);
+  if (npu_compile(m, &co, &p, &err) != NPULM_OK) fail_msg("compile: %s", err.msg);
   size_t len = strlen(npu_calib_default_text), cap = 4 * len + 16, n = 0;
   int32_t *ids = malloc(cap * sizeof(int32_t));
   assert_non_null(ids);
@@ -1109,6 +1113,10 @@ static void assert_sites_equal(const struct npu_qsite *x, const struct npu_qsite
   assert_memory_equal(&x->qk, &y->qk, sizeof(x->qk));
   assert_memory_equal(&x->softmax, &y->softmax, sizeof(x->softmax));
   assert_memory_equal(&x->pv, &y->pv, sizeof(x->pv));
+  assert_int_equal(x->rmsnorm.eps, y->rmsnorm.eps);
+  assert_int_equal(x->rmsnorm.shift, y->rmsnorm.shift);
+  assert_int_equal(x->rmsnorm.y_zero_point, y->rmsnorm.y_zero_point);
+  assert_true((x->rmsnorm.mult == x->mult) == (y->rmsnorm.mult == y->mult));
   assert_memory_equal(x->lut, y->lut, sizeof(x->lut));
   assert_int_equal(x->n_outliers, y->n_outliers);
   assert_int_equal(x->outlier_dim, y->outlier_dim);
@@ -1556,8 +1564,9 @@ static void test_hostile_quant_sweep(void **state) {
 
 /* Attention on the integer NPU (w8a8-smooth, float_ops "none"): QK, SOFTMAX and PV with their
  * parameters and the int8 copies of the caches survive the program file (the same program, the
- * same logits bit for bit); tampered attention records are one-line errors, and what the verifier
- * lets through of a sweep of them runs in bounds (SAN=1). */
+ * same logits bit for bit); tampered attention records, and those of the integer RMSNorm and
+ * row copy that w8a8-smooth puts on the NPU, are one-line errors, and what the verifier lets
+ * through of a sweep of them runs in bounds (SAN=1). */
 static void test_attention_on_npu(void **state) {
   (void)state;
   npulm_model *m = test_open_shared("models/stories260K.gguf");
@@ -1570,13 +1579,15 @@ static void test_attention_on_npu(void **state) {
   cp.float_ops = "none";
   compile_ok(m, &cp);
   const struct npu_program *p = m->program;
-  int site[3] = {-1, -1, -1}; /* QK, SOFTMAX, PV */
+  int site[5] = {-1, -1, -1, -1, -1}; /* QK, SOFTMAX, PV; and RMSNORM, LAST_ROW */
   for (int i = 0; i < p->n_qsites; i++) {
-    int op = p->qsites[i].op;
-    int k = op == NPU_OP_QK ? 0 : op == NPU_OP_SOFTMAX ? 1 : op == NPU_OP_PV ? 2 : -1;
-    if (k >= 0 && site[k] < 0) site[k] = i;
+    static const int ops[5] = {NPU_OP_QK, NPU_OP_SOFTMAX, NPU_OP_PV, NPU_OP_RMSNORM,
+                               NPU_OP_LAST_ROW};
+    for (int k = 0; k < 5; k++) {
+      if (p->qsites[i].op == ops[k] && site[k] < 0) site[k] = i;
+    }
   }
-  assert_true(site[0] >= 0 && site[1] >= 0 && site[2] >= 0);
+  for (int k = 0; k < 5; k++) assert_true(site[k] >= 0);
   /* graph 0 (decode, ctx 64): layer 1's QK on the NPU and the TRANSFER that fills its K copy;
    * layer 0's K copy; layer 1's F32 K and V caches */
   const struct npu_graph *g = &p->graphs[0];
@@ -1612,6 +1623,7 @@ static void test_attention_on_npu(void **state) {
   free(l2);
   npulm_model_close(l);
   const struct npu_qsite qk = p->qsites[site[0]], pv = p->qsites[site[2]];
+  const struct npu_qsite norm = p->qsites[site[3]];
   npulm_model_close(m);
 
   /* tampering */
@@ -1639,6 +1651,24 @@ static void test_attention_on_npu(void **state) {
        pv.pv.y_zero_point > 0 ? pv.pv.y_zero_point - 1 : pv.pv.y_zero_point + 1,
        "weighted-value zero points that are not its tensors'"},
       {"qk with a pv field", field_at(&im, S, SITE_FIELDS, site[0], SITE_PV), 1, "must be 0"},
+      /* the norm and the row copy */
+      {"norm shift 47", field_at(&im, S, SITE_FIELDS, site[3], SITE_RMSNORM + 2), 47,
+       "norm parameters out of range"},
+      {"norm shift -17", field_at(&im, S, SITE_FIELDS, site[3], SITE_RMSNORM + 2), -17,
+       "norm parameters out of range"},
+      {"norm eps negative", field_at(&im, S, SITE_FIELDS, site[3], SITE_RMSNORM + 1), INT32_MIN,
+       "norm parameters out of range"},
+      {"norm eps above 2^62", field_at(&im, S, SITE_FIELDS, site[3], SITE_RMSNORM + 1),
+       (1 << 30) + 1, "norm parameters out of range"},
+      {"norm zero point 128", field_at(&im, S, SITE_FIELDS, site[3], SITE_RMSNORM + 3), 128,
+       "norm parameters out of range"},
+      {"norm zero point not the tensor's", field_at(&im, S, SITE_FIELDS, site[3], SITE_RMSNORM + 3),
+       norm.rmsnorm.y_zero_point > 0 ? norm.rmsnorm.y_zero_point - 1
+                                     : norm.rmsnorm.y_zero_point + 1,
+       "output zero point not its tensor's"},
+      {"norm width", field_at(&im, S, SITE_FIELDS, site[3], 1), norm.n + 1, "mult"},
+      {"norm with a k", field_at(&im, S, SITE_FIELDS, site[3], 2), 1, "must be 0"},
+      {"row copy with a width", field_at(&im, S, SITE_FIELDS, site[4], 1), 64, "must be 0"},
       {"qk reads another layer's K copy", field_at(&im, N, 9, qk1, 4), k_copy0,
        "not a transfer of its layer's cache"},
       {"qk reads the F32 cache", field_at(&im, N, 9, qk1, 4), k_cache1,
@@ -1649,9 +1679,9 @@ static void test_attention_on_npu(void **state) {
   for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
     expect_patch(&im, cases[i].what, cases[i].at, cases[i].v, NPULM_ERR_FORMAT, cases[i].needle);
   }
-  /* every field of the three sites' records set to edge values */
+  /* every field of the five sites' records set to edge values */
   int accepted = 0, rejected = 0;
-  for (int k = 0; k < 3; k++) {
+  for (int k = 0; k < 5; k++) {
     for (int f = 0; f < SITE_FIELDS; f++) {
       size_t at = field_at(&im, S, SITE_FIELDS, site[k], f);
       int32_t old = read_i32(&im, at);
@@ -1892,8 +1922,9 @@ static void last_logits(const npulm_model *m, const int32_t *ids, size_t n, bool
 }
 
 /* Graphs for generation compute only the last real row's logits, with the same bits as the row
- * of a graph that computes all; the verifier keeps their row copy on the CPU ahead of a one-row
- * head; a program without them (as written before they existed) still verifies and runs. */
+ * of a graph that computes all; the verifier keeps their row copy (on the NPU, with the norm and
+ * head after it) in its backend's arena; a program without them (as written before they existed)
+ * still verifies and runs. */
 static void test_generation_graphs(void **state) {
   (void)state;
   char *src = tmp_path();
@@ -1918,7 +1949,7 @@ static void test_generation_graphs(void **state) {
     last_logits(m, ids, lens[k], false, last, vocab);
     assert_memory_equal(all, last, vocab * sizeof(float));
   }
-  /* the row copy on the NPU: refused */
+  /* the row copy moved to the CPU, its tensors still in the NPU's arena: refused */
   npulm_error err = {{0}};
   struct npu_graph *gen = NULL;
   for (int32_t i = 0; i < p->n_graphs && gen == NULL; i++) {
@@ -1930,9 +1961,10 @@ static void test_generation_graphs(void **state) {
     if (gen->nodes[i].op == NPU_OP_LAST_ROW) copy = &gen->nodes[i];
   }
   assert_non_null(copy);
-  copy->backend = NPU_BE_NPU;
-  assert_int_equal(npu_program_verify(m, p, &err), NPULM_ERR_FORMAT);
+  assert_int_equal(copy->backend, NPU_BE_NPU);
   copy->backend = NPU_BE_CPU;
+  assert_int_equal(npu_program_verify(m, p, &err), NPULM_ERR_FORMAT);
+  copy->backend = NPU_BE_NPU;
   assert_int_equal(npu_program_verify(m, p, &err), NPULM_OK);
   /* without the graphs for generation: every row's logits, the same last row */
   int32_t kept = 0;

@@ -14,8 +14,8 @@
 #define CLI_COMPILE_OPTIONS_HELP                                                                  \
   "  --quant MODE       how the NPU computes: w8a8-smooth (default: SmoothQuant), w8a8-shadow\n"  \
   "                     (outlier channels in float on the CPU), w8a8-naive, or f32\n"            \
-  "  --float-ops LIST   ops kept in float on the CPU, from softmax,qk,pv (default all three;\n"  \
-  "                     'none' for none)\n"                                                      \
+  "  --float-ops LIST   ops kept in float on the CPU, from softmax,qk,pv,rmsnorm (default\n"  \
+  "                     softmax,qk,pv; 'none' for none; w8a8-shadow adds rmsnorm)\n"            \
   "  --calib FILE       calibration text (default: a built-in English text)\n"                  \
   "  --calib-tokens N   calibrate on at most N tokens of it (default 1024)\n"                   \
   "  --smooth-alpha A   SmoothQuant migration strength in (0, 1) (default 0.5)\n"               \

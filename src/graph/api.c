@@ -65,7 +65,8 @@ static npulm_status parse_float_ops(const char *list, uint32_t *mask, npulm_erro
   while (*s != '\0') {
     size_t len = strcspn(s, ",");
     static const struct { const char *name; enum npu_op op; } ops[] = {
-        {"softmax", NPU_OP_SOFTMAX}, {"qk", NPU_OP_QK}, {"pv", NPU_OP_PV}};
+        {"softmax", NPU_OP_SOFTMAX}, {"qk", NPU_OP_QK}, {"pv", NPU_OP_PV},
+        {"rmsnorm", NPU_OP_RMSNORM}};
     bool found = false;
     for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
       if (strlen(ops[i].name) == len && strncmp(s, ops[i].name, len) == 0) {
@@ -74,8 +75,8 @@ static npulm_status parse_float_ops(const char *list, uint32_t *mask, npulm_erro
       }
     }
     if (!found && len > 0) {
-      return npu_fail(err, NPULM_ERR_ARG, "unknown float op '%.*s' (softmax, qk, pv, none)",
-                      (int)len, s);
+      return npu_fail(err, NPULM_ERR_ARG,
+                      "unknown float op '%.*s' (softmax, qk, pv, rmsnorm, none)", (int)len, s);
     }
     s += len + (s[len] == ',');
   }
@@ -147,6 +148,7 @@ npulm_status npu_program_build(const struct npulm_model *model, const npulm_comp
   npulm_status st = options_from_params(&model->cfg, params, &o, err);
   if (st == NPULM_OK) st = parse_float_ops(params != NULL ? params->float_ops : NULL, &o.float_ops, err);
   if (st == NPULM_OK) st = quant_from_params(params, &q, err);
+  if (st == NPULM_OK) o.float_ops = npu_quant_float_ops(q.mode, o.float_ops);
   if (st == NPULM_OK) st = npu_compile(model, &o, &p, err);
   if (st == NPULM_OK) st = quantize(model, p, params, &q, err);
   if (st != NPULM_OK) {

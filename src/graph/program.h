@@ -120,7 +120,7 @@ const char *npu_fallback_reason(enum npu_op op, uint32_t float_ops);
 
 /* ---- Program file (program_file.c): a GGUF v3 container, format described there ---------- */
 
-#define NPU_PROGRAM_VERSION 3 /* 'npulm.program.version' this build writes and reads */
+#define NPU_PROGRAM_VERSION 4 /* 'npulm.program.version' this build writes and reads */
 
 /* Whether 'g' is a program file: '*is_program' is set when it has 'npulm.program.version'. A
  * version other than NPU_PROGRAM_VERSION is NPULM_ERR_UNSUPPORTED naming it; a value of the wrong

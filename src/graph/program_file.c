@@ -10,9 +10,10 @@
  *   (the source model's metadata, value for value and in its order: general.*, {arch}.*,
  *    tokenizer.ggml.*; except general.alignment, the npulm.* keys of an earlier program, and
  *    general.file_type, which becomes 0 = all F32 where the source has it)
- *   npulm.program.version      u32   3; any other value is refused (NPULM_ERR_UNSUPPORTED: version
- *                                    1 files, FP32 only, and version 2 files, without attention
- *                                    on the integer NPU, must be recompiled)
+ *   npulm.program.version      u32   4; any other value is refused (NPULM_ERR_UNSUPPORTED: version
+ *                                    1 files, FP32 only, version 2 files, without attention on
+ *                                    the integer NPU, and version 3 files, without its RMSNorm,
+ *                                    must be recompiled)
  *   npulm.compile.chunks       i32[] prefill chunk sizes, ascending (may be empty)
  *   npulm.compile.buckets      i32[] context buckets, ascending
  *   npulm.compile.float_ops    u32   ops the precision policy keeps in float: bits 1 << enum npu_op
@@ -37,7 +38,7 @@
  *   npulm.qtensors             i32[3 * n], per quantized tensor name: dtype, scale (f32 bits),
  *                                    zero point (struct npu_qtensor)
  *   npulm.qtensor_names        str[n]
- *   npulm.qsites               i32[34 * n_sites], per site (struct npu_qsite): op, n, k,
+ *   npulm.qsites               i32[38 * n_sites], per site (struct npu_qsite): op, n, k,
  *                                    n_outliers, outlier_dim; gemm x_zero_point, y_zero_point;
  *                                    gather y_zero_point; add a_zero_point, b_zero_point,
  *                                    left_shift, a_mult, a_shift, b_mult, b_shift, y_mult, y_shift,
@@ -45,7 +46,9 @@
  *                                    y_zero_point (fields 0 .. 22); qk q_zero_point, k_zero_point,
  *                                    mult, shift, s_zero_point (23 .. 27); softmax mult, shift
  *                                    (28, 29); pv v_zero_point, mult, shift, y_zero_point
- *                                    (30 .. 33). The fields of other ops than the site's are 0.
+ *                                    (30 .. 33); rmsnorm eps (low, high 32 bits), shift,
+ *                                    y_zero_point (34 .. 37), with n its width. The fields of
+ *                                    other ops than the site's are 0; a LAST_ROW site has none.
  *   npulm.qsite_names          str[n_sites], each shorter than NPU_IR_NAME_MAX bytes
  *   npulm.qsites.luts          i8[256 * number of SILU sites]: their tables, in site order
  *   npulm.qsites.tables        i32[n_sites], optional: per site -1, or for a gather that reads
@@ -58,8 +61,8 @@
  *   then for each site S (0 .. n_sites - 1), those of its arrays it has:
  *     npulm.qsite.S.packed     I8  [packed_size]  matmul: npu_qs8_gemm_pack's layout of [n, k];
  *                                                 gather: the int8 table [n rows, k]
- *     npulm.qsite.S.mult       I32 [n]            } per output channel / table row
- *     npulm.qsite.S.shift      I32 [n]            }
+ *     npulm.qsite.S.mult       I32 [n]            } per output channel / table row (an
+ *     npulm.qsite.S.shift      I32 [n]            } rmsnorm: mult only, per channel)
  *     npulm.qsite.S.outliers   I32 [n_outliers]   shadow outliers: input channels, ascending
  *     npulm.qsite.S.outlier_w  F32 [n_outliers, n] their weight columns (ggml order: ne0 first)
  *     npulm.qsite.S.outlier_gate F32 [outlier_dim, n_outliers] } when outlier_dim > 0: the FFN
@@ -81,11 +84,13 @@
  * instead; they load and run as they are. Op 13 came without a new version: a reader that
  * predates it refuses such a file as having an unknown op.) After the decode graphs, each chunk
  * size has its graphs (one per bucket) with the logits of every row [rows, n_vocab], then those
- * for generation, whose logits are the last real row's only [1, n_vocab]: a CPU node of op 14,
+ * for generation, whose logits are the last real row's only [1, n_vocab]: a node of op 14,
  * LAST_ROW (in0 [rows, dim], out [1, dim]), copies row n_valid - 1 of the last block's output,
  * and the output norm and classifier run on that one row. (Files without the graphs for
  * generation still load and run, computing every row's logits; an older reader refuses the new
- * ones for op 14.) Enumerations are stored as numbered
+ * ones for op 14.) Since version 4 the integer NPU runs RMSNORM (int16 in, int8 out) and
+ * LAST_ROW (a copy, its output quantized as its input), and the CPU no longer does between a
+ * block's residual add and its next matmul. Enumerations are stored as numbered
  * in graph/ir.h and quant/quantize.h (pinned by the static asserts below): a change of numbering
  * or of a record's fields needs a new version.
  * Loading range-checks every field, runs npu_ir_validate on every graph, links every NPU node to
@@ -112,14 +117,16 @@
 #define INFO_FIELDS 3
 #define QTENSOR_FIELDS 3
 #define SMALL_TENSOR_BYTES (64u << 10) /* tensors below this are stored together, first */
-#define SITE_FIELDS 34
-#define SITE_QK 23      /* first field of the qk, softmax and pv parameters */
+#define SITE_FIELDS 38
+#define SITE_QK 23      /* first field of the qk, softmax, pv and rmsnorm parameters */
 #define SITE_SOFTMAX 28
 #define SITE_PV 30
+#define SITE_RMSNORM 34
 #define LUT_SIZE 256
 #define GGML_I8 24  /* ggml type ids of the sites' integer arrays */
 #define GGML_I32 26
 #define GEMM_MAX_K 32768 /* the int8 GEMM's limit on k (ukernels.h) */
+#define NORM_MAX_COLS (1 << 24) /* the int8 RMSNorm's limit on its width (ukernels.h) */
 #define WRITE_CHUNK_BYTES (4u << 20) /* weight bytes between progress calls */
 #define ARENA_SLACK 4096u            /* per tensor: the most alignment padding a plan may add */
 
@@ -143,7 +150,8 @@ _Static_assert(NPU_QUANT_F32 == 0 && NPU_QUANT_NAIVE == 1 && NPU_QUANT_SHADOW ==
 _Static_assert(sizeof(((struct npu_qsite *)0)->lut) == LUT_SIZE, "a site's LUT is 256 bytes");
 _Static_assert(sizeof(struct npu_qs8_qk_params) == 5 * 4 &&
                    sizeof(struct npu_qs16_softmax_params) == 2 * 4 &&
-                   sizeof(struct npu_qs16_pv_params) == 4 * 4 && SITE_PV + 4 == SITE_FIELDS,
+                   sizeof(struct npu_qs16_pv_params) == 4 * 4 && SITE_PV + 4 == SITE_RMSNORM &&
+                   SITE_RMSNORM + 4 == SITE_FIELDS,
                "the attention parameters are stored in a site's record: bump NPU_PROGRAM_VERSION");
 
 static const char *const KEY_VERSION = "npulm.program.version";
@@ -413,7 +421,9 @@ static const char *check_int_node(const struct verify_ctx *v, int32_t i, char *w
   case NPU_OP_SILU:
   case NPU_OP_QK:
   case NPU_OP_SOFTMAX:
-  case NPU_OP_PV: break;
+  case NPU_OP_PV:
+  case NPU_OP_RMSNORM:
+  case NPU_OP_LAST_ROW: break;
   default: return "has no integer kernel on the NPU";
   }
   /* values of an NPU node live in the NPU arena (npu_npu_exec_node addresses them there) */
@@ -476,6 +486,27 @@ static const char *check_int_node(const struct verify_ctx *v, int32_t i, char *w
     return NULL;
   case NPU_OP_SILU:
     if (a->dtype != NPU_DT_I8 || out->dtype != NPU_DT_I8) return "is not I8 -> I8";
+    return NULL;
+  case NPU_OP_RMSNORM: {
+    const struct npu_qs16_rmsnorm_params *q = &site->rmsnorm;
+    if (a->dtype != NPU_DT_I16 || a->q.zero_point != 0 || out->dtype != NPU_DT_I8) {
+      return "is not symmetric I16 -> I8";
+    }
+    if (site->n != a->ne[1]) {
+      snprintf(why, cap, "has %d multipliers for a norm of width %d", site->n, a->ne[1]);
+      return why;
+    }
+    if (q->eps < 1 || q->eps > ((int64_t)1 << 62) || q->shift < -16 || q->shift > 46) {
+      return "has an epsilon or shift outside the integer norm's ranges";
+    }
+    if (q->y_zero_point != out->q.zero_point) return "has an output zero point not its tensor's";
+    return NULL;
+  }
+  case NPU_OP_LAST_ROW:
+    if (a->dtype != out->dtype || !bits_equal(a->q.scale, out->q.scale) ||
+        a->q.zero_point != out->q.zero_point) {
+      return "copies a row into a tensor of another type or quantization";
+    }
     return NULL;
   case NPU_OP_QK: /* the cache copy b: check_cache */
     if (a->dtype != NPU_DT_I8 || out->dtype != NPU_DT_I16) return "is not I8 x I8 -> I16";
@@ -621,8 +652,8 @@ static npulm_status verify_nodes(const struct verify_ctx *v, int32_t *n_transfer
       case NPU_OP_SHADOW: why = check_shadow(v, i, detail, sizeof(detail)); break;
       case NPU_OP_LAST_ROW:
         /* npu_ir_validate: [rows, cols] -> [1, cols] */
-        if (n->backend != NPU_BE_CPU || v->logit_rows != 1 || a->dtype != NPU_DT_F32) {
-          why = "is not the CPU's row copy ahead of a one-row output head";
+        if (v->logit_rows != 1 || a->dtype != out->dtype) {
+          why = "is not a row copy ahead of a one-row output head";
         }
         break;
       case NPU_OP_RMSNORM:
@@ -1126,6 +1157,17 @@ static npulm_status verify_site(const struct npu_program *p, int32_t i, npulm_er
     }
     return NPULM_OK;
   }
+  case NPU_OP_RMSNORM: {
+    const struct npu_qs16_rmsnorm_params *q = &s->rmsnorm;
+    if (q->eps < 1 || q->eps > ((int64_t)1 << 62) || q->shift < -16 || q->shift > 46 ||
+        !zp_fits(NPU_DT_I8, q->y_zero_point)) {
+      return sfail(err, p, i,
+                   "has norm parameters out of range (eps %lld, shift %d, zero point %d)",
+                   (long long)q->eps, q->shift, q->y_zero_point);
+    }
+    return NPULM_OK;
+  }
+  case NPU_OP_LAST_ROW: return NPULM_OK; /* a copy: nothing to check */
   default: break;
   }
   return sfail(err, p, i, "is a %s, which has no integer kernel", npu_op_name((enum npu_op)s->op));
@@ -1578,7 +1620,8 @@ static npulm_status load_site(const struct npu_gguf *g, struct npu_program *p, i
   struct npu_qsite *s = &p->qsites[si];
   int32_t op = f[0];
   if (op != NPU_OP_MATMUL && op != NPU_OP_GATHER && op != NPU_OP_ADD && op != NPU_OP_MUL &&
-      op != NPU_OP_SILU && op != NPU_OP_QK && op != NPU_OP_SOFTMAX && op != NPU_OP_PV) {
+      op != NPU_OP_SILU && op != NPU_OP_QK && op != NPU_OP_SOFTMAX && op != NPU_OP_PV &&
+      op != NPU_OP_RMSNORM && op != NPU_OP_LAST_ROW) {
     return sfail(err, p, si, "op %d has no integer kernel", op);
   }
   s->op = (uint8_t)op;
@@ -1596,12 +1639,13 @@ static npulm_status load_site(const struct npu_gguf *g, struct npu_program *p, i
   case NPU_OP_QK: first = SITE_QK, count = 5; break;
   case NPU_OP_SOFTMAX: first = SITE_SOFTMAX, count = 2; break;
   case NPU_OP_PV: first = SITE_PV, count = 4; break;
-  default: break; /* SILU: its table, in npulm.qsites.luts */
+  case NPU_OP_RMSNORM: first = SITE_RMSNORM, count = 4; break;
+  default: break; /* SILU: its table, in npulm.qsites.luts; LAST_ROW: nothing */
   }
   bool table = op == NPU_OP_MATMUL || op == NPU_OP_GATHER;
   for (int32_t k = 1; k < SITE_FIELDS; k++) {
     bool used = (k >= first && k < first + count) || (table && k <= 2) ||
-                (op == NPU_OP_MATMUL && k <= 4);
+                (op == NPU_OP_MATMUL && k <= 4) || (op == NPU_OP_RMSNORM && k == 1);
     if (!used && f[k] != 0) return sfail(err, p, si, "record field %d must be 0 for a %s", k,
                                          npu_op_name((enum npu_op)op));
   }
@@ -1620,6 +1664,22 @@ static npulm_status load_site(const struct npu_gguf *g, struct npu_program *p, i
   s->softmax = (struct npu_qs16_softmax_params){.mult = sm[0], .shift = sm[1]};
   s->pv = (struct npu_qs16_pv_params){.v_zero_point = pv[0], .mult = pv[1], .shift = pv[2],
                                       .y_zero_point = pv[3]};
+  const int32_t *rn = f + SITE_RMSNORM;
+  s->rmsnorm = (struct npu_qs16_rmsnorm_params){
+      .eps = (int64_t)((uint64_t)(uint32_t)rn[1] << 32 | (uint32_t)rn[0]), .shift = rn[2],
+      .y_zero_point = rn[3]};
+  if (op == NPU_OP_RMSNORM) {
+    /* its multipliers, one per channel */
+    const struct npu_gguf_tensor *t;
+    npulm_status st;
+    if (s->n < 1 || s->n > NORM_MAX_COLS) return sfail(err, p, si, "has width %d", s->n);
+    if ((st = site_tensor(g, p, si, "mult", GGML_I32, (uint64_t)s->n, 0, &t, err)) != NPULM_OK ||
+        (st = copy_out(t, (size_t)s->n * sizeof(int32_t), (void **)&s->mult, err)) != NPULM_OK) {
+      return st;
+    }
+    s->rmsnorm.mult = s->mult;
+    return NPULM_OK;
+  }
   if (!table) return NPULM_OK;
   if (s->n < 1 || s->k < 1 || (op == NPU_OP_MATMUL && s->k > GEMM_MAX_K)) {
     return sfail(err, p, si, "has an invalid shape [n %d, k %d]", s->n, s->k);
@@ -2014,10 +2074,11 @@ static int32_t site_tensors(const struct npu_qsite *s, int32_t si, struct file_t
   bool table = s->op == NPU_OP_MATMUL || s->op == NPU_OP_GATHER;
   for (int a = 0; a < SITE_ARRAYS; a++) {
     /* the packed table and multipliers of a matmul or gather; the outlier arrays it has */
-    bool has = table && (a == 0   ? s->table_site < 0
-                         : a < 3  ? true
-                         : a < 5  ? s->n_outliers > 0
-                                  : s->outlier_dim > 0);
+    bool has = table ? (a == 0   ? s->table_site < 0
+                        : a < 3  ? true
+                        : a < 5  ? s->n_outliers > 0
+                                 : s->outlier_dim > 0)
+                     : s->op == NPU_OP_RMSNORM && a == 1;
     if (!has) continue;
     struct file_tensor *t = &ft[n++];
     snprintf(t->buf, sizeof(t->buf), "npulm.qsite.%d.%s", si, arrays[a].field);
@@ -2102,6 +2163,13 @@ static npulm_status add_quant(struct npu_gguf_writer *w, const struct npu_progra
       const struct npu_qs16_pv_params *q = &s->pv;
       int32_t v[4] = {q->v_zero_point, q->mult, q->shift, q->y_zero_point};
       memcpy(r + SITE_PV, v, sizeof(v));
+    } else if (s->op == NPU_OP_RMSNORM) {
+      const struct npu_qs16_rmsnorm_params *q = &s->rmsnorm;
+      const uint64_t eps = (uint64_t)q->eps;
+      int32_t v[4] = {(int32_t)(uint32_t)eps, (int32_t)(uint32_t)(eps >> 32), q->shift,
+                      q->y_zero_point};
+      r[1] = s->n;
+      memcpy(r + SITE_RMSNORM, v, sizeof(v));
     }
     names[i] = s->name;
   }

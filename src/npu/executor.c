@@ -3,6 +3,7 @@
 
 #include <assert.h>
 #include <stdatomic.h>
+#include <string.h>
 
 #include "runtime/pool.h"
 
@@ -188,6 +189,15 @@ void npu_npu_exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
   case NPU_OP_SILU:
     uk->x8_lut(count, addr(g, n->in[0], arena), y, site->lut);
     return;
+  case NPU_OP_RMSNORM:
+    uk->qs16_rmsnorm_qs8(rows, cols, addr(g, n->in[0], arena), y, &site->rmsnorm);
+    return;
+  case NPU_OP_LAST_ROW: {
+    /* the step's last real row: n_valid - 1 of the input's rows */
+    const size_t row = cols * npu_dtype_size((enum npu_dtype)out->dtype);
+    memcpy(y, (const uint8_t *)addr(g, n->in[0], arena) + (size_t)(n_valid - 1) * row, row);
+    return;
+  }
   case NPU_OP_QK: {
     /* q [rows, heads * hd], K copy [ctx, kv_dim] -> scores [heads, rows, ctx] */
     const struct npu_ir_tensor *q = &g->tensors[n->in[0]], *k = &g->tensors[n->in[1]];

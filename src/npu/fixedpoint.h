@@ -84,4 +84,45 @@ static inline int16_t npu_requantize_s16(int32_t acc, int32_t mult, int32_t shif
                                 INT16_MAX);
 }
 
+/* The inverse square root of an RMSNorm's row (ukernels.h, qs16_rmsnorm_qs8): for v in
+ * [1, 2^63), an even normalization v' = v * 4^e in [2^60, 2^62) (e in [-1, 30]; a right shift
+ * when e = -1, which drops bits below the 62 kept), q = floor(sqrt(v')) in [2^30, 2^31) by the
+ * exact digit-by-digit method, and r = min(floor(2^61 / q), 2^31 - 1), so that
+ * 1 / sqrt(v) ~ r * 2^(e - 61) with r in [2^30, 2^31). Integer-only; every variant calls this
+ * once per row. */
+static inline int32_t npu_rsqrt_q61(int64_t v, int32_t *e_out) {
+  assert(v >= 1);
+  uint64_t w = (uint64_t)v;
+  int32_t e = 0;
+  if (w >= ((uint64_t)1 << 62)) {
+    w >>= 2;
+    e = -1;
+  }
+  while (w < ((uint64_t)1 << 60)) {
+    w <<= 2;
+    e++;
+  }
+  uint64_t q = 0, rem = w;
+  for (uint64_t bit = (uint64_t)1 << 62; bit != 0; bit >>= 2) {
+    if (rem >= q + bit) {
+      rem -= q + bit;
+      q = (q >> 1) + bit;
+    } else {
+      q >>= 1;
+    }
+  }
+  const uint64_t r = ((uint64_t)1 << 61) / q;
+  *e_out = e;
+  return r > INT32_MAX ? INT32_MAX : (int32_t)r;
+}
+
+/* One element of an RMSNorm row (ukernels.h): sat_int8(((x * r + 2^14) >> 15) * mult rounded
+ * right by s, plus zp), for the row's r and total shift s in [1, 62]. */
+static inline int8_t npu_rmsnorm_elem(int16_t x, int64_t r, int32_t s, int32_t mult, int32_t zp) {
+  assert(s >= 1 && s <= 62);
+  const int64_t u = ((int64_t)x * r + (1 << 14)) >> 15;
+  const int64_t out = (u * mult + ((int64_t)1 << (s - 1))) >> s;
+  return (int8_t)npu_clamp_i64(out + zp, INT8_MIN, INT8_MAX);
+}
+
 #endif /* NPU_NPU_FIXEDPOINT_H */

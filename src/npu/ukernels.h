@@ -144,6 +144,31 @@ typedef void npu_qs8_gather_qs16_fn(size_t n_ids, const int32_t *restrict ids, s
                                     size_t y_stride,
                                     const struct npu_qs8_gather_params *restrict params);
 
+/* ---- RMSNorm of int16 rows into int8 ---------------------------------------------------------
+ * The normalization in front of every matmul block, in integers, on the residual stream: x int16
+ * [rows, cols] symmetric (zero point 0) with scale sx; y int8 [rows, cols] with scale sy and zero
+ * point y_zero_point. The real op y = x / sqrt(mean(x^2) + eps) * g[c] becomes, per row,
+ *   v    = sum_c x[c]^2 + eps                       (int64; eps ~ cols * eps_real / sx^2, >= 1)
+ *   r, e = npu_rsqrt_q61(v)                          1 / sqrt(v) ~ r * 2^(e - 61) (fixedpoint.h)
+ *   u[c] = (x[c] * r + 2^14) >> 15                   (int64 product, |u| < 2^31)
+ *   s    = 77 - e - shift                            the row's total right shift
+ *   y[c] = sat_int8(((u[c] * mult[c] + 2^(s-1)) >> s) + y_zero_point)   (0 + zp when s > 62)
+ * with mult[c] * 2^(shift - 31) ~ g[c] * sqrt(cols) / sy: one signed multiplier per channel
+ * (|mult| <= INT32_MAX, any sign: the weights of a norm may be negative) and one shift for the
+ * tensor, so |u * mult| < 2^62. Valid ranges: cols in [1, 2^24]; eps in [1, 2^62]; shift in
+ * [-16, 46] (so s >= 1); y_zero_point in [-128, 127]. Make the params with
+ * npu_rmsnorm_params_make() (src/quant/qparams.h). No overlap of x and y. */
+struct npu_qs16_rmsnorm_params {
+  const int32_t *mult; /* [cols] */
+  int64_t eps;
+  int32_t shift;
+  int32_t y_zero_point;
+};
+
+typedef void npu_qs16_rmsnorm_qs8_fn(size_t rows, size_t cols, const int16_t *restrict x,
+                                     int8_t *restrict y,
+                                     const struct npu_qs16_rmsnorm_params *restrict params);
+
 /* ---- attention: scores, softmax, weighted values over a context bucket -----------------------
  * The three attention ops of a step of 'rows' tokens over a bucket of 'ctx' cache positions, in
  * the graph's layouts: q [rows, heads * head_dim]; the K and V caches [ctx, kv_heads * head_dim]
@@ -257,6 +282,7 @@ struct npu_ukernels {
   npu_qs8_qk_qs16_fn *qs8_qk_qs16;
   npu_qs16_softmax_fn *qs16_softmax;
   npu_qs16_pv_qs8_fn *qs16_pv_qs8;
+  npu_qs16_rmsnorm_qs8_fn *qs16_rmsnorm_qs8;
 };
 
 /* The NPU_ISA_* extensions this CPU has. */

@@ -159,6 +159,40 @@ bool npu_pv_params_make(float v_scale, int32_t v_zero_point, float y_scale, int3
   return npu_quantize_multiplier(real, &params_out->mult, &params_out->shift) && ok;
 }
 
+bool npu_rmsnorm_params_make(float x_scale, const float *gain, size_t cols, float eps,
+                             float y_scale, int32_t y_zero_point, int32_t *mult_out,
+                             struct npu_qs16_rmsnorm_params *params_out) {
+  if (!(x_scale > 0.0f) || !(y_scale > 0.0f) || !(eps >= 0.0f) || cols == 0 ||
+      cols > ((size_t)1 << 24) || y_zero_point < INT8_MIN || y_zero_point > INT8_MAX) {
+    return false;
+  }
+  /* one shift for the tensor, from the largest gain: the others keep fewer bits, which costs
+   * them nothing the int8 output could show */
+  const double root = sqrt((double)cols);
+  double largest = 0.0;
+  for (size_t c = 0; c < cols; c++) {
+    const double m = fabs((double)gain[c]) * root / y_scale;
+    if (!isfinite(m)) return false;
+    if (m > largest) largest = m;
+  }
+  int ex = 0;
+  if (largest > 0.0) frexp(largest, &ex); /* largest = f * 2^ex, f in [0.5, 1) */
+  if (ex > 46) return false;
+  const int32_t shift = ex < -16 ? -16 : ex;
+  for (size_t c = 0; c < cols; c++) {
+    const double m = rint(ldexp((double)gain[c] * root / y_scale, 31 - shift));
+    mult_out[c] = m > INT32_MAX ? INT32_MAX : m < -INT32_MAX ? -INT32_MAX : (int32_t)m;
+  }
+  /* eps in units of the squared input: cols * eps / x_scale^2, at least 1 */
+  double e = rint((double)cols * eps / ((double)x_scale * x_scale));
+  const double most = ldexp(1.0, 62);
+  params_out->eps = !(e >= 1.0) ? 1 : e >= most ? (int64_t)1 << 62 : (int64_t)e;
+  params_out->mult = mult_out;
+  params_out->shift = shift;
+  params_out->y_zero_point = y_zero_point;
+  return true;
+}
+
 float npu_prob_scale(void) { return ldexpf(1.0f, -NPU_PROB_BITS); }
 
 double npu_silu(double x) { return x / (1.0 + exp(-x)); }

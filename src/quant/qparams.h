@@ -72,6 +72,16 @@ bool npu_softmax_params_make(float s_scale, struct npu_qs16_softmax_params *para
 bool npu_pv_params_make(float v_scale, int32_t v_zero_point, float y_scale, int32_t y_zero_point,
                         struct npu_qs16_pv_params *params_out);
 
+/* Params of npu_qs16_rmsnorm_qs8 (ukernels.h) for y = x / sqrt(mean(x^2) + eps) * gain: int16
+ * input of scale x_scale (zero point 0), int8 output (y_scale, y_zero_point); mult_out (cols
+ * entries) receives the per-channel multipliers, which params_out points at. The shift comes from
+ * the largest |gain|; eps becomes cols * eps / x_scale^2 (at least 1). Return false for a scale
+ * that is not positive, a gain that is not finite, a multiplier beyond 2^46, or cols outside
+ * [1, 2^24]. */
+bool npu_rmsnorm_params_make(float x_scale, const float *gain, size_t cols, float eps,
+                             float y_scale, int32_t y_zero_point, int32_t *mult_out,
+                             struct npu_qs16_rmsnorm_params *params_out);
+
 /* The real scale of the NPU's probabilities, 2^-NPU_PROB_BITS (zero point 0). */
 float npu_prob_scale(void);
 

@@ -21,6 +21,10 @@ const char *npu_quant_mode_name(enum npu_quant_mode mode) {
   return (unsigned)mode < NPU_QUANT_MODE_COUNT ? names[mode] : "?";
 }
 
+uint32_t npu_quant_float_ops(enum npu_quant_mode mode, uint32_t float_ops) {
+  return mode == NPU_QUANT_SHADOW ? float_ops | 1u << NPU_OP_RMSNORM : float_ops;
+}
+
 void npu_quant_default_options(struct npu_quant_options *o) {
   o->mode = NPU_QUANT_SMOOTH;
   o->smooth_alpha = 0.5f;
@@ -667,6 +671,26 @@ static npulm_status make_site(struct npu_program *p, const struct npu_graph *g,
     }
     break;
   }
+  case NPU_OP_RMSNORM: {
+    /* the residual stream (int16) normalized into a matmul's int8 input */
+    const struct npu_weight *w = &p->weights[g->tensors[n->in[1]].ref];
+    site->n = w->ne0;
+    site->mult = malloc((size_t)w->ne0 * sizeof(int32_t));
+    if (site->mult == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+    if (a && y && a->dtype == NPU_DT_I16 && a->q.zero_point == 0 && y->dtype == NPU_DT_I8 &&
+        npu_rmsnorm_params_make(a->q.scale, w->data, (size_t)w->ne0, n->param, y->q.scale,
+                                y->q.zero_point, site->mult, &site->rmsnorm)) {
+      return NPULM_OK;
+    }
+    break;
+  }
+  case NPU_OP_LAST_ROW:
+    /* a copy of a row: its output is quantized as its input (see npu_quantize_program) */
+    if (a && y && a->dtype == y->dtype && a->q.scale == y->q.scale &&
+        a->q.zero_point == y->q.zero_point) {
+      return NPULM_OK;
+    }
+    break;
   case NPU_OP_SOFTMAX:
     if (a && y && a->dtype == NPU_DT_I16 && y->dtype == NPU_DT_I16 &&
         y->q.scale == npu_prob_scale() && y->q.zero_point == 0 &&
@@ -901,6 +925,30 @@ npulm_status npu_quant_link(const struct npu_program *p, struct npu_graph *g, np
   return NPULM_OK;
 }
 
+/* The graphs for generation copy the last real row of the residual stream before the output
+ * norm (LAST_ROW), an op the graph of the table above (graph 0) lacks: its output takes its
+ * input's quantization (the same integers) and the op its (empty) integer data. */
+static npulm_status add_row_copies(struct npu_program *p, const struct npu_calib *cal,
+                                   const struct npu_quant_options *o, npulm_error *err) {
+  for (int32_t gi = 0; gi < p->n_graphs; gi++) {
+    const struct npu_graph *g = &p->graphs[gi];
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+      const struct npu_ir_node *n = &g->nodes[i];
+      if (n->op != NPU_OP_LAST_ROW || n->backend != NPU_BE_NPU) continue;
+      const char *name = g->tensors[n->out].name;
+      if (npu_program_qsite(p, name) != NULL) continue;
+      const struct npu_qtensor *in = npu_program_qtensor(p, g->tensors[n->in[0]].name);
+      if (in == NULL) return npu_fail(err, NPULM_ERR_ARG, "no quantization for '%s'", name);
+      struct npu_qtensor *t = &p->qtensors[p->n_qtensors++];
+      *t = *in;
+      snprintf(t->name, sizeof(t->name), "%s", name);
+      npulm_status st = make_site(p, g, n, cal, o, err);
+      if (st != NPULM_OK) return st;
+    }
+  }
+  return NPULM_OK;
+}
+
 /* ---- The pass ------------------------------------------------------------------------------- */
 
 npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_program *p,
@@ -908,6 +956,10 @@ npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_progra
                                   const struct npu_quant_options *o, npulm_progress_fn progress,
                                   void *user, npulm_error *err) {
   if (o->mode == NPU_QUANT_F32) return NPULM_OK;
+  if (npu_quant_float_ops(o->mode, p->opts.float_ops) != p->opts.float_ops) {
+    return npu_fail(err, NPULM_ERR_ARG, "%s needs a program compiled with its norms in float",
+                    npu_quant_mode_name(o->mode));
+  }
   struct npu_calib *cal = NULL;
   struct npulm_model view = {0};
   npulm_status st = npu_calibrate(m, tokens, n_tokens, 256, bos, progress, user, &cal, err);
@@ -923,8 +975,8 @@ npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_progra
   const struct npu_graph *g0 = &p->graphs[0];
   if (st != NPULM_OK) goto done;
   /* room for a shadow sum per matmul and two tensors per shadow */
-  p->qtensors = calloc(3 * (size_t)g0->n_tensors + 1, sizeof(*p->qtensors));
-  p->qsites = calloc(2 * (size_t)g0->n_nodes + 1, sizeof(*p->qsites));
+  p->qtensors = calloc(3 * (size_t)g0->n_tensors + 2, sizeof(*p->qtensors));
+  p->qsites = calloc(2 * (size_t)g0->n_nodes + 2, sizeof(*p->qsites));
   if (p->qtensors == NULL || p->qsites == NULL) {
     st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
     goto done;
@@ -981,6 +1033,7 @@ npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_progra
     if (n->backend != NPU_BE_NPU || n->op == NPU_OP_TRANSFER) continue;
     st = make_site(p, g0, n, cal, o, err);
   }
+  if (st == NPULM_OK) st = add_row_copies(p, cal, o, err);
   if (st == NPULM_OK) {
     share_tied_tables(p);
     st = npu_quant_place_packed(p, err);

@@ -54,7 +54,8 @@ struct npu_qsite {
   void *packed;
   int32_t table_site; /* -1, or the matmul site whose packed weights a gather reads */
   uint64_t packed_size;
-  int32_t *mult, *shift; /* (n) per output channel (matmul) or per table row (gather) */
+  int32_t *mult, *shift; /* (n) per output channel (matmul) or per table row (gather); an
+                            RMSNORM's per-channel multipliers (mult only, n = its width) */
   struct npu_qs8_gemm_params gemm;
   struct npu_qs8_gather_params gather;
   struct npu_qadd_params add;
@@ -62,6 +63,7 @@ struct npu_qsite {
   struct npu_qs8_qk_params qk;           /* attention scores (QK) */
   struct npu_qs16_softmax_params softmax; /* SOFTMAX */
   struct npu_qs16_pv_params pv;          /* attention output (PV) */
+  struct npu_qs16_rmsnorm_params rmsnorm; /* RMSNORM: n channels, its multipliers in 'mult' */
   int8_t lut[256];
   /* shadow outliers of a matmul: input channels computed in float on the CPU */
   int32_t n_outliers;
@@ -80,6 +82,12 @@ struct npu_qtensor {
   uint8_t dtype;
   struct npu_qparams q;
 };
+
+/* The precision policy (float_ops, bits 1 << enum npu_op) a program quantized in 'mode' must be
+ * compiled with: 'float_ops' plus what the mode needs. w8a8-shadow computes its outlier channels
+ * on the CPU from the float output of the norm in front of each matmul, so it keeps RMSNORM in
+ * float; the other modes need nothing. npu_quantize_program refuses a program compiled without. */
+uint32_t npu_quant_float_ops(enum npu_quant_mode mode, uint32_t float_ops);
 
 /* Defaults: smooth, alpha 0.5, shadow threshold 6. */
 void npu_quant_default_options(struct npu_quant_options *o);
