@@ -974,7 +974,8 @@ npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_progra
   }
   const struct npu_graph *g0 = &p->graphs[0];
   if (st != NPULM_OK) goto done;
-  /* room for a shadow sum per matmul and two tensors per shadow */
+  /* room for a shadow sum per matmul and two tensors per shadow, and for the row copy of the
+   * graphs for generation (add_row_copies) */
   p->qtensors = calloc(3 * (size_t)g0->n_tensors + 2, sizeof(*p->qtensors));
   p->qsites = calloc(2 * (size_t)g0->n_nodes + 2, sizeof(*p->qsites));
   if (p->qtensors == NULL || p->qsites == NULL) {
