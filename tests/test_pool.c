@@ -1,7 +1,8 @@
 /* The data-parallel thread pool: every task of every loop runs exactly once whatever the mix of
  * helpers and lending threads, a loop returns only when its tasks are done, a thread that waits
- * elsewhere can lend itself, bad sizes are refused; and a session whose matmuls and row-wise ops
- * are cut across threads gives the same bits as on one thread. */
+ * elsewhere can lend itself, each thread's tasks see its lane, bad sizes are refused; and a
+ * session whose matmuls and row-wise ops are cut across threads gives the same bits as on one
+ * thread. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -113,6 +114,58 @@ static void test_lender_helps(void **state) {
   npu_pool_free(pool);
 }
 
+/* Which lane (npu_pool_lane) each task of a loop ran in, and whether on the caller or the lender;
+ * task 0 waits (at most 10 s) until some other thread has run a task. */
+struct lane_loop {
+  pthread_t caller, lender;
+  atomic_bool other_ran;
+  size_t lane[MAX_TASKS];
+  int by[MAX_TASKS]; /* 0 the caller, 1 a helper, 2 the lender */
+};
+
+static void lane_task(void *arg, size_t task) {
+  struct lane_loop *l = arg;
+  const bool caller = pthread_equal(pthread_self(), l->caller);
+  l->lane[task] = npu_pool_lane();
+  l->by[task] = caller ? 0 : pthread_equal(pthread_self(), l->lender) ? 2 : 1;
+  if (!caller) atomic_store(&l->other_ran, true);
+  double until = now_s() + 10.0;
+  while (task == 0 && !atomic_load(&l->other_ran) && now_s() < until) sched_yield();
+}
+
+/* The caller's tasks run in lane 0, the one helper's in lane 1, the lender's in lane 2, loop after
+ * loop; a thread that has lent itself to one pool runs its own loop, even a one-task loop run
+ * inline, in lane 0. */
+static void test_lanes(void **state) {
+  (void)state;
+  struct npu_pool *pool, *own;
+  npulm_error err;
+  assert_int_equal(npu_pool_create(3, 1, &pool, &err), NPULM_OK);
+  assert_int_equal(npu_pool_create(2, 1, &own, &err), NPULM_OK); /* the lender's own loops */
+  struct lender l = {.pool = pool};
+  pthread_t th;
+  assert_int_equal(pthread_create(&th, NULL, lender_main, &l), 0);
+  static struct lane_loop loop;
+  int seen[3] = {0};
+  for (int n = 0; n < 50; n++) {
+    loop = (struct lane_loop){.caller = pthread_self(), .lender = th};
+    npu_pool_run(pool, 8, lane_task, &loop);
+    for (size_t t = 0; t < 8; t++) {
+      assert_int_equal(loop.lane[t], (size_t)loop.by[t]);
+      seen[loop.by[t]]++;
+    }
+  }
+  atomic_store(&l.stop, true);
+  pthread_join(th, NULL);
+  assert_true(seen[0] > 0 && seen[1] + seen[2] > 0);
+  assert_false(npu_pool_help(pool)); /* no loop in progress: lends itself all the same */
+  loop = (struct lane_loop){.caller = pthread_self(), .lender = th};
+  npu_pool_run(own, 1, lane_task, &loop);
+  assert_int_equal(loop.lane[0], 0);
+  npu_pool_free(own);
+  npu_pool_free(pool);
+}
+
 static void test_single_thread_runs_on_caller(void **state) {
   (void)state;
   struct npu_pool *pool;
@@ -201,6 +254,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_task_once),
       cmocka_unit_test(test_lender_helps),
+      cmocka_unit_test(test_lanes),
       cmocka_unit_test(test_single_thread_runs_on_caller),
       cmocka_unit_test(test_bad_sizes),
       cmocka_unit_test(test_threads_bit_identical),

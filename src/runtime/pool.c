@@ -35,6 +35,7 @@ struct loop {
 struct npu_pool {
   int n_threads;
   int n_helpers_started;
+  atomic_size_t helper_lanes; /* lanes the helpers took, 1 onwards */
   pthread_t *helpers;
   _Atomic uint64_t ticket; /* (generation << 32) | next task */
   struct loop loops[2];    /* the description of generation g is loops[g & 1] */
@@ -46,6 +47,12 @@ struct npu_pool {
 };
 
 static inline uint32_t gen_of(uint64_t ticket) { return (uint32_t)(ticket >> 32); }
+
+/* The calling thread's lane (npu_pool_lane): set by npu_pool_run for its caller, by each helper
+ * for itself, and by npu_pool_help for a lender. */
+static _Thread_local size_t thread_lane;
+
+size_t npu_pool_lane(void) { return thread_lane; }
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -78,6 +85,7 @@ static bool work(struct npu_pool *pool, uint64_t t) {
 }
 
 bool npu_pool_help(struct npu_pool *pool) {
+  thread_lane = (size_t)pool->n_helpers_started + 1;
   return work(pool, atomic_load_explicit(&pool->ticket, memory_order_acquire));
 }
 
@@ -107,6 +115,7 @@ static uint64_t wait_loop(struct npu_pool *pool, uint32_t seen) {
 static void *helper_main(void *arg) {
   struct npu_pool *pool = arg;
   uint32_t seen = 0;
+  thread_lane = 1 + atomic_fetch_add(&pool->helper_lanes, 1);
   for (;;) {
     uint64_t t = wait_loop(pool, seen);
     if (atomic_load_explicit(&pool->stop, memory_order_relaxed)) break;
@@ -171,6 +180,7 @@ void npu_pool_free(struct npu_pool *pool) {
 int npu_pool_threads(const struct npu_pool *pool) { return pool != NULL ? pool->n_threads : 1; }
 
 void npu_pool_run(struct npu_pool *pool, size_t n_tasks, npu_pool_task_fn *fn, void *arg) {
+  thread_lane = 0;
   if (pool == NULL || pool->n_threads == 1 || n_tasks <= 1) {
     for (size_t i = 0; i < n_tasks; i++) fn(arg, i);
     return;

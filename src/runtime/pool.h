@@ -33,6 +33,13 @@ int npu_pool_threads(const struct npu_pool *pool);
  * waiting for other work lends itself. Return true if it ran at least one task. Never blocks. */
 bool npu_pool_help(struct npu_pool *pool);
 
+/* The lane of the calling thread in the loop whose task it is running: 0 for the caller of
+ * npu_pool_run, 1 .. n_helpers for the pool's helpers (each its own, for the pool's life), and
+ * n_helpers + 1 for threads that lend themselves (all of them). Which task a thread claims is a
+ * race; a loop whose tasks should each see the same thread loop after loop picks the task's
+ * part by lane instead. */
+size_t npu_pool_lane(void);
+
 /* Run tasks 0 .. n_tasks-1 (n_tasks < 2^32) and return when every one has returned. A NULL pool
  * runs them in order on the caller. */
 void npu_pool_run(struct npu_pool *pool, size_t n_tasks, npu_pool_task_fn *fn, void *arg);
