@@ -98,13 +98,14 @@ static bool take_tiles(struct range *r, uint32_t claim, size_t *t0, size_t *t1) 
   for (;;) {
     const uint32_t next = (uint32_t)(v >> 32), end = (uint32_t)v;
     if (next >= end) return false;
+    const bool owner = claim > 0;
     const uint32_t quarter = (end - next + 3) / 4;
-    const uint32_t n = claim == 0 ? (end - next + 1) / 2 : claim < quarter ? claim : quarter;
-    const uint64_t left = claim > 0 ? v + ((uint64_t)n << 32) : v - n;
+    const uint32_t n = !owner ? (end - next + 1) / 2 : claim < quarter ? claim : quarter;
+    const uint64_t left = owner ? v + ((uint64_t)n << 32) : v - n;
     if (atomic_compare_exchange_weak_explicit(&r->todo, &v, left, memory_order_relaxed,
                                               memory_order_relaxed)) {
-      *t0 = claim > 0 ? next : end - n;
-      *t1 = claim > 0 ? next + n : end;
+      *t0 = owner ? next : end - n;
+      *t1 = owner ? next + n : end;
       return true;
     }
   }
