@@ -175,13 +175,55 @@ void npu_npu_exec_matmuls(const struct npu_graph *g, int32_t first, int32_t coun
   npu_pool_run(pool, mg.n_ranges, group_task, &mg);
 }
 
+bool npu_npu_rowwise(const struct npu_ir_node *n) {
+  switch ((enum npu_op)n->op) {
+  case NPU_OP_ADD:
+  case NPU_OP_MUL:
+  case NPU_OP_SILU:
+  case NPU_OP_RMSNORM: return true;
+  default: return false;
+  }
+}
+
+/* Row 'r' of tensor 'id' (of outer dimension rows). */
+static void *row_addr(const struct npu_graph *g, int32_t id, uint8_t *const arena[NPU_BE_COUNT],
+                      int32_t r) {
+  const struct npu_ir_tensor *t = &g->tensors[id];
+  const size_t row = (size_t)t->ne[1] * (size_t)t->ne[2];
+  return (uint8_t *)addr(g, id, arena) + (size_t)r * row * npu_dtype_size((enum npu_dtype)t->dtype);
+}
+
+void npu_npu_exec_rows(const struct npu_graph *g, const struct npu_ir_node *n,
+                       const struct npu_qsite *site, const struct npu_ukernels *uk,
+                       uint8_t *const arena[NPU_BE_COUNT], int32_t r0, int32_t r1) {
+  const struct npu_ir_tensor *out = &g->tensors[n->out];
+  const size_t rows = (size_t)(r1 - r0), cols = (size_t)out->ne[1] * (size_t)out->ne[2];
+  const size_t count = rows * cols;
+  void *y = row_addr(g, n->out, arena, r0);
+  const void *a = row_addr(g, n->in[0], arena, r0);
+  switch ((enum npu_op)n->op) {
+  case NPU_OP_ADD: {
+    const void *b = row_addr(g, n->in[1], arena, r0);
+    if (out->dtype == NPU_DT_I16) uk->qs16_vadd(count, a, b, y, &site->add);
+    else uk->qs8_vadd(count, a, b, y, &site->add);
+    return;
+  }
+  case NPU_OP_MUL: uk->qs8_vmul(count, a, row_addr(g, n->in[1], arena, r0), y, &site->mul); return;
+  case NPU_OP_SILU: uk->x8_lut(count, a, y, site->lut); return;
+  case NPU_OP_RMSNORM:
+    assert(out->ne[2] == 1);
+    uk->qs16_rmsnorm_qs8(rows, cols, a, y, &site->rmsnorm);
+    return;
+  default: assert(!"not a row-wise op (npu_npu_rowwise)");
+  }
+}
+
 void npu_npu_exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
                        const struct npu_qsite *site, const struct npu_ukernels *uk,
                        uint8_t *const arena[NPU_BE_COUNT], const int32_t *ids, int32_t pos0,
                        int32_t n_valid) {
   const struct npu_ir_tensor *out = &g->tensors[n->out];
   size_t rows = (size_t)out->ne[0], cols = (size_t)out->ne[1];
-  size_t count = rows * cols * (size_t)out->ne[2];
   void *y = addr(g, n->out, arena);
   bool wide = out->dtype == NPU_DT_I16;
   switch ((enum npu_op)n->op) {
@@ -195,19 +237,6 @@ void npu_npu_exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
     } else {
       uk->qs8_gather(rows, ids, (size_t)site->n, cols, site->packed, y, cols, &site->gather);
     }
-    return;
-  case NPU_OP_ADD:
-    if (wide) uk->qs16_vadd(count, addr(g, n->in[0], arena), addr(g, n->in[1], arena), y, &site->add);
-    else uk->qs8_vadd(count, addr(g, n->in[0], arena), addr(g, n->in[1], arena), y, &site->add);
-    return;
-  case NPU_OP_MUL:
-    uk->qs8_vmul(count, addr(g, n->in[0], arena), addr(g, n->in[1], arena), y, &site->mul);
-    return;
-  case NPU_OP_SILU:
-    uk->x8_lut(count, addr(g, n->in[0], arena), y, site->lut);
-    return;
-  case NPU_OP_RMSNORM:
-    uk->qs16_rmsnorm_qs8(rows, cols, addr(g, n->in[0], arena), y, &site->rmsnorm);
     return;
   case NPU_OP_LAST_ROW: {
     /* the step's last real row: n_valid - 1 of the input's rows */

@@ -3,6 +3,7 @@
 #ifndef NPU_NPU_EXECUTOR_H
 #define NPU_NPU_EXECUTOR_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "graph/ir.h"
@@ -11,10 +12,21 @@
 
 struct npu_pool;
 
-/* Run node 'n' of 'g' (an NPU node other than a matmul, with integer data 'site') on the calling
- * thread: operands in the arenas ('arena[be] + tensor.offset'), token ids 'ids' (g->rows). The step
- * starts at cache position 'pos0' with 'n_valid' real rows (the attention ops' mask; 1 <= n_valid
- * <= g->rows and pos0 + n_valid <= g->ctx). */
+/* Whether NPU node 'n' is row-wise (an element-wise op or a norm): each row of its output comes
+ * from the same rows of its inputs, by a kernel whose bits do not depend on how many rows it is
+ * given, so it may be cut into ranges of rows that run on different threads. */
+bool npu_npu_rowwise(const struct npu_ir_node *n);
+
+/* Rows [r0, r1) of row-wise node 'n' of 'g' (npu_npu_rowwise), with integer data 'site', on the
+ * calling thread (operands as for npu_npu_exec_node). */
+void npu_npu_exec_rows(const struct npu_graph *g, const struct npu_ir_node *n,
+                       const struct npu_qsite *site, const struct npu_ukernels *uk,
+                       uint8_t *const arena[NPU_BE_COUNT], int32_t r0, int32_t r1);
+
+/* Run node 'n' of 'g' (an NPU node other than a matmul or a row-wise one, with integer data
+ * 'site') on the calling thread: operands in the arenas ('arena[be] + tensor.offset'), token ids
+ * 'ids' (g->rows). The step starts at cache position 'pos0' with 'n_valid' real rows (the
+ * attention ops' mask; 1 <= n_valid <= g->rows and pos0 + n_valid <= g->ctx). */
 void npu_npu_exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
                        const struct npu_qsite *site, const struct npu_ukernels *uk,
                        uint8_t *const arena[NPU_BE_COUNT], const int32_t *ids, int32_t pos0,

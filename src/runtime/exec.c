@@ -1,6 +1,6 @@
 /* The graph executor: resolves each node's tensors to addresses (arena, weight, KV cache, ids,
- * logits) and calls the FP32 kernel of its op. Both backends run FP32 kernels for now; the NPU's
- * integer kernels (src/npu/) will take over the NPU nodes. */
+ * logits) and calls the kernel of its op: the NPU's integer kernels (src/npu/) for the NPU nodes
+ * of a quantized program, the FP32 kernels for the rest. */
 #include "runtime/exec.h"
 
 #include <assert.h>
@@ -84,11 +84,17 @@ static void shadow(const struct npu_qsite *s, const float *x, size_t x_cols, siz
   }
 }
 
-/* Whether float node 'n' may be cut into ranges of its output's outer dimension (rows; heads of a
+/* Whether node 'n' runs on the NPU's integer kernels (g->node_site: the program is quantized). */
+static bool integer_node(const struct npu_graph *g, const struct npu_ir_node *n) {
+  return g->node_site != NULL && n->backend == NPU_BE_NPU;
+}
+
+/* Whether node 'n' may be cut into ranges of its output's outer dimension (rows; heads of a
  * [heads, rows, ctx] tensor): each range of the output depends only on the same range of the
  * inputs and comes from the same kernel, whose elements never depend on how many rows it is
  * given, so the bits never depend on the cut. */
 static bool splits_by_rows(const struct npu_graph *g, const struct npu_ir_node *n) {
+  if (integer_node(g, n)) return npu_npu_rowwise(n);
   switch ((enum npu_op)n->op) {
   case NPU_OP_RMSNORM:
   case NPU_OP_ROPE:
@@ -122,6 +128,11 @@ static void attention(const struct npu_graph *g, const struct npu_ir_node *n,
 /* Outer rows [r0, r1) of a node that splits_by_rows. */
 static void exec_rows(const struct npu_graph *g, const struct npu_ir_node *n,
                       const struct npu_exec_ctx *ctx, int32_t r0, int32_t r1) {
+  if (integer_node(g, n)) {
+    npu_npu_exec_rows(g, n, &ctx->prog->qsites[g->node_site[n - g->nodes]], &ctx->prog->uk,
+                      ctx->arena, r0, r1);
+    return;
+  }
   const struct npu_ir_tensor *out_t = &g->tensors[n->out], *a_t = &g->tensors[n->in[0]];
   const size_t in_inner = (size_t)a_t->ne[1] * (size_t)a_t->ne[2];
   const size_t out_inner = (size_t)out_t->ne[1] * (size_t)out_t->ne[2];
@@ -249,13 +260,13 @@ static void exec_split(const struct npu_graph *g, const struct npu_ir_node *n,
 static void run_node(const struct npu_graph *g, const struct npu_ir_node *n,
                      const struct npu_exec_ctx *ctx) {
   int32_t index = (int32_t)(n - g->nodes);
-  if (g->node_site != NULL && n->backend == NPU_BE_NPU) {
-    npu_npu_exec_node(g, n, &ctx->prog->qsites[g->node_site[index]], &ctx->prog->uk, ctx->arena,
-                      ctx->ids, ctx->pos0, ctx->n_valid);
-    return;
-  }
   if (splits_by_rows(g, n)) {
     exec_split(g, n, ctx);
+    return;
+  }
+  if (integer_node(g, n)) {
+    npu_npu_exec_node(g, n, &ctx->prog->qsites[g->node_site[index]], &ctx->prog->uk, ctx->arena,
+                      ctx->ids, ctx->pos0, ctx->n_valid);
     return;
   }
   const struct npu_ir_tensor *out_t = &g->tensors[n->out];
