@@ -185,7 +185,7 @@ bool npu_npu_rowwise(const struct npu_ir_node *n) {
   }
 }
 
-/* Row 'r' of tensor 'id' (of outer dimension rows). */
+/* Address of outer row 'r' of activation 'id' (rows of ne[1] * ne[2] elements of its dtype). */
 static void *row_addr(const struct npu_graph *g, int32_t id, uint8_t *const arena[NPU_BE_COUNT],
                       int32_t r) {
   const struct npu_ir_tensor *t = &g->tensors[id];
@@ -208,7 +208,11 @@ void npu_npu_exec_rows(const struct npu_graph *g, const struct npu_ir_node *n,
     else uk->qs8_vadd(count, a, b, y, &site->add);
     return;
   }
-  case NPU_OP_MUL: uk->qs8_vmul(count, a, row_addr(g, n->in[1], arena, r0), y, &site->mul); return;
+  case NPU_OP_MUL: {
+    const void *b = row_addr(g, n->in[1], arena, r0);
+    uk->qs8_vmul(count, a, b, y, &site->mul);
+    return;
+  }
   case NPU_OP_SILU: uk->x8_lut(count, a, y, site->lut); return;
   case NPU_OP_RMSNORM:
     assert(out->ne[2] == 1);
@@ -269,6 +273,7 @@ void npu_npu_exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
     return;
   }
   default:
-    assert(!"op without an integer kernel: the quantizer rejects it");
+    assert(!"op without an integer kernel (the quantizer rejects it), or a row-wise one "
+            "(npu_npu_exec_rows runs those)");
   }
 }
