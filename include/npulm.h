@@ -316,6 +316,30 @@ npulm_status npulm_roofline_measure(int n_threads, npulm_roofline *out, npulm_er
  * bandwidth drifts (npulm bench --roofline pairs every repetition with one). */
 npulm_status npulm_roofline_measure_memory(int n_threads, npulm_roofline *out, npulm_error *err);
 
+/* How far apart, as a fraction of the higher, the two ceilings around a repetition may be for
+ * npulm_roofline_pair to count its ceiling as known. A shared host's bandwidth can change state
+ * within seconds (this project's host has two, ~1.8x apart, each steady to a few % while it
+ * lasts): two measurements further apart saw a change somewhere around the repetition, which then
+ * ran against a ceiling anywhere between them, or partly at one and partly at the other. */
+#define NPULM_PAIR_SPREAD 0.10
+
+/* n repetitions of a test, each placed against the roofline measured right around it. */
+typedef struct npulm_paired {
+  double pct;     /* the median % of the ceiling over the repetitions whose ceiling is known
+                     (NAN if none) */
+  int n_known;    /* how many had a known ceiling */
+  double pct_all; /* the median % over all, each against the higher of its two ceilings (for
+                     one whose ceiling is not known, the upper end of where it lies) */
+} npulm_paired;
+
+/* Place repetition i, which achieved 'rate[i]' (MAC/s, or bytes/s with intensity 1), against
+ * min(peak, intensity * bandwidth) for the bandwidths mem[i] and mem[i + 1] measured right before
+ * and after it (mem has n + 1 values; peak may be INFINITY for the bandwidth alone). Its ceiling
+ * is known when the two agree within NPULM_PAIR_SPREAD, or when both give the peak.
+ * NPULM_ERR_ARG for n < 1 or a NULL array; NPULM_ERR_NOMEM. */
+npulm_status npulm_roofline_pair(const double *rate, const double *mem, int n, double peak,
+                                 double intensity, npulm_paired *out, npulm_error *err);
+
 /* A public NPU part for the cost model. Figures are vendor or third-party public numbers where
  * they exist; 'estimates' names the ones that are npulm's estimates (src/runtime/costmodel.c cites
  * every source). */

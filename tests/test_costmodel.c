@@ -1,7 +1,7 @@
 /* The NPU cost model and the host roofline: the profile list, predictions that grow with the MACs
  * and shrink with the peak rate, decode bound by bandwidth (the bytes a token must read), prefill
- * by MACs, decode traffic that adds up, and a roofline measurement with positive ceilings (all of
- * them, or the memory ones alone). */
+ * by MACs, decode traffic that adds up, a roofline measurement with positive ceilings (all of
+ * them, or the memory ones alone), and repetitions placed against the ceilings around them. */
 #include <math.h>
 #include <string.h>
 
@@ -217,6 +217,46 @@ static void test_roofline_measure(void **state) {
   assert_int_equal(npulm_roofline_measure_memory(-1, &r, &err), NPULM_ERR_ARG);
 }
 
+/* Repetitions placed against the bandwidths measured around them: one whose two disagree by more
+ * than NPULM_PAIR_SPREAD has no known ceiling unless both give the compute peak. */
+static void test_roofline_pair(void **state) {
+  (void)state;
+  npulm_paired p;
+  npulm_error err;
+  /* bytes/s against the bandwidth alone: rep 1 between 20 and 40 GB/s is left out */
+  const double rate[3] = {12e9, 20e9, 30e9};
+  const double mem[4] = {20e9, 20e9, 40e9, 38e9};
+  assert_int_equal(npulm_roofline_pair(rate, mem, 3, INFINITY, 1.0, &p, &err), NPULM_OK);
+  assert_int_equal(p.n_known, 2);
+  assert_true(fabs(p.pct - 67.5) < 1e-9);     /* median of 60 and 75 */
+  assert_true(fabs(p.pct_all - 60.0) < 1e-9); /* median of 60, 50 and 75 */
+  /* 10 % apart exactly still counts; a little more does not */
+  const double edge[3] = {9e9, 10e9, 10.01e9};
+  const double r2[2] = {5e9, 5e9};
+  assert_int_equal(npulm_roofline_pair(r2, edge, 2, INFINITY, 1.0, &p, &err), NPULM_OK);
+  assert_int_equal(p.n_known, 2);
+  assert_int_equal(npulm_roofline_pair(r2, (const double[]){9e9, 10.01e9, 9e9}, 2, INFINITY,
+                                       1.0, &p, &err),
+                   NPULM_OK);
+  assert_int_equal(p.n_known, 0);
+  assert_true(isnan(p.pct));
+  assert_true(fabs(p.pct_all - 100.0 * 5e9 / 10.01e9) < 1e-9);
+  /* MAC/s at 100 MAC/byte: both bandwidths put the ceiling at the 1e12 peak, so it is known */
+  const double macs[1] = {5e11};
+  assert_int_equal(npulm_roofline_pair(macs, (const double[]){20e9, 40e9}, 1, 1e12, 100.0, &p,
+                                       &err),
+                   NPULM_OK);
+  assert_int_equal(p.n_known, 1);
+  assert_true(fabs(p.pct - 50.0) < 1e-9);
+  /* at 30 MAC/byte the lower bandwidth (20 GB/s: 6e11 MAC/s) is below the peak: unknown */
+  assert_int_equal(npulm_roofline_pair(macs, (const double[]){20e9, 40e9}, 1, 1e12, 30.0, &p,
+                                       &err),
+                   NPULM_OK);
+  assert_int_equal(p.n_known, 0);
+  assert_int_equal(npulm_roofline_pair(macs, mem, 0, 1e12, 1.0, &p, &err), NPULM_ERR_ARG);
+  assert_int_equal(npulm_roofline_pair(NULL, mem, 1, 1e12, 1.0, &p, &err), NPULM_ERR_ARG);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_profiles),
@@ -225,6 +265,7 @@ int main(void) {
       cmocka_unit_test(test_decode_bandwidth_bound),
       cmocka_unit_test(test_f32_program_reads_more),
       cmocka_unit_test(test_roofline_measure),
+      cmocka_unit_test(test_roofline_pair),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

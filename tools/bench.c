@@ -51,7 +51,8 @@ const char npulm_usage_bench[] =
     "                        every test against them, and predict each test on the NPU profiles\n"
     "                        (Hexagon V75, Apple M4 ANE, Meteor Lake NPU); also measure the\n"
     "                        bandwidth right before and after every repetition, and place each\n"
-    "                        repetition against the better of its two ('% paired', the median)\n"
+    "                        repetition whose two agree within 10% against them ('% paired', the\n"
+    "                        median; '-' if none: the host's bandwidth changed around each)\n"
     "  --plot FILE.svg       draw the roofline with the measured points (implies --roofline)\n"
     "  --profile             time every node and print, per test, where a run's time goes by\n"
     "                        operator and backend, with the matmuls' GMAC/s and GB/s (JSON:\n"
@@ -115,17 +116,6 @@ static double stdev(const double *v, int n) {
   double m = mean(v, n), s = 0.0;
   for (int i = 0; i < n; i++) s += (v[i] - m) * (v[i] - m);
   return sqrt(s / (n - 1));
-}
-
-/* The median of v[0 .. n-1] (sorted in place); 0 for none. */
-static double median(double *v, int n) {
-  for (int i = 1; i < n; i++) {
-    const double x = v[i];
-    int j = i;
-    for (; j > 0 && v[j - 1] > x; j--) v[j] = v[j - 1];
-    v[j] = x;
-  }
-  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 static int n_tokens(const struct result *r) { return r->n_prompt + r->n_gen; }
@@ -420,29 +410,29 @@ static void place(const struct model_desc *d, const struct result *r, struct pla
   pl->pct = ceiling > 0 ? 100.0 * pl->macs_s / ceiling : 0.0;
 }
 
-/* The median over the repetitions of each one's % of a roofline whose bandwidth is the better of
- * the two measured right before and after it (r->rep_mem): 'work' per token (MACs or bytes)
- * against min(peak, per_byte * bandwidth). On a host whose bandwidth drifts, this pairs every
- * repetition with the bandwidth it had, where the ceiling of the whole run may come from another
- * moment. */
-static double paired_pct(const struct result *r, double work, double peak, double per_byte) {
-  double ts[1024], pct[1024];
+/* Each repetition of r placed against the roofline whose bandwidth was measured right before and
+ * after it (r->rep_mem), for 'work' per token (MACs or bytes) against min(peak, intensity *
+ * bandwidth). On a host whose bandwidth drifts, this pairs every repetition with the bandwidth it
+ * had, where the ceiling of the whole run may come from another moment. */
+static npulm_paired paired_pct(const struct result *r, double work, double peak,
+                               double intensity) {
+  double ts[1024], rate[1024];
+  npulm_paired p = {NAN, 0, NAN};
   samples_ts(r, ts);
-  for (int i = 0; i < r->reps; i++) {
-    const double ceiling = fmin(peak, per_byte * fmax(r->rep_mem[i], r->rep_mem[i + 1]));
-    pct[i] = ceiling > 0 ? 100.0 * work * ts[i] / ceiling : 0.0;
-  }
-  return median(pct, r->reps);
+  for (int i = 0; i < r->reps; i++) rate[i] = work * ts[i];
+  if (npulm_roofline_pair(rate, r->rep_mem, r->reps, peak, intensity, &p, NULL) != NPULM_OK)
+    p = (npulm_paired){NAN, 0, NAN}; /* out of memory: no figure rather than a wrong one */
+  return p;
 }
 
 /* paired_pct of the roofline at the test's intensity (the placement's '% paired'). */
-static double paired_roof_pct(const struct model_desc *d, const struct result *r,
-                              const struct placement *pl) {
+static npulm_paired paired_roof_pct(const struct model_desc *d, const struct result *r,
+                                    const struct placement *pl) {
   return paired_pct(r, (double)r->bound.macs / n_tokens(r), peak_macs(d, r->host), pl->ai);
 }
 
 /* paired_pct of a decode test's bytes per token against the bandwidth alone. */
-static double paired_bw_pct(const struct result *r) {
+static npulm_paired paired_bw_pct(const struct result *r) {
   return paired_pct(r, r->bytes_per_token, INFINITY, 1.0);
 }
 
@@ -517,9 +507,12 @@ static void print_roofline_table(const struct model_desc *d, const struct result
     place(d, r, &pl);
     char name[48];
     test_name(r, name, sizeof(name));
-    printf("| %15s | %7d | %12.2f | %9.3f | %8.3f | %8.2f | %-6s | %8.1f%% | %7.1f%% |", name,
+    const npulm_paired pr = paired_roof_pct(d, r, &pl);
+    char paired[16] = "-";
+    if (!isnan(pr.pct)) snprintf(paired, sizeof(paired), "%.1f%%", pr.pct);
+    printf("| %15s | %7d | %12.2f | %9.3f | %8.3f | %8.2f | %-6s | %8.1f%% | %8s |", name,
            r->n_threads, avg_ts(r), pl.macs_s * 1e-9, pl.bytes_s * 1e-9, pl.ai,
-           pl.memory_bound ? "memory" : "MACs", pl.pct, paired_roof_pct(d, r, &pl));
+           pl.memory_bound ? "memory" : "MACs", pl.pct, paired);
     for (int p = 0; p < n_prof; p++) {
       printf(" %15.2f |", r->pred[p].seconds > 0 ? n_tokens(r) / r->pred[p].seconds : 0.0);
     }
@@ -537,12 +530,19 @@ static void print_roofline_table(const struct model_desc *d, const struct result
         lo = fmin(lo, r->rep_mem[k]);
         hi = fmax(hi, r->rep_mem[k]);
       }
+      const npulm_paired pb = paired_bw_pct(r);
       printf("%s: %.3f MB per token (NPU weights %.3f MB, CPU weights %.3f MB, KV cache %.3f MB "
              "at position %d); the bandwidth ceiling allows %.1f t/s, measured %.1f%% of it; "
-             "against the bandwidth around each repetition (%.2f-%.2f GB/s), %.1f%% (median)\n",
+             "against the bandwidth around each repetition (%.2f-%.2f GB/s), ",
              name, r->bytes_per_token * 1e-6, r->traffic.weight_bytes_npu * 1e-6,
              r->traffic.weight_bytes_cpu * 1e-6, r->traffic.kv_bytes * 1e-6, r->n_prompt,
-             ceiling, 100.0 * avg_ts(r) / ceiling, lo * 1e-9, hi * 1e-9, paired_bw_pct(r));
+             ceiling, 100.0 * avg_ts(r) / ceiling, lo * 1e-9, hi * 1e-9);
+      if (!isnan(pb.pct))
+        printf("%.1f%% (median of the %d of %d whose two agree within %.0f%%)", pb.pct, pb.n_known,
+               r->reps, 100.0 * NPULM_PAIR_SPREAD);
+      else
+        printf("none whose two agree within %.0f%%", 100.0 * NPULM_PAIR_SPREAD);
+      printf("; each against the better of its two, %.1f%% (median)\n", pb.pct_all);
     } else {
       printf("%s: %.3f GMAC per run; the %s ceiling allows %.1f t/s, measured %.1f%% of it\n",
              name, r->bound.macs * 1e-9, strcmp(d->quant, "f32") == 0 ? "f32" : "int8",
@@ -605,6 +605,9 @@ static void print_profile(const struct result *r) {
            total > 0 ? 100.0 * e->seconds / total : 0.0, gmac, gbs);
   }
 }
+
+/* A percentage, or null where there is none (NAN). */
+static json_t *json_pct(double pct) { return isnan(pct) ? json_null() : json_real(pct); }
 
 static json_t *profile_json(const struct result *r) {
   json_t *arr = json_array();
@@ -911,7 +914,10 @@ static json_t *result_json(const struct model_desc *d, const struct result *r) {
     json_object_set_new(rl, "intensity", json_real(pl.ai));
     json_object_set_new(rl, "bound", json_string(pl.memory_bound ? "memory" : "compute"));
     json_object_set_new(rl, "pct_of_ceiling", json_real(pl.pct));
-    json_object_set_new(rl, "pct_of_ceiling_paired", json_real(paired_roof_pct(d, r, &pl)));
+    const npulm_paired pc = paired_roof_pct(d, r, &pl);
+    json_object_set_new(rl, "pct_of_ceiling_paired", json_pct(pc.pct));
+    json_object_set_new(rl, "reps_paired", json_integer(pc.n_known));
+    json_object_set_new(rl, "pct_of_ceiling_paired_all", json_pct(pc.pct_all));
     json_t *around = json_array();
     for (int i = 0; i <= r->reps; i++) json_array_append_new(around, json_real(r->rep_mem[i]));
     json_object_set_new(rl, "mem_bytes_per_s_around_reps", around);
@@ -919,7 +925,10 @@ static json_t *result_json(const struct model_desc *d, const struct result *r) {
       json_object_set_new(rl, "bytes_per_token", json_real(r->bytes_per_token));
       json_object_set_new(rl, "pct_of_bandwidth",
                           json_real(100.0 * avg_ts(r) * r->bytes_per_token / h->mem_bytes));
-      json_object_set_new(rl, "pct_of_bandwidth_paired", json_real(paired_bw_pct(r)));
+      const npulm_paired pb = paired_bw_pct(r);
+      json_object_set_new(rl, "pct_of_bandwidth_paired", json_pct(pb.pct));
+      json_object_set_new(rl, "reps_paired_bandwidth", json_integer(pb.n_known));
+      json_object_set_new(rl, "pct_of_bandwidth_paired_all", json_pct(pb.pct_all));
     }
     json_object_set_new(o, "roofline", rl);
     json_t *pr = json_object();

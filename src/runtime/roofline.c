@@ -7,6 +7,7 @@
  * on all threads at once: the threads are created once and persist for the whole measurement,
  * meeting at a barrier before each timed window, so a window's rate is total work / the longest
  * thread's time, and a phase reports its best window. */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -409,4 +410,36 @@ npulm_status npulm_roofline_measure(int n_threads, npulm_roofline *out, npulm_er
 
 npulm_status npulm_roofline_measure_memory(int n_threads, npulm_roofline *out, npulm_error *err) {
   return measure(n_threads, PH_READ, out, err);
+}
+
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* The median of v[0 .. n-1], n >= 1 (sorted in place). */
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof(*v), cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+npulm_status npulm_roofline_pair(const double *rate, const double *mem, int n, double peak,
+                                 double intensity, npulm_paired *out, npulm_error *err) {
+  if (rate == NULL || mem == NULL || out == NULL || n < 1)
+    return npu_fail(err, NPULM_ERR_ARG, "npulm_roofline_pair: no repetitions to place");
+  double *all = malloc(2 * (size_t)n * sizeof(double));
+  if (all == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory placing repetitions");
+  double *known = all + n;
+  int n_known = 0;
+  for (int i = 0; i < n; i++) {
+    const double lo = fmin(peak, intensity * fmin(mem[i], mem[i + 1]));
+    const double hi = fmin(peak, intensity * fmax(mem[i], mem[i + 1]));
+    all[i] = hi > 0 ? 100.0 * rate[i] / hi : 0.0;
+    if (lo >= (1.0 - NPULM_PAIR_SPREAD) * hi) known[n_known++] = all[i];
+  }
+  out->n_known = n_known;
+  out->pct = n_known > 0 ? median(known, n_known) : NAN;
+  out->pct_all = median(all, n);
+  free(all);
+  return NPULM_OK;
 }

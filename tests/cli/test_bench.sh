@@ -112,33 +112,47 @@ ceilings() {
     grep -q 'hexagon-v75 t/s' "$tmp/roof" && grep -q 'm4-ane t/s' "$tmp/roof" &&
     grep -q 'mtl-npu t/s' "$tmp/roof" && grep -q '^tg4: .* MB per token' "$tmp/roof" &&
     grep -Eq '^\| +test \| .* % ceiling \| % paired \|' "$tmp/roof" &&
-    grep -Eq '^tg4: .* around each repetition \([0-9.]+-[0-9.]+ GB/s\), [0-9.]+% \(median\)$' \
+    grep -Eq '^tg4: .* around each repetition \([0-9.]+-[0-9.]+ GB/s\), ([0-9.]+% \(median of the [12] of 2 whose two agree within 10%\)|none whose two agree within 10%); each against the better of its two, [0-9.]+% \(median\)$' \
       "$tmp/roof"
 }
 check "bench --roofline: positive ceilings, % of ceiling, NPU predictions, bytes per token" ceilings
-# the paired figures: each repetition against the better of the bandwidths measured right before
-# and after it, the median; the measurement's buffer (256 MiB or more) is not the test's peak RSS
+# the paired figures: each repetition against the bandwidths measured right before and after it,
+# the median over those whose two agree within 10 % (none: null), and over all against the better
+# of the two; the measurement's buffer (256 MiB or more) is not the test's peak RSS
 paired_json() {
   "$bin" bench -m "$model" -p 16 -n 4 -r 3 -t 1 --roofline -o json >"$tmp/paired.json" \
     2>/dev/null &&
     python3 - "$tmp/paired.json" "$1" <<'EOF'
 import json, statistics, sys
+def check(rl, key, pcts, known):
+    assert abs(rl[key + "_all"] - statistics.median(pcts)) < 1e-6 * rl[key + "_all"], (rl, key)
+    kept = [p for p, k in zip(pcts, known) if k]
+    if kept:
+        want = statistics.median(kept)
+        assert abs(rl[key] - want) < 1e-6 * want, (rl, key, want)
+    else:
+        assert rl[key] is None, (rl, key)
+    return len(kept)
 rows = json.load(open(sys.argv[1]))
 for r in rows:
     rl = r["roofline"]
     around = rl["mem_bytes_per_s_around_reps"]
-    assert len(around) == len(r["samples_ts"]) + 1, around
+    ts = r["samples_ts"]
+    assert len(around) == len(ts) + 1, around
     assert all(b > 1e8 for b in around), around
-    bw = [max(around[i], around[i + 1]) for i in range(len(r["samples_ts"]))]
+    lo = [min(around[i], around[i + 1]) for i in range(len(ts))]
+    hi = [max(around[i], around[i + 1]) for i in range(len(ts))]
     if r["n_gen"] > 0:
-        want = statistics.median(100 * ts * rl["bytes_per_token"] / b
-                                 for ts, b in zip(r["samples_ts"], bw))
-        assert abs(rl["pct_of_bandwidth_paired"] - want) < 1e-6 * want, (rl, want)
+        n = check(rl, "pct_of_bandwidth_paired",
+                  [100 * t * rl["bytes_per_token"] / b for t, b in zip(ts, hi)],
+                  [a >= 0.9 * b for a, b in zip(lo, hi)])
+        assert rl["reps_paired_bandwidth"] == n, rl
     macs_per_token = rl["macs"] / (r["n_prompt"] + r["n_gen"])
-    want = statistics.median(100 * ts * macs_per_token /
-                             min(rl["int8_macs_per_s"], rl["intensity"] * b)
-                             for ts, b in zip(r["samples_ts"], bw))
-    assert abs(rl["pct_of_ceiling_paired"] - want) < 1e-6 * want, (rl, want)
+    roof = lambda b: min(rl["int8_macs_per_s"], rl["intensity"] * b)
+    n = check(rl, "pct_of_ceiling_paired",
+              [100 * t * macs_per_token / roof(b) for t, b in zip(ts, hi)],
+              [roof(a) >= 0.9 * roof(b) for a, b in zip(lo, hi)])
+    assert rl["reps_paired"] == n, rl
     if sys.argv[2] == "rss":
         assert r["peak_rss_bytes"] < 128 << 20, r["peak_rss_bytes"]
 EOF
