@@ -317,7 +317,7 @@ npulm_status npulm_roofline_measure(int n_threads, npulm_roofline *out, npulm_er
 npulm_status npulm_roofline_measure_memory(int n_threads, npulm_roofline *out, npulm_error *err);
 
 /* How far apart, as a fraction of the higher, the two ceilings around a repetition may be for
- * npulm_roofline_pair to count its ceiling as known. A shared host's bandwidth can change state
+ * npulm_roofline_pair to count its ceiling as known (0.10: the lower at least 90 % of the higher). A shared host's bandwidth can change state
  * within seconds (this project's host has two, ~1.8x apart, each steady to a few % while it
  * lasts): two measurements further apart saw a change somewhere around the repetition, which then
  * ran against a ceiling anywhere between them, or partly at one and partly at the other. */
@@ -332,11 +332,13 @@ typedef struct npulm_paired {
                      one whose ceiling is not known, the upper end of where it lies) */
 } npulm_paired;
 
-/* Place repetition i, which achieved 'rate[i]' (MAC/s, or bytes/s with intensity 1), against
- * min(peak, intensity * bandwidth) for the bandwidths mem[i] and mem[i + 1] measured right before
- * and after it (mem has n + 1 values; peak may be INFINITY for the bandwidth alone). Its ceiling
- * is known when the two agree within NPULM_PAIR_SPREAD, or when both give the peak.
- * NPULM_ERR_ARG for n < 1 or a NULL array; NPULM_ERR_NOMEM. */
+/* Place repetition i, which achieved 'rate[i]' (MAC/s, or bytes/s with intensity 1), against the
+ * ceiling min(peak, intensity * bandwidth) for each of the bandwidths mem[i] and mem[i + 1]
+ * measured right before and after it (mem has n + 1 values; peak may be INFINITY for the
+ * bandwidth alone). Its ceiling is known when the lower of the two is within NPULM_PAIR_SPREAD of
+ * the higher (so always when both are the peak). NPULM_ERR_ARG for n < 1, a NULL array, or a
+ * value that is not a finite number >= 0 (rates) or > 0 (bandwidths, intensity; the peak may be
+ * INFINITY); NPULM_ERR_NOMEM. */
 npulm_status npulm_roofline_pair(const double *rate, const double *mem, int n, double peak,
                                  double intensity, npulm_paired *out, npulm_error *err);
 

@@ -253,8 +253,24 @@ static void test_roofline_pair(void **state) {
                                        &err),
                    NPULM_OK);
   assert_int_equal(p.n_known, 0);
+  /* an even count: the mean of the middle two */
+  const double four[4] = {10e9, 20e9, 30e9, 40e9}, flat[5] = {50e9, 50e9, 50e9, 50e9, 50e9};
+  assert_int_equal(npulm_roofline_pair(four, flat, 4, INFINITY, 1.0, &p, &err), NPULM_OK);
+  assert_int_equal(p.n_known, 4);
+  assert_true(fabs(p.pct - 50.0) < 1e-9 && fabs(p.pct_all - 50.0) < 1e-9);
+  /* what cannot be placed */
   assert_int_equal(npulm_roofline_pair(macs, mem, 0, 1e12, 1.0, &p, &err), NPULM_ERR_ARG);
   assert_int_equal(npulm_roofline_pair(NULL, mem, 1, 1e12, 1.0, &p, &err), NPULM_ERR_ARG);
+  assert_int_equal(npulm_roofline_pair(macs, NULL, 1, 1e12, 1.0, &p, &err), NPULM_ERR_ARG);
+  assert_int_equal(npulm_roofline_pair(macs, mem, 1, 1e12, 1.0, NULL, &err), NPULM_ERR_ARG);
+  assert_int_equal(npulm_roofline_pair(macs, (const double[]){NAN, 30e9}, 1, 1e12, 1.0, &p, &err),
+                   NPULM_ERR_ARG);
+  assert_int_equal(npulm_roofline_pair(macs, (const double[]){0.0, 30e9}, 1, 1e12, 1.0, &p, &err),
+                   NPULM_ERR_ARG);
+  assert_int_equal(npulm_roofline_pair((const double[]){NAN}, mem, 1, 1e12, 1.0, &p, &err),
+                   NPULM_ERR_ARG);
+  assert_int_equal(npulm_roofline_pair(macs, mem, 1, 1e12, 0.0, &p, &err), NPULM_ERR_ARG);
+  assert_int_equal(npulm_roofline_pair(macs, mem, 1, NAN, 1.0, &p, &err), NPULM_ERR_ARG);
 }
 
 int main(void) {

@@ -51,8 +51,9 @@ const char npulm_usage_bench[] =
     "                        every test against them, and predict each test on the NPU profiles\n"
     "                        (Hexagon V75, Apple M4 ANE, Meteor Lake NPU); also measure the\n"
     "                        bandwidth right before and after every repetition, and place each\n"
-    "                        repetition whose two agree within 10% against them ('% paired', the\n"
-    "                        median; '-' if none: the host's bandwidth changed around each)\n"
+    "                        repetition against the ceiling they give where the two agree within\n"
+    "                        10% ('% paired', the median, with the count kept when not all; '-'\n"
+    "                        if none: the host's bandwidth changed around each)\n"
     "  --plot FILE.svg       draw the roofline with the measured points (implies --roofline)\n"
     "  --profile             time every node and print, per test, where a run's time goes by\n"
     "                        operator and backend, with the matmuls' GMAC/s and GB/s (JSON:\n"
@@ -410,30 +411,30 @@ static void place(const struct model_desc *d, const struct result *r, struct pla
   pl->pct = ceiling > 0 ? 100.0 * pl->macs_s / ceiling : 0.0;
 }
 
-/* Each repetition of r placed against the roofline whose bandwidth was measured right before and
- * after it (r->rep_mem), for 'work' per token (MACs or bytes) against min(peak, intensity *
- * bandwidth). On a host whose bandwidth drifts, this pairs every repetition with the bandwidth it
- * had, where the ceiling of the whole run may come from another moment. */
-static npulm_paired paired_pct(const struct result *r, double work, double peak,
-                               double intensity) {
+/* The repetitions of r placed against the roofline whose bandwidth was measured right before and
+ * after each (r->rep_mem; npulm_roofline_pair), for 'work' per token (MACs or bytes) against
+ * min(peak, intensity * bandwidth): on a host whose bandwidth drifts, each repetition against the
+ * ceiling it had where that is known, where the ceiling of the whole run may come from another
+ * moment. No figures (NAN) if they cannot be placed. */
+static npulm_paired pair_reps(const struct result *r, double work, double peak,
+                              double intensity) {
   double ts[1024], rate[1024];
   npulm_paired p = {NAN, 0, NAN};
   samples_ts(r, ts);
   for (int i = 0; i < r->reps; i++) rate[i] = work * ts[i];
-  if (npulm_roofline_pair(rate, r->rep_mem, r->reps, peak, intensity, &p, NULL) != NPULM_OK)
-    p = (npulm_paired){NAN, 0, NAN}; /* out of memory: no figure rather than a wrong one */
+  (void)npulm_roofline_pair(rate, r->rep_mem, r->reps, peak, intensity, &p, NULL);
   return p;
 }
 
-/* paired_pct of the roofline at the test's intensity (the placement's '% paired'). */
+/* pair_reps on the roofline at the test's intensity (the placement's '% paired'). */
 static npulm_paired paired_roof_pct(const struct model_desc *d, const struct result *r,
                                     const struct placement *pl) {
-  return paired_pct(r, (double)r->bound.macs / n_tokens(r), peak_macs(d, r->host), pl->ai);
+  return pair_reps(r, (double)r->bound.macs / n_tokens(r), peak_macs(d, r->host), pl->ai);
 }
 
-/* paired_pct of a decode test's bytes per token against the bandwidth alone. */
+/* pair_reps of a decode test's bytes per token against the bandwidth alone. */
 static npulm_paired paired_bw_pct(const struct result *r) {
-  return paired_pct(r, r->bytes_per_token, INFINITY, 1.0);
+  return pair_reps(r, r->bytes_per_token, INFINITY, 1.0);
 }
 
 static void roofline_for(const char *cmd, const npulm_model *model, struct result *r,
@@ -494,11 +495,11 @@ static void print_roofline_table(const struct model_desc *d, const struct result
   int n_prof;
   const npulm_npu_profile *prof = npulm_npu_profiles(&n_prof);
   if (n_prof > MAX_PROFILES) n_prof = MAX_PROFILES;
-  printf("\n| %15s | %7s | %12s | %9s | %8s | %8s | %6s | %9s | %8s |", "test", "threads",
+  printf("\n| %15s | %7s | %12s | %9s | %8s | %8s | %6s | %9s | %13s |", "test", "threads",
          "t/s", "GMAC/s", "GB/s", "MAC/B", "bound", "% ceiling", "% paired");
   for (int p = 0; p < n_prof; p++) printf(" %11s t/s |", prof[p].name);
   printf("\n| --------------: | ------: | -----------: | --------: | -------: | -------: | ------ | "
-         "--------: | -------: |");
+         "--------: | ------------: |");
   for (int p = 0; p < n_prof; p++) printf(" --------------: |");
   printf("\n");
   for (int i = 0; i < n; i++) {
@@ -508,9 +509,12 @@ static void print_roofline_table(const struct model_desc *d, const struct result
     char name[48];
     test_name(r, name, sizeof(name));
     const npulm_paired pr = paired_roof_pct(d, r, &pl);
-    char paired[16] = "-";
-    if (!isnan(pr.pct)) snprintf(paired, sizeof(paired), "%.1f%%", pr.pct);
-    printf("| %15s | %7d | %12.2f | %9.3f | %8.3f | %8.2f | %-6s | %8.1f%% | %8s |", name,
+    /* the median, and how many repetitions it rests on when not all */
+    char paired[32] = "-";
+    if (!isnan(pr.pct) && pr.n_known == r->reps) snprintf(paired, sizeof(paired), "%.1f%%", pr.pct);
+    else if (!isnan(pr.pct))
+      snprintf(paired, sizeof(paired), "%.1f%% (%d/%d)", pr.pct, pr.n_known, r->reps);
+    printf("| %15s | %7d | %12.2f | %9.3f | %8.3f | %8.2f | %-6s | %8.1f%% | %13s |", name,
            r->n_threads, avg_ts(r), pl.macs_s * 1e-9, pl.bytes_s * 1e-9, pl.ai,
            pl.memory_bound ? "memory" : "MACs", pl.pct, paired);
     for (int p = 0; p < n_prof; p++) {
@@ -913,10 +917,11 @@ static json_t *result_json(const struct model_desc *d, const struct result *r) {
     json_object_set_new(rl, "bytes_per_s", json_real(pl.bytes_s));
     json_object_set_new(rl, "intensity", json_real(pl.ai));
     json_object_set_new(rl, "bound", json_string(pl.memory_bound ? "memory" : "compute"));
+    json_object_set_new(rl, "peak_macs_per_s", json_real(peak_macs(d, h)));
     json_object_set_new(rl, "pct_of_ceiling", json_real(pl.pct));
     const npulm_paired pc = paired_roof_pct(d, r, &pl);
     json_object_set_new(rl, "pct_of_ceiling_paired", json_pct(pc.pct));
-    json_object_set_new(rl, "reps_paired", json_integer(pc.n_known));
+    json_object_set_new(rl, "reps_paired_ceiling", json_integer(pc.n_known));
     json_object_set_new(rl, "pct_of_ceiling_paired_all", json_pct(pc.pct_all));
     json_t *around = json_array();
     for (int i = 0; i <= r->reps; i++) json_array_append_new(around, json_real(r->rep_mem[i]));

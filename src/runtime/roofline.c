@@ -9,6 +9,7 @@
  * thread's time, and a phase reports its best window. */
 #include <math.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -425,8 +426,20 @@ static double median(double *v, int n) {
 
 npulm_status npulm_roofline_pair(const double *rate, const double *mem, int n, double peak,
                                  double intensity, npulm_paired *out, npulm_error *err) {
-  if (rate == NULL || mem == NULL || out == NULL || n < 1)
-    return npu_fail(err, NPULM_ERR_ARG, "npulm_roofline_pair: no repetitions to place");
+  if (rate == NULL || mem == NULL || out == NULL || n < 1) {
+    return npu_fail(err, NPULM_ERR_ARG, "npulm_roofline_pair: a NULL array, or %d repetitions",
+                    n);
+  }
+  /* NaN would pass fmin/fmax unseen and break the sort */
+  bool valid = peak > 0 && intensity > 0 && isfinite(intensity);
+  for (int i = 0; valid && i <= n; i++) {
+    valid = isfinite(mem[i]) && mem[i] > 0 && (i == n || (isfinite(rate[i]) && rate[i] >= 0));
+  }
+  if (!valid) {
+    return npu_fail(err, NPULM_ERR_ARG,
+                    "npulm_roofline_pair: a rate, bandwidth, peak or intensity that is not a "
+                    "positive number");
+  }
   double *all = malloc(2 * (size_t)n * sizeof(double));
   if (all == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory placing repetitions");
   double *known = all + n;
@@ -434,7 +447,7 @@ npulm_status npulm_roofline_pair(const double *rate, const double *mem, int n, d
   for (int i = 0; i < n; i++) {
     const double lo = fmin(peak, intensity * fmin(mem[i], mem[i + 1]));
     const double hi = fmin(peak, intensity * fmax(mem[i], mem[i + 1]));
-    all[i] = hi > 0 ? 100.0 * rate[i] / hi : 0.0;
+    all[i] = 100.0 * rate[i] / hi;
     if (lo >= (1.0 - NPULM_PAIR_SPREAD) * hi) known[n_known++] = all[i];
   }
   out->n_known = n_known;
