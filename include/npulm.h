@@ -317,10 +317,11 @@ npulm_status npulm_roofline_measure(int n_threads, npulm_roofline *out, npulm_er
 npulm_status npulm_roofline_measure_memory(int n_threads, npulm_roofline *out, npulm_error *err);
 
 /* How far apart, as a fraction of the higher, the two ceilings around a repetition may be for
- * npulm_roofline_pair to count its ceiling as known (0.10: the lower at least 90 % of the higher). A shared host's bandwidth can change state
- * within seconds (this project's host has two, ~1.8x apart, each steady to a few % while it
- * lasts): two measurements further apart saw a change somewhere around the repetition, which then
- * ran against a ceiling anywhere between them, or partly at one and partly at the other. */
+ * npulm_roofline_pair to count its ceiling as known (0.10: the lower at least 90 % of the higher).
+ * A shared host's bandwidth can change state within seconds (this project's host has two, ~1.8x
+ * apart, each steady to a few % while it lasts): two measurements further apart saw a change
+ * somewhere around the repetition, which then ran against a ceiling anywhere between them, or
+ * partly at one and partly at the other. */
 #define NPULM_PAIR_SPREAD 0.10
 
 /* n repetitions of a test, each placed against the roofline measured right around it. */

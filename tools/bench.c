@@ -511,9 +511,11 @@ static void print_roofline_table(const struct model_desc *d, const struct result
     const npulm_paired pr = paired_roof_pct(d, r, &pl);
     /* the median, and how many repetitions it rests on when not all */
     char paired[32] = "-";
-    if (!isnan(pr.pct) && pr.n_known == r->reps) snprintf(paired, sizeof(paired), "%.1f%%", pr.pct);
-    else if (!isnan(pr.pct))
-      snprintf(paired, sizeof(paired), "%.1f%% (%d/%d)", pr.pct, pr.n_known, r->reps);
+    if (!isnan(pr.pct)) {
+      const int len = snprintf(paired, sizeof(paired), "%.1f%%", pr.pct);
+      if (pr.n_known < r->reps)
+        snprintf(paired + len, sizeof(paired) - (size_t)len, " (%d/%d)", pr.n_known, r->reps);
+    }
     printf("| %15s | %7d | %12.2f | %9.3f | %8.3f | %8.2f | %-6s | %8.1f%% | %13s |", name,
            r->n_threads, avg_ts(r), pl.macs_s * 1e-9, pl.bytes_s * 1e-9, pl.ai,
            pl.memory_bound ? "memory" : "MACs", pl.pct, paired);

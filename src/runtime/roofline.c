@@ -432,9 +432,8 @@ npulm_status npulm_roofline_pair(const double *rate, const double *mem, int n, d
   }
   /* NaN would pass fmin/fmax unseen and break the sort */
   bool valid = peak > 0 && intensity > 0 && isfinite(intensity);
-  for (int i = 0; valid && i <= n; i++) {
-    valid = isfinite(mem[i]) && mem[i] > 0 && (i == n || (isfinite(rate[i]) && rate[i] >= 0));
-  }
+  for (int i = 0; i <= n; i++) valid = valid && isfinite(mem[i]) && mem[i] > 0;
+  for (int i = 0; i < n; i++) valid = valid && isfinite(rate[i]) && rate[i] >= 0;
   if (!valid) {
     return npu_fail(err, NPULM_ERR_ARG,
                     "npulm_roofline_pair: a rate, bandwidth, peak or intensity that is not a "
