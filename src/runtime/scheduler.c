@@ -3,8 +3,9 @@
  * sleeps on its own condition variable and is woken when a task finishes or a job starts. A
  * chunk's subgraphs finish in order, so the whole state of a chunk in flight is one counter (how
  * many of its subgraphs are done) and one flag (one of them is running).
- * A decode step hands work back and forth between the workers a few dozen times in a few
- * milliseconds, so a waiter spins (yielding the core to anyone runnable) on an epoch counter that
+ * A prefill chunk hands work back and forth between the workers a few dozen times, and a decode
+ * step (run on one thread: run_alone) starts a few dozen loops in a few milliseconds, so a waiter
+ * spins (yielding the core to anyone runnable) on an epoch counter that
  * every change of state bumps, and sleeps only when no task is running: a futex wake-up costs tens
  * of microseconds. While it spins it lends itself to the other worker's data-parallel loops (the
  * NPU's matmuls, the CPU's row-wise ops): with two cores, the idle worker is the second core of
@@ -250,6 +251,39 @@ void npu_sched_free(struct npu_sched *s) {
   free(s);
 }
 
+/* Run the one step of the job in progress on the calling thread alone: its subgraphs wait each
+ * for the one before, so none could overlap another, while handing each to its backend's worker
+ * costs two crossings between the threads (a decode step of stories110M has 26 subgraphs), each
+ * hundreds of nanoseconds when the two cores sit on different core complexes. The NPU's worker
+ * sees the step's slot running, takes none of it and lends itself to the step's loops meanwhile
+ * (wait_change: a task runs, so it spins). Called and returns with the lock held. */
+static void run_alone(struct npu_sched *s) {
+  const struct npu_sched_job *job = s->job;
+  const struct npu_graph *g = job->graphs[0];
+  double busy[NPU_BE_COUNT] = {0};
+  s->running[0] = true;
+  double t0 = npu_now();
+  s->started[0] = t0;
+  account(s, +1, t0);
+  changed(s);
+  pthread_cond_signal(&s->wake[NPU_BE_NPU]);
+  pthread_mutex_unlock(&s->lock);
+  for (int32_t sub = 0; sub < g->n_subgraphs; sub++) {
+    job->run(job->user, 0, sub, 0);
+    const double t1 = npu_now();
+    busy[g->subgraphs[sub].backend] += t1 - t0;
+    if (job->cost != NULL) job->cost[0][sub] = t1 - t0;
+    t0 = t1;
+  }
+  pthread_mutex_lock(&s->lock);
+  account(s, -1, t0);
+  for (int be = 0; be < NPU_BE_COUNT; be++) s->stats.busy_s[be] += busy[be];
+  s->stats.n_tasks += (uint64_t)g->n_subgraphs;
+  s->running[0] = false;
+  s->chunks_done = 1;
+  changed(s);
+}
+
 void npu_sched_run(struct npu_sched *s, const struct npu_sched_job *job) {
   if (job->n_steps <= 0) return;
   pthread_mutex_lock(&s->lock);
@@ -259,9 +293,13 @@ void npu_sched_run(struct npu_sched *s, const struct npu_sched_job *job) {
     s->progress[i] = 0;
     s->running[i] = false;
   }
-  changed(s);
-  pthread_cond_signal(&s->wake[NPU_BE_NPU]);
-  serve(s, NPU_BE_CPU, true);
+  if (job->n_steps == 1) {
+    run_alone(s);
+  } else {
+    changed(s);
+    pthread_cond_signal(&s->wake[NPU_BE_NPU]);
+    serve(s, NPU_BE_CPU, true);
+  }
   s->job = NULL;
   pthread_mutex_unlock(&s->lock);
 }

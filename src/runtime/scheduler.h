@@ -21,7 +21,7 @@
 #define NPU_SCHED_SLOTS 2
 
 /* Run subgraph 'sub' of step 'step' with the memory of slot 'slot'; called on the worker thread of
- * the subgraph's backend. */
+ * the subgraph's backend, or for a job of one step on the thread that runs the job. */
 typedef void (*npu_sched_task_fn)(void *user, int32_t step, int32_t sub, int32_t slot);
 
 struct npu_sched_job {
@@ -56,7 +56,9 @@ void npu_sched_free(struct npu_sched *s);
 
 /* Run every task of 'job', the CPU's on the calling thread, and return when all are done. One job
  * at a time per scheduler. Steps whose graphs differ in their subgraph structure are run one after
- * the other, not overlapped. */
+ * the other, not overlapped. A job of one step (a decode step), where nothing can overlap, runs
+ * every subgraph on the calling thread, the NPU's worker lending itself to their loops; the
+ * stats still count each subgraph's time as its backend's. */
 void npu_sched_run(struct npu_sched *s, const struct npu_sched_job *job);
 
 void npu_sched_get_stats(struct npu_sched *s, struct npu_sched_stats *stats_out);

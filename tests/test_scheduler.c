@@ -1,0 +1,129 @@
+/* The scheduler: a job of several steps runs each subgraph on its backend's worker, every one once
+ * and in dependency order; a job of one step runs every subgraph on the calling thread, in order,
+ * while the NPU's worker lends itself to the step's loops; the stats count each subgraph's time as
+ * its backend's either way. */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <time.h>
+
+#include "graph/ir.h"
+#include "runtime/pool.h"
+#include "runtime/scheduler.h"
+#include "test_util.h"
+
+enum { N_SUBGRAPHS = 5, MAX_STEPS = 3 };
+
+/* Subgraphs alternate between the backends, as a compiled graph's do. */
+static struct npu_subgraph subgraphs[N_SUBGRAPHS] = {
+    {0, 1, NPU_BE_NPU}, {1, 1, NPU_BE_CPU}, {2, 1, NPU_BE_NPU}, {3, 1, NPU_BE_CPU},
+    {4, 1, NPU_BE_NPU}};
+static const struct npu_graph graph = {.rows = 1, .n_subgraphs = N_SUBGRAPHS,
+                                       .subgraphs = subgraphs};
+
+struct record {
+  struct npu_pool *npu_pool;
+  pthread_t caller;
+  atomic_int clock;                        /* ticks once per task */
+  int at[MAX_STEPS][N_SUBGRAPHS];          /* the clock when each task started, -1 never */
+  bool on_caller[MAX_STEPS][N_SUBGRAPHS];  /* whether it ran on the thread of npu_sched_run */
+  atomic_bool other_ran;                   /* a thread other than the caller ran a loop task */
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A loop task: notes a thread other than the caller; task 0 waits (at most 10 s) until one ran a
+ * task, so the loop's second task is left to a lending thread. */
+static void loop_task(void *arg, size_t task) {
+  struct record *r = arg;
+  if (!pthread_equal(pthread_self(), r->caller)) atomic_store(&r->other_ran, true);
+  double until = now_s() + 10.0;
+  while (task == 0 && !atomic_load(&r->other_ran) && now_s() < until) sched_yield();
+}
+
+static void run_task(void *user, int32_t step, int32_t sub, int32_t slot) {
+  struct record *r = user;
+  (void)slot;
+  r->at[step][sub] = atomic_fetch_add(&r->clock, 1);
+  r->on_caller[step][sub] = pthread_equal(pthread_self(), r->caller);
+  /* a little work, so that tasks of different steps can interleave */
+  volatile uint32_t x = (uint32_t)sub;
+  for (uint32_t i = 0; i < 20000; i++) x = x * 1103515245u + 12345u;
+  if (sub == 2) npu_pool_run(r->npu_pool, 2, loop_task, r);
+}
+
+/* Run a job of 'n_steps' steps of 'graph' on a fresh scheduler with two-thread pools and no
+ * helper threads of their own; fills 'r' and the stats. */
+static void run_job(int32_t n_steps, struct record *r, struct npu_sched_stats *st) {
+  struct npu_pool *pools[NPU_BE_COUNT];
+  npulm_error err;
+  for (int be = 0; be < NPU_BE_COUNT; be++) {
+    assert_int_equal(npu_pool_create(2, 0, &pools[be], &err), NPULM_OK);
+  }
+  struct npu_sched *s;
+  assert_int_equal(npu_sched_create(pools, &s, &err), NPULM_OK);
+  *r = (struct record){.npu_pool = pools[NPU_BE_NPU], .caller = pthread_self()};
+  for (int c = 0; c < MAX_STEPS; c++) {
+    for (int i = 0; i < N_SUBGRAPHS; i++) r->at[c][i] = -1;
+  }
+  const struct npu_graph *graphs[MAX_STEPS] = {&graph, &graph, &graph};
+  static double costs[N_SUBGRAPHS];
+  double *cost[MAX_STEPS] = {costs, costs, costs};
+  const struct npu_sched_job job = {.n_steps = n_steps, .graphs = graphs, .cost = cost,
+                                    .run = run_task, .user = r};
+  npu_sched_run(s, &job);
+  npu_sched_get_stats(s, st);
+  npu_sched_free(s);
+  for (int be = 0; be < NPU_BE_COUNT; be++) npu_pool_free(pools[be]);
+  for (int i = 0; i < N_SUBGRAPHS; i++) assert_true(costs[i] > 0.0);
+}
+
+static void test_one_step_on_caller(void **state) {
+  (void)state;
+  for (int rep = 0; rep < 20; rep++) {
+    struct record r;
+    struct npu_sched_stats st;
+    run_job(1, &r, &st);
+    for (int i = 0; i < N_SUBGRAPHS; i++) {
+      assert_int_equal(r.at[0][i], i);
+      assert_true(r.on_caller[0][i]);
+    }
+    assert_true(atomic_load(&r.other_ran)); /* the NPU's worker helped with the loop */
+    assert_true(st.busy_s[NPU_BE_NPU] > 0.0 && st.busy_s[NPU_BE_CPU] > 0.0);
+    assert_true(st.overlap_s == 0.0);
+    assert_int_equal(st.n_tasks, N_SUBGRAPHS);
+  }
+}
+
+static void test_steps_on_their_workers(void **state) {
+  (void)state;
+  for (int rep = 0; rep < 20; rep++) {
+    struct record r;
+    struct npu_sched_stats st;
+    run_job(MAX_STEPS, &r, &st);
+    for (int c = 0; c < MAX_STEPS; c++) {
+      for (int i = 0; i < N_SUBGRAPHS; i++) {
+        assert_true(r.at[c][i] >= 0);
+        assert_true(r.on_caller[c][i] == (subgraphs[i].backend == NPU_BE_CPU));
+        if (i > 0) assert_true(r.at[c][i] > r.at[c][i - 1]);
+        if (c > 0) assert_true(r.at[c][i] > r.at[c - 1][i]);
+      }
+    }
+    assert_int_equal(atomic_load(&r.clock), MAX_STEPS * N_SUBGRAPHS);
+    assert_true(st.busy_s[NPU_BE_NPU] > 0.0 && st.busy_s[NPU_BE_CPU] > 0.0);
+    assert_int_equal(st.n_tasks, MAX_STEPS * N_SUBGRAPHS);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_one_step_on_caller),
+      cmocka_unit_test(test_steps_on_their_workers),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
