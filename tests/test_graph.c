@@ -265,24 +265,70 @@ static void test_fused_attention_matches_reference_bits(void **state) {
     for (int variant = 0; variant < 2; variant++) {
       if (variant == 1 && !npu_f32_have_avx2()) continue;
       for (size_t i = 0; i < n_out; i++) got[i] = NAN;
-      /* all KV heads at once, or (odd trials) in two ranges as two threads would take them */
-      int32_t cut = trial % 2 == 1 ? c.kv_heads / 2 : 0;
       (variant == 0 ? npu_f32_attention__generic : npu_f32_attention__avx2)(
-          got, c.q, c.k, c.v, c.heads, c.kv_heads, c.hd, c.rows, c.pos0, c.n_valid, c.scale, 0,
-          cut);
-      (variant == 0 ? npu_f32_attention__generic : npu_f32_attention__avx2)(
-          got, c.q, c.k, c.v, c.heads, c.kv_heads, c.hd, c.rows, c.pos0, c.n_valid, c.scale, cut,
-          c.kv_heads);
+          got, c.q, c.k, c.v, c.heads, c.kv_heads, c.hd, c.rows, c.pos0, c.n_valid, c.scale);
       if (memcmp(got, want, n_out * sizeof(float)) != 0) {
-        fail_msg("trial %d (%s): heads %d/%d hd %d rows %d pos0 %d n_valid %d (cut at KV head "
-                 "%d) differs",
-                 trial, variant ? "avx2" : "generic", c.heads, c.kv_heads, c.hd, c.rows, c.pos0,
-                 c.n_valid, cut);
+        fail_msg("trial %d (%s): heads %d/%d hd %d rows %d pos0 %d n_valid %d differs", trial,
+                 variant ? "avx2" : "generic", c.heads, c.kv_heads, c.hd, c.rows, c.pos0,
+                 c.n_valid);
       }
     }
     free(want);
     free(got);
     free(att);
+    attn_case_free(&c);
+  }
+}
+
+/* Decode attention split by keys: the units (a tile of one head) of one query row computed in up
+ * to three ranges, in reverse order as threads might finish them, by either variant, then folded,
+ * equal the reference's npu_ref_attention bit for bit; they read no key or value past the row's
+ * (those are NaN). */
+static void test_attention_tiles_fold_matches_reference_bits(void **state) {
+  (void)state;
+  uint64_t rng = 29;
+  for (int trial = 0; trial < 150; trial++) {
+    struct attn_case c;
+    attn_case_pick(&c, trial, &rng);
+    if (trial % 10 == 0) c.pos0 += 300 + (int)(test_rand(&rng) % 300); /* a longer context */
+    attn_case_make(&c, &rng, trial % 5 == 0 ? 6.0f : 1.0f, trial % 4 == 1 ? 0.05f : 0.0f);
+    const int q_cols = c.heads * c.hd, kv_cols = c.kv_heads * c.hd, group = c.heads / c.kv_heads;
+    const int t = c.rows - 1, len = npu_attn_len(c.pos0, c.n_valid, t);
+    const int n_tiles = npu_attn_tiles(len);
+    const float *q = c.q + (size_t)t * (size_t)q_cols;
+    float *want = malloc((size_t)q_cols * sizeof(float));
+    float *got = malloc((size_t)q_cols * sizeof(float));
+    float *att = malloc((size_t)c.ctx * sizeof(float));
+    const size_t n_part = (size_t)n_tiles * (size_t)c.heads * ((size_t)c.hd + 2);
+    float *part = malloc(n_part * sizeof(float));
+    for (int h = 0; h < c.heads; h++) {
+      size_t kv_off = (size_t)(h / group) * (size_t)c.hd;
+      npu_ref_attention(want + (size_t)h * (size_t)c.hd, att, q + (size_t)h * (size_t)c.hd,
+                        c.k + kv_off, c.v + kv_off, (size_t)kv_cols, c.hd, len, c.scale);
+    }
+    for (int variant = 0; variant < 2; variant++) {
+      if (variant == 1 && !npu_f32_have_avx2()) continue;
+      for (size_t i = 0; i < n_part; i++) part[i] = NAN;
+      const int units = n_tiles * c.heads;
+      int cut1 = (int)(test_rand(&rng) % (uint64_t)(units + 1));
+      int cut2 = cut1 + (int)(test_rand(&rng) % (uint64_t)(units - cut1 + 1));
+      const int from[] = {cut2, cut1, 0}, to[] = {units, cut2, cut1};
+      for (int r = 0; r < 3; r++) {
+        (variant == 0 ? npu_f32_attention_tiles__generic : npu_f32_attention_tiles__avx2)(
+            part, q, c.k, c.v, c.heads, c.kv_heads, c.hd, len, from[r], to[r], c.scale);
+      }
+      for (int i = 0; i < q_cols; i++) got[i] = NAN;
+      npu_f32_attention_fold(got, part, c.heads, c.hd, n_tiles);
+      if (memcmp(got, want, (size_t)q_cols * sizeof(float)) != 0) {
+        fail_msg("trial %d (%s): heads %d/%d hd %d len %d (units cut at %d, %d of %d) differs",
+                 trial, variant ? "avx2" : "generic", c.heads, c.kv_heads, c.hd, len, cut1, cut2,
+                 units);
+      }
+    }
+    free(want);
+    free(got);
+    free(att);
+    free(part);
     attn_case_free(&c);
   }
 }
@@ -321,7 +367,7 @@ static void test_fused_attention_matches_double(void **state) {
     float *got = malloc((size_t)c.rows * (size_t)q_cols * sizeof(float));
     double *p = malloc((size_t)c.ctx * sizeof(double));
     npu_f32_attention(got, c.q, c.k, c.v, c.heads, c.kv_heads, c.hd, c.rows, c.pos0, c.n_valid,
-                      c.scale, 0, c.kv_heads);
+                      c.scale);
     for (int t = 0; t < c.rows; t++) {
       int len = npu_attn_len(c.pos0, c.n_valid, t);
       for (int h = 0; h < c.heads; h++) {
@@ -746,6 +792,7 @@ int main(void) {
       cmocka_unit_test(test_rope_matches_reference_bits),
       cmocka_unit_test(test_attention_matches_reference_bits),
       cmocka_unit_test(test_fused_attention_matches_reference_bits),
+      cmocka_unit_test(test_attention_tiles_fold_matches_reference_bits),
       cmocka_unit_test(test_fused_attention_matches_double),
       cmocka_unit_test(test_touch_lines),
       cmocka_unit_test(test_step_policy),

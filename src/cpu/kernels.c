@@ -2,7 +2,7 @@
  * output element is exactly the reference forward's: the matmul keeps eight partial sums over k
  * (lane j takes elements i = j mod 8), adds the tail sequentially and reduces the lanes pairwise;
  * attention dots and sums run sequentially over their index, and the fused attention takes the
- * reference's online-softmax steps tile by tile. Speed comes from what does not change that order:
+ * reference's tiles and folds them in its order. Speed comes from what does not change that order:
  * tiling over rows and weight rows, independent accumulators side by side, and 8-lane vector
  * arithmetic (GCC/Clang vector extensions, AVX2 when the CPU has it) whose lanes are different
  * outputs (weight rows, keys, head-dim elements), never parts of one sum except in the matmul's
@@ -14,7 +14,6 @@
 #include <string.h>
 
 #include "ref/expf.h"    /* npu_expf: the exponential that defines attention; npu_v8f */
-#include "ref/forward.h" /* NPU_REF_ATTN_TILE: the tiles that define attention */
 
 /* Loads through memcpy: no alignment is assumed, and no vector crosses a call boundary. */
 #define LOAD8(v, p) memcpy(&(v), (p), sizeof(npu_v8f))
@@ -428,8 +427,8 @@ uint32_t npu_touch_lines(const void *p, size_t bytes) {
   return sum;
 }
 
-/* Keys per tile: the reference attention's, since where its online softmax rescales is part of
- * its bits; the score kernel takes a tile at a time too. */
+/* Keys per tile: the reference attention's, since where its tiles start and end is part of its
+ * bits; the score kernel takes a tile at a time too. */
 #define AT_KEYS NPU_REF_ATTN_TILE
 
 _Static_assert(AT_KEYS % 8 == 0, "scores come eight keys at a time");
@@ -741,25 +740,26 @@ void npu_f32_pv(float *restrict out, const float *restrict p, const float *restr
  * read from memory once per block and from L1 by every pair of it. */
 #define AT_PAIRS 16
 
-/* A PV accumulator: eight output elements of row o from o + i0 + off, times that row's rescale
- * (0 on the first tile); then key j's weighted value (vj = its value row at i0, pj = its
- * probability) added to it. */
-#define AT_PV_FROM(a, o, rescale, off)                                                            \
-  do {                                                                                           \
-    if (first) {                                                                                 \
-      (a) = (npu_v8f){0};                                                                        \
-    } else {                                                                                     \
-      LOAD8((a), (o) + i0 + (off));                                                              \
-      (a) *= (rescale);                                                                          \
-    }                                                                                            \
-  } while (0)
+/* A PV accumulator of eight output elements: key j's weighted value (vj = its value row at i0,
+ * pj = its probability) added to it. */
 #define AT_PV_ADD(a, vj, pj, off)                                                                 \
   do {                                                                                           \
     npu_v8f x_;                                                                                  \
     LOAD8(x_, (vj) + (off));                                                                     \
     (a) += x_ * (pj);                                                                            \
   } while (0)
-/* STEP (AT_PV_FROM or AT_PV_ADD) on four accumulators a0 .. a3 of 'a': head-dim elements i0 ..
+/* A tile's weighted sum 'a' of eight elements folded into row o from o + i0 + off, as the
+ * reference folds it: o * f.run + a * f.tile, or a on the first tile ('first'). */
+#define AT_PV_FOLD(a, o, f, off)                                                                  \
+  do {                                                                                           \
+    if (!first) {                                                                                \
+      npu_v8f o_;                                                                                \
+      LOAD8(o_, (o) + i0 + (off));                                                               \
+      (a) = o_ * (f).run + (a) * (f).tile;                                                       \
+    }                                                                                            \
+    memcpy((o) + i0 + (off), &(a), sizeof(a));                                                   \
+  } while (0)
+/* STEP (AT_PV_ADD or AT_PV_FOLD) on four accumulators a0 .. a3 of 'a': head-dim elements i0 ..
  * i0+31. */
 #define AT_PV_EACH4(STEP, a, x, y)                                                                \
   do {                                                                                            \
@@ -768,72 +768,87 @@ void npu_f32_pv(float *restrict out, const float *restrict p, const float *restr
     STEP(a##2, x, y, 16);                                                                         \
     STEP(a##3, x, y, 24);                                                                         \
   } while (0)
-#define AT_PV_FROM4(a, o, rescale) AT_PV_EACH4(AT_PV_FROM, a, o, rescale)
 #define AT_PV_ADD4(a, vj, pj) AT_PV_EACH4(AT_PV_ADD, a, vj, pj)
-#define AT_PV_STORE4(o, a)                                                                        \
-  do {                                                                                            \
-    memcpy((o) + i0, &a##0, sizeof(a##0));                                                        \
-    memcpy((o) + i0 + 8, &a##1, sizeof(a##1));                                                    \
-    memcpy((o) + i0 + 16, &a##2, sizeof(a##2));                                                   \
-    memcpy((o) + i0 + 24, &a##3, sizeof(a##3));                                                   \
-  } while (0)
+#define AT_PV_FOLD4(a, o, f) AT_PV_EACH4(AT_PV_FOLD, a, o, f)
 
-/* The reference's online-softmax step on one tile's n scores 's' for one (head, row) pair:
- * updates its running *max and *sum, overwrites s with the exponentials, and returns the factor
- * that rescales the pair's running weighted sum. */
-static inline __attribute__((always_inline)) float at_softmax(float *restrict s, int32_t n,
-                                                              float *restrict max,
-                                                              float *restrict sum) {
-  const float tile_max = max_of(s, n, -INFINITY);
-  const float new_max = tile_max > *max ? tile_max : *max;
-  const float rescale = npu_expf(*max - new_max);
-  const float l = exp_sum(s, s, n, new_max, *sum * rescale);
-  *sum = l;
-  *max = new_max;
-  return rescale;
+/* How a tile folds into a running result: the factors of the running side and of the tile. */
+struct at_fold {
+  float run, tile;
+};
+
+/* npu_expf(x - y), without the call when x - y is zero: npu_expf(+-0) is exactly 1. */
+static inline __attribute__((always_inline)) float at_exp_diff(float x, float y) {
+  const float d = x - y;
+  return d == 0.0f ? 1.0f : npu_expf(d);
 }
 
-/* Head-dim elements i0 .. hd-1 of one pair's output row o (hd): its running weighted sum times
- * 'rescale' plus the tile's n values (from 'vt', value row j0) weighted by the exponentials p.
+/* The reference's fold of a tile of maximum m and sum l into a running *max and *sum (the tile
+ * alone when 'first'); returns the factors that fold the weighted sums likewise (unused on the
+ * first tile). One of the two has a zero exponent, so a fold costs one exponential: two measured
+ * 25 % more time in prefill's attention. */
+static inline __attribute__((always_inline)) struct at_fold
+at_fold_sum(float m, float l, float *restrict max, float *restrict sum, bool first) {
+  const float new_max = m > *max ? m : *max;
+  struct at_fold f = {0.0f, 0.0f};
+  if (first) {
+    *sum = l;
+  } else {
+    f = (struct at_fold){at_exp_diff(*max, new_max), at_exp_diff(m, new_max)};
+    *sum = *sum * f.run + l * f.tile;
+  }
+  *max = new_max;
+  return f;
+}
+
+/* One tile's n scores 's' on their own, as the reference takes them: overwritten with each key's
+ * exponential against their maximum, which goes to *m, and their sum to *l. */
+static inline __attribute__((always_inline)) void at_softmax(float *restrict s, int32_t n,
+                                                             float *restrict m,
+                                                             float *restrict l) {
+  *m = max_of(s, n, -INFINITY);
+  *l = exp_sum(s, s, n, *m, 0.0f);
+}
+
+/* Head-dim elements i0 .. hd-1 of one pair's output row o (hd): the tile's n values (from 'vt',
+ * value row j0) weighted by the exponentials p, folded into o by 'f' (or o's first tile).
  * Vector lanes are head-dim elements: each adds in key order. */
 static inline __attribute__((always_inline)) void
 at_pv(float *restrict o, const float *restrict p, int32_t n, const float *restrict vt,
-      size_t kv_cols, int32_t i0, int32_t hd, float rescale, bool first) {
+      size_t kv_cols, int32_t i0, int32_t hd, struct at_fold f, bool first) {
   for (; i0 + 32 <= hd; i0 += 32) {
-    npu_v8f a0, a1, a2, a3;
-    AT_PV_FROM4(a, o, rescale);
+    npu_v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
     for (int32_t j = 0; j < n; j++) {
       const float pj = p[j], *vj = vt + (size_t)j * kv_cols + i0;
       AT_PV_ADD4(a, vj, pj);
     }
-    AT_PV_STORE4(o, a);
+    AT_PV_FOLD4(a, o, f);
   }
   for (; i0 + 8 <= hd; i0 += 8) {
-    npu_v8f a0;
-    AT_PV_FROM(a0, o, rescale, 0);
+    npu_v8f a0 = {0};
     for (int32_t j = 0; j < n; j++) {
       const float pj = p[j], *vj = vt + (size_t)j * kv_cols + i0;
       AT_PV_ADD(a0, vj, pj, 0);
     }
-    memcpy(o + i0, &a0, sizeof(a0));
+    AT_PV_FOLD(a0, o, f, 0);
   }
   /* a head dim that is not a multiple of 8 */
   for (int32_t i = i0; i < hd; i++) {
-    float a = first ? 0.0f : o[i] * rescale;
-    for (int32_t j = 0; j < n; j++) a += p[j] * vt[(size_t)j * kv_cols + (size_t)i];
-    o[i] = a;
+    float u = 0.0f;
+    for (int32_t j = 0; j < n; j++) u += p[j] * vt[(size_t)j * kv_cols + (size_t)i];
+    o[i] = first ? u : o[i] * f.run + u * f.tile;
   }
 }
 
 /* One tile (keys j0 .. j0+n-1, values from 'vt' = value row j0) for one (head, row) pair: the
- * reference's online-softmax step. 's' holds the tile's scores (overwritten with their
- * exponentials); o (hd) is the pair's output row, holding its running weighted sum; *max and *sum
- * are its running maximum and sum. */
+ * reference's tile and fold. 's' holds the tile's scores (overwritten with their exponentials);
+ * o (hd) is the pair's output row, holding its running weighted sum; *max and *sum are its
+ * running maximum and sum. */
 static inline __attribute__((always_inline)) void
 at_step(float *restrict o, float *restrict s, int32_t n, const float *restrict vt, size_t kv_cols,
         int32_t hd, float *restrict max, float *restrict sum, bool first) {
-  const float rescale = at_softmax(s, n, max, sum);
-  at_pv(o, s, n, vt, kv_cols, 0, hd, rescale, first);
+  float m, l;
+  at_softmax(s, n, &m, &l);
+  at_pv(o, s, n, vt, kv_cols, 0, hd, at_fold_sum(m, l, max, sum, first), first);
 }
 
 /* at_step for two pairs at once, rows o0 and o1 (n0 <= n1 keys): each value row loaded serves
@@ -844,12 +859,14 @@ at_step2(float *restrict o0, float *restrict o1, float *restrict s0, float *rest
          int32_t n0, int32_t n1, const float *restrict vt, size_t kv_cols, int32_t hd,
          float *restrict max0, float *restrict sum0, float *restrict max1, float *restrict sum1,
          bool first) {
-  const float r0 = at_softmax(s0, n0, max0, sum0), r1 = at_softmax(s1, n1, max1, sum1);
+  float m0, l0, m1, l1;
+  at_softmax(s0, n0, &m0, &l0);
+  at_softmax(s1, n1, &m1, &l1);
+  const struct at_fold f0 = at_fold_sum(m0, l0, max0, sum0, first);
+  const struct at_fold f1 = at_fold_sum(m1, l1, max1, sum1, first);
   int32_t i0 = 0;
   for (; i0 + 32 <= hd; i0 += 32) {
-    npu_v8f a0, a1, a2, a3, b0, b1, b2, b3;
-    AT_PV_FROM4(a, o0, r0);
-    AT_PV_FROM4(b, o1, r1);
+    npu_v8f a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
     int32_t j = 0;
     for (; j < n0; j++) {
       const float p0 = s0[j], p1 = s1[j], *vj = vt + (size_t)j * kv_cols + i0;
@@ -860,11 +877,11 @@ at_step2(float *restrict o0, float *restrict o1, float *restrict s0, float *rest
       const float p1 = s1[j], *vj = vt + (size_t)j * kv_cols + i0;
       AT_PV_ADD4(b, vj, p1);
     }
-    AT_PV_STORE4(o0, a);
-    AT_PV_STORE4(o1, b);
+    AT_PV_FOLD4(a, o0, f0);
+    AT_PV_FOLD4(b, o1, f1);
   }
-  at_pv(o0, s0, n0, vt, kv_cols, i0, hd, r0, first);
-  at_pv(o1, s1, n1, vt, kv_cols, i0, hd, r1, first);
+  at_pv(o0, s0, n0, vt, kv_cols, i0, hd, f0, first);
+  at_pv(o1, s1, n1, vt, kv_cols, i0, hd, f1, first);
 }
 
 /* o (hd) /= sum. */
@@ -881,19 +898,18 @@ static inline __attribute__((always_inline)) void at_normalize(float *restrict o
 }
 
 /* Blocks of up to AT_PAIRS (query head, row) pairs of one KV head walk the keys a tile at a time,
- * each pair taking the reference's online-softmax step on each tile it sees; a pair's output row
+ * each pair taking and folding the reference's tile on each tile it sees; a pair's output row
  * in 'out' holds its running weighted sum until it is normalized. Memory beyond q, the caches and
  * out: one tile's scores and AT_PAIRS running maxima and sums, on the stack. */
 static inline __attribute__((always_inline)) void
 at_impl(float *restrict out, const float *restrict q, const float *restrict k,
         const float *restrict v, int32_t heads, int32_t kv_heads, int32_t hd, int32_t rows,
-        int32_t pos0, int32_t n_valid, float scale, int32_t kvh_begin, int32_t kvh_end,
-        bool avx2) {
+        int32_t pos0, int32_t n_valid, float scale, bool avx2) {
   const int32_t group = heads / kv_heads;
   const size_t q_cols = (size_t)heads * (size_t)hd, kv_cols = (size_t)kv_heads * (size_t)hd;
   const int32_t nh = group < AT_PAIRS ? group : AT_PAIRS, nt = AT_PAIRS / nh;
   float s[AT_KEYS], s1[AT_KEYS], max[AT_PAIRS], sum[AT_PAIRS];
-  for (int32_t kvh = kvh_begin; kvh < kvh_end; kvh++) {
+  for (int32_t kvh = 0; kvh < kv_heads; kvh++) {
     const float *kh = k + (size_t)kvh * (size_t)hd, *vh = v + (size_t)kvh * (size_t)hd;
     const int32_t h_end = (kvh + 1) * group;
     for (int32_t h0 = kvh * group; h0 < h_end; h0 += nh) {
@@ -953,46 +969,127 @@ at_impl(float *restrict out, const float *restrict q, const float *restrict k,
   (void)avx2;
 }
 
+/* Units u0 .. u1-1 (tile u / heads of head u % heads) of one query row's keys 0 .. len-1, each
+ * tile on its own as the reference takes it (npu_f32_attention_tiles). */
+static inline __attribute__((always_inline)) void
+at_tiles_impl(float *restrict part, const float *restrict q, const float *restrict k,
+              const float *restrict v, int32_t heads, int32_t kv_heads, int32_t hd, int32_t len,
+              int32_t u0, int32_t u1, float scale, bool avx2) {
+  const int32_t group = heads / kv_heads;
+  const size_t kv_cols = (size_t)kv_heads * (size_t)hd, stride = (size_t)hd + 2;
+  float s[AT_KEYS];
+  for (int32_t u = u0; u < u1; u++) {
+    const int32_t h = u % heads, j0 = u / heads * AT_KEYS;
+    const int32_t n = len - j0 < AT_KEYS ? len - j0 : AT_KEYS;
+    const size_t kv_off = (size_t)(h / group) * (size_t)hd;
+    const float *kt = k + (size_t)j0 * kv_cols + kv_off, *qh = q + (size_t)h * (size_t)hd;
+    float *r = part + (size_t)u * stride;
+#ifdef NPU_HAVE_AVX2_CLONE
+    if (avx2) at_scores_avx2(s, qh, kt, kv_cols, hd, n, scale);
+    else
+#endif
+      at_scores_generic(s, qh, kt, kv_cols, hd, n, scale);
+    at_softmax(s, n, &r[0], &r[1]);
+    at_pv(r + 2, s, n, v + (size_t)j0 * kv_cols + kv_off, kv_cols, 0, hd,
+          (struct at_fold){0.0f, 0.0f}, true);
+  }
+  (void)avx2;
+}
+
+void npu_f32_attention_tiles__generic(float *restrict part, const float *restrict q,
+                                      const float *restrict k, const float *restrict v,
+                                      int32_t heads, int32_t kv_heads, int32_t hd, int32_t len,
+                                      int32_t u0, int32_t u1, float scale) {
+  at_tiles_impl(part, q, k, v, heads, kv_heads, hd, len, u0, u1, scale, false);
+}
+
+#ifdef NPU_HAVE_AVX2_CLONE
+__attribute__((target("avx2"))) void
+npu_f32_attention_tiles__avx2(float *restrict part, const float *restrict q,
+                              const float *restrict k, const float *restrict v, int32_t heads,
+                              int32_t kv_heads, int32_t hd, int32_t len, int32_t u0,
+                              int32_t u1, float scale) {
+  at_tiles_impl(part, q, k, v, heads, kv_heads, hd, len, u0, u1, scale, true);
+}
+#else
+void npu_f32_attention_tiles__avx2(float *restrict part, const float *restrict q,
+                                   const float *restrict k, const float *restrict v,
+                                   int32_t heads, int32_t kv_heads, int32_t hd, int32_t len,
+                                   int32_t u0, int32_t u1, float scale) {
+  npu_f32_attention_tiles__generic(part, q, k, v, heads, kv_heads, hd, len, u0, u1, scale);
+}
+#endif
+
+void npu_f32_attention_tiles(float *restrict part, const float *restrict q,
+                             const float *restrict k, const float *restrict v, int32_t heads,
+                             int32_t kv_heads, int32_t hd, int32_t len, int32_t u0,
+                             int32_t u1, float scale) {
+#ifdef NPU_HAVE_AVX2_CLONE
+  if (__builtin_cpu_supports("avx2")) {
+    npu_f32_attention_tiles__avx2(part, q, k, v, heads, kv_heads, hd, len, u0, u1, scale);
+    return;
+  }
+#endif
+  npu_f32_attention_tiles__generic(part, q, k, v, heads, kv_heads, hd, len, u0, u1, scale);
+}
+
+void npu_f32_attention_fold(float *restrict out, const float *restrict part, int32_t heads,
+                            int32_t hd, int32_t n_tiles) {
+  const size_t stride = (size_t)hd + 2;
+  for (int32_t h = 0; h < heads; h++) {
+    float *o = out + (size_t)h * (size_t)hd, max = -INFINITY, sum = 0.0f;
+    for (int32_t tile = 0; tile < n_tiles; tile++) {
+      const float *r = part + ((size_t)tile * (size_t)heads + (size_t)h) * stride, *u = r + 2;
+      const bool first = tile == 0;
+      const struct at_fold f = at_fold_sum(r[0], r[1], &max, &sum, first);
+      int32_t i = 0;
+      for (; i + 8 <= hd; i += 8) {
+        npu_v8f x, y;
+        LOAD8(y, u + i);
+        if (!first) {
+          LOAD8(x, o + i);
+          y = x * f.run + y * f.tile;
+        }
+        memcpy(o + i, &y, sizeof(y));
+      }
+      for (; i < hd; i++) o[i] = first ? u[i] : o[i] * f.run + u[i] * f.tile;
+    }
+    at_normalize(o, hd, sum);
+  }
+}
+
 void npu_f32_attention__generic(float *restrict out, const float *restrict q,
                                 const float *restrict k, const float *restrict v, int32_t heads,
                                 int32_t kv_heads, int32_t hd, int32_t rows, int32_t pos0,
-                                int32_t n_valid, float scale, int32_t kvh_begin,
-                                int32_t kvh_end) {
-  at_impl(out, q, k, v, heads, kv_heads, hd, rows, pos0, n_valid, scale, kvh_begin, kvh_end,
-          false);
+                                int32_t n_valid, float scale) {
+  at_impl(out, q, k, v, heads, kv_heads, hd, rows, pos0, n_valid, scale, false);
 }
 
 #ifdef NPU_HAVE_AVX2_CLONE
 __attribute__((target("avx2"))) void
 npu_f32_attention__avx2(float *restrict out, const float *restrict q, const float *restrict k,
                         const float *restrict v, int32_t heads, int32_t kv_heads, int32_t hd,
-                        int32_t rows, int32_t pos0, int32_t n_valid, float scale,
-                        int32_t kvh_begin, int32_t kvh_end) {
-  at_impl(out, q, k, v, heads, kv_heads, hd, rows, pos0, n_valid, scale, kvh_begin, kvh_end, true);
+                        int32_t rows, int32_t pos0, int32_t n_valid, float scale) {
+  at_impl(out, q, k, v, heads, kv_heads, hd, rows, pos0, n_valid, scale, true);
 }
 #else
 void npu_f32_attention__avx2(float *restrict out, const float *restrict q, const float *restrict k,
                              const float *restrict v, int32_t heads, int32_t kv_heads, int32_t hd,
-                             int32_t rows, int32_t pos0, int32_t n_valid, float scale,
-                             int32_t kvh_begin, int32_t kvh_end) {
-  npu_f32_attention__generic(out, q, k, v, heads, kv_heads, hd, rows, pos0, n_valid, scale,
-                             kvh_begin, kvh_end);
+                             int32_t rows, int32_t pos0, int32_t n_valid, float scale) {
+  npu_f32_attention__generic(out, q, k, v, heads, kv_heads, hd, rows, pos0, n_valid, scale);
 }
 #endif
 
 void npu_f32_attention(float *restrict out, const float *restrict q, const float *restrict k,
                        const float *restrict v, int32_t heads, int32_t kv_heads, int32_t hd,
-                       int32_t rows, int32_t pos0, int32_t n_valid, float scale,
-                       int32_t kvh_begin, int32_t kvh_end) {
+                       int32_t rows, int32_t pos0, int32_t n_valid, float scale) {
 #ifdef NPU_HAVE_AVX2_CLONE
   if (__builtin_cpu_supports("avx2")) {
-    npu_f32_attention__avx2(out, q, k, v, heads, kv_heads, hd, rows, pos0, n_valid, scale,
-                            kvh_begin, kvh_end);
+    npu_f32_attention__avx2(out, q, k, v, heads, kv_heads, hd, rows, pos0, n_valid, scale);
     return;
   }
 #endif
-  npu_f32_attention__generic(out, q, k, v, heads, kv_heads, hd, rows, pos0, n_valid, scale,
-                             kvh_begin, kvh_end);
+  npu_f32_attention__generic(out, q, k, v, heads, kv_heads, hd, rows, pos0, n_valid, scale);
 }
 
 /* ---- Element-wise --------------------------------------------------------------------------- */

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "model.h"
+#include "ref/forward.h" /* NPU_REF_ATTN_TILE: the tiles that define attention */
 
 /* Attention of row 't' of a step starting at cache position 'pos0' with 'n_valid' real rows sees
  * cache positions 0 .. len-1: causal (j <= pos0 + t), and never past the step's real tokens, so
@@ -20,6 +21,11 @@
 static inline int32_t npu_attn_len(int32_t pos0, int32_t n_valid, int32_t t) {
   int32_t last = t < n_valid ? t : n_valid - 1;
   return pos0 + last + 1;
+}
+
+/* The tiles of NPU_REF_ATTN_TILE keys that attention over keys 0 .. len-1 is defined by. */
+static inline int32_t npu_attn_tiles(int32_t len) {
+  return (len + NPU_REF_ATTN_TILE - 1) / NPU_REF_ATTN_TILE;
 }
 
 /* out[t] = table[ids[t]] for t < rows; each id in 0 .. table rows-1. */
@@ -84,29 +90,53 @@ void npu_f32_pv(float *restrict out, const float *restrict p, const float *restr
                 int32_t pos0, int32_t n_valid);
 
 /* Fused attention: out[t, h] = sum_j softmax_j(q[t, h] . k[j, h / group] * scale) v[j, h / group]
- * over j < npu_attn_len(t), exactly as npu_ref_attention computes it (online softmax over tiles of
- * NPU_REF_ATTN_TILE keys), so each element has the reference's bits. q, out [rows, heads * hd];
+ * over j < npu_attn_len(t), exactly as npu_ref_attention computes it (tiles of NPU_REF_ATTN_TILE
+ * keys folded in key order), so each element has the reference's bits. q, out [rows, heads * hd];
  * k, v cache rows of kv_heads * hd floats. Scratch is a few hundred bytes of stack (one tile's
  * scores, running maxima and sums): no scores or probabilities are stored, so memory does not
  * grow with the context; each output row holds its running weighted sum (uses AVX2 when the CPU
- * has it). Only the query heads of KV heads kvh_begin .. kvh_end-1 are computed (0, kv_heads:
- * all); the other columns of out are left alone, so threads may take disjoint ranges, and each
- * element's bits do not depend on the range. */
+ * has it). An element's bits do not depend on the rows given, so threads may take disjoint
+ * ranges of rows. */
 void npu_f32_attention(float *restrict out, const float *restrict q, const float *restrict k,
                        const float *restrict v, int32_t heads, int32_t kv_heads, int32_t hd,
-                       int32_t rows, int32_t pos0, int32_t n_valid, float scale,
-                       int32_t kvh_begin, int32_t kvh_end);
+                       int32_t rows, int32_t pos0, int32_t n_valid, float scale);
 
 /* The variants behind npu_f32_attention, for tests: the portable one and the AVX2 one (callable
  * only when npu_f32_have_avx2()). Both give the same bits. */
 void npu_f32_attention__generic(float *restrict out, const float *restrict q,
                                 const float *restrict k, const float *restrict v, int32_t heads,
                                 int32_t kv_heads, int32_t hd, int32_t rows, int32_t pos0,
-                                int32_t n_valid, float scale, int32_t kvh_begin, int32_t kvh_end);
+                                int32_t n_valid, float scale);
 void npu_f32_attention__avx2(float *restrict out, const float *restrict q,
                              const float *restrict k, const float *restrict v, int32_t heads,
                              int32_t kv_heads, int32_t hd, int32_t rows, int32_t pos0,
-                             int32_t n_valid, float scale, int32_t kvh_begin, int32_t kvh_end);
+                             int32_t n_valid, float scale);
+
+/* Decode attention split by keys: the tiles of NPU_REF_ATTN_TILE keys that npu_ref_attention
+ * defines attention by, each on its own, then folded in key order, so threads may take disjoint
+ * ranges of them and the result has the reference's bits whatever the ranges. For one query row q
+ * (heads * hd) over keys 0 .. len-1 of the caches (rows of kv_heads * hd floats), the units
+ * u0 .. u1-1, unit u being tile u / heads of head u % heads: part[u * (hd + 2) ..] receives the
+ * tile's maximum score, its sum of exponentials and its weighted sum of values (hd). Uses AVX2
+ * when the CPU has it; the variants are for tests (the AVX2 one callable only when
+ * npu_f32_have_avx2()) and give the same bits. */
+void npu_f32_attention_tiles(float *restrict part, const float *restrict q,
+                             const float *restrict k, const float *restrict v, int32_t heads,
+                             int32_t kv_heads, int32_t hd, int32_t len, int32_t u0, int32_t u1,
+                             float scale);
+void npu_f32_attention_tiles__generic(float *restrict part, const float *restrict q,
+                                      const float *restrict k, const float *restrict v,
+                                      int32_t heads, int32_t kv_heads, int32_t hd, int32_t len,
+                                      int32_t u0, int32_t u1, float scale);
+void npu_f32_attention_tiles__avx2(float *restrict part, const float *restrict q,
+                                   const float *restrict k, const float *restrict v,
+                                   int32_t heads, int32_t kv_heads, int32_t hd, int32_t len,
+                                   int32_t u0, int32_t u1, float scale);
+
+/* Fold the units of tiles 0 .. n_tiles-1 of 'part' (npu_f32_attention_tiles) in key order into
+ * out (heads * hd), normalized: the query row's attention, bit for bit the reference's. */
+void npu_f32_attention_fold(float *restrict out, const float *restrict part, int32_t heads,
+                            int32_t hd, int32_t n_tiles);
 
 /* Element-wise over n floats. */
 void npu_f32_add(float *restrict out, const float *restrict a, const float *restrict b, size_t n);

@@ -118,27 +118,30 @@ bool npu_ref_per_head(const char *what) {
 
 void npu_ref_attention(float *out, float *att, const float *q, const float *keys,
                        const float *values, size_t stride, int hd, int len, float scale) {
-  float max = -INFINITY, sum = 0.0f;
-  memset(out, 0, (size_t)hd * sizeof(float));
+  float max = -INFINITY, sum = 0.0f, p[NPU_REF_ATTN_TILE];
   for (int j0 = 0; j0 < len; j0 += NPU_REF_ATTN_TILE) {
-    int end = len - j0 < NPU_REF_ATTN_TILE ? len : j0 + NPU_REF_ATTN_TILE;
-    /* scores of the tile's keys, and their maximum */
+    const int n = len - j0 < NPU_REF_ATTN_TILE ? len - j0 : NPU_REF_ATTN_TILE;
+    /* the tile's scores and their maximum */
     float tile_max = -INFINITY;
-    for (int j = j0; j < end; j++) {
-      att[j] = npu_ref_dot(keys + (size_t)j * stride, q, hd) * scale;
-      tile_max = att[j] > tile_max ? att[j] : tile_max;
+    for (int j = 0; j < n; j++) {
+      att[j0 + j] = npu_ref_dot(keys + (size_t)(j0 + j) * stride, q, hd) * scale;
+      tile_max = att[j0 + j] > tile_max ? att[j0 + j] : tile_max;
     }
-    /* a new maximum rescales what was summed against the old one (the first tile: by 0) */
-    float new_max = tile_max > max ? tile_max : max;
-    float rescale = npu_expf(max - new_max);
-    sum *= rescale;
-    for (int i = 0; i < hd; i++) out[i] *= rescale;
-    /* each key's exponential joins the sum and weights its value */
-    for (int j = j0; j < end; j++) {
-      const float *v = values + (size_t)j * stride;
-      float p = npu_expf(att[j] - new_max);
-      sum += p;
-      for (int i = 0; i < hd; i++) out[i] += p * v[i];
+    /* the tile on its own: each key's exponential against the tile's maximum, and their sum */
+    float tile_sum = 0.0f;
+    for (int j = 0; j < n; j++) {
+      p[j] = npu_expf(att[j0 + j] - tile_max);
+      tile_sum += p[j];
+    }
+    /* folded into the running result, each side rescaled to the larger maximum; the first tile
+     * is the running result */
+    const float new_max = tile_max > max ? tile_max : max;
+    const float a = npu_expf(max - new_max), b = npu_expf(tile_max - new_max);
+    sum = j0 == 0 ? tile_sum : sum * a + tile_sum * b;
+    for (int i = 0; i < hd; i++) {
+      float u = 0.0f; /* the tile's weighted sum of values, in key order */
+      for (int j = 0; j < n; j++) u += p[j] * values[(size_t)(j0 + j) * stride + (size_t)i];
+      out[i] = j0 == 0 ? u : out[i] * a + u * b;
     }
     max = new_max;
   }

@@ -62,12 +62,15 @@ void npu_ref_softmax(float *x, int n);
 
 /* Attention of one query head over cache positions 0 .. len-1 (len >= 1):
  * out (hd) = sum_j softmax_j(q . k_j * scale) v_j, where k_j = keys + j * stride and likewise v_j.
- * Defined as online softmax over tiles of NPU_REF_ATTN_TILE keys, in order: per tile the scores
- * (npu_ref_dot(k_j, q) * scale) and their maximum; a new running maximum rescales the running
- * sum and the output by npu_expf(old - new) (ref/expf.h); then each key's npu_expf(score - max)
- * joins the sum and weights its value; at the end the output is divided by the sum. No [len]
- * probabilities exist at once, so memory does not grow with the context. 'att' (len) receives
- * the scores. */
+ * Defined over tiles of NPU_REF_ATTN_TILE keys: each tile on its own gives the maximum m of its
+ * scores (npu_ref_dot(k_j, q) * scale), the sum l of its keys' p_j = npu_expf(score_j - m)
+ * (ref/expf.h) and the weighted sum u of their values (each element adding in key order); the
+ * tiles are then folded in key order into a running (max, sum, output), the first tile being
+ * the first running result: with M the larger of the two maxima, sum = sum * npu_expf(max - M) +
+ * l * npu_expf(m - M), and the output likewise with u; at the end the output is divided by the
+ * sum. A tile's result does not depend on any other tile, so tiles may be computed apart (decode
+ * splits a step's keys across threads) and folded after. No [len] probabilities exist at once,
+ * so memory does not grow with the context. 'att' (len) receives the scores. */
 void npu_ref_attention(float *out, float *att, const float *q, const float *keys,
                        const float *values, size_t stride, int hd, int len, float scale);
 void npu_ref_rope(float *vec, int n_heads, const struct npu_config *cfg, const float *freq_factors,

@@ -108,13 +108,12 @@ static bool splits_by_rows(const struct npu_graph *g, const struct npu_ir_node *
   }
 }
 
-/* Rows [r0, r1) of an ATTN node, for the query heads of KV heads [h0, h1): q [rows, heads * hd],
- * K and V caches [ctx, kv_dim] -> out [rows, heads * hd]. Row t of the step is row t - r0 here:
+/* Rows [r0, r1) of an ATTN node: q [rows, heads * hd], K and V caches [ctx, kv_dim] -> out
+ * [rows, heads * hd]. Row t of the step is row t - r0 here:
  * it sees the same keys if the cut starts at cache position pos0 + r0 with the real rows that
  * remain (a cut of padded rows: the last real row's keys). */
 static void attention(const struct npu_graph *g, const struct npu_ir_node *n,
-                      const struct npu_exec_ctx *ctx, int32_t r0, int32_t r1, int32_t h0,
-                      int32_t h1) {
+                      const struct npu_exec_ctx *ctx, int32_t r0, int32_t r1) {
   const int32_t hd = ctx->cfg->head_dim, q_cols = g->tensors[n->in[0]].ne[1];
   const int32_t pos0 = ctx->pos0 + (r0 < ctx->n_valid ? r0 : ctx->n_valid - 1);
   const int32_t n_valid = r0 < ctx->n_valid ? ctx->n_valid - r0 : 1;
@@ -122,7 +121,7 @@ static void attention(const struct npu_graph *g, const struct npu_ir_node *n,
   const float *q = (const float *)tensor_data(g, n->in[0], ctx) + (size_t)r0 * (size_t)q_cols;
   npu_f32_attention(out, q, tensor_data(g, n->in[1], ctx), tensor_data(g, n->in[2], ctx),
                     q_cols / hd, g->tensors[n->in[1]].ne[1] / hd, hd, r1 - r0, pos0, n_valid,
-                    n->param, h0, h1);
+                    n->param);
 }
 
 /* Outer rows [r0, r1) of a node that splits_by_rows. */
@@ -161,7 +160,7 @@ static void exec_rows(const struct npu_graph *g, const struct npu_ir_node *n,
   case NPU_OP_SILU: npu_f32_silu(out, a, count); return;
   case NPU_OP_TRANSFER: transfer(a_t, a, out_t, out, count); return;
   case NPU_OP_ATTN:
-    attention(g, n, ctx, r0, r1, 0, g->tensors[n->in[1]].ne[1] / ctx->cfg->head_dim);
+    attention(g, n, ctx, r0, r1);
     return;
   default: assert(!"not a row-wise op");
   }
@@ -182,51 +181,60 @@ static void row_task(void *arg, size_t task) {
   exec_rows(rs->g, rs->n, rs->ctx, r0, r1);
 }
 
-/* The attention of a step with fewer rows than threads (decode), one KV head's query heads per
- * pool task. */
-struct head_split {
+/* A decode step's attention split by keys: the units of npu_f32_attention_tiles (a tile of keys of
+ * one head, tile-major) cut into one contiguous range per pool task, each unit's result left in
+ * ctx->attn_part; the caller then folds them in key order, so the bits do not depend on the cut.
+ * A task first reads the K and V rows of its tiles front to back (npu_touch_lines): from a cold
+ * cache (every layer's weights stream through between a layer's steps) a head's strided slices
+ * alone leave too few lines in flight (one layer of stories110M at 64 positions, one thread, 9 MB
+ * streamed between layers: 70 us, 42 us with the rows read first). Split by heads, as before,
+ * each thread read every row's slice of its heads after both had brought in half of the rows, so
+ * that with the two threads on different core complexes half of its reads came from the other's
+ * caches: split by keys, stories110M's decode ran x1.016-x1.085 as fast there (in-process A/B,
+ * 128-token blocks), qwen2.5-0.5b's x1.016. */
+struct key_split {
   const struct npu_graph *g;
   const struct npu_ir_node *n;
   const struct npu_exec_ctx *ctx;
+  int32_t len, units, tasks;
+  atomic_uint sink; /* the reads' sums, kept so that they happen */
 };
 
-static void head_task(void *arg, size_t task) {
-  const struct head_split *hs = arg;
-  attention(hs->g, hs->n, hs->ctx, 0, hs->g->tensors[hs->n->out].ne[0], (int32_t)task,
-            (int32_t)task + 1);
+static void key_task(void *arg, size_t task) {
+  struct key_split *ks = arg;
+  const struct npu_graph *g = ks->g;
+  const struct npu_ir_node *n = ks->n;
+  const struct npu_exec_ctx *ctx = ks->ctx;
+  const int32_t hd = ctx->cfg->head_dim, heads = g->tensors[n->in[0]].ne[1] / hd;
+  const int32_t kv_cols = g->tensors[n->in[1]].ne[1];
+  const int32_t u0 = (int32_t)((int64_t)ks->units * (int64_t)task / ks->tasks);
+  const int32_t u1 = (int32_t)((int64_t)ks->units * (int64_t)(task + 1) / ks->tasks);
+  /* the keys of its tiles: from the first unit's to the last unit's */
+  const int32_t j0 = u0 / heads * NPU_REF_ATTN_TILE;
+  const int32_t j_end = ((u1 - 1) / heads + 1) * NPU_REF_ATTN_TILE;
+  const int32_t j1 = j_end < ks->len ? j_end : ks->len;
+  const float *k = tensor_data(g, n->in[1], ctx), *v = tensor_data(g, n->in[2], ctx);
+  const size_t at = (size_t)j0 * (size_t)kv_cols, bytes = (size_t)(j1 - j0) * (size_t)kv_cols * 4;
+  const uint32_t sum = npu_touch_lines(k + at, bytes) + npu_touch_lines(v + at, bytes);
+  atomic_fetch_add_explicit(&ks->sink, sum, memory_order_relaxed);
+  npu_f32_attention_tiles(ctx->attn_part, tensor_data(g, n->in[0], ctx), k, v, heads,
+                          kv_cols / hd, hd, ks->len, u0, u1, n->param);
 }
 
-/* The KV cache rows a decode step's attention reads, [0, pos0 + n_valid) of K and of V, brought
- * in front to back (npu_touch_lines), one contiguous share of each per pool task. The attention
- * then walks one head's slice of each row at a time, which from a cold cache (every layer's
- * weights stream through between a layer's steps) leaves too few lines in flight: one layer of
- * stories110M at 64 positions, one thread, 9 MB streamed between layers: 70 us, 42 us with the
- * whole rows read first (the read included); reading only a task's heads' slices first gained
- * nothing. */
-enum { KV_WARM_TASKS = 64 };
-
-struct kv_warm {
-  const uint8_t *k, *v;
-  size_t bytes, per_task;
-  uint32_t sink[2 * KV_WARM_TASKS]; /* the reads' sums, kept so that they happen */
-};
-
-static void kv_warm_task(void *arg, size_t task) {
-  struct kv_warm *w = arg;
-  const size_t at = task * w->per_task;
-  const size_t n = w->bytes - at < w->per_task ? w->bytes - at : w->per_task;
-  w->sink[2 * task] = npu_touch_lines(w->k + at, n);
-  w->sink[2 * task + 1] = npu_touch_lines(w->v + at, n);
+size_t npu_exec_attn_part_floats(const struct npu_config *cfg, int32_t n_ctx) {
+  return (size_t)npu_attn_tiles(n_ctx) * (size_t)cfg->n_heads * ((size_t)cfg->head_dim + 2);
 }
 
-static void kv_warm(const struct npu_graph *g, const struct npu_ir_node *n,
-                    const struct npu_exec_ctx *ctx, struct npu_pool *pool, int threads) {
-  const size_t row = (size_t)g->tensors[n->in[1]].ne[1] * sizeof(float);
-  struct kv_warm w = {.k = tensor_data(g, n->in[1], ctx), .v = tensor_data(g, n->in[2], ctx),
-                      .bytes = (size_t)(ctx->pos0 + ctx->n_valid) * row};
-  const size_t tasks = threads < KV_WARM_TASKS ? (size_t)threads : KV_WARM_TASKS;
-  w.per_task = ((w.bytes + tasks - 1) / tasks + 63) / 64 * 64; /* whole lines, at least one */
-  npu_pool_run(pool, (w.bytes + w.per_task - 1) / w.per_task, kv_warm_task, &w);
+static void exec_key_split(const struct npu_graph *g, const struct npu_ir_node *n,
+                           const struct npu_exec_ctx *ctx, struct npu_pool *pool, int threads) {
+  const int32_t hd = ctx->cfg->head_dim, heads = g->tensors[n->in[0]].ne[1] / hd;
+  struct key_split ks = {.g = g, .n = n, .ctx = ctx,
+                         .len = npu_attn_len(ctx->pos0, ctx->n_valid, 0)};
+  const int32_t n_tiles = npu_attn_tiles(ks.len);
+  ks.units = n_tiles * heads;
+  ks.tasks = threads < ks.units ? threads : ks.units;
+  npu_pool_run(pool, (size_t)ks.tasks, key_task, &ks);
+  npu_f32_attention_fold(tensor_data(g, n->out, ctx), ctx->attn_part, heads, hd, n_tiles);
 }
 
 /* Run a row-wise node on the pool of its backend: a few tasks per thread, none so small that
@@ -238,10 +246,8 @@ static void exec_split(const struct npu_graph *g, const struct npu_ir_node *n,
   const struct npu_ir_tensor *out_t = &g->tensors[n->out];
   const int32_t rows = out_t->ne[0];
   const int threads = npu_pool_threads(pool);
-  if (n->op == NPU_OP_ATTN && rows < threads && threads > 1) {
-    kv_warm(g, n, ctx, pool, threads);
-    struct head_split hs = {g, n, ctx};
-    npu_pool_run(pool, (size_t)(g->tensors[n->in[1]].ne[1] / ctx->cfg->head_dim), head_task, &hs);
+  if (n->op == NPU_OP_ATTN && rows == 1 && threads > 1) {
+    exec_key_split(g, n, ctx, pool, threads);
     return;
   }
   const size_t inner = (size_t)out_t->ne[1] * (size_t)out_t->ne[2];

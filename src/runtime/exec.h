@@ -37,12 +37,18 @@ struct npu_exec_ctx {
   const float *rope_cos; /* (positions, rope_dim / 2): must cover pos0 + g->rows - 1 */
   const float *rope_sin;
   struct npu_pool *pool[NPU_BE_COUNT]; /* each backend's threads (NULL: its worker alone) */
+  /* Room for a decode step's attention split by keys across threads: npu_f32_attention_tiles'
+   * results for every tile of the step's keys (see npu_exec_attn_part_floats) */
+  float *attn_part;
   /* Called after every node when not NULL (error attribution): sees the node's output. */
   void (*observe)(void *user, const struct npu_graph *g, int32_t node,
                   const struct npu_exec_ctx *ctx);
   void *observe_user;
   struct npu_profile *profile; /* NULL: not profiling */
 };
+
+/* The floats ctx->attn_part must hold for decode steps over up to 'n_ctx' cache positions. */
+size_t npu_exec_attn_part_floats(const struct npu_config *cfg, int32_t n_ctx);
 
 /* Run nodes sg->first .. sg->first + sg->count - 1 of 'g' in order. */
 void npu_exec_subgraph(const struct npu_graph *g, const struct npu_subgraph *sg,

@@ -51,6 +51,8 @@ struct npulm_session {
   float *rope_cos;   /* (n_ctx + max_rows, rope_dim / 2) */
   float *rope_sin;
   float *scratch_logits; /* (max_rows, n_vocab) for steps whose rows do not all go to the caller */
+  float *attn_part; /* decode attention's per-tile results (npu_exec_ctx); one attention runs at a
+                       time: they are CPU nodes, and the CPU's worker runs one task at a time */
   size_t scratch_bytes;
   struct slot slots[NPU_SCHED_SLOTS];
   size_t arena_bytes[NPU_BE_COUNT]; /* of each slot's arena of each backend */
@@ -135,6 +137,7 @@ static npulm_status compiled_init(struct npulm_session *s, npulm_error *err) {
   s->rope_sin = malloc(n_rope * sizeof(float));
   s->scratch_logits = alloc_pages((uint64_t)s->max_rows * (uint64_t)c->n_vocab * sizeof(float),
                                   &s->scratch_bytes);
+  s->attn_part = malloc(npu_exec_attn_part_floats(c, s->n_ctx) * sizeof(float));
   s->steps = calloc((size_t)s->n_ctx, sizeof(*s->steps));
   s->step_graphs = calloc((size_t)s->n_ctx, sizeof(*s->step_graphs));
   s->step_costs = calloc((size_t)s->n_ctx, sizeof(*s->step_costs));
@@ -146,8 +149,8 @@ static npulm_status compiled_init(struct npulm_session *s, npulm_error *err) {
     s->costs = calloc((size_t)s->cost_off[p->n_graphs] + 1, sizeof(*s->costs));
   }
   if (s->kv == NULL || s->k_cache == NULL || s->v_cache == NULL || s->rope_cos == NULL ||
-      s->rope_sin == NULL || s->scratch_logits == NULL || s->steps == NULL ||
-      s->step_graphs == NULL || s->step_costs == NULL || s->cost_off == NULL ||
+      s->rope_sin == NULL || s->scratch_logits == NULL || s->attn_part == NULL ||
+      s->steps == NULL || s->step_graphs == NULL || s->step_costs == NULL || s->cost_off == NULL ||
       s->costs == NULL) {
     return npu_fail(err, NPULM_ERR_NOMEM, "out of memory allocating a %d-token KV cache (%zu MiB)",
                     s->n_ctx, (2 * (size_t)c->n_layers * layer_rows * sizeof(float)) >> 20);
@@ -239,6 +242,7 @@ void npulm_session_free(npulm_session *s) {
   free(s->rope_cos);
   free(s->rope_sin);
   npu_pages_free(s->scratch_logits, s->scratch_bytes);
+  free(s->attn_part);
   free(s->steps);
   free(s->step_graphs);
   free(s->step_costs);
@@ -348,6 +352,7 @@ static void run_task(void *user, int32_t step, int32_t sub, int32_t slot) {
       .rope_cos = s->rope_cos,
       .rope_sin = s->rope_sin,
       .pool = {s->pools[NPU_BE_NPU], s->pools[NPU_BE_CPU]},
+      .attn_part = s->attn_part,
       .observe = s->observe,
       .observe_user = s->observe_user,
       .profile = s->profile,
