@@ -1,7 +1,7 @@
 /* The scheduler: a job of several steps runs each subgraph on its backend's worker, every one once
  * and in dependency order; a job of one step runs every subgraph on the calling thread, in order,
  * while the NPU's worker lends itself to the step's loops; the stats count each subgraph's time as
- * its backend's either way. */
+ * its backend's either way; one scheduler runs such jobs in any order. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -51,79 +51,134 @@ static void run_task(void *user, int32_t step, int32_t sub, int32_t slot) {
   (void)slot;
   r->at[step][sub] = atomic_fetch_add(&r->clock, 1);
   r->on_caller[step][sub] = pthread_equal(pthread_self(), r->caller);
-  /* a little work, so that tasks of different steps can interleave */
-  volatile uint32_t x = (uint32_t)sub;
-  for (uint32_t i = 0; i < 20000; i++) x = x * 1103515245u + 12345u;
+  /* a little work, so that tasks of different steps can interleave; before the loop, longer than
+   * a waiting worker spins before it sleeps, so that the loop finds a helper only if the worker
+   * knows a task is running */
+  double until = now_s() + (sub == 2 ? 2e-3 : 20e-6);
+  while (now_s() < until) {
+  }
   if (sub == 2) npu_pool_run(r->npu_pool, 2, loop_task, r);
 }
 
-/* Run a job of 'n_steps' steps of 'graph' on a fresh scheduler with two-thread pools and no
- * helper threads of their own; fills 'r' and the stats. */
-static void run_job(int32_t n_steps, struct record *r, struct npu_sched_stats *st) {
+/* Pools of two threads with no helper threads of their own, and a scheduler over them. */
+struct fixture {
   struct npu_pool *pools[NPU_BE_COUNT];
+  struct npu_sched *s;
+};
+
+static void fixture_open(struct fixture *f) {
   npulm_error err;
   for (int be = 0; be < NPU_BE_COUNT; be++) {
-    assert_int_equal(npu_pool_create(2, 0, &pools[be], &err), NPULM_OK);
+    assert_int_equal(npu_pool_create(2, 0, &f->pools[be], &err), NPULM_OK);
   }
-  struct npu_sched *s;
-  assert_int_equal(npu_sched_create(pools, &s, &err), NPULM_OK);
-  *r = (struct record){.npu_pool = pools[NPU_BE_NPU], .caller = pthread_self()};
+  assert_int_equal(npu_sched_create(f->pools, &f->s, &err), NPULM_OK);
+}
+
+static void fixture_close(struct fixture *f) {
+  npu_sched_free(f->s);
+  for (int be = 0; be < NPU_BE_COUNT; be++) npu_pool_free(f->pools[be]);
+}
+
+/* Run a job of 'n_steps' steps of 'graph' (with or without measured costs) and fill 'r'. */
+static void run_job(struct fixture *f, int32_t n_steps, bool with_cost, struct record *r) {
+  *r = (struct record){.npu_pool = f->pools[NPU_BE_NPU], .caller = pthread_self()};
   for (int c = 0; c < MAX_STEPS; c++) {
     for (int i = 0; i < N_SUBGRAPHS; i++) r->at[c][i] = -1;
   }
   const struct npu_graph *graphs[MAX_STEPS] = {&graph, &graph, &graph};
   static double costs[N_SUBGRAPHS];
   double *cost[MAX_STEPS] = {costs, costs, costs};
-  const struct npu_sched_job job = {.n_steps = n_steps, .graphs = graphs, .cost = cost,
-                                    .run = run_task, .user = r};
-  npu_sched_run(s, &job);
-  npu_sched_get_stats(s, st);
-  npu_sched_free(s);
-  for (int be = 0; be < NPU_BE_COUNT; be++) npu_pool_free(pools[be]);
-  for (int i = 0; i < N_SUBGRAPHS; i++) assert_true(costs[i] > 0.0);
+  for (int i = 0; i < N_SUBGRAPHS; i++) costs[i] = 0.0;
+  const struct npu_sched_job job = {.n_steps = n_steps, .graphs = graphs,
+                                    .cost = with_cost ? cost : NULL, .run = run_task, .user = r};
+  npu_sched_run(f->s, &job);
+  for (int i = 0; i < N_SUBGRAPHS; i++) assert_true(with_cost ? costs[i] > 0.0 : costs[i] == 0.0);
+}
+
+/* Every subgraph of a one-step job ran on the caller, in order, and the NPU's worker helped with
+ * the loop. */
+static void check_one_step(const struct record *r) {
+  for (int i = 0; i < N_SUBGRAPHS; i++) {
+    assert_int_equal(r->at[0][i], i);
+    assert_true(r->on_caller[0][i]);
+  }
+  assert_true(atomic_load(&r->other_ran));
+}
+
+/* Every task of a job of MAX_STEPS steps ran once, on its backend's worker, after the tasks it
+ * depends on. */
+static void check_steps(const struct record *r) {
+  for (int c = 0; c < MAX_STEPS; c++) {
+    for (int i = 0; i < N_SUBGRAPHS; i++) {
+      assert_true(r->at[c][i] >= 0);
+      assert_true(r->on_caller[c][i] == (subgraphs[i].backend == NPU_BE_CPU));
+      if (i > 0) assert_true(r->at[c][i] > r->at[c][i - 1]);
+      if (c > 0) assert_true(r->at[c][i] > r->at[c - 1][i]);
+    }
+  }
+  assert_int_equal(atomic_load(&r->clock), MAX_STEPS * N_SUBGRAPHS);
 }
 
 static void test_one_step_on_caller(void **state) {
   (void)state;
-  for (int rep = 0; rep < 20; rep++) {
+  for (int rep = 0; rep < 10; rep++) {
+    struct fixture f;
+    fixture_open(&f);
     struct record r;
+    run_job(&f, 1, true, &r);
+    check_one_step(&r);
     struct npu_sched_stats st;
-    run_job(1, &r, &st);
-    for (int i = 0; i < N_SUBGRAPHS; i++) {
-      assert_int_equal(r.at[0][i], i);
-      assert_true(r.on_caller[0][i]);
-    }
-    assert_true(atomic_load(&r.other_ran)); /* the NPU's worker helped with the loop */
+    npu_sched_get_stats(f.s, &st);
     assert_true(st.busy_s[NPU_BE_NPU] > 0.0 && st.busy_s[NPU_BE_CPU] > 0.0);
     assert_true(st.overlap_s == 0.0);
     assert_int_equal(st.n_tasks, N_SUBGRAPHS);
+    fixture_close(&f);
   }
 }
 
 static void test_steps_on_their_workers(void **state) {
   (void)state;
-  for (int rep = 0; rep < 20; rep++) {
+  for (int rep = 0; rep < 10; rep++) {
+    struct fixture f;
+    fixture_open(&f);
     struct record r;
+    run_job(&f, MAX_STEPS, true, &r);
+    check_steps(&r);
     struct npu_sched_stats st;
-    run_job(MAX_STEPS, &r, &st);
-    for (int c = 0; c < MAX_STEPS; c++) {
-      for (int i = 0; i < N_SUBGRAPHS; i++) {
-        assert_true(r.at[c][i] >= 0);
-        assert_true(r.on_caller[c][i] == (subgraphs[i].backend == NPU_BE_CPU));
-        if (i > 0) assert_true(r.at[c][i] > r.at[c][i - 1]);
-        if (c > 0) assert_true(r.at[c][i] > r.at[c - 1][i]);
-      }
-    }
-    assert_int_equal(atomic_load(&r.clock), MAX_STEPS * N_SUBGRAPHS);
+    npu_sched_get_stats(f.s, &st);
     assert_true(st.busy_s[NPU_BE_NPU] > 0.0 && st.busy_s[NPU_BE_CPU] > 0.0);
     assert_int_equal(st.n_tasks, MAX_STEPS * N_SUBGRAPHS);
+    fixture_close(&f);
   }
+}
+
+/* One scheduler runs one-step and several-step jobs in turn, with and without costs, and a
+ * one-step job after a pause long enough for the NPU's worker to have gone to sleep. */
+static void test_jobs_in_turn(void **state) {
+  (void)state;
+  struct fixture f;
+  fixture_open(&f);
+  struct record r;
+  for (int rep = 0; rep < 6; rep++) {
+    const bool with_cost = rep % 2 == 0;
+    run_job(&f, 1, with_cost, &r);
+    check_one_step(&r);
+    run_job(&f, MAX_STEPS, with_cost, &r);
+    check_steps(&r);
+    const double until = now_s() + 5e-3;
+    while (now_s() < until) sched_yield();
+  }
+  struct npu_sched_stats st;
+  npu_sched_get_stats(f.s, &st);
+  assert_int_equal(st.n_tasks, 6 * (1 + MAX_STEPS) * N_SUBGRAPHS);
+  fixture_close(&f);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_one_step_on_caller),
       cmocka_unit_test(test_steps_on_their_workers),
+      cmocka_unit_test(test_jobs_in_turn),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

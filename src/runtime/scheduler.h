@@ -1,6 +1,7 @@
 /* The heterogeneous scheduler: one persistent worker thread for the NPU, started with the session
  * and kept until it ends, and for the CPU the thread that runs the job. An evaluation is a list of
- * steps (chunks); step c runs the subgraphs 0 .. S-1 of its graph, each on its backend's worker.
+ * steps (chunks); step c runs the subgraphs 0 .. S-1 of its graph, each on its backend's worker
+ * (a job of one step, all on the calling thread: npu_sched_run).
  * Task (c, s) may start when
  *   (c, s-1) is done                   (data flow inside the chunk),
  *   (c-1, s) is done                   (the KV cache rows chunk c attends over, the logits buffer),
@@ -56,7 +57,8 @@ void npu_sched_free(struct npu_sched *s);
 
 /* Run every task of 'job', the CPU's on the calling thread, and return when all are done. One job
  * at a time per scheduler. Steps whose graphs differ in their subgraph structure are run one after
- * the other, not overlapped. A job of one step (a decode step), where nothing can overlap, runs
+ * the other, not overlapped. A job of one step (a decode step, or a prompt of one chunk), where
+ * nothing can overlap, runs
  * every subgraph on the calling thread, the NPU's worker lending itself to their loops; the
  * stats still count each subgraph's time as its backend's. */
 void npu_sched_run(struct npu_sched *s, const struct npu_sched_job *job);

@@ -1,7 +1,8 @@
 /* Sessions: a model plus the state of one sequence (KV cache, position, last logits). By default a
  * session runs the model's compiled program: each evaluation is cut into steps (prefill chunks,
  * decode), each step runs its specialization's graph subgraph by subgraph on the NPU and CPU
- * worker threads, and consecutive chunks overlap. Everything a step touches (KV cache, arenas,
+ * worker threads (a lone step on the calling thread, with the NPU's worker lending itself to its
+ * loops), and consecutive chunks overlap. Everything a step touches (KV cache, arenas,
  * logits, rope table, step list) is allocated when the session is created: evaluating tokens
  * allocates nothing. With params.reference the session runs the FP32 reference forward instead. */
 #include <stdlib.h>
