@@ -80,20 +80,14 @@ struct wait_for_other {
   atomic_bool other_ran;
 };
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Notes whether a thread other than the caller ran a task; with 'wait', task 0 waits (at most
  * 10 s) until one has. */
 static void wait_task(void *arg, size_t task) {
   struct wait_for_other *w = arg;
   if (!pthread_equal(pthread_self(), w->caller)) atomic_store(&w->other_ran, true);
   if (task != 0 || !w->wait) return;
-  double until = now_s() + 10.0;
-  while (!atomic_load(&w->other_ran) && now_s() < until) sched_yield();
+  double until = test_now_s() + 10.0;
+  while (!atomic_load(&w->other_ran) && test_now_s() < until) sched_yield();
 }
 
 static void test_lender_helps(void **state) {
@@ -129,8 +123,8 @@ static void lane_task(void *arg, size_t task) {
   l->lane[task] = npu_pool_lane();
   l->by[task] = caller ? 0 : pthread_equal(pthread_self(), l->lender) ? 2 : 1;
   if (!caller) atomic_store(&l->other_ran, true);
-  double until = now_s() + 10.0;
-  while (task == 0 && !atomic_load(&l->other_ran) && now_s() < until) sched_yield();
+  double until = test_now_s() + 10.0;
+  while (task == 0 && !atomic_load(&l->other_ran) && test_now_s() < until) sched_yield();
 }
 
 /* The caller's tasks run in lane 0, the one helper's in lane 1, the lender's in lane 2, loop after

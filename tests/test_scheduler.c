@@ -31,19 +31,13 @@ struct record {
   atomic_bool other_ran;                   /* a thread other than the caller ran a loop task */
 };
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* A loop task: notes a thread other than the caller; task 0 waits (at most 10 s) until one ran a
  * task, so the loop's second task is left to a lending thread. */
 static void loop_task(void *arg, size_t task) {
   struct record *r = arg;
   if (!pthread_equal(pthread_self(), r->caller)) atomic_store(&r->other_ran, true);
-  double until = now_s() + 10.0;
-  while (task == 0 && !atomic_load(&r->other_ran) && now_s() < until) sched_yield();
+  double until = test_now_s() + 10.0;
+  while (task == 0 && !atomic_load(&r->other_ran) && test_now_s() < until) sched_yield();
 }
 
 static void run_task(void *user, int32_t step, int32_t sub, int32_t slot) {
@@ -54,8 +48,8 @@ static void run_task(void *user, int32_t step, int32_t sub, int32_t slot) {
   /* a little work, so that tasks of different steps can interleave; before the loop, longer than
    * a waiting worker spins before it sleeps, so that the loop finds a helper only if the worker
    * knows a task is running */
-  double until = now_s() + (sub == 2 ? 2e-3 : 20e-6);
-  while (now_s() < until) {
+  double until = test_now_s() + (sub == 2 ? 2e-3 : 20e-6);
+  while (test_now_s() < until) {
   }
   if (sub == 2) npu_pool_run(r->npu_pool, 2, loop_task, r);
 }
@@ -165,8 +159,8 @@ static void test_jobs_in_turn(void **state) {
     check_one_step(&r);
     run_job(&f, MAX_STEPS, with_cost, &r);
     check_steps(&r);
-    const double until = now_s() + 5e-3;
-    while (now_s() < until) sched_yield();
+    const double until = test_now_s() + 5e-3;
+    while (test_now_s() < until) sched_yield();
   }
   struct npu_sched_stats st;
   npu_sched_get_stats(f.s, &st);

@@ -1,4 +1,4 @@
-/* Helpers for the cmocka tests: where the shared models and data are, and random numbers. */
+/* Helpers for the cmocka tests: where the shared models and data are, random numbers, a clock. */
 #ifndef NPU_TEST_UTIL_H
 #define NPU_TEST_UTIL_H
 
@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -66,6 +67,13 @@ static inline uint64_t test_rand(uint64_t *state) {
   x ^= x >> 27;
   *state = x;
   return x * 0x2545F4914F6CDD1DULL;
+}
+
+/* Seconds on the monotonic clock (for tests that wait a bounded time). */
+static inline double test_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 #endif /* NPU_TEST_UTIL_H */
