@@ -113,36 +113,36 @@ static void check_steps(const struct record *r) {
   assert_int_equal(atomic_load(&r->clock), MAX_STEPS * N_SUBGRAPHS);
 }
 
+/* A job of 'n_steps' on a fresh scheduler, checked by 'check'; its stats in 'st'. */
+static void run_fresh(int32_t n_steps, void (*check)(const struct record *),
+                      struct npu_sched_stats *st) {
+  struct fixture f;
+  fixture_open(&f);
+  struct record r;
+  run_job(&f, n_steps, true, &r);
+  check(&r);
+  npu_sched_get_stats(f.s, st);
+  fixture_close(&f);
+}
+
 static void test_one_step_on_caller(void **state) {
   (void)state;
   for (int rep = 0; rep < 10; rep++) {
-    struct fixture f;
-    fixture_open(&f);
-    struct record r;
-    run_job(&f, 1, true, &r);
-    check_one_step(&r);
     struct npu_sched_stats st;
-    npu_sched_get_stats(f.s, &st);
+    run_fresh(1, check_one_step, &st);
     assert_true(st.busy_s[NPU_BE_NPU] > 0.0 && st.busy_s[NPU_BE_CPU] > 0.0);
     assert_true(st.overlap_s == 0.0);
     assert_int_equal(st.n_tasks, N_SUBGRAPHS);
-    fixture_close(&f);
   }
 }
 
 static void test_steps_on_their_workers(void **state) {
   (void)state;
   for (int rep = 0; rep < 10; rep++) {
-    struct fixture f;
-    fixture_open(&f);
-    struct record r;
-    run_job(&f, MAX_STEPS, true, &r);
-    check_steps(&r);
     struct npu_sched_stats st;
-    npu_sched_get_stats(f.s, &st);
+    run_fresh(MAX_STEPS, check_steps, &st);
     assert_true(st.busy_s[NPU_BE_NPU] > 0.0 && st.busy_s[NPU_BE_CPU] > 0.0);
     assert_int_equal(st.n_tasks, MAX_STEPS * N_SUBGRAPHS);
-    fixture_close(&f);
   }
 }
 

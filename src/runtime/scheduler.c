@@ -5,9 +5,8 @@
  * many of its subgraphs are done) and one flag (one of them is running).
  * A prefill chunk hands work back and forth between the workers a few dozen times, and a decode
  * step (run on one thread: run_alone) starts a few dozen loops in a few milliseconds, so a waiter
- * spins (yielding the core to anyone runnable) on an epoch counter that
- * every change of state bumps, and sleeps only when no task is running: a futex wake-up costs tens
- * of microseconds. While it spins it lends itself to the other worker's data-parallel loops (the
+ * spins (yielding the core to anyone runnable) on an epoch counter that every change of state
+ * bumps, and sleeps only when no task is running: a futex wake-up costs tens of microseconds. While it spins it lends itself to the other worker's data-parallel loops (the
  * NPU's matmuls, the CPU's row-wise ops): with two cores, the idle worker is the second core of
  * the busy one. The caller is the CPU's worker, rather than a third thread it waits for, so that
  * the end of a job wakes no one: the caller returns as soon as it sees the last task done.
@@ -265,8 +264,6 @@ static void run_alone(struct npu_sched *s) {
   double t0 = npu_now();
   s->started[0] = t0;
   account(s, +1, t0);
-  changed(s);
-  pthread_cond_signal(&s->wake[NPU_BE_NPU]);
   pthread_mutex_unlock(&s->lock);
   for (int32_t sub = 0; sub < g->n_subgraphs; sub++) {
     job->run(job->user, 0, sub, 0);
@@ -293,11 +290,12 @@ void npu_sched_run(struct npu_sched *s, const struct npu_sched_job *job) {
     s->progress[i] = 0;
     s->running[i] = false;
   }
+  /* the NPU's worker wakes to its tasks, or for a lone step to lend itself to its loops */
+  changed(s);
+  pthread_cond_signal(&s->wake[NPU_BE_NPU]);
   if (job->n_steps == 1) {
     run_alone(s);
   } else {
-    changed(s);
-    pthread_cond_signal(&s->wake[NPU_BE_NPU]);
     serve(s, NPU_BE_CPU, true);
   }
   s->job = NULL;
