@@ -450,7 +450,7 @@ static npulm_session *new_session(const npulm_model *m, int n_ctx, bool referenc
 /* 'n' tokens of real text (BOS first). */
 static int32_t *text_tokens(const npulm_model *m, int n) {
   size_t len;
-  char *text = test_slurp(test_shared_path("data/tinystories-valid.txt"), &len);
+  char *text = test_slurp_shared("data/tinystories-valid.txt", &len);
   int32_t *ids = malloc((len + 2) * sizeof(int32_t));
   size_t n_ids;
   npulm_error err;
@@ -713,7 +713,7 @@ static void test_perplexity_identical(void **state) {
     size_t bytes;
   } cases[2] = {{"models/stories260K.gguf", 256, 16000}, {"models/tinystories-5M.gguf", 256, 3000}};
   size_t len;
-  char *text = test_slurp(test_shared_path("data/tinystories-valid.txt"), &len);
+  char *text = test_slurp_shared("data/tinystories-valid.txt", &len);
   for (int k = 0; k < 2; k++) {
     npulm_model *m = test_open_shared(cases[k].model);
     npulm_ppl_result ref, graph;

@@ -15,7 +15,7 @@ static void test_stories260k_matches_llama_cpp(void **state) {
   npulm_error err;
   assert_int_equal(npulm_model_open(model_path, &m, &err), NPULM_OK);
   size_t len;
-  char *text = test_slurp(test_shared_path("data/tinystories-valid.txt"), &len);
+  char *text = test_slurp_shared("data/tinystories-valid.txt", &len);
   npulm_ppl_result one, two;
   assert_int_equal(npulm_perplexity(m, text, len, 256, 1, NULL, NULL, &one, &err), NPULM_OK);
   assert_int_equal(npulm_perplexity(m, text, len, 256, 2, NULL, NULL, &two, &err), NPULM_OK);

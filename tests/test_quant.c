@@ -134,7 +134,7 @@ static void test_accuracy_and_placement(void **state) {
   (void)state;
   npulm_model *m = open_260k();
   size_t len;
-  char *text = test_slurp(test_shared_path("data/tinystories-valid.txt"), &len);
+  char *text = test_slurp_shared("data/tinystories-valid.txt", &len);
   double fp32 = ppl_of(m, text, len, true);
   compile_or_fail(m, "w8a8-smooth", 0);
   check_integer_program(m->program);
@@ -160,7 +160,7 @@ static void test_shadow_paths(void **state) {
   (void)state;
   npulm_model *m = open_260k();
   size_t len;
-  char *text = test_slurp(test_shared_path("data/tinystories-valid.txt"), &len);
+  char *text = test_slurp_shared("data/tinystories-valid.txt", &len);
   compile_or_fail(m, "w8a8-naive", 0);
   double naive = ppl_of(m, text, len, false);
   compile_or_fail(m, "w8a8-shadow", 3.0f);
@@ -259,7 +259,7 @@ static void test_float_ops_subsets(void **state) {
   (void)state;
   npulm_model *m = open_260k();
   size_t len;
-  char *text = test_slurp(test_shared_path("data/tinystories-valid.txt"), &len);
+  char *text = test_slurp_shared("data/tinystories-valid.txt", &len);
   len = len > 6000 ? 6000 : len; /* a few chunks of 256 tokens */
   double fp32 = ppl_of(m, text, len, true);
   static const char *const policies[] = {"softmax,qk,pv", "qk,pv", "softmax,pv", "softmax,qk",

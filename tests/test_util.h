@@ -43,8 +43,11 @@ static inline npulm_model *test_open_shared(const char *rel) {
   return m;
 }
 
-/* The whole of file 'path' (malloc'd, NUL-terminated; '*len' bytes without the NUL). */
-static inline char *test_slurp(const char *path, size_t *len) {
+/* The whole of shared file 'rel' (malloc'd, NUL-terminated; '*len' bytes without the NUL),
+ * skipping the test when it is absent. */
+static inline char *test_slurp_shared(const char *rel, size_t *len) {
+  const char *path = test_shared_path(rel);
+  TEST_REQUIRE_FILE(path);
   FILE *f = fopen(path, "rb");
   assert_non_null(f);
   fseek(f, 0, SEEK_END);
