@@ -1,5 +1,5 @@
 # Shared by the CLI test scripts (sourced, not run): the binary, the shared data, a scratch
-# folder, and the two TAP checks.
+# folder, the two TAP checks, and a skip for a missing model.
 bin=${NPULM_BIN:-build/npulm}
 bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
 shared=${NPULM_SHARED:-../shared}
@@ -7,6 +7,14 @@ model=$shared/models/stories260K.gguf
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 n=0
+
+require_model() { # require_model NAME: skip the whole script (one TAP skip) without the model
+  if [ ! -r "$model" ]; then
+    echo "ok 1 - $1 # SKIP no $model"
+    echo "1..1"
+    exit 0
+  fi
+}
 
 check() { # check NAME COMMAND...: the command must succeed
   name=$1; shift

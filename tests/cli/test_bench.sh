@@ -3,11 +3,7 @@
 # roofline ceilings and the SVG plot, and one-line errors for bad arguments. Prints TAP lines.
 . "$(dirname "$0")/tap.sh"
 
-if [ ! -r "$model" ]; then
-  echo "ok 1 - bench # SKIP no $model"
-  echo "1..1"
-  exit 0
-fi
+require_model bench
 
 # one small run of each format, reused by several checks
 "$bin" bench -m "$model" -p 16,32 -n 8 -r 2 -t 1 >"$tmp/md" 2>"$tmp/md.err"

@@ -2,6 +2,7 @@
 # CLI behaviour: the documented greedy output, and one-line errors with a non-zero exit for bad
 # input. Prints TAP lines ("ok N - name" / "not ok N - name").
 . "$(dirname "$0")/tap.sh"
+require_model cli
 
 greedy_story() {
   "$bin" run -m "$model" -p "Once upon a time" -n 40 --temp 0 >"$tmp/story" 2>/dev/null &&
