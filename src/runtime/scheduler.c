@@ -6,9 +6,9 @@
  * A prefill chunk hands work back and forth between the workers a few dozen times, and a decode
  * step (run on one thread: run_alone) starts a few dozen loops in a few milliseconds, so a waiter
  * spins (yielding the core to anyone runnable) on an epoch counter that every change of state
- * bumps, and sleeps only when no task is running: a futex wake-up costs tens of microseconds. While it spins it lends itself to the other worker's data-parallel loops (the
- * NPU's matmuls, the CPU's row-wise ops): with two cores, the idle worker is the second core of
- * the busy one. The caller is the CPU's worker, rather than a third thread it waits for, so that
+ * bumps, and sleeps only when no task is running: a futex wake-up costs tens of microseconds.
+ * While it spins it lends itself to the other worker's data-parallel loops (the NPU's matmuls,
+ * the CPU's row-wise ops): with two cores, the idle worker is the second core of the busy one. The caller is the CPU's worker, rather than a third thread it waits for, so that
  * the end of a job wakes no one: the caller returns as soon as it sees the last task done.
  * Subgraphs alternate between the backends, so the older chunk's next subgraph always needs the
  * worker that is not running its current one. If that worker started a long subgraph of the
