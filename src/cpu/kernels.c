@@ -800,6 +800,13 @@ at_fold_sum(float m, float l, float *restrict max, float *restrict sum, bool fir
   return f;
 }
 
+/* One element of a tile's weighted sum u folded into the running one o (u alone on the first
+ * tile): AT_PV_FOLD's arithmetic, for the elements past the last eight. */
+static inline __attribute__((always_inline)) float at_fold1(float o, float u, struct at_fold f,
+                                                            bool first) {
+  return first ? u : o * f.run + u * f.tile;
+}
+
 /* One tile's n scores 's' on their own, as the reference takes them: overwritten with each key's
  * exponential against their maximum, which goes to *m, and their sum to *l. */
 static inline __attribute__((always_inline)) void at_softmax(float *restrict s, int32_t n,
@@ -835,7 +842,7 @@ at_pv(float *restrict o, const float *restrict p, int32_t n, const float *restri
   for (int32_t i = i0; i < hd; i++) {
     float u = 0.0f;
     for (int32_t j = 0; j < n; j++) u += p[j] * vt[(size_t)j * kv_cols + (size_t)i];
-    o[i] = first ? u : o[i] * f.run + u * f.tile;
+    o[i] = at_fold1(o[i], u, f, first);
   }
 }
 
@@ -1042,17 +1049,13 @@ void npu_f32_attention_fold(float *restrict out, const float *restrict part, int
       const float *r = part + ((size_t)tile * (size_t)heads + (size_t)h) * stride, *u = r + 2;
       const bool first = tile == 0;
       const struct at_fold f = at_fold_sum(r[0], r[1], &max, &sum, first);
-      int32_t i = 0;
-      for (; i + 8 <= hd; i += 8) {
-        npu_v8f x, y;
-        LOAD8(y, u + i);
-        if (!first) {
-          LOAD8(x, o + i);
-          y = x * f.run + y * f.tile;
-        }
-        memcpy(o + i, &y, sizeof(y));
+      int32_t i0 = 0;
+      for (; i0 + 8 <= hd; i0 += 8) {
+        npu_v8f y;
+        LOAD8(y, u + i0);
+        AT_PV_FOLD(y, o, f, 0);
       }
-      for (; i < hd; i++) o[i] = first ? u[i] : o[i] * f.run + u[i] * f.tile;
+      for (int32_t i = i0; i < hd; i++) o[i] = at_fold1(o[i], u[i], f, first);
     }
     at_normalize(o, hd, sum);
   }
