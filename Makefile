@@ -13,7 +13,7 @@ endif
 CFLAGS += -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror -ffp-contract=off -Iinclude \
           -Isrc -pthread $(OPT)
 LDFLAGS += $(filter -fsanitize%,$(OPT))
-LDLIBS := -lpcre2-8 -lm -pthread
+LDLIBS := -lpcre2-8 -lxxhash -lm -pthread
 
 SRCS := $(shell find src -name '*.c' | sort)
 OBJS := $(SRCS:%.c=$(BUILD)/%.o)
@@ -44,8 +44,9 @@ $(BUILD)/tests/test_noalloc: LDFLAGS += \
 
 tests: $(TESTS)
 
-# Microbenchmarks (not tests): `make bench && build/bench/npu_kernels [runs]`
-BENCHES := $(BUILD)/bench/npu_kernels
+# Microbenchmarks (not tests): `make bench && build/bench/npu_kernels [runs]`,
+# `build/bench/program_load FILE.npu [runs]`
+BENCHES := $(BUILD)/bench/npu_kernels $(BUILD)/bench/program_load
 bench: $(BENCHES)
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libnpulm.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

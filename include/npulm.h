@@ -100,10 +100,21 @@ npulm_status npulm_model_compile(npulm_model *model, const npulm_compile_params 
 bool npulm_model_has_program(const npulm_model *model);
 
 /* Write the model with its program as one program file (.npu), which npulm_model_open reads
- * back. 'progress' (may be NULL) is called as weight bytes are written. */
+ * back. The file is written whole or not at all: until it is complete, synced and renamed into
+ * place, 'path' keeps its old contents, and a failure (a full disk, a killed process) leaves no
+ * partial or temporary file. Every byte of it is covered by a checksum that npulm_model_open
+ * checks. NPULM_ERR_ARG if 'path' is the file the model was opened from. 'progress' (may be
+ * NULL) is called as weight bytes are written. */
 npulm_status npulm_model_save_program(const npulm_model *model, const char *path,
                                       void (*progress)(void *user, uint64_t done, uint64_t total),
                                       void *user, npulm_error *err);
+
+/* Check the program file at 'path' whole, for people: first every checksum (the header's and each
+ * tensor's, together every byte of the file), printing one line to 'out' for each damaged part
+ * (the header, or a tensor by name, with its bytes); then, if none is, everything
+ * npulm_model_open checks (graphs, quantization, plan). Ends with a summary line. NPULM_OK if the
+ * file is sound; otherwise the status of the problem found, '*err' summarizing it. */
+npulm_status npulm_program_verify_file(const char *path, FILE *out, npulm_error *err);
 
 /* Describe the model's program for people: specializations, per-op placement with counts, the
  * CPU fallbacks with their reasons, arena sizes, KV cache size and weights size. */

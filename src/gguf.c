@@ -495,6 +495,8 @@ npulm_status npu_gguf_open(const char *path, struct npu_gguf **out, npulm_error 
     return st;
   }
   (*out)->owns_mapping = true;
+  (*out)->file_dev = (uint64_t)sb.st_dev;
+  (*out)->file_ino = (uint64_t)sb.st_ino;
   return NPULM_OK;
 }
 

@@ -83,6 +83,8 @@ struct npu_gguf {
   const uint8_t *base; /* the whole file */
   size_t size;
   bool owns_mapping;
+  uint64_t file_dev; /* the mapped file's device and inode (npu_gguf_open; 0 for an image) */
+  uint64_t file_ino;
   uint32_t version;
   uint32_t alignment;
   uint64_t data_offset;

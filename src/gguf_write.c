@@ -8,14 +8,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include <xxhash.h>
 
+#include "atomic_file.h"
 #include "common.h"
 
 #define GGUF_MAGIC 0x46554747u /* "GGUF" as a little-endian u32 */
 #define GGUF_DEFAULT_ALIGNMENT 32u
-#define WRITE_BUFFER_BYTES (1u << 20)
 
 /* ---- Byte buffer ---------------------------------------------------------------------------- */
 
@@ -95,13 +94,18 @@ struct wtensor {
 enum wstate { DECLARING, WRITING_DATA, FINISHED };
 
 struct npu_gguf_writer {
-  /* Output: a file, or 'mem' in memory mode. */
-  FILE *file;
-  char *path;
-  char *file_buffer;
-  bool unlink_on_free; /* a regular file we created and have not finished */
+  /* Output: a file written whole or not at all, or 'mem' in memory mode. */
+  struct npu_afile file;
   bool memory;
   struct npu_gguf_buf mem;
+
+  /* Checksums (npu_gguf_writer_add_checksums): the key, or NULL; from the header's emission on,
+   * the values ([0] the header's, [1 + i] tensor i's), the file offset where they are stored, and
+   * the running hash of the tensor being written. */
+  char *sum_key;
+  uint64_t *sums;
+  uint64_t sums_at;
+  XXH3_state_t *hash;
 
   uint32_t version;
   uint32_t alignment;
@@ -175,33 +179,20 @@ npulm_status npu_gguf_writer_open_file(const char *path, struct npu_gguf_writer 
   struct npu_gguf_writer *w = NULL;
   npulm_status st = writer_new(&w, err);
   if (st != NPULM_OK) return st;
-  w->path = strdup(path);
-  w->file_buffer = malloc(WRITE_BUFFER_BYTES);
-  if (w->path == NULL || w->file_buffer == NULL) {
-    st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory creating a GGUF writer");
-    goto fail;
+  if ((st = npu_afile_open(path, &w->file, err)) != NPULM_OK) {
+    npu_gguf_writer_free(w);
+    return st;
   }
-  w->file = fopen(path, "wb");
-  if (w->file == NULL) {
-    st = npu_fail(err, NPULM_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
-    goto fail;
-  }
-  setvbuf(w->file, w->file_buffer, _IOFBF, WRITE_BUFFER_BYTES);
-  struct stat sb;
-  w->unlink_on_free = fstat(fileno(w->file), &sb) == 0 && S_ISREG(sb.st_mode);
   *w_out = w;
   return NPULM_OK;
-fail:
-  npu_gguf_writer_free(w);
-  return st;
 }
 
 void npu_gguf_writer_free(struct npu_gguf_writer *w) {
   if (w == NULL) return;
-  if (w->file != NULL) fclose(w->file);
-  if (w->unlink_on_free) unlink(w->path); /* an unfinished file is useless: do not leave it */
-  free(w->file_buffer);
-  free(w->path);
+  npu_afile_abort(&w->file); /* an unfinished file is useless: the target keeps its old bytes */
+  free(w->sum_key);
+  free(w->sums);
+  XXH3_freeState(w->hash);
   npu_gguf_buf_free(&w->mem);
   npu_gguf_buf_free(&w->kv);
   for (size_t i = 0; i < w->n_kv; i++) free(w->keys[i]);
@@ -348,6 +339,16 @@ npulm_status npu_gguf_writer_add_raw(struct npu_gguf_writer *w, const char *key,
   return end_kv(w, key);
 }
 
+npulm_status npu_gguf_writer_add_checksums(struct npu_gguf_writer *w, const char *key) {
+  if (w->status != NPULM_OK) return w->status;
+  if (w->state != DECLARING || w->sum_key != NULL) {
+    return wfail(w, NPULM_ERR_ARG, "checksums '%s' added twice or after tensor data", key);
+  }
+  w->sum_key = strdup(key);
+  if (w->sum_key == NULL) return wfail(w, NPULM_ERR_NOMEM, "out of memory adding checksums");
+  return NPULM_OK;
+}
+
 /* ---- Tensors -------------------------------------------------------------------------------- */
 
 npulm_status npu_gguf_writer_add_tensor(struct npu_gguf_writer *w, const char *name, uint32_t type,
@@ -413,6 +414,9 @@ uint64_t npu_gguf_writer_tensor_nbytes(const struct npu_gguf_writer *w, size_t i
 /* Bytes of the header as declared so far, padding to the data section included. */
 static uint64_t header_size(const struct npu_gguf_writer *w) {
   uint64_t n = 4 + 4 + 8 + 8 + (uint64_t)w->kv.size;
+  if (w->sum_key != NULL && w->state == DECLARING) {
+    n += 8 + strlen(w->sum_key) + 4 + 4 + 8 + 8 * ((uint64_t)w->n_tensors + 1);
+  }
   for (size_t i = 0; i < w->n_tensors; i++) {
     n += 8 + strlen(w->tensors[i].name) + 4 + 8ull * w->tensors[i].n_dims + 4 + 8;
   }
@@ -434,25 +438,70 @@ static npulm_status out_write(struct npu_gguf_writer *w, const void *data, size_
     if (w->mem.failed) return wfail(w, NPULM_ERR_NOMEM, "out of memory writing a GGUF image");
     return NPULM_OK;
   }
-  if (fwrite(data, 1, n, w->file) != n) {
-    return wfail(w, NPULM_ERR_IO, "cannot write '%s': %s", w->path, strerror(errno));
-  }
-  return NPULM_OK;
+  npulm_error e;
+  npulm_status st = npu_afile_write(&w->file, data, n, &e);
+  return st == NPULM_OK ? NPULM_OK : wfail(w, st, "%s", e.msg);
 }
 
+static const uint8_t zeros[256];
+
+/* Emit 'n' bytes of tensor data, adding them to the running checksum. */
+static npulm_status out_data(struct npu_gguf_writer *w, const void *data, size_t n) {
+  if (w->hash != NULL) XXH3_64bits_update(w->hash, data, n);
+  return out_write(w, data, n);
+}
+
+/* Emit 'n' zero bytes of tensor padding. */
 static npulm_status out_zeros(struct npu_gguf_writer *w, uint64_t n) {
-  static const uint8_t zeros[256] = {0};
   while (n > 0) {
     size_t k = n < sizeof(zeros) ? (size_t)n : sizeof(zeros);
-    npulm_status st = out_write(w, zeros, k);
+    npulm_status st = out_data(w, zeros, k);
     if (st != NPULM_OK) return st;
     n -= k;
   }
   return NPULM_OK;
 }
 
+/* Declare the checksums' array (all zeros until finish) as the last metadata, now that the number
+ * of tensors is known, and start the hashes. */
+static npulm_status begin_checksums(struct npu_gguf_writer *w) {
+  size_t n = w->n_tensors + 1;
+  w->sums = calloc(n, sizeof(*w->sums));
+  w->hash = XXH3_createState();
+  if (w->sums == NULL || w->hash == NULL) {
+    return wfail(w, NPULM_ERR_NOMEM, "out of memory adding checksums");
+  }
+  XXH3_64bits_reset(w->hash);
+  npulm_status st = begin_kv(w, w->sum_key, NPU_GGUF_ARR);
+  if (st != NPULM_OK) return st;
+  npu_gguf_buf_put_u32(&w->kv, NPU_GGUF_U64);
+  npu_gguf_buf_put_u64(&w->kv, (uint64_t)n);
+  w->sums_at = 4 + 4 + 8 + 8 + (uint64_t)w->kv.size;
+  npu_gguf_buf_put_zeros(&w->kv, n * sizeof(uint64_t));
+  return end_kv(w, w->sum_key);
+}
+
+/* Store the checksums where begin_checksums left room for them. */
+static npulm_status store_checksums(struct npu_gguf_writer *w) {
+  struct npu_gguf_buf b = {0};
+  for (size_t i = 0; i <= w->n_tensors; i++) npu_gguf_buf_put_u64(&b, w->sums[i]);
+  npulm_status st = NPULM_OK;
+  if (b.failed) {
+    st = wfail(w, NPULM_ERR_NOMEM, "out of memory storing checksums");
+  } else if (w->memory) {
+    memcpy(w->mem.data + w->sums_at, b.data, b.size);
+  } else {
+    npulm_error e;
+    st = npu_afile_pwrite(&w->file, b.data, b.size, w->sums_at, &e);
+    if (st != NPULM_OK) st = wfail(w, st, "%s", e.msg);
+  }
+  npu_gguf_buf_free(&b);
+  return st;
+}
+
 /* Encode and emit the header: magic, version, counts, metadata, tensor infos, padding. */
 static npulm_status emit_header(struct npu_gguf_writer *w) {
+  if (w->sum_key != NULL && begin_checksums(w) != NPULM_OK) return w->status;
   struct npu_gguf_buf h = {0};
   npu_gguf_buf_put_u32(&h, GGUF_MAGIC);
   npu_gguf_buf_put_u32(&h, w->version);
@@ -473,6 +522,7 @@ static npulm_status emit_header(struct npu_gguf_writer *w) {
     st = wfail(w, NPULM_ERR_NOMEM, "out of memory encoding the GGUF header");
   } else {
     w->header_size = h.size;
+    if (w->sums != NULL) w->sums[0] = XXH3_64bits(h.data, h.size); /* its own values still 0 */
     st = out_write(w, h.data, h.size);
   }
   npu_gguf_buf_free(&h);
@@ -497,7 +547,7 @@ npulm_status npu_gguf_writer_write_data(struct npu_gguf_writer *w, const void *d
     const struct wtensor *t = &w->tensors[w->cur];
     uint64_t left = t->nbytes - w->cur_done;
     size_t k = left < n ? (size_t)left : n;
-    if (out_write(w, p, k) != NPULM_OK) return report(w, err);
+    if (out_data(w, p, k) != NPULM_OK) return report(w, err);
     p += k;
     n -= k;
     w->cur_done += k;
@@ -506,6 +556,10 @@ npulm_status npu_gguf_writer_write_data(struct npu_gguf_writer *w, const void *d
       uint64_t pad = pad_to(t->nbytes, w->alignment) - t->nbytes;
       if (out_zeros(w, pad) != NPULM_OK) return report(w, err);
       w->data_written += pad;
+      if (w->hash != NULL) {
+        w->sums[1 + w->cur] = XXH3_64bits_digest(w->hash);
+        XXH3_64bits_reset(w->hash);
+      }
       w->cur++;
       w->cur_done = 0;
     }
@@ -534,21 +588,14 @@ npulm_status npu_gguf_writer_finish(struct npu_gguf_writer *w, npulm_error *err)
           w->tensors[w->cur].name, w->n_tensors - w->cur - 1);
     return report(w, err);
   }
+  if (w->sums != NULL && store_checksums(w) != NPULM_OK) return report(w, err);
   w->state = FINISHED;
-  if (w->file != NULL) {
-    FILE *f = w->file;
-    w->file = NULL;
-    int flush_failed = fflush(f) != 0 || ferror(f);
-    int flush_errno = errno;
-    int close_failed = fclose(f) != 0;
-    if (flush_failed || close_failed) {
-      wfail(w, NPULM_ERR_IO, "cannot write '%s': %s", w->path,
-            strerror(flush_failed ? flush_errno : errno));
-      return report(w, err);
-    }
-    w->unlink_on_free = false;
+  if (!w->memory) {
+    npulm_error e;
+    npulm_status st = npu_afile_commit(&w->file, &e);
+    if (st != NPULM_OK) wfail(w, st, "%s", e.msg);
   }
-  return NPULM_OK;
+  return report(w, err);
 }
 
 npulm_status npu_gguf_writer_take_memory(struct npu_gguf_writer *w, void **data_out,

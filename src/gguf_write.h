@@ -47,8 +47,9 @@ void npu_gguf_buf_put_strn(struct npu_gguf_buf *b, const char *s, size_t len);
  * again, so callers may check only the last status. */
 struct npu_gguf_writer;
 
-/* Start a file at 'path' (created or truncated). NPULM_ERR_IO names the path on failure. If the
- * writer is freed before a successful finish, the partial file is removed. */
+/* Start a file that replaces 'path' at finish, written whole or not at all (atomic_file.h): until
+ * a successful finish the target keeps its old contents, and a writer freed before one leaves no
+ * trace. NPULM_ERR_IO names the path on failure. */
 npulm_status npu_gguf_writer_open_file(const char *path, struct npu_gguf_writer **w_out,
                                        npulm_error *err);
 /* Start an in-memory image; fetch it with npu_gguf_writer_take_memory after finish. */
@@ -97,6 +98,13 @@ npulm_status npu_gguf_writer_add_tensor(struct npu_gguf_writer *w, const char *n
 /* Bytes of tensor 'index' (without padding). */
 uint64_t npu_gguf_writer_tensor_nbytes(const struct npu_gguf_writer *w, size_t index);
 /* Bytes of the data section as declared so far, alignment padding included. */
+/* Checksum the whole file: when the header is emitted, a U64 array of n_tensors + 1 values is
+ * added under 'key' as the last metadata, and finish fills it in with XXH3-64 hashes (seed 0):
+ * [0] of the header, bytes [0, data offset), with the array's own values read as zero; [1 + i]
+ * of tensor i's data and its alignment padding. So every byte of the file is covered, and each
+ * tensor can be checked on its own when it is first read (gguf_checksum.h checks them). */
+npulm_status npu_gguf_writer_add_checksums(struct npu_gguf_writer *w, const char *key);
+
 uint64_t npu_gguf_writer_data_size(const struct npu_gguf_writer *w);
 /* Size of the whole file as declared so far (header, padding, all tensor data and padding). */
 uint64_t npu_gguf_writer_file_size(const struct npu_gguf_writer *w);
@@ -113,7 +121,8 @@ npulm_status npu_gguf_writer_write_tensor(struct npu_gguf_writer *w, size_t inde
 /* Bytes of tensor data (padding included) written so far. */
 uint64_t npu_gguf_writer_data_written(const struct npu_gguf_writer *w);
 
-/* Check that every tensor's data was written, flush and close the file. */
+/* Check that every tensor's data was written, store the checksums, and put the file in place
+ * (synced, then renamed over the target). */
 npulm_status npu_gguf_writer_finish(struct npu_gguf_writer *w, npulm_error *err);
 /* In memory mode after finish: hand over the image (free it with free()). */
 npulm_status npu_gguf_writer_take_memory(struct npu_gguf_writer *w, void **data_out,

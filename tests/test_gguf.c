@@ -5,11 +5,18 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <xxhash.h>
 
 #include "test_util.h"
 
 #include "gguf.h"
+#include "gguf_checksum.h"
 #include "gguf_write.h"
 
 /* ---- Helpers -------------------------------------------------------------------------------- */
@@ -694,12 +701,19 @@ static void test_writer_files(void **state) {
   assert_memory_equal(npu_gguf_find_tensor(g, "x")->data, x, sizeof(x));
   npu_gguf_close(g);
 
-  /* An unfinished writer removes its partial file. */
+  /* An unfinished writer leaves the file as it was (test_writer_atomic checks more). */
+  size_t before_size, after_size;
+  uint8_t *before = test_read_file(path, &before_size);
   assert_int_equal(npu_gguf_writer_open_file(path, &w, &err), NPULM_OK);
   npu_gguf_writer_add_tensor(w, "x", NPU_GGML_F32, 2, ne, NULL);
   npu_gguf_writer_write_data(w, x, 10, &err);
   npu_gguf_writer_free(w);
-  assert_int_not_equal(access(path, F_OK), 0);
+  uint8_t *after = test_read_file(path, &after_size);
+  assert_int_equal(after_size, before_size);
+  assert_memory_equal(after, before, before_size);
+  free(before);
+  free(after);
+  unlink(path);
 
   /* Reading a file that is not there, or is too short, or is a directory. */
   memset(err.msg, 0, sizeof(err.msg));
@@ -739,6 +753,221 @@ static void test_writer_files(void **state) {
     npu_gguf_writer_free(w);
     assert_int_equal(stat("/dev/full", &sb), 0); /* never unlinks what it did not create */
   }
+}
+
+/* ---- Whole or nothing ------------------------------------------------------------------------ */
+
+/* A fresh folder for one test's files (remove with rm_dir). */
+static char *make_dir(void) {
+  char *dir = malloc(512);
+  assert_non_null(dir);
+  snprintf(dir, 512, "%s/npulm-test-atomic-XXXXXX", tmp_dir());
+  assert_non_null(mkdtemp(dir));
+  return dir;
+}
+
+/* The number of entries in 'dir' besides . and .. */
+static int dir_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+  }
+  closedir(d);
+  return n;
+}
+
+/* Write a GGUF of one F32 tensor of 'n' copies of 'v' to 'path'; return the status. */
+static npulm_status write_filled(const char *path, uint64_t n, float v, npulm_error *err) {
+  struct npu_gguf_writer *w = NULL;
+  npulm_status st = npu_gguf_writer_open_file(path, &w, err);
+  if (st != NPULM_OK) return st;
+  npu_gguf_writer_add_tensor(w, "x", NPU_GGML_F32, 1, &n, NULL);
+  float chunk[1024];
+  for (int i = 0; i < 1024; i++) chunk[i] = v;
+  for (uint64_t done = 0; done < n && st == NPULM_OK; done += 1024) {
+    st = npu_gguf_writer_write_data(w, chunk, (size_t)(n - done < 1024 ? n - done : 1024) * 4, err);
+  }
+  if (st == NPULM_OK) st = npu_gguf_writer_finish(w, err);
+  npu_gguf_writer_free(w);
+  return st;
+}
+
+/* The first value of the tensor of a file write_filled made. */
+static float filled_value(const char *path) {
+  struct npu_gguf *g = NULL;
+  npulm_error err = {{0}};
+  assert_int_equal(npu_gguf_open(path, &g, &err), NPULM_OK);
+  float v;
+  memcpy(&v, g->tensors[0].data, sizeof(v));
+  npu_gguf_close(g);
+  return v;
+}
+
+/* A file is replaced whole or not at all: by a finished writer, through a link, and never by a
+ * writer that fails (a file size limit: EFBIG, as a full disk gives ENOSPC) or whose process is
+ * killed midway (the same limit's SIGXFSZ); neither leaves a temporary file behind. */
+static void test_writer_atomic(void **state) {
+  (void)state;
+  npulm_error err = {{0}};
+  char *dir = make_dir();
+  char path[600], link[600];
+  snprintf(path, sizeof(path), "%s/m.gguf", dir);
+  snprintf(link, sizeof(link), "%s/link.gguf", dir);
+  assert_int_equal(write_filled(path, 1000, 1.0f, &err), NPULM_OK);
+  assert_true(filled_value(path) == 1.0f);
+  assert_int_equal(write_filled(path, 1000, 2.0f, &err), NPULM_OK);
+  assert_true(filled_value(path) == 2.0f);
+  assert_int_equal(dir_entries(dir), 1);
+
+  /* through a link: the file it points to is replaced, the link stays */
+  assert_int_equal(symlink("m.gguf", link), 0);
+  assert_int_equal(write_filled(link, 1000, 3.0f, &err), NPULM_OK);
+  struct stat sb;
+  assert_int_equal(lstat(link, &sb), 0);
+  assert_true(S_ISLNK(sb.st_mode));
+  assert_true(filled_value(path) == 3.0f);
+  assert_int_equal(unlink(link), 0);
+
+  /* a write that fails: one error naming the file; the old file intact, nothing else left */
+  struct rlimit old_limit, limit;
+  assert_int_equal(getrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  limit = old_limit;
+  limit.rlim_cur = 64 << 10;
+  void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &limit), 0);
+  npulm_status st = write_filled(path, 1 << 20, 4.0f, &err);
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &old_limit), 0);
+  signal(SIGXFSZ, old_handler);
+  assert_int_equal(st, NPULM_ERR_IO);
+  assert_non_null(strstr(err.msg, "m.gguf"));
+  assert_true(filled_value(path) == 3.0f);
+  assert_int_equal(dir_entries(dir), 1);
+
+  /* killed midway, over the old file and as a new one */
+  const char *targets[2] = {path, "new.gguf"};
+  for (int i = 0; i < 2; i++) {
+    char target[600];
+    snprintf(target, sizeof(target), "%s/%s", dir, i == 0 ? "m.gguf" : targets[i]);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+      struct rlimit no_core = {0, 0};
+      setrlimit(RLIMIT_CORE, &no_core);
+      signal(SIGXFSZ, SIG_DFL);
+      setrlimit(RLIMIT_FSIZE, &limit);
+      write_filled(target, 1 << 20, 5.0f, &err);
+      _exit(0); /* not reached: the limit's signal ends the process */
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status) && WTERMSIG(status) == SIGXFSZ);
+    assert_true(filled_value(path) == 3.0f);
+    assert_int_equal(dir_entries(dir), 1);
+  }
+  unlink(path);
+  assert_int_equal(rmdir(dir), 0);
+  free(dir);
+}
+
+/* Checksums cover every byte: each region's stored value is XXH3-64 of its bytes as documented
+ * (the header's with the stored values read as zero), a flip of any one byte of the file makes
+ * it fail to parse or fails the checksum of the region that holds the byte, and resealing makes
+ * the flipped file whole again. */
+static void test_writer_checksums(void **state) {
+  (void)state;
+  npulm_error err = {{0}};
+  struct npu_gguf_writer *w = NULL;
+  assert_int_equal(npu_gguf_writer_open_memory(&w, &err), NPULM_OK);
+  npu_gguf_writer_add_str(w, "general.name", "checksums");
+  assert_int_equal(npu_gguf_writer_add_checksums(w, "x.sums"), NPULM_OK);
+  npu_gguf_writer_add_u32(w, "x.after", 7); /* keys after the call still precede the checksums */
+  const uint64_t ne_a[1] = {3}, ne_b[2] = {16, 5};
+  npu_gguf_writer_add_tensor(w, "a", NPU_GGML_F32, 1, ne_a, NULL);
+  npu_gguf_writer_add_tensor(w, "b", NPU_GGML_F32, 2, ne_b, NULL);
+  float a[3] = {1, 2, 3}, b[80];
+  for (int i = 0; i < 80; i++) b[i] = (float)i * 0.25f;
+  assert_int_equal(npu_gguf_writer_file_size(w) % 32, 0);
+  const uint64_t declared = npu_gguf_writer_file_size(w);
+  npu_gguf_writer_write_tensor(w, 0, a, &err);
+  npu_gguf_writer_write_tensor(w, 1, b, &err);
+  assert_int_equal(npu_gguf_writer_finish(w, &err), NPULM_OK);
+  void *mem;
+  size_t size;
+  assert_int_equal(npu_gguf_writer_take_memory(w, &mem, &size, &err), NPULM_OK);
+  npu_gguf_writer_free(w);
+  assert_int_equal(size, declared);
+  uint8_t *image = mem;
+
+  struct npu_gguf *g = NULL;
+  struct npu_gguf_arr sums;
+  assert_int_equal(npu_gguf_open_memory(image, size, &g, &err), NPULM_OK);
+  assert_int_equal(npu_gguf_checksums_find(g, "x.sums", &sums, &err), NPULM_OK);
+  assert_int_equal(sums.n, 3);
+  /* the stored values, recomputed here from the documented layout */
+  const size_t sums_at = (size_t)(sums.data - image);
+  uint8_t *zeroed = malloc(size);
+  assert_non_null(zeroed);
+  memcpy(zeroed, image, size);
+  memset(zeroed + sums_at, 0, 24);
+  assert_true(npu_gguf_checksum_stored(&sums, 0) == XXH3_64bits(zeroed, g->data_offset));
+  for (uint64_t r = 1; r < 3; r++) {
+    uint64_t begin, end;
+    npu_gguf_region_bounds(g, r, &begin, &end);
+    assert_int_equal(end - begin, 32 * ((g->tensors[r - 1].nbytes + 31) / 32));
+    assert_true(npu_gguf_checksum_stored(&sums, r) == XXH3_64bits(image + begin, end - begin));
+  }
+  free(zeroed);
+  for (uint64_t r = 0; r < 3; r++) {
+    assert_true(npu_gguf_checksum_compute(g, &sums, r) == npu_gguf_checksum_stored(&sums, r));
+  }
+  npu_gguf_close(g);
+
+  /* every byte of the file is covered */
+  for (size_t at = 0; at < size; at++) {
+    uint8_t *copy = malloc(size);
+    assert_non_null(copy);
+    memcpy(copy, image, size);
+    copy[at] ^= 0x01;
+    bool caught = true;
+    if (npu_gguf_open_memory(copy, size, &g, &err) == NPULM_OK) {
+      if (npu_gguf_checksums_find(g, "x.sums", &sums, &err) == NPULM_OK) {
+        caught = false;
+        for (uint64_t r = 0; r < sums.n; r++) {
+          uint64_t begin, end;
+          npu_gguf_region_bounds(g, r, &begin, &end);
+          bool mismatch = npu_gguf_checksum_compute(g, &sums, r) != npu_gguf_checksum_stored(&sums, r);
+          caught = caught || mismatch;
+          /* outside the stored values, exactly the region holding the byte fails */
+          if (at < sums_at || at >= sums_at + 24) assert_true(mismatch == (at >= begin && at < end));
+        }
+      }
+      npu_gguf_close(g);
+    }
+    if (!caught) fail_msg("a flip of byte %zu of %zu went unnoticed", at, size);
+    /* resealed, the flipped file checks out again (where it still parses) */
+    if (npu_gguf_checksums_reseal(copy, size, "x.sums", &err) == NPULM_OK) {
+      assert_int_equal(npu_gguf_open_memory(copy, size, &g, &err), NPULM_OK);
+      assert_int_equal(npu_gguf_checksums_find(g, "x.sums", &sums, &err), NPULM_OK);
+      for (uint64_t r = 0; r < sums.n; r++) {
+        assert_true(npu_gguf_checksum_compute(g, &sums, r) == npu_gguf_checksum_stored(&sums, r));
+      }
+      npu_gguf_close(g);
+    }
+    free(copy);
+  }
+
+  /* bytes appended or cut: the regions no longer cover the file exactly */
+  uint8_t *longer = calloc(size + 32, 1);
+  assert_non_null(longer);
+  memcpy(longer, image, size);
+  assert_int_equal(npu_gguf_open_memory(longer, size + 32, &g, &err), NPULM_OK);
+  assert_int_equal(npu_gguf_checksums_find(g, "x.sums", &sums, &err), NPULM_ERR_FORMAT);
+  assert_non_null(strstr(err.msg, "appended"));
+  npu_gguf_close(g);
+  free(longer);
+  free(image);
 }
 
 /* ---- Hostile files -------------------------------------------------------------------------- */
@@ -1111,6 +1340,8 @@ int main(void) {
       cmocka_unit_test(test_tensor_to_f32_accuracy),
       cmocka_unit_test(test_writer_errors),
       cmocka_unit_test(test_writer_files),
+      cmocka_unit_test(test_writer_atomic),
+      cmocka_unit_test(test_writer_checksums),
       cmocka_unit_test(test_every_prefix),
       cmocka_unit_test(test_random_corruption),
       cmocka_unit_test(test_bad_magic_and_version),

@@ -10,6 +10,7 @@
 
 #include "test_util.h"
 
+#include "gguf_checksum.h"
 #include "gguf_write.h"
 #include "graph/program.h"
 #include "model.h"
@@ -177,21 +178,6 @@ static char *tmp_path(void) {
   return path;
 }
 
-static uint8_t *read_all(const char *path, size_t *size) {
-  FILE *f = fopen(path, "rb");
-  assert_non_null(f);
-  assert_int_equal(fseek(f, 0, SEEK_END), 0);
-  long n = ftell(f);
-  assert_true(n > 0);
-  rewind(f);
-  uint8_t *buf = malloc((size_t)n);
-  assert_non_null(buf);
-  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  *size = (size_t)n;
-  return buf;
-}
-
 static void write_all(const char *path, const uint8_t *data, size_t size) {
   FILE *f = fopen(path, "wb");
   assert_non_null(f);
@@ -229,7 +215,7 @@ static void save_ok(const npulm_model *m, const char *path) {
 static void assert_resave_identical(npulm_model *p, const char *path, const char *path2) {
   save_ok(p, path2);
   size_t n1, n2;
-  uint8_t *b1 = read_all(path, &n1), *b2 = read_all(path2, &n2);
+  uint8_t *b1 = test_read_file(path, &n1), *b2 = test_read_file(path2, &n2);
   assert_int_equal(n1, n2);
   assert_memory_equal(b1, b2, n1);
   free(b1);
@@ -634,7 +620,7 @@ static void image_load(struct image *im) {
   npulm_model_close(m);
   unlink(src);
   free(src);
-  im->data = read_all(im->path, &im->size);
+  im->data = test_read_file(im->path, &im->size);
   npulm_error err = {{0}};
   assert_int_equal(npu_gguf_open_memory(im->data, im->size, &im->g, &err), NPULM_OK);
 }
@@ -659,10 +645,18 @@ static size_t value_at(const struct image *im, const char *key) {
   return (size_t)((const uint8_t *)kv->key.ptr + kv->key.len + 4 - im->data);
 }
 
-/* Open 'size' bytes of 'data' as a model file; return the status, the model closed. The scratch
- * file holds the image again afterwards. */
-static npulm_status open_bytes(const struct image *im, const uint8_t *data, size_t size,
-                               npulm_error *err) {
+/* Recompute the checksums of an edited copy of a program image, so that the checks behind them
+ * see the edit; false (the copy unchanged) when the edit left them unreadable or no longer
+ * covering the file, which the loader then reports as it is. */
+static bool reseal(uint8_t *data, size_t size) {
+  npulm_error err = {{0}};
+  return npu_gguf_checksums_reseal(data, size, NPU_PROGRAM_CHECKSUMS, &err) == NPULM_OK;
+}
+
+/* Open 'size' bytes of 'data' as a model file as they are; return the status, the model closed.
+ * The scratch file holds the image again afterwards. */
+static npulm_status open_raw(const struct image *im, const uint8_t *data, size_t size,
+                             npulm_error *err) {
   write_all(im->path, data, size);
   npulm_model *m = NULL;
   npulm_status st = npulm_model_open(im->path, &m, err);
@@ -680,6 +674,20 @@ static npulm_status open_bytes(const struct image *im, const uint8_t *data, size
 
 /* Evaluate a few tokens with a model a tampered file gave: whatever the verifier lets through
  * must run without reading or writing out of bounds (SAN=1). */
+static void run_briefly(const npulm_model *m);
+
+/* open_raw with the checksums of the bytes recomputed (reseal). */
+static npulm_status open_bytes(const struct image *im, const uint8_t *data, size_t size,
+                               npulm_error *err) {
+  uint8_t *sealed = malloc(size ? size : 1);
+  assert_non_null(sealed);
+  memcpy(sealed, data, size);
+  reseal(sealed, size);
+  npulm_status st = open_raw(im, sealed, size, err);
+  free(sealed);
+  return st;
+}
+
 static void run_briefly(const npulm_model *m) {
   npulm_session_params sp = npulm_session_default_params();
   sp.n_ctx = 16;
@@ -693,14 +701,29 @@ static void run_briefly(const npulm_model *m) {
   npulm_session_free(s);
 }
 
-/* Open the image with the i32 at byte 'at' set to 'v'. The scratch file is patched in place and
- * restored (rewriting whole files makes some filesystems flush each one). */
+/* Write bytes [at, at + n) of 'data' into the open file 'f' at the same place. */
+static void put_bytes(FILE *f, const uint8_t *data, size_t at, size_t n) {
+  assert_int_equal(fseek(f, (long)at, SEEK_SET), 0);
+  assert_int_equal(fwrite(data + at, 1, n, f), n);
+}
+
+/* Open the image with the i32 at byte 'at' set to 'v' and its checksums recomputed. The scratch
+ * file is patched in place and restored (rewriting whole files makes some filesystems flush each
+ * one): the i32 and the checksums, which the patch does not move. */
 static npulm_status open_patched(const struct image *im, size_t at, int32_t v, npulm_error *err) {
+  const struct npu_gguf_arr *sums = &image_kv(im, NPU_PROGRAM_CHECKSUMS)->val.v.a;
+  const size_t sums_at = (size_t)(sums->data - im->data);
+  uint8_t *copy = malloc(im->size);
+  assert_non_null(copy);
+  memcpy(copy, im->data, im->size);
+  memcpy(copy + at, &v, 4);
+  reseal(copy, im->size);
   FILE *f = fopen(im->path, "r+b");
   assert_non_null(f);
-  assert_int_equal(fseek(f, (long)at, SEEK_SET), 0);
-  assert_int_equal(fwrite(&v, 4, 1, f), 1);
+  put_bytes(f, copy, at, 4);
+  put_bytes(f, copy, sums_at, (size_t)sums->size);
   assert_int_equal(fflush(f), 0);
+  free(copy);
   npulm_model *m = NULL;
   npulm_status st = npulm_model_open(im->path, &m, err);
   if (st == NPULM_OK) {
@@ -712,8 +735,8 @@ static npulm_status open_patched(const struct image *im, size_t at, int32_t v, n
     assert_true(strlen(err->msg) > 0);
     assert_null(strchr(err->msg, '\n'));
   }
-  assert_int_equal(fseek(f, (long)at, SEEK_SET), 0);
-  assert_int_equal(fwrite(im->data + at, 4, 1, f), 1);
+  put_bytes(f, im->data, at, 4);
+  put_bytes(f, im->data, sums_at, (size_t)sums->size);
   assert_int_equal(fclose(f), 0);
   return st;
 }
@@ -773,7 +796,8 @@ static void test_hostile_version_and_keys(void **state) {
   assert_int_equal(open_bytes(&im, im.data, im.size, &err), NPULM_OK);
 
   size_t v = value_at(&im, "npulm.program.version");
-  expect_patch(&im, "version 5", v, 5, NPULM_ERR_UNSUPPORTED, "version 5");
+  expect_patch(&im, "version 6", v, 6, NPULM_ERR_UNSUPPORTED, "version 6");
+  expect_patch(&im, "version 4", v, 4, NPULM_ERR_UNSUPPORTED, "recompile");
   expect_patch(&im, "version 3", v, 3, NPULM_ERR_UNSUPPORTED, "recompile");
   expect_patch(&im, "version 2", v, 2, NPULM_ERR_UNSUPPORTED, "recompile");
   expect_patch(&im, "version 1", v, 1, NPULM_ERR_UNSUPPORTED, "recompile");
@@ -1340,10 +1364,133 @@ static bool qimage_load(struct qimage *q) {
   q->qt_i8 = (int)(npu_program_qtensor(p, g->tensors[q->i8_tensor].name) - p->qtensors);
   assert_true(q->shadow_node >= 0 && q->transfer_node >= 0 && q->mm_node >= 0);
   npulm_model_close(m);
-  im->data = read_all(im->path, &im->size);
+  im->data = test_read_file(im->path, &im->size);
   npulm_error err = {{0}};
   assert_int_equal(npu_gguf_open_memory(im->data, im->size, &im->g, &err), NPULM_OK);
   return true;
+}
+
+/* ---- Checksums ------------------------------------------------------------------------------ */
+
+/* Collects the parts npu_program_file_damage reports (npu_damage_fn). */
+struct damage_list {
+  int n;
+  char what[4][128];
+};
+
+static void collect_damage(void *user, const char *what, uint64_t begin, uint64_t end) {
+  struct damage_list *d = user;
+  assert_true(begin < end);
+  if (d->n < 4) snprintf(d->what[d->n], sizeof(d->what[0]), "%s", what);
+  d->n++;
+}
+
+/* The index in the image of the first tensor whose name ends with 'suffix'. */
+static uint64_t tensor_ending(const struct image *im, const char *suffix) {
+  for (uint64_t i = 0; i < im->g->n_tensors; i++) {
+    const struct npu_gguf_str *s = &im->g->tensors[i].name;
+    size_t n = strlen(suffix);
+    if (s->len >= n && memcmp(s->ptr + s->len - n, suffix, n) == 0) return i;
+  }
+  fail_msg("no tensor ending in '%s'", suffix);
+  return 0;
+}
+
+/* One flipped bit that would change results — in an F32 weight, in the low bits of a
+ * requantization multiplier, in the last byte of the file, in a graph record — is refused before
+ * the file is used, naming the damaged part; npu_program_file_damage lists every damaged part. */
+static void test_checksum_damage(void **state) {
+  (void)state;
+  struct qimage q;
+  if (!qimage_load(&q)) skip();
+  struct image im = q.im;
+  const struct npu_gguf *g = im.g;
+  const uint64_t weight = tensor_ending(&im, "blk.1.attn_q.weight");
+  const uint64_t mult = tensor_ending(&im, ".mult");
+  const uint64_t last = g->n_tensors - 1;
+  char last_name[128];
+  snprintf(last_name, sizeof(last_name), "tensor '%.*s'", (int)g->tensors[last].name.len,
+           g->tensors[last].name.ptr);
+  const size_t data_at = (size_t)g->data_offset;
+  const struct {
+    const char *what;
+    size_t at;
+    const char *needle;
+  } cases[] = {
+      {"an F32 weight", data_at + (size_t)g->tensors[weight].offset + 2,
+       "tensor 'blk.1.attn_q.weight'"},
+      {"a multiplier's low bits", data_at + (size_t)g->tensors[mult].offset, "qsite"},
+      {"the last byte", im.size - 1, last_name},
+      {"a node record", value_at(&im, "npulm.graph.0.nodes") + 4 * 9, "the header"},
+  };
+  uint8_t *copy = malloc(im.size);
+  assert_non_null(copy);
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    memcpy(copy, im.data, im.size);
+    copy[cases[i].at] ^= 0x01;
+    npulm_error err = {{0}};
+    npulm_status st = open_raw(&im, copy, im.size, &err);
+    if (st != NPULM_ERR_FORMAT || strstr(err.msg, "damaged") == NULL ||
+        strstr(err.msg, cases[i].needle) == NULL) {
+      fail_msg("%s flipped: status %d, '%s' (wanted '%s')", cases[i].what, st, err.msg,
+               cases[i].needle);
+    }
+  }
+  /* two parts at once: both listed, and the load names the first */
+  memcpy(copy, im.data, im.size);
+  copy[cases[0].at] ^= 0x80;
+  copy[cases[2].at] ^= 0x80;
+  struct npu_gguf *cg = NULL;
+  npulm_error err = {{0}};
+  assert_int_equal(npu_gguf_open_memory(copy, im.size, &cg, &err), NPULM_OK);
+  struct damage_list d = {0};
+  int64_t n = -1;
+  assert_int_equal(npu_program_file_damage(cg, collect_damage, &d, &n, &err), NPULM_OK);
+  assert_int_equal(n, 2);
+  assert_int_equal(d.n, 2);
+  assert_non_null(strstr(d.what[0], "blk.1.attn_q.weight"));
+  assert_string_equal(d.what[1], last_name);
+  bool is_program;
+  assert_int_equal(npu_program_file_check(cg, &is_program, &err), NPULM_ERR_FORMAT);
+  assert_non_null(strstr(err.msg, "nor do others"));
+  npu_gguf_close(cg);
+  /* the untouched image has none */
+  assert_int_equal(npu_program_file_damage(g, collect_damage, &d, &n, &err), NPULM_OK);
+  assert_int_equal(n, 0);
+  free(copy);
+  image_free(&im);
+}
+
+/* The public check, for people: a sound file says so; a damaged one lists its damage. */
+static void test_verify_file(void **state) {
+  (void)state;
+  struct image im;
+  image_load(&im);
+  char *out_path = tmp_path();
+  FILE *out = fopen(out_path, "w+");
+  assert_non_null(out);
+  npulm_error err = {{0}};
+  assert_int_equal(npulm_program_verify_file(im.path, out, &err), NPULM_OK);
+  uint8_t *copy = malloc(im.size);
+  assert_non_null(copy);
+  memcpy(copy, im.data, im.size);
+  copy[im.size - 1] ^= 0x10;
+  write_all(im.path, copy, im.size);
+  assert_int_equal(npulm_program_verify_file(im.path, out, &err), NPULM_ERR_FORMAT);
+  assert_non_null(strstr(err.msg, "1 of its"));
+  write_all(im.path, im.data, im.size);
+  rewind(out);
+  char text[4096] = {0};
+  size_t got = fread(text, 1, sizeof(text) - 1, out);
+  assert_true(got > 0);
+  assert_non_null(strstr(text, "sound: "));
+  assert_non_null(strstr(text, "damaged: tensor '"));
+  assert_non_null(strstr(text, "1 of "));
+  fclose(out);
+  unlink(out_path);
+  free(out_path);
+  free(copy);
+  image_free(&im);
 }
 
 /* File offset of element 'i' (of 'size' bytes) of tensor 'name''s data; of its ne0 field. */
@@ -1628,7 +1775,7 @@ static void test_attention_on_npu(void **state) {
 
   /* tampering */
   struct image im = {.path = npu};
-  im.data = read_all(npu, &im.size);
+  im.data = test_read_file(npu, &im.size);
   npulm_error err = {{0}};
   assert_int_equal(npu_gguf_open_memory(im.data, im.size, &im.g, &err), NPULM_OK);
   const char *S = "npulm.qsites", *N = "npulm.graph.0.nodes";
@@ -1839,7 +1986,7 @@ static void test_tied_table(void **state) {
   assert_ptr_equal(p->qsites[gather].packed, p->qsites[mm].packed);
   struct image im = {.path = tmp_path()};
   save_ok(m, im.path);
-  im.data = read_all(im.path, &im.size);
+  im.data = test_read_file(im.path, &im.size);
   npulm_error err = {{0}};
   assert_int_equal(npu_gguf_open_memory(im.data, im.size, &im.g, &err), NPULM_OK);
   assert_null(npu_gguf_find_tensor(im.g, site_tensor_name(gather, "packed")));
@@ -2054,6 +2201,8 @@ int main(void) {
       cmocka_unit_test(test_hostile_records),
       cmocka_unit_test(test_hostile_sweep),
       cmocka_unit_test(test_hostile_truncated),
+      cmocka_unit_test(test_checksum_damage),
+      cmocka_unit_test(test_verify_file),
       cmocka_unit_test(test_ir_shape_overflow),
       cmocka_unit_test(test_round_trip_quantized),
       cmocka_unit_test(test_round_trip_quantized_tiny),

@@ -1,4 +1,5 @@
-/* Helpers for the cmocka tests: where the shared models and data are, random numbers, a clock. */
+/* Helpers for the cmocka tests: where the shared models and data are, reading a file, random
+ * numbers, a clock. */
 #ifndef NPU_TEST_UTIL_H
 #define NPU_TEST_UTIL_H
 
@@ -59,6 +60,22 @@ static inline char *test_slurp_shared(const char *rel, size_t *len) {
   fclose(f);
   buf[n] = '\0';
   *len = (size_t)n;
+  return buf;
+}
+
+/* All of the (non-empty) file at 'path' in a malloc'd buffer of '*size' bytes. */
+static inline uint8_t *test_read_file(const char *path, size_t *size) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  assert_int_equal(fseek(f, 0, SEEK_END), 0);
+  long n = ftell(f);
+  assert_true(n > 0);
+  rewind(f);
+  uint8_t *buf = malloc((size_t)n);
+  assert_non_null(buf);
+  assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+  fclose(f);
+  *size = (size_t)n;
   return buf;
 }
 

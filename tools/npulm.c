@@ -1,4 +1,4 @@
-/* The npulm command-line tool: run, compile, inspect, tokenize, ppl, synth. Uses only the public
+/* The npulm command-line tool: run, compile, inspect, verify, tokenize, ppl, synth. Uses only the public
  * API (npulm.h). */
 #include <errno.h>
 #include <math.h>
@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,6 +24,7 @@ static const char *const usage_main =
     "  run        generate text from a prompt\n"
     "  compile    compile a model into a program file (.npu) of static NPU graphs\n"
     "  inspect    describe a program: graphs, NPU/CPU placement, fallbacks, memory\n"
+    "  verify     check a program file: every checksum, then every structural check\n"
     "  diff       compare the compiled model with the FP32 reference, op by op\n"
     "  tokenize   print the token ids of a text\n"
     "  ppl        measure perplexity on a text file (llama-perplexity's method)\n"
@@ -75,6 +77,16 @@ static const char *const usage_inspect =
     "  -m, --model FILE   program file or GGUF model (or give it as the only argument)\n"
     CLI_COMPILE_OPTIONS_HELP
     "  --ctx LIST         the same as --buckets\n";
+
+static const char *const usage_verify =
+    "usage: npulm verify [-m] MODEL.npu\n"
+    "\n"
+    "Check a program file whole: every checksum (XXH3-64 of the header and of each tensor,\n"
+    "together every byte of the file), naming each damaged part and its bytes; then, if none\n"
+    "is damaged, everything loading checks (graphs, quantization, memory plan). Exits 0 only if\n"
+    "the file is sound. (Loading checks the same checksums before it uses any byte.)\n"
+    "\n"
+    "  -m, --model FILE   program file (or give it as the only argument)\n";
 
 static const char *const usage_diff =
     "usage: npulm diff [-m MODEL] -p TEXT [--json] [compile options]\n"
@@ -327,8 +339,15 @@ static int cmd_compile(struct cli_args *a) {
     else cli_unknown_option(a);
   }
   if (out == NULL) cli_die(a->cmd, "%s", "no output file: pass -o MODEL.npu");
+  model_path = cli_resolve_model(a->cmd, model_path);
+  struct stat in_st, out_st;
+  if (stat(model_path, &in_st) == 0 && stat(out, &out_st) == 0 && in_st.st_dev == out_st.st_dev &&
+      in_st.st_ino == out_st.st_ino) {
+    /* said before compiling; the library refuses it too, after */
+    cli_die(a->cmd, "'%s' is the model's own file: write the program to another path", out);
+  }
   double t0 = cli_now();
-  npulm_model *model = open_model(a->cmd, cli_resolve_model(a->cmd, model_path));
+  npulm_model *model = open_model(a->cmd, model_path);
   npulm_error err;
   cp.progress = cli_calib_progress;
   if (npulm_model_compile(model, &cp, &err) != NPULM_OK) cli_die(a->cmd, "%s", err.msg);
@@ -373,6 +392,23 @@ static int cmd_inspect(struct cli_args *a) {
   cli_free_compile_params(&cp);
   if (npulm_model_print_program(model, stdout, &err) != NPULM_OK) cli_die(a->cmd, "%s", err.msg);
   npulm_model_close(model);
+  return 0;
+}
+
+/* ---- verify --------------------------------------------------------------------------------- */
+
+static int cmd_verify(struct cli_args *a) {
+  const char *path = NULL;
+  for (a->i = 2; a->i < a->argc; a->i++) {
+    const char *o = a->argv[a->i];
+    if (cli_wants_help(a)) return 0;
+    else if (cli_is_opt(o, "-m", "--model")) path = cli_opt_value(a);
+    else if (o[0] != '-' && path == NULL) path = o;
+    else cli_unknown_option(a);
+  }
+  if (path == NULL) cli_die(a->cmd, "%s", "no program: pass MODEL.npu (or -m MODEL)");
+  npulm_error err;
+  if (npulm_program_verify_file(path, stdout, &err) != NPULM_OK) cli_die(a->cmd, "%s", err.msg);
   return 0;
 }
 
@@ -589,6 +625,7 @@ int main(int argc, char **argv) {
       {"run", cmd_run, usage_run},
       {"compile", cmd_compile, usage_compile},
       {"inspect", cmd_inspect, usage_inspect},
+      {"verify", cmd_verify, usage_verify},
       {"diff", cmd_diff, usage_diff},
       {"tokenize", cmd_tokenize, usage_tokenize},
       {"ppl", cmd_ppl, usage_ppl},

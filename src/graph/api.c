@@ -5,7 +5,10 @@
 #include <stdlib.h>
 
 #include "common.h"
+#include "gguf.h"
+#include "gguf_checksum.h"
 #include "graph/program.h"
+#include "model.h"
 #include "quant/quantize.h"
 
 #define DEFAULT_CALIB_TOKENS 1024
@@ -178,4 +181,37 @@ npulm_status npulm_model_save_program(const npulm_model *model, const char *path
     return npu_fail(err, NPULM_ERR_ARG, "the model has no program to save: compile it first");
   }
   return npu_program_save(model, model->program, path, progress, user, err);
+}
+
+/* Print one damaged part of a program file (npu_damage_fn). */
+static void print_damage(void *user, const char *what, uint64_t begin, uint64_t end) {
+  fprintf((FILE *)user, "damaged: %s, bytes %llu-%llu: its checksum does not match\n", what,
+          (unsigned long long)begin, (unsigned long long)end);
+}
+
+npulm_status npulm_program_verify_file(const char *path, FILE *out, npulm_error *err) {
+  struct npu_gguf *g = NULL;
+  int64_t n_damaged = 0;
+  npulm_status st = npu_gguf_open(path, &g, err);
+  if (st == NPULM_OK) st = npu_program_file_damage(g, print_damage, out, &n_damaged, err);
+  const uint64_t n_parts = g != NULL ? g->n_tensors + 1 : 0;
+  const uint64_t n_bytes = g != NULL ? (uint64_t)g->size : 0;
+  npu_gguf_close(g);
+  if (st != NPULM_OK) return st;
+  if (n_damaged > 0) {
+    fprintf(out, "%s: %lld of %llu parts damaged\n", path, (long long)n_damaged,
+            (unsigned long long)n_parts);
+    return npu_fail(err, NPULM_ERR_FORMAT, "'%s' is damaged: %lld of its %llu parts fail their "
+                    "checksums", path, (long long)n_damaged, (unsigned long long)n_parts);
+  }
+  /* the bytes are as written: now everything a load checks */
+  npulm_model *m = NULL;
+  if ((st = npulm_model_open(path, &m, err)) != NPULM_OK) return st;
+  fprintf(out,
+          "%s: sound: %llu bytes in %llu parts (the header and %llu tensors) match their %s "
+          "checksums; %d graphs, their quantization and memory plan verified\n",
+          path, (unsigned long long)n_bytes, (unsigned long long)n_parts,
+          (unsigned long long)(n_parts - 1), NPU_GGUF_CHECKSUM_NAME, m->program->n_graphs);
+  npulm_model_close(m);
+  return NPULM_OK;
 }

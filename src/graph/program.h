@@ -120,12 +120,24 @@ const char *npu_fallback_reason(enum npu_op op, uint32_t float_ops);
 
 /* ---- Program file (program_file.c): a GGUF v3 container, format described there ---------- */
 
-#define NPU_PROGRAM_VERSION 4 /* 'npulm.program.version' this build writes and reads */
+#define NPU_PROGRAM_VERSION 5 /* 'npulm.program.version' this build writes and reads */
+#define NPU_PROGRAM_CHECKSUMS "npulm.checksums" /* their key (gguf_checksum.h) */
 
 /* Whether 'g' is a program file: '*is_program' is set when it has 'npulm.program.version'. A
  * version other than NPU_PROGRAM_VERSION is NPULM_ERR_UNSUPPORTED naming it; a value of the wrong
- * type is NPULM_ERR_FORMAT. Checked before anything else is read, so that a newer file says so. */
+ * type is NPULM_ERR_FORMAT. Checked before anything else is read, so that a newer file says so.
+ * Then every checksum of a program file is checked, so that nothing else is read from a damaged
+ * one: NPULM_ERR_FORMAT names the first damaged part (the header or a tensor) and its bytes. */
 npulm_status npu_program_file_check(const struct npu_gguf *g, bool *is_program, npulm_error *err);
+
+/* One damaged part of a program file: 'what' says which ("the header", "tensor 'NAME'"), its
+ * bytes are [begin, end). */
+typedef void (*npu_damage_fn)(void *user, const char *what, uint64_t begin, uint64_t end);
+/* Check every checksum of the program file 'g', calling 'damaged' (may be NULL) for each part
+ * that fails, and count them in '*n_damaged'. An error, as npu_program_file_check's, if 'g' is
+ * not a program file of this version or its checksums are missing or do not cover the file. */
+npulm_status npu_program_file_damage(const struct npu_gguf *g, npu_damage_fn damaged, void *user,
+                                     int64_t *n_damaged, npulm_error *err);
 
 /* Read the program stored in 'm->gguf' (a program file whose model 'm' is otherwise loaded): the
  * compile options, the weight-name list (which must equal npu_weight_table's), and every graph,
@@ -151,9 +163,9 @@ npulm_status npu_program_load(const struct npulm_model *m, struct npu_program **
 npulm_status npu_program_verify(const struct npulm_model *m, const struct npu_program *p,
                                 npulm_error *err);
 
-/* Write model 'm' with program 'p' as a program file at 'path'. 'progress' (may be NULL) is
- * called as tensor bytes (weights, then the sites' integer data) are written. A partial file is
- * removed on failure. */
+/* Write model 'm' with program 'p' as a program file at 'path', checksummed and atomically
+ * (npu_gguf_writer_open_file): on failure the file at 'path' is as it was. 'progress' (may be
+ * NULL) is called as tensor bytes (weights, then the sites' integer data) are written. */
 npulm_status npu_program_save(const struct npulm_model *m, const struct npu_program *p,
                               const char *path, npulm_progress_fn progress, void *user,
                               npulm_error *err);

@@ -2,18 +2,19 @@
  * memory plan, weights and, for an integer NPU, every NPU operation's integer data — as one
  * mmap-able file, read back as hostile input.
  *
- * Format, version 3. A program file is a GGUF v3 file (ggml/docs/gguf.md), so the bounds-checked
+ * Format, version 5. A program file is a GGUF v3 file (ggml/docs/gguf.md), so the bounds-checked
  * GGUF reader parses it, the model loader and the tokenizer read it unchanged, and the float
- * weights are used in place from the mapping. It holds:
+ * weights are used in place from the mapping. It is written whole or not at all (a temporary
+ * file renamed into place) and every byte of it is checksummed (gguf_checksum.h). It holds:
  *
  *   general.alignment          u32   64: every tensor's data starts on a cache line
  *   (the source model's metadata, value for value and in its order: general.*, {arch}.*,
  *    tokenizer.ggml.*; except general.alignment, the npulm.* keys of an earlier program, and
  *    general.file_type, which becomes 0 = all F32 where the source has it)
- *   npulm.program.version      u32   4; any other value is refused (NPULM_ERR_UNSUPPORTED: version
+ *   npulm.program.version      u32   5; any other value is refused (NPULM_ERR_UNSUPPORTED: version
  *                                    1 files, FP32 only, version 2 files, without attention on
- *                                    the integer NPU, and version 3 files, without its RMSNorm,
- *                                    must be recompiled)
+ *                                    the integer NPU, version 3 files, without its RMSNorm, and
+ *                                    version 4 files, without checksums, must be recompiled)
  *   npulm.compile.chunks       i32[] prefill chunk sizes, ascending (may be empty)
  *   npulm.compile.buckets      i32[] context buckets, ascending
  *   npulm.compile.float_ops    u32   ops the precision policy keeps in float: bits 1 << enum npu_op
@@ -55,6 +56,12 @@
  *                                    its table out of a matmul's packed weights of the same
  *                                    [n, k] (a tied embedding, stored once) that matmul's site;
  *                                    such a gather has no packed tensor of its own
+ *   npulm.checksums            u64[1 + n_tensors], the last key: XXH3-64 of the header (bytes
+ *                                    0 .. data offset, this array's values read as 0), then of
+ *                                    each tensor's data with its padding; the tensors lie back to
+ *                                    back to the end of the file, so every byte is covered. All
+ *                                    are checked when the file is opened, before any other key
+ *                                    but the version is read (npu_program_file_check).
  *
  *   tensors: every weight the model reads, under its GGUF name and shape, as F32 (a tied output
  *   is stored once, as token_embd.weight; a SmoothQuant program stores its smoothed weights);
@@ -103,7 +110,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "atomic_file.h"
 #include "common.h"
+#include "gguf_checksum.h"
 #include "gguf_write.h"
 #include "graph/program.h"
 #include "npu/supported.h"
@@ -118,6 +127,7 @@
 #define QTENSOR_FIELDS 3
 #define SMALL_TENSOR_BYTES (64u << 10) /* tensors below this are stored together, first */
 #define SITE_FIELDS 38
+#define DAMAGE_NAME_MAX 112 /* "tensor '...'" with up to 96 bytes of a name */
 #define SITE_QK 23      /* first field of the qk, softmax and pv parameters */
 #define SITE_SOFTMAX 28
 #define SITE_PV 30
@@ -1282,7 +1292,8 @@ npulm_status npu_program_verify(const struct npulm_model *m, const struct npu_pr
 
 /* ---- Loading -------------------------------------------------------------------------------- */
 
-npulm_status npu_program_file_check(const struct npu_gguf *g, bool *is_program, npulm_error *err) {
+/* The version check of npu_program_file_check. */
+static npulm_status check_version(const struct npu_gguf *g, bool *is_program, npulm_error *err) {
   *is_program = npu_gguf_find(g, KEY_VERSION) != NULL;
   if (!*is_program) return NPULM_OK;
   uint32_t version;
@@ -1293,6 +1304,65 @@ npulm_status npu_program_file_check(const struct npu_gguf *g, bool *is_program, 
                     "program file version %u is not supported (this npulm reads version %d; "
                     "recompile the model)",
                     version, NPU_PROGRAM_VERSION);
+  }
+  return NPULM_OK;
+}
+
+npulm_status npu_program_file_damage(const struct npu_gguf *g, npu_damage_fn damaged, void *user,
+                                     int64_t *n_damaged, npulm_error *err) {
+  *n_damaged = 0;
+  bool is_program;
+  npulm_status st = check_version(g, &is_program, err);
+  if (st != NPULM_OK) return st;
+  if (!is_program) return npu_fail(err, NPULM_ERR_FORMAT, "not a program file (no '%s')", KEY_VERSION);
+  struct npu_gguf_arr sums;
+  npulm_error inner;
+  if (npu_gguf_checksums_find(g, NPU_PROGRAM_CHECKSUMS, &sums, &inner) != NPULM_OK) {
+    return with_prefix(err, NPULM_ERR_FORMAT, "program file checksums", &inner);
+  }
+  for (uint64_t r = 0; r < sums.n; r++) {
+    if (npu_gguf_checksum_compute(g, &sums, r) == npu_gguf_checksum_stored(&sums, r)) continue;
+    ++*n_damaged;
+    if (damaged == NULL) continue;
+    char what[DAMAGE_NAME_MAX];
+    if (r == 0) {
+      snprintf(what, sizeof(what), "the header");
+    } else {
+      const struct npu_gguf_str *s = &g->tensors[r - 1].name;
+      snprintf(what, sizeof(what), "tensor '%.*s'", (int)(s->len < 96 ? s->len : 96), s->ptr);
+    }
+    uint64_t begin, end;
+    npu_gguf_region_bounds(g, r, &begin, &end);
+    damaged(user, what, begin, end);
+  }
+  return NPULM_OK;
+}
+
+struct first_damage {
+  char what[DAMAGE_NAME_MAX];
+  uint64_t begin, end;
+};
+
+static void note_first_damage(void *user, const char *what, uint64_t begin, uint64_t end) {
+  struct first_damage *f = user;
+  if (f->what[0] != '\0') return;
+  snprintf(f->what, sizeof(f->what), "%s", what);
+  f->begin = begin;
+  f->end = end;
+}
+
+npulm_status npu_program_file_check(const struct npu_gguf *g, bool *is_program, npulm_error *err) {
+  npulm_status st = check_version(g, is_program, err);
+  if (st != NPULM_OK || !*is_program) return st;
+  struct first_damage first = {0};
+  int64_t n;
+  if ((st = npu_program_file_damage(g, note_first_damage, &first, &n, err)) != NPULM_OK) return st;
+  if (n > 0) {
+    return npu_fail(err, NPULM_ERR_FORMAT,
+                    "program file is damaged: the checksum of %s (bytes %llu-%llu) does not match"
+                    "%s; `npulm verify` lists every damaged part",
+                    first.what, (unsigned long long)first.begin, (unsigned long long)first.end,
+                    n > 1 ? ", nor do others" : "");
   }
   return NPULM_OK;
 }
@@ -2199,6 +2269,13 @@ npulm_status npu_program_save(const struct npulm_model *m, const struct npu_prog
     st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
     goto fail;
   }
+  /* the written file would take the place of the one the weights are read from: even written
+   * safely, that destroys the user's model file, which is never what was meant */
+  if (m->gguf->owns_mapping && npu_file_is(path, m->gguf->file_dev, m->gguf->file_ino)) {
+    st = npu_fail(err, NPULM_ERR_ARG,
+                  "'%s' is the model's own file: write the program to another path", path);
+    goto fail;
+  }
   if ((st = npu_gguf_writer_open_file(path, &w, err)) != NPULM_OK) goto fail;
   npu_gguf_writer_add_u32(w, "general.alignment", FILE_ALIGNMENT);
   if ((st = copy_metadata(w, m->gguf, err)) != NPULM_OK) goto fail;
@@ -2206,6 +2283,7 @@ npulm_status npu_program_save(const struct npulm_model *m, const struct npu_prog
   /* the program */
   for (int32_t i = 0; i < p->n_weights; i++) weight_names[i] = p->weights[i].name;
   npu_gguf_writer_add_u32(w, KEY_VERSION, NPU_PROGRAM_VERSION);
+  npu_gguf_writer_add_checksums(w, NPU_PROGRAM_CHECKSUMS);
   npu_gguf_writer_add_arr(w, "npulm.compile.chunks", NPU_GGUF_I32, p->opts.chunks,
                           (size_t)p->opts.n_chunks);
   npu_gguf_writer_add_arr(w, "npulm.compile.buckets", NPU_GGUF_I32, p->opts.buckets,
