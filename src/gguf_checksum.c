@@ -6,6 +6,9 @@
 #include <xxhash.h>
 
 #include "common.h"
+#include "runtime/pages.h"
+
+#define CHECK_SLICE_BYTES (8u << 20)
 
 static uint64_t padded(uint64_t n, uint32_t alignment) {
   return (n + alignment - 1) / alignment * alignment;
@@ -63,7 +66,18 @@ uint64_t npu_gguf_checksum_compute(const struct npu_gguf *g, const struct npu_gg
                                    uint64_t r) {
   uint64_t begin, end;
   npu_gguf_region_bounds(g, r, &begin, &end);
-  if (r != 0) return XXH3_64bits(g->base + begin, (size_t)(end - begin));
+  if (r != 0) {
+    /* in slices, each given back after it is read: a file is checked whole at load, and the
+     * process need not keep the pages of weights it does not use (they stay in the page cache) */
+    XXH3_state_t state;
+    XXH3_64bits_reset(&state);
+    for (uint64_t at = begin; at < end; at += CHECK_SLICE_BYTES) {
+      const size_t k = (size_t)(end - at < CHECK_SLICE_BYTES ? end - at : CHECK_SLICE_BYTES);
+      XXH3_64bits_update(&state, g->base + at, k);
+      if (g->owns_mapping) npu_pages_release(g->base + at, k);
+    }
+    return XXH3_64bits_digest(&state);
+  }
   /* the header, with the stored checksums read as the zeros they were when it was hashed */
   static const uint8_t zeros[4096];
   XXH3_state_t state;
