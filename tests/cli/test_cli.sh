@@ -36,6 +36,14 @@ fails "run: truncated GGUF" "truncated" "$bin" run -m "$tmp/trunc.gguf" -p x
 printf 'not a model at all' >"$tmp/junk.gguf"
 fails "run: bad magic" "bad magic" "$bin" run -m "$tmp/junk.gguf" -p x
 fails "run: bad number" "not an integer" "$bin" run -m "$model" -n abc
+# strtof reads "inf" and "nan": no float option means them
+for opt in --temp --top-p --smooth-alpha --shadow-threshold; do
+  for v in inf -inf nan; do
+    fails "run: $opt $v" "option $opt: '$v' is not a finite number" "$bin" run -m "$model" -p x -n 1 $opt $v
+  done
+done
+fails "compile: --shadow-threshold inf" "option --shadow-threshold: 'inf' is not a finite number" \
+  "$bin" compile -m "$model" -o "$tmp/x.npu" --shadow-threshold inf
 fails "run: unknown option" "unknown option" "$bin" run --frobnicate
 fails "unknown command" "unknown command" "$bin" frobnicate
 
