@@ -2,6 +2,7 @@
  * shapes, tokenizer; and the model half of the public API. */
 #include "model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,8 +112,40 @@ npulm_status npu_config_read(const struct npu_gguf *g, struct npu_config *cfg, n
 
 /* ---- Weights -------------------------------------------------------------------------------- */
 
+/* The index of the first of x[0 .. n) that is NaN or infinite, or n if none. Whole blocks have
+ * their bits tested (exponent all ones) in a loop of fixed count that vectorizes; the block with
+ * one, or the tail, is searched value by value. One pass over the weights. */
+static uint64_t first_non_finite(const float *x, uint64_t n) {
+  enum { BLOCK = 1024 };
+  uint64_t i = 0;
+  for (; n - i >= BLOCK; i += BLOCK) {
+    uint32_t bad = 0;
+    for (int j = 0; j < BLOCK; j++) {
+      uint32_t bits;
+      memcpy(&bits, &x[i + (uint64_t)j], sizeof(bits));
+      bad |= (bits & 0x7f800000u) == 0x7f800000u;
+    }
+    if (bad) break;
+  }
+  for (; i < n; i++) {
+    if (!isfinite(x[i])) return i;
+  }
+  return n;
+}
+
+/* Refuse tensor 'name' (n values at 'x') if a value is not finite: no path could compute with
+ * it (the integer NPU's quantization cannot scale it; in float it turns the logits into NaN), so
+ * every path refuses it here, naming it, rather than each in its own way further on. */
+static npulm_status check_finite(const char *name, const float *x, uint64_t n, npulm_error *err) {
+  uint64_t at = first_non_finite(x, n);
+  if (at == n) return NPULM_OK;
+  return npu_fail(err, NPULM_ERR_FORMAT, "tensor '%s' has a value that is not finite: %g at %llu",
+                  name, (double)x[at], (unsigned long long)at);
+}
+
 /* Find tensor 'name' with exactly the shape {ne0, ne1} (ne1 = 0 for a vector) and return a float
- * view of it: the mapping itself for aligned F32 data, else a dequantized copy owned by 'm'. */
+ * view of it: the mapping itself for aligned F32 data, else a dequantized copy owned by 'm'.
+ * Every value must be finite. */
 static npulm_status load_tensor(struct npulm_model *m, const char *name, uint64_t ne0,
                                 uint64_t ne1, bool required, const float **out, npulm_error *err) {
   *out = NULL;
@@ -138,13 +171,14 @@ static npulm_status load_tensor(struct npulm_model *m, const char *name, uint64_
   m->n_params += t->n_elems;
   if (t->type == NPU_GGML_F32 && ((uintptr_t)t->data % _Alignof(float)) == 0) {
     *out = t->data;
-    return NPULM_OK;
+    return check_finite(name, *out, t->n_elems, err);
   }
   float *copy = malloc((size_t)t->n_elems * sizeof(float));
   if (copy == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory loading '%s'", name);
   m->owned[m->n_owned++] = copy; /* 'owned' has room for every tensor of the file */
   *out = copy;
-  return npu_gguf_tensor_to_f32(t, copy, err);
+  npulm_status st = npu_gguf_tensor_to_f32(t, copy, err);
+  return st != NPULM_OK ? st : check_finite(name, copy, t->n_elems, err);
 }
 
 static npulm_status load_layer(struct npulm_model *m, int l, npulm_error *err) {

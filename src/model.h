@@ -1,6 +1,6 @@
-/* Llama-family models read from GGUF: the configuration, FP32 views of every weight, and the
- * tokenizer. Weights stored as F32 are used in place (zero-copy); other types are dequantized
- * once at load. */
+/* Llama-family models read from GGUF: the configuration, FP32 views of every weight (each value
+ * checked finite), and the tokenizer. Weights stored as F32 are used in place (zero-copy); other
+ * types are dequantized once at load. */
 #ifndef NPU_MODEL_H
 #define NPU_MODEL_H
 

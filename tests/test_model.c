@@ -14,6 +14,9 @@ struct breakage {
   const char *wide_tensor;  /* give this tensor a wrong row length */
   uint32_t matrix_type;     /* ggml type of the matrices (default F32) */
   uint32_t heads_kv;        /* attention.head_count_kv (default 1) */
+  const char *bad_tensor;   /* write 'bad_bits' into element 'bad_at' of this tensor */
+  size_t bad_at;            /* an element of it */
+  uint32_t bad_bits;        /* F32 bits, or F16 bits in an F16 matrix */
 };
 
 enum { DIM = 32, HEADS = 2, FFN = 64, VOCAB = 259 + 5 };
@@ -63,6 +66,8 @@ static void write_tiny(const char *path, const struct breakage *b) {
       {"blk.0.ffn_down.weight", FFN, DIM},
   };
   size_t n_declared = 0, idx[16];
+  const char *declared[16];
+  uint32_t declared_type[16];
   for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++) {
     if (b->skip_tensor != NULL && strcmp(b->skip_tensor, specs[i].name) == 0) continue;
     uint64_t ne[2] = {specs[i].ne0, specs[i].ne1};
@@ -71,6 +76,8 @@ static void write_tiny(const char *path, const struct breakage *b) {
     assert_int_equal(npu_gguf_writer_add_tensor(w, specs[i].name, type, specs[i].ne1 ? 2 : 1, ne,
                                                 &idx[n_declared]),
                      NPULM_OK);
+    declared[n_declared] = specs[i].name;
+    declared_type[n_declared] = type;
     n_declared++;
   }
   for (size_t i = 0; i < n_declared; i++) {
@@ -79,6 +86,14 @@ static void write_tiny(const char *path, const struct breakage *b) {
     for (size_t j = 0; j + 4 <= nbytes; j += 4) {
       float v = 0.01f * (float)((j / 4) % 7);
       memcpy(data + j, &v, 4);
+    }
+    if (b->bad_tensor != NULL && strcmp(b->bad_tensor, declared[i]) == 0) {
+      uint16_t bits16 = (uint16_t)b->bad_bits;
+      if (declared_type[i] == NPU_GGML_F16) {
+        memcpy(data + b->bad_at * 2, &bits16, 2);
+      } else {
+        memcpy(data + b->bad_at * 4, &b->bad_bits, 4);
+      }
     }
     assert_int_equal(npu_gguf_writer_write_tensor(w, idx[i], data, &err), NPULM_OK);
     free(data);
@@ -160,6 +175,50 @@ static void test_unsupported(void **state) {
   expect_open(&gqa, NPULM_ERR_FORMAT, "KV heads");
 }
 
+/* A weight that is not finite is refused at open, naming the tensor, whether it is used in place
+ * (F32) or dequantized (F16): the FP32 reference and the f32 program compute from these views as
+ * the integer NPU's quantization does, so none of them gets a model it cannot run. */
+static void test_non_finite_weights(void **state) {
+  (void)state;
+  /* (token_embd has 8448 values: whole blocks of 1024 and a tail of 256) */
+  const struct {
+    struct breakage b;
+    const char *want;
+  } bad[] = {
+      {{.bad_tensor = "blk.0.attn_q.weight", .bad_at = 5, .bad_bits = 0x7fc00000}, "nan at 5"},
+      {{.bad_tensor = "blk.0.ffn_down.weight", .bad_at = 0, .bad_bits = 0x7f800000}, ": inf at 0"},
+      {{.bad_tensor = "token_embd.weight", .bad_at = 2047, .bad_bits = 0xff800000}, "-inf at 2047"},
+      {{.bad_tensor = "token_embd.weight", .bad_at = 8447, .bad_bits = 0x7f800001}, "nan at 8447"},
+      {{.bad_tensor = "output_norm.weight", .bad_at = DIM - 1, .bad_bits = 0xffc00001},
+       "nan at 31"},
+      {{.bad_tensor = "blk.0.ffn_up.weight",
+        .matrix_type = NPU_GGML_F16,
+        .bad_at = 1500,
+        .bad_bits = 0x7e00},
+       "nan at 1500"},
+      {{.bad_tensor = "blk.0.attn_v.weight",
+        .matrix_type = NPU_GGML_F16,
+        .bad_at = 7,
+        .bad_bits = 0xfc00},
+       "-inf at 7"},
+  };
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    char want[128];
+    snprintf(want, sizeof(want),
+             "tensor '%s' has a value that is not finite: ", bad[i].b.bad_tensor);
+    expect_open(&bad[i].b, NPULM_ERR_FORMAT, want);
+    expect_open(&bad[i].b, NPULM_ERR_FORMAT, bad[i].want); /* (the sign of a NaN is not asserted) */
+  }
+  /* the largest finite values are no reason to refuse */
+  struct breakage big = {.bad_tensor = "blk.0.attn_q.weight", .bad_at = 5, .bad_bits = 0x7f7fffff};
+  expect_open(&big, NPULM_OK, NULL);
+  struct breakage big16 = {.bad_tensor = "blk.0.ffn_up.weight",
+                           .matrix_type = NPU_GGML_F16,
+                           .bad_at = 5,
+                           .bad_bits = 0xfbff};
+  expect_open(&big16, NPULM_OK, NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tiny_model_opens),
@@ -167,6 +226,7 @@ int main(void) {
       cmocka_unit_test(test_wrong_shapes),
       cmocka_unit_test(test_missing_keys),
       cmocka_unit_test(test_unsupported),
+      cmocka_unit_test(test_non_finite_weights),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -36,6 +36,14 @@ fails "run: truncated GGUF" "truncated" "$bin" run -m "$tmp/trunc.gguf" -p x
 printf 'not a model at all' >"$tmp/junk.gguf"
 fails "run: bad magic" "bad magic" "$bin" run -m "$tmp/junk.gguf" -p x
 fails "run: bad number" "not an integer" "$bin" run -m "$model" -n abc
+# a NaN weight: the last 4 bytes of stories260K.gguf are the last value of its last tensor,
+# output_norm.weight; the FP32 reference, the f32 program and the integer NPU all refuse it
+cat "$model" >"$tmp/nan.gguf"
+printf '\000\000\300\177' | dd of="$tmp/nan.gguf" bs=1 seek=$(($(wc -c <"$tmp/nan.gguf") - 4)) conv=notrunc 2>/dev/null
+for engine in --reference "--quant f32" "--quant w8a8-smooth"; do
+  fails "run $engine: a NaN weight" "tensor 'output_norm.weight' has a value that is not finite: nan at 63" \
+    "$bin" run -m "$tmp/nan.gguf" -p x -n 1 $engine
+done
 # strtof reads "inf" and "nan": no float option means them
 for opt in --temp --top-p --smooth-alpha --shadow-threshold; do
   for v in inf -inf nan; do
