@@ -43,6 +43,14 @@ static npulm_status arch_float(const struct npu_gguf *g, const char *arch, const
   return st;
 }
 
+/* general.name into cfg->name (left as is when absent). */
+static void read_name(const struct npu_gguf *g, struct npu_config *cfg) {
+  struct npu_gguf_str s;
+  if (npu_gguf_get_str(g, "general.name", &s, NULL) == NPULM_OK) {
+    snprintf(cfg->name, sizeof(cfg->name), "%.*s", (int)(s.len < 127 ? s.len : 127), s.ptr);
+  }
+}
+
 npulm_status npu_config_read(const struct npu_gguf *g, struct npu_config *cfg, npulm_error *err) {
   memset(cfg, 0, sizeof(*cfg));
   struct npu_gguf_str s;
@@ -63,9 +71,7 @@ npulm_status npu_config_read(const struct npu_gguf *g, struct npu_config *cfg, n
                     "architecture '%.*s' is not supported (llama and qwen2 are)",
                     (int)(s.len < 64 ? s.len : 64), s.ptr);
   }
-  if (npu_gguf_get_str(g, "general.name", &s, NULL) == NPULM_OK) {
-    snprintf(cfg->name, sizeof(cfg->name), "%.*s", (int)(s.len < 127 ? s.len : 127), s.ptr);
-  }
+  read_name(g, cfg);
   enum { MAX_WIDTH = 1 << 17, MAX_LAYERS = 1024, MAX_HEADS = 1024, MAX_CTX = 1 << 24 };
   if ((st = arch_int(g, arch, "embedding_length", MAX_WIDTH, &cfg->dim, err)) ||
       (st = arch_int(g, arch, "block_count", MAX_LAYERS, &cfg->n_layers, err)) ||
@@ -108,6 +114,11 @@ npulm_status npu_config_read(const struct npu_gguf *g, struct npu_config *cfg, n
     return st;
   }
   return NPULM_OK;
+}
+
+npulm_status npu_config_check_weights(const struct npu_config *cfg, npulm_error *err) {
+  if (!cfg->vocab_only) return NPULM_OK;
+  return npu_fail(err, NPULM_ERR_ARG, "the model was opened for its vocabulary only: no weights");
 }
 
 /* ---- Weights -------------------------------------------------------------------------------- */
@@ -250,6 +261,13 @@ static npulm_status load_weights(struct npulm_model *m, npulm_error *err) {
   return NPULM_OK;
 }
 
+/* A file without tensors (llama.cpp's vocabulary files are such) has nothing to run. */
+static npulm_status check_has_tensors(const struct npu_gguf *g, npulm_error *err) {
+  if (g->n_tensors > 0) return NPULM_OK;
+  return npu_fail(err, NPULM_ERR_FORMAT,
+                  "the file has no tensors: a vocabulary only, with no weights to run");
+}
+
 npulm_status npulm_model_open(const char *path, npulm_model **model_out, npulm_error *err) {
   *model_out = NULL;
   struct npulm_model *m = calloc(1, sizeof(*m));
@@ -258,14 +276,29 @@ npulm_status npulm_model_open(const char *path, npulm_model **model_out, npulm_e
   bool is_program = false;
   /* a program file (one with npulm.program.version) is a GGUF with the compiled graphs added:
    * its version is checked first, so that a newer file says so instead of failing further on */
-  if ((st = npu_gguf_open(path, &m->gguf, err)) ||
+  if ((st = npu_gguf_open(path, &m->gguf, err)) || (st = check_has_tensors(m->gguf, err)) ||
       (st = npu_program_file_check(m->gguf, &is_program, err)) ||
-      (st = npu_config_read(m->gguf, &m->cfg, err)) ||
-      (st = npu_tok_load(m->gguf, &m->tok, err)) || (st = load_weights(m, err)) ||
-      (is_program && (st = npu_program_load(m, &m->program, err)))) {
+      (st = npu_config_read(m->gguf, &m->cfg, err)) || (st = npu_tok_load(m->gguf, &m->tok, err)) ||
+      (st = load_weights(m, err)) || (is_program && (st = npu_program_load(m, &m->program, err)))) {
     npulm_model_close(m);
     return st;
   }
+  *model_out = m;
+  return NPULM_OK;
+}
+
+npulm_status npulm_model_open_vocab(const char *path, npulm_model **model_out, npulm_error *err) {
+  *model_out = NULL;
+  struct npulm_model *m = calloc(1, sizeof(*m));
+  if (m == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  npulm_status st;
+  if ((st = npu_gguf_open(path, &m->gguf, err)) || (st = npu_tok_load(m->gguf, &m->tok, err))) {
+    npulm_model_close(m);
+    return st;
+  }
+  m->cfg.vocab_only = true;
+  m->cfg.n_vocab = npu_tok_n_vocab(m->tok);
+  read_name(m->gguf, &m->cfg);
   *model_out = m;
   return NPULM_OK;
 }
@@ -284,7 +317,7 @@ void npulm_model_close(npulm_model *m) {
 void npulm_model_get_info(const npulm_model *m, npulm_model_info *info) {
   const struct npu_config *c = &m->cfg;
   memset(info, 0, sizeof(*info));
-  info->arch = c->arch == NPU_ARCH_QWEN2 ? "qwen2" : "llama";
+  info->arch = c->vocab_only ? "" : c->arch == NPU_ARCH_QWEN2 ? "qwen2" : "llama";
   info->name = c->name;
   info->n_vocab = c->n_vocab;
   info->dim = c->dim;

@@ -17,6 +17,7 @@ struct breakage {
   const char *bad_tensor;   /* write 'bad_bits' into element 'bad_at' of this tensor */
   size_t bad_at;            /* an element of it */
   uint32_t bad_bits;        /* F32 bits, or F16 bits in an F16 matrix */
+  bool no_tensors;          /* a vocabulary only, as llama.cpp's ggml-vocab-*.gguf files */
 };
 
 enum { DIM = 32, HEADS = 2, FFN = 64, VOCAB = 259 + 5 };
@@ -69,6 +70,7 @@ static void write_tiny(const char *path, const struct breakage *b) {
   const char *declared[16];
   uint32_t declared_type[16];
   for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++) {
+    if (b->no_tensors) break;
     if (b->skip_tensor != NULL && strcmp(b->skip_tensor, specs[i].name) == 0) continue;
     uint64_t ne[2] = {specs[i].ne0, specs[i].ne1};
     if (b->wide_tensor != NULL && strcmp(b->wide_tensor, specs[i].name) == 0) ne[0] += 32;
@@ -219,6 +221,92 @@ static void test_non_finite_weights(void **state) {
   expect_open(&big16, NPULM_OK, NULL);
 }
 
+/* A vocabulary-only file opens with npulm_model_open_vocab (so does a whole model, without its
+ * weights) and tokenizes as the model does; npulm_model_open refuses it, and a model opened for its
+ * vocabulary cannot be compiled or run. */
+static void test_vocab_only(void **state) {
+  (void)state;
+  char vocab[] = "/tmp/npulm-test-vocab-XXXXXX", full[] = "/tmp/npulm-test-model-XXXXXX";
+  int fd1 = mkstemp(vocab), fd2 = mkstemp(full);
+  assert_true(fd1 >= 0 && fd2 >= 0);
+  close(fd1);
+  close(fd2);
+  write_tiny(vocab, &(struct breakage){.no_tensors = true});
+  write_tiny(full, &(struct breakage){0});
+  npulm_model *m = NULL, *v = NULL, *vf = NULL;
+  npulm_error err = {{0}};
+  assert_int_equal(npulm_model_open(vocab, &m, &err), NPULM_ERR_FORMAT);
+  assert_null(m);
+  assert_non_null(strstr(err.msg, "no tensors: a vocabulary only"));
+  assert_int_equal(npulm_model_open(full, &m, &err), NPULM_OK);
+  assert_int_equal(npulm_model_open_vocab(vocab, &v, &err), NPULM_OK);
+  assert_int_equal(npulm_model_open_vocab(full, &vf, &err), NPULM_OK);
+  unlink(vocab);
+  unlink(full);
+
+  /* the same ids and pieces as the whole model's */
+  const char *text = "ab c\xff";
+  int32_t want[16], got[16];
+  size_t n_want, n_got;
+  assert_int_equal(npulm_tokenize(m, text, strlen(text), true, true, want, 16, &n_want, &err),
+                   NPULM_OK);
+  assert_true(n_want > 4);
+  npulm_model *vocabs[] = {v, vf};
+  for (int i = 0; i < 2; i++) {
+    npulm_model *x = vocabs[i];
+    assert_int_equal(npulm_tokenize(x, text, strlen(text), true, true, got, 16, &n_got, &err),
+                     NPULM_OK);
+    assert_int_equal(n_got, n_want);
+    assert_memory_equal(got, want, n_want * sizeof(int32_t));
+    char a[16], b[16];
+    for (size_t t = 0; t < n_want; t++) {
+      int32_t prev = t > 0 ? want[t - 1] : -1;
+      size_t la = npulm_token_to_piece(m, prev, want[t], a, sizeof(a));
+      assert_int_equal(npulm_token_to_piece(x, prev, want[t], b, sizeof(b)), la);
+      assert_memory_equal(a, b, la);
+      assert_string_equal(npulm_token_text(x, want[t]), npulm_token_text(m, want[t]));
+    }
+    assert_true(npulm_token_is_eog(x, 2));
+    npulm_model_info info;
+    npulm_model_get_info(x, &info);
+    assert_string_equal(info.arch, "");
+    assert_int_equal(info.n_vocab, VOCAB);
+    assert_int_equal(info.bos_id, 1);
+    assert_int_equal(info.eos_id, 2);
+    assert_true(info.add_bos);
+    assert_int_equal(info.n_layers, 0);
+    assert_int_equal(info.n_params, 0);
+
+    /* nothing to compile or run */
+    assert_false(npulm_model_has_program(x));
+    assert_int_equal(npulm_model_compile(x, NULL, &err), NPULM_ERR_ARG);
+    assert_non_null(strstr(err.msg, "vocabulary only"));
+    for (int reference = 0; reference < 2; reference++) {
+      npulm_session_params sp = npulm_session_default_params();
+      sp.reference = reference;
+      npulm_session *s = NULL;
+      err.msg[0] = '\0';
+      assert_int_equal(npulm_session_create(x, &sp, &s, &err), NPULM_ERR_ARG);
+      assert_null(s);
+      assert_non_null(strstr(err.msg, "vocabulary only"));
+    }
+    npulm_ppl_result ppl;
+    for (int reference = 0; reference < 2; reference++) {
+      err.msg[0] = '\0';
+      assert_int_equal((reference ? npulm_perplexity_reference : npulm_perplexity)(
+                           x, "ab ab ab ab ab ab", 17, 4, 1, NULL, NULL, &ppl, &err),
+                       NPULM_ERR_ARG);
+      assert_non_null(strstr(err.msg, "vocabulary only"));
+    }
+    npulm_diff_report *r = NULL;
+    assert_int_equal(npulm_diff(x, "ab", 2, &r, &err), NPULM_ERR_ARG);
+    assert_null(r);
+    assert_non_null(strstr(err.msg, "vocabulary only"));
+    npulm_model_close(x);
+  }
+  npulm_model_close(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tiny_model_opens),
@@ -227,6 +315,7 @@ int main(void) {
       cmocka_unit_test(test_missing_keys),
       cmocka_unit_test(test_unsupported),
       cmocka_unit_test(test_non_finite_weights),
+      cmocka_unit_test(test_vocab_only),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -60,6 +60,36 @@ tok() { [ "$("$bin" tokenize -m "$model" -p "Hello world")" = "$("$bin" tokenize
   "$bin" tokenize -m "$model" -p "Hello" --bos | grep -q '^\[1, '; }
 check "tokenize: prints [id, ...], --bos prepends BOS" tok
 
+# tokenize reads a vocabulary-only GGUF (llama.cpp's test vocabularies, of any architecture, as
+# llama-tokenize does): every case of FILE.inp (texts between "\n__ggml_vocab_test__\n" lines; no
+# special-token text in them) gives the ids of its line of FILE.out (without BOS)
+vocab_cases() {
+  f=$shared/data/vocab/$1
+  n_cases=$(wc -l <"$f.out")
+  [ "$n_cases" -gt 40 ] || return 1
+  k=1
+  while [ "$k" -le "$n_cases" ]; do
+    text=$(awk -v k="$k" 'BEGIN { RS = "\n__ggml_vocab_test__\n" } NR == k { printf "%s", $0 }' "$f.inp"; echo x)
+    text=${text%x} # (the x keeps a text's trailing newlines)
+    want=$(sed -n "${k}p" "$f.out" | sed 's/^ //; s/ /, /g')
+    got=$("$bin" tokenize -m "$f" -p "$text") || return 1
+    if [ "$got" != "[$want]" ]; then echo "case $k: want [$want], got $got"; return 1; fi
+    k=$((k + 1))
+  done
+}
+for v in llama-spm phi-3 gpt-2 starcoder falcon deepseek-coder; do
+  check "tokenize: vocabulary-only ggml-vocab-$v.gguf gives llama.cpp's ids" vocab_cases "ggml-vocab-$v.gguf"
+done
+vocab_text() { "$bin" tokenize -m "$shared/data/vocab/ggml-vocab-llama-spm.gguf" -p "Hi" --bos --text >"$tmp/tok" &&
+  [ "$(sed -n 1p "$tmp/tok")" = "[1, 6324]" ] && grep -q "^  6324 -> '▁Hi' 'Hi'$" "$tmp/tok"; }
+check "tokenize: --bos and --text on a vocabulary-only GGUF" vocab_text
+vocab=$shared/data/vocab/ggml-vocab-gpt-2.gguf
+fails "run: a vocabulary-only GGUF" "no tensors: a vocabulary only" "$bin" run -m "$vocab" -p x
+fails "compile: a vocabulary-only GGUF" "no tensors" "$bin" compile -m "$vocab" -o "$tmp/x.npu"
+fails "inspect: a vocabulary-only GGUF" "no tensors" "$bin" inspect "$vocab"
+fails "ppl: a vocabulary-only GGUF" "no tensors" "$bin" ppl -m "$vocab" -f "$shared/data/tinystories-valid.txt"
+fails "diff: a vocabulary-only GGUF" "no tensors" "$bin" diff -m "$vocab" -p x
+
 ppl_short() { "$bin" ppl -m "$model" -f "$shared/data/tinystories-valid.txt" -c 128 -t 2 >"$tmp/ppl" 2>/dev/null &&
   grep -q "^Final estimate: PPL = " "$tmp/ppl"; }
 check "ppl: prints a final estimate" ppl_short
