@@ -58,9 +58,16 @@ typedef struct npulm_model_info {
   uint64_t n_params;
 } npulm_model_info;
 
-/* Open a GGUF model (llama or qwen2 architecture). The file is mapped and checked; weights that
- * are not F32 are dequantized once. Return NPULM_OK and '*model_out', or an error. */
+/* Open a GGUF model (llama or qwen2 architecture). The file is mapped and checked (a weight that
+ * is NaN or infinite is NPULM_ERR_FORMAT, naming its tensor); weights that are not F32 are
+ * dequantized once. Return NPULM_OK and '*model_out', or an error. */
 npulm_status npulm_model_open(const char *path, npulm_model **model_out, npulm_error *err);
+/* Open only the tokenizer of a GGUF file: a model, a program file, or a vocabulary-only file such
+ * as llama.cpp's ggml-vocab-*.gguf (any architecture; npulm_model_open refuses one, as it has no
+ * tensors). No weight is read. The model serves the tokenizer calls, npulm_model_get_info (the
+ * vocabulary's fields and name; arch "" and the shape 0) and npulm_model_close; compiling it or
+ * creating a session on it is NPULM_ERR_ARG. */
+npulm_status npulm_model_open_vocab(const char *path, npulm_model **model_out, npulm_error *err);
 void npulm_model_close(npulm_model *model); /* accepts NULL */
 void npulm_model_get_info(const npulm_model *model, npulm_model_info *info_out);
 

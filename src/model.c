@@ -2,6 +2,7 @@
  * shapes, tokenizer; and the model half of the public API. */
 #include "model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,14 @@ static npulm_status arch_float(const struct npu_gguf *g, const char *arch, const
   return st;
 }
 
+/* general.name into cfg->name (left as is when absent). */
+static void read_name(const struct npu_gguf *g, struct npu_config *cfg) {
+  struct npu_gguf_str s;
+  if (npu_gguf_get_str(g, "general.name", &s, NULL) == NPULM_OK) {
+    snprintf(cfg->name, sizeof(cfg->name), "%.*s", (int)(s.len < 127 ? s.len : 127), s.ptr);
+  }
+}
+
 npulm_status npu_config_read(const struct npu_gguf *g, struct npu_config *cfg, npulm_error *err) {
   memset(cfg, 0, sizeof(*cfg));
   struct npu_gguf_str s;
@@ -62,9 +71,7 @@ npulm_status npu_config_read(const struct npu_gguf *g, struct npu_config *cfg, n
                     "architecture '%.*s' is not supported (llama and qwen2 are)",
                     (int)(s.len < 64 ? s.len : 64), s.ptr);
   }
-  if (npu_gguf_get_str(g, "general.name", &s, NULL) == NPULM_OK) {
-    snprintf(cfg->name, sizeof(cfg->name), "%.*s", (int)(s.len < 127 ? s.len : 127), s.ptr);
-  }
+  read_name(g, cfg);
   enum { MAX_WIDTH = 1 << 17, MAX_LAYERS = 1024, MAX_HEADS = 1024, MAX_CTX = 1 << 24 };
   if ((st = arch_int(g, arch, "embedding_length", MAX_WIDTH, &cfg->dim, err)) ||
       (st = arch_int(g, arch, "block_count", MAX_LAYERS, &cfg->n_layers, err)) ||
@@ -109,10 +116,47 @@ npulm_status npu_config_read(const struct npu_gguf *g, struct npu_config *cfg, n
   return NPULM_OK;
 }
 
+npulm_status npu_config_check_weights(const struct npu_config *cfg, npulm_error *err) {
+  if (!cfg->vocab_only) return NPULM_OK;
+  return npu_fail(err, NPULM_ERR_ARG, "the model was opened for its vocabulary only: no weights");
+}
+
 /* ---- Weights -------------------------------------------------------------------------------- */
 
+/* The index of the first of x[0 .. n) that is NaN or infinite, or n if none. Whole blocks have
+ * their bits tested (exponent all ones) in a loop of fixed count that vectorizes; the block with
+ * one, or the tail, is searched value by value. One pass over the weights. */
+static uint64_t first_non_finite(const float *x, uint64_t n) {
+  enum { BLOCK = 1024 };
+  uint64_t i = 0;
+  for (; n - i >= BLOCK; i += BLOCK) {
+    uint32_t bad = 0;
+    for (int j = 0; j < BLOCK; j++) {
+      uint32_t bits;
+      memcpy(&bits, &x[i + (uint64_t)j], sizeof(bits));
+      bad |= (bits & 0x7f800000u) == 0x7f800000u;
+    }
+    if (bad) break;
+  }
+  for (; i < n; i++) {
+    if (!isfinite(x[i])) return i;
+  }
+  return n;
+}
+
+/* Refuse tensor 'name' (n values at 'x') if a value is not finite: no path could compute with
+ * it (the integer NPU's quantization cannot scale it; in float it turns the logits into NaN), so
+ * every path refuses it here, naming it, rather than each in its own way further on. */
+static npulm_status check_finite(const char *name, const float *x, uint64_t n, npulm_error *err) {
+  uint64_t at = first_non_finite(x, n);
+  if (at == n) return NPULM_OK;
+  return npu_fail(err, NPULM_ERR_FORMAT, "tensor '%s' has a value that is not finite: %g at %llu",
+                  name, (double)x[at], (unsigned long long)at);
+}
+
 /* Find tensor 'name' with exactly the shape {ne0, ne1} (ne1 = 0 for a vector) and return a float
- * view of it: the mapping itself for aligned F32 data, else a dequantized copy owned by 'm'. */
+ * view of it: the mapping itself for aligned F32 data, else a dequantized copy owned by 'm'.
+ * Every value must be finite. */
 static npulm_status load_tensor(struct npulm_model *m, const char *name, uint64_t ne0,
                                 uint64_t ne1, bool required, const float **out, npulm_error *err) {
   *out = NULL;
@@ -138,13 +182,14 @@ static npulm_status load_tensor(struct npulm_model *m, const char *name, uint64_
   m->n_params += t->n_elems;
   if (t->type == NPU_GGML_F32 && ((uintptr_t)t->data % _Alignof(float)) == 0) {
     *out = t->data;
-    return NPULM_OK;
+    return check_finite(name, *out, t->n_elems, err);
   }
   float *copy = malloc((size_t)t->n_elems * sizeof(float));
   if (copy == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory loading '%s'", name);
   m->owned[m->n_owned++] = copy; /* 'owned' has room for every tensor of the file */
   *out = copy;
-  return npu_gguf_tensor_to_f32(t, copy, err);
+  npulm_status st = npu_gguf_tensor_to_f32(t, copy, err);
+  return st != NPULM_OK ? st : check_finite(name, copy, t->n_elems, err);
 }
 
 static npulm_status load_layer(struct npulm_model *m, int l, npulm_error *err) {
@@ -216,6 +261,13 @@ static npulm_status load_weights(struct npulm_model *m, npulm_error *err) {
   return NPULM_OK;
 }
 
+/* A file without tensors (llama.cpp's vocabulary files are such) has nothing to run. */
+static npulm_status check_has_tensors(const struct npu_gguf *g, npulm_error *err) {
+  if (g->n_tensors > 0) return NPULM_OK;
+  return npu_fail(err, NPULM_ERR_FORMAT,
+                  "the file has no tensors: a vocabulary only, with no weights to run");
+}
+
 npulm_status npulm_model_open(const char *path, npulm_model **model_out, npulm_error *err) {
   *model_out = NULL;
   struct npulm_model *m = calloc(1, sizeof(*m));
@@ -224,14 +276,29 @@ npulm_status npulm_model_open(const char *path, npulm_model **model_out, npulm_e
   bool is_program = false;
   /* a program file (one with npulm.program.version) is a GGUF with the compiled graphs added:
    * its version is checked first, so that a newer file says so instead of failing further on */
-  if ((st = npu_gguf_open(path, &m->gguf, err)) ||
+  if ((st = npu_gguf_open(path, &m->gguf, err)) || (st = check_has_tensors(m->gguf, err)) ||
       (st = npu_program_file_check(m->gguf, &is_program, err)) ||
-      (st = npu_config_read(m->gguf, &m->cfg, err)) ||
-      (st = npu_tok_load(m->gguf, &m->tok, err)) || (st = load_weights(m, err)) ||
-      (is_program && (st = npu_program_load(m, &m->program, err)))) {
+      (st = npu_config_read(m->gguf, &m->cfg, err)) || (st = npu_tok_load(m->gguf, &m->tok, err)) ||
+      (st = load_weights(m, err)) || (is_program && (st = npu_program_load(m, &m->program, err)))) {
     npulm_model_close(m);
     return st;
   }
+  *model_out = m;
+  return NPULM_OK;
+}
+
+npulm_status npulm_model_open_vocab(const char *path, npulm_model **model_out, npulm_error *err) {
+  *model_out = NULL;
+  struct npulm_model *m = calloc(1, sizeof(*m));
+  if (m == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  npulm_status st;
+  if ((st = npu_gguf_open(path, &m->gguf, err)) || (st = npu_tok_load(m->gguf, &m->tok, err))) {
+    npulm_model_close(m);
+    return st;
+  }
+  m->cfg.vocab_only = true;
+  m->cfg.n_vocab = npu_tok_n_vocab(m->tok);
+  read_name(m->gguf, &m->cfg);
   *model_out = m;
   return NPULM_OK;
 }
@@ -250,7 +317,7 @@ void npulm_model_close(npulm_model *m) {
 void npulm_model_get_info(const npulm_model *m, npulm_model_info *info) {
   const struct npu_config *c = &m->cfg;
   memset(info, 0, sizeof(*info));
-  info->arch = c->arch == NPU_ARCH_QWEN2 ? "qwen2" : "llama";
+  info->arch = c->vocab_only ? "" : c->arch == NPU_ARCH_QWEN2 ? "qwen2" : "llama";
   info->name = c->name;
   info->n_vocab = c->n_vocab;
   info->dim = c->dim;

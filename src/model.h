@@ -1,6 +1,6 @@
-/* Llama-family models read from GGUF: the configuration, FP32 views of every weight, and the
- * tokenizer. Weights stored as F32 are used in place (zero-copy); other types are dequantized
- * once at load. */
+/* Llama-family models read from GGUF: the configuration, FP32 views of every weight (each value
+ * checked finite), and the tokenizer. Weights stored as F32 are used in place (zero-copy); other
+ * types are dequantized once at load. */
 #ifndef NPU_MODEL_H
 #define NPU_MODEL_H
 
@@ -34,6 +34,8 @@ struct npu_config {
   float rms_eps;
   bool tied_output;
   bool has_qkv_bias; /* qwen2 */
+  bool vocab_only;   /* opened by npulm_model_open_vocab: no weights, and every field but n_vocab
+                        and name is 0 */
   char name[128];
 };
 
@@ -79,5 +81,9 @@ npulm_status npu_tokenize_alloc(const struct npulm_model *m, const char *text, s
 
 /* Read the configuration of 'g' (keys as llama.cpp writes them) and check it is coherent. */
 npulm_status npu_config_read(const struct npu_gguf *g, struct npu_config *cfg, npulm_error *err);
+
+/* NPULM_ERR_ARG if 'cfg' is a model's that has no weights (cfg->vocab_only): what compiles or
+ * runs a model checks this first. */
+npulm_status npu_config_check_weights(const struct npu_config *cfg, npulm_error *err);
 
 #endif /* NPU_MODEL_H */

@@ -498,7 +498,12 @@ npulm_status npu_tok_load(const struct npu_gguf *g, struct npu_tok **out, npulm_
       tok->score[i] = isnan(v) || v < -FLT_MAX ? -INFINITY : v > FLT_MAX ? INFINITY : (float)v;
     }
     double t = has_types ? npu_gguf_arr_num(&types, i) : NPU_TOK_NORMAL;
-    tok->type[i] = t >= NPU_TOK_NORMAL && t <= NPU_TOK_BYTE ? (uint8_t)t : NPU_TOK_UNDEFINED;
+    if (!(t >= NPU_TOK_UNDEFINED && t <= NPU_TOK_BYTE)) { /* (an integer array: t is whole) */
+      st = npu_fail(err, NPULM_ERR_FORMAT,
+                    "%s[%zu] = %.0f is not a token type (0 undefined .. 6 byte)", KEY_TYPES, i, t);
+      goto fail;
+    }
+    tok->type[i] = (uint8_t)t;
     tok->byte_val[i] = (int16_t)(tok->type[i] == NPU_TOK_BYTE
                                      ? parse_byte_token(tok->pool + tok->off[i], tok->len[i])
                                      : -1);

@@ -148,8 +148,8 @@ static void write_tiny(const char *path, const struct tiny *t) {
   for (int i = 0; i < n; i++) {
     size_t count = (size_t)(specs[i].ne0 * (specs[i].ne1 ? specs[i].ne1 : 1));
     uint32_t type = specs[i].ne1 ? t->mtype : NPU_GGML_F32;
-    uint8_t *data = malloc(count * 4);
-    assert_non_null(data);
+    uint8_t *data = malloc(count * 4), *q8 = malloc(count / 32 * NPU_Q8_0_BLOCK_BYTES + 1);
+    assert_true(data != NULL && q8 != NULL);
     for (size_t j = 0; j < count; j++) {
       float v = (float)((int64_t)(test_rand(&seed) % 2001) - 1000) / 5000.0f;
       if (specs[i].ne1 == 0) v = 1.0f + v; /* norms near 1, rope divisors positive */
@@ -160,8 +160,12 @@ static void write_tiny(const char *path, const struct tiny *t) {
         memcpy(data + 4 * j, &v, 4);
       }
     }
-    assert_int_equal(npu_gguf_writer_write_tensor(w, idx[i], data, &err), NPULM_OK);
+    /* Q8_0 blocks of the values (raw float bytes would give scales that are NaN) */
+    if (type == NPU_GGML_Q8_0) npu_q8_0_quantize_row((const float *)data, q8, count);
+    assert_int_equal(
+        npu_gguf_writer_write_tensor(w, idx[i], type == NPU_GGML_Q8_0 ? q8 : data, &err), NPULM_OK);
     free(data);
+    free(q8);
   }
   assert_int_equal(npu_gguf_writer_finish(w, &err), NPULM_OK);
   npu_gguf_writer_free(w);

@@ -447,6 +447,10 @@ static void test_bad_options(void **state) {
   cp.smooth_alpha = 1.5f;
   assert_int_equal(npulm_model_compile(m, &cp, &err), NPULM_ERR_ARG);
   cp = npulm_compile_default_params();
+  cp.shadow_threshold = INFINITY; /* a program file could not hold it */
+  assert_int_equal(npulm_model_compile(m, &cp, &err), NPULM_ERR_ARG);
+  assert_non_null(strstr(err.msg, "shadow threshold"));
+  cp = npulm_compile_default_params();
   cp.calib_text = "";
   cp.calib_len = 0;
   assert_int_equal(npulm_model_compile(m, &cp, &err), NPULM_ERR_ARG);

@@ -102,8 +102,9 @@ static void test_bad_params(void **state) {
   (void)state;
   npulm_sampler *s = NULL;
   npulm_error err;
-  npulm_sampler_params bad[] = {{-1.0f, 0, 1.0f, 0}, {1.0f, -2, 1.0f, 0}, {1.0f, 0, 0.0f, 0},
-                                {1.0f, 0, 1.5f, 0}, {NAN, 0, 1.0f, 0}};
+  npulm_sampler_params bad[] = {{-1.0f, 0, 1.0f, 0}, {1.0f, -2, 1.0f, 0},   {1.0f, 0, 0.0f, 0},
+                                {1.0f, 0, 1.5f, 0},  {NAN, 0, 1.0f, 0},     {INFINITY, 0, 1.0f, 0},
+                                {1.0f, 0, NAN, 0},   {1.0f, 0, INFINITY, 0}};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     err.msg[0] = '\0';
     assert_int_equal(npulm_sampler_create(&bad[i], 10, &s, &err), NPULM_ERR_ARG);

@@ -728,6 +728,23 @@ static void test_hostile_vocab(void **state) {
   s = good;
   s.n_types = 4;
   expect_error(&s, NPULM_ERR_FORMAT, "tokenizer.ggml.token_type");
+  /* a token type outside llama.cpp's 0 (undefined) .. 6 (byte) is refused, naming the token;
+   * (it decoded to nothing before) */
+  static const int32_t bad_types[][6] = {
+      {2, 3, 3, 1, 7, 1}, {2, 3, 3, -1, 1, 1}, {2, 3, 3, 1, 1, 256}};
+  static const char *const bad_needles[] = {"tokenizer.ggml.token_type[4] = 7 ",
+                                            "tokenizer.ggml.token_type[3] = -1 ",
+                                            "tokenizer.ggml.token_type[5] = 256 "};
+  for (size_t i = 0; i < 3; i++) {
+    s = good;
+    s.types = bad_types[i];
+    expect_error(&s, NPULM_ERR_FORMAT, bad_needles[i]);
+  }
+  static const int32_t edge_types[] = {0, 3, 3, 1, 5, 6}; /* undefined, unused and byte are types */
+  s = good;
+  s.types = edge_types;
+  assert_int_equal(load_spec(&s, &l, &err), NPULM_OK);
+  loaded_free(&l);
   s = good;
   s.bos = 6;
   expect_error(&s, NPULM_ERR_FORMAT, "tokenizer.ggml.bos_token_id");

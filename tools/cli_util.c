@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,8 +89,9 @@ float cli_opt_float(struct cli_args *a) {
   char *end;
   errno = 0;
   float v = strtof(s, &end);
-  if (errno != 0 || *s == '\0' || *end != '\0') {
-    cli_die(a->cmd, "option %s: '%s' is not a number", name, s);
+  /* strtof takes "inf" and "nan", which no option means */
+  if (errno != 0 || *s == '\0' || *end != '\0' || !isfinite(v)) {
+    cli_die(a->cmd, "option %s: '%s' is not a finite number", name, s);
   }
   return v;
 }

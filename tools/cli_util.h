@@ -44,7 +44,7 @@ const char *cli_opt_value(struct cli_args *a);
 /* The integer value of the option at argv[i] in [min, max]; exits otherwise. */
 long long cli_opt_int(struct cli_args *a, long long min, long long max);
 
-/* The number value of the option at argv[i]; exits if it is not one. */
+/* The number value of the option at argv[i]; exits if it is not a finite one. */
 float cli_opt_float(struct cli_args *a);
 
 /* The whole of file 'path' (malloc'd, '*len' bytes); exits on failure. */

@@ -107,7 +107,8 @@ static const char *const usage_tokenize =
     "Print the token ids of TEXT as [id, id, ...]. Special-token text (e.g. <s>) is parsed as\n"
     "the special token.\n"
     "\n"
-    "  -m, --model FILE   model (default: $NPULM_MODEL, else " CLI_DEFAULT_MODEL_PATH ")\n"
+    "  -m, --model FILE   model, or a vocabulary-only GGUF (default: $NPULM_MODEL, else\n"
+    "                     " CLI_DEFAULT_MODEL_PATH ")\n"
     "  -p, --prompt TEXT  text to tokenize\n"
     "  --bos              prepend BOS\n"
     "  --text             also print each token's id, vocabulary string and decoded bytes\n";
@@ -427,7 +428,11 @@ static int cmd_tokenize(struct cli_args *a) {
     else cli_unknown_option(a);
   }
   if (text == NULL) cli_die(a->cmd, "%s", "no text: pass -p TEXT");
-  npulm_model *model = open_model(a->cmd, cli_resolve_model(a->cmd, model_path));
+  npulm_model *model; /* the tokenizer alone: a vocabulary-only GGUF will do */
+  npulm_error err;
+  if (npulm_model_open_vocab(cli_resolve_model(a->cmd, model_path), &model, &err) != NPULM_OK) {
+    cli_die(a->cmd, "%s", err.msg);
+  }
   size_t n;
   int32_t *ids = tokenize_all(a->cmd, model, text, strlen(text), bos, true, &n);
   printf("[");

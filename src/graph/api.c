@@ -1,5 +1,6 @@
 /* The compilation half of the public API: compile a model into static graphs, save it as a
  * program file. (Opening a program file is npulm_model_open; describing one is in inspect.c.) */
+#include <math.h>
 #include <string.h>
 
 #include <stdlib.h>
@@ -105,9 +106,11 @@ static npulm_status quant_from_params(const npulm_compile_params *params,
   if (params != NULL && params->shadow_threshold != 0.0f) {
     q->shadow_threshold = params->shadow_threshold;
   }
-  if (!(q->smooth_alpha > 0.0f && q->smooth_alpha < 1.0f) || !(q->shadow_threshold > 1.0f)) {
+  /* (a program file refuses options that are not finite, so compiling does too) */
+  if (!(q->smooth_alpha > 0.0f && q->smooth_alpha < 1.0f) || !(q->shadow_threshold > 1.0f) ||
+      !isfinite(q->shadow_threshold)) {
     return npu_fail(err, NPULM_ERR_ARG,
-                    "smooth alpha must be in (0, 1) and the shadow threshold above 1");
+                    "smooth alpha must be in (0, 1) and the shadow threshold finite and above 1");
   }
   return NPULM_OK;
 }

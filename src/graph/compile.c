@@ -31,7 +31,8 @@ npulm_status npu_compile(const struct npulm_model *m, const struct npu_compile_o
                          struct npu_program **out, npulm_error *err) {
   *out = NULL;
   const struct npu_config *c = &m->cfg;
-  npulm_status st = npu_compile_check_options(c, o, err);
+  npulm_status st = npu_config_check_weights(c, err);
+  if (st == NPULM_OK) st = npu_compile_check_options(c, o, err);
   if (st != NPULM_OK) return st;
   struct npu_program *p = calloc(1, sizeof(*p));
   if (p == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");

@@ -11,6 +11,8 @@
 npulm_status npu_ref_state_init(struct npu_ref_state *s, const struct npu_config *c, int n_ctx,
                                 npulm_error *err) {
   memset(s, 0, sizeof(*s));
+  npulm_status st = npu_config_check_weights(c, err);
+  if (st != NPULM_OK) return st;
   s->n_ctx = n_ctx;
   size_t q_dim = (size_t)c->n_heads * (size_t)c->head_dim;
   size_t kv_dim = (size_t)c->n_kv_heads * (size_t)c->head_dim;

@@ -109,6 +109,8 @@ npulm_status npu_perplexity_run(const npulm_model *model, const char *text, size
                                 int n_threads, bool reference, npulm_ppl_progress_fn progress,
                                 void *user, npulm_ppl_result *result_out, npulm_error *err) {
   memset(result_out, 0, sizeof(*result_out));
+  npulm_status st = npu_config_check_weights(&model->cfg, err);
+  if (st != NPULM_OK) return st;
   npulm_model_info info;
   npulm_model_get_info(model, &info);
   if (n_ctx < 4 || n_ctx > info.n_ctx_train) {
@@ -120,7 +122,7 @@ npulm_status npu_perplexity_run(const npulm_model *model, const char *text, size
                         .bos = info.add_bos ? info.bos_id : -1, .reference = reference};
   size_t n_tokens = 0;
   int32_t *tokens = NULL;
-  npulm_status st = npu_tokenize_alloc(model, text, len, info.add_bos, &tokens, &n_tokens, err);
+  st = npu_tokenize_alloc(model, text, len, info.add_bos, &tokens, &n_tokens, err);
   if (st != NPULM_OK) goto done;
   if (n_tokens < 2 * (size_t)n_ctx) {
     st = npu_fail(err, NPULM_ERR_ARG,

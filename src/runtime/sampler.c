@@ -25,11 +25,12 @@ npulm_sampler_params npulm_sampler_default_params(void) {
 npulm_status npulm_sampler_create(const npulm_sampler_params *params, int n_vocab,
                                   npulm_sampler **sampler_out, npulm_error *err) {
   *sampler_out = NULL;
-  if (!(params->temp >= 0.0f) || params->top_k < 0 || !(params->top_p > 0.0f) ||
-      params->top_p > 1.0f || n_vocab <= 0) {
-    return npu_fail(err, NPULM_ERR_ARG,
-                    "bad sampling parameters: temp %g (>= 0), top-k %d (>= 0), top-p %g (0..1]",
-                    (double)params->temp, params->top_k, (double)params->top_p);
+  if (!(params->temp >= 0.0f) || !isfinite(params->temp) || params->top_k < 0 ||
+      !(params->top_p > 0.0f) || params->top_p > 1.0f || n_vocab <= 0) {
+    return npu_fail(
+        err, NPULM_ERR_ARG,
+        "bad sampling parameters: temp %g (finite, >= 0), top-k %d (>= 0), top-p %g (0..1]",
+        (double)params->temp, params->top_k, (double)params->top_p);
   }
   struct npulm_sampler *s = calloc(1, sizeof(*s));
   if (s != NULL) s->cand = malloc((size_t)n_vocab * sizeof(*s->cand));

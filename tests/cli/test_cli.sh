@@ -36,6 +36,22 @@ fails "run: truncated GGUF" "truncated" "$bin" run -m "$tmp/trunc.gguf" -p x
 printf 'not a model at all' >"$tmp/junk.gguf"
 fails "run: bad magic" "bad magic" "$bin" run -m "$tmp/junk.gguf" -p x
 fails "run: bad number" "not an integer" "$bin" run -m "$model" -n abc
+# a NaN weight: the last 4 bytes of stories260K.gguf are the last value of its last tensor,
+# output_norm.weight; the FP32 reference, the f32 program and the integer NPU all refuse it
+cat "$model" >"$tmp/nan.gguf"
+printf '\000\000\300\177' | dd of="$tmp/nan.gguf" bs=1 seek=$(($(wc -c <"$tmp/nan.gguf") - 4)) conv=notrunc 2>/dev/null
+for engine in --reference "--quant f32" "--quant w8a8-smooth"; do
+  fails "run $engine: a NaN weight" "tensor 'output_norm.weight' has a value that is not finite: nan at 63" \
+    "$bin" run -m "$tmp/nan.gguf" -p x -n 1 $engine
+done
+# strtof reads "inf" and "nan": no float option means them
+for opt in --temp --top-p --smooth-alpha --shadow-threshold; do
+  for v in inf -inf nan; do
+    fails "run: $opt $v" "option $opt: '$v' is not a finite number" "$bin" run -m "$model" -p x -n 1 $opt $v
+  done
+done
+fails "compile: --shadow-threshold inf" "option --shadow-threshold: 'inf' is not a finite number" \
+  "$bin" compile -m "$model" -o "$tmp/x.npu" --shadow-threshold inf
 fails "run: unknown option" "unknown option" "$bin" run --frobnicate
 fails "unknown command" "unknown command" "$bin" frobnicate
 
@@ -43,6 +59,36 @@ tok() { [ "$("$bin" tokenize -m "$model" -p "Hello world")" = "$("$bin" tokenize
   "$bin" tokenize -m "$model" -p "Hello world" | grep -Eq '^\[[0-9]+(, [0-9]+)*\]$' &&
   "$bin" tokenize -m "$model" -p "Hello" --bos | grep -q '^\[1, '; }
 check "tokenize: prints [id, ...], --bos prepends BOS" tok
+
+# tokenize reads a vocabulary-only GGUF (llama.cpp's test vocabularies, of any architecture, as
+# llama-tokenize does): every case of FILE.inp (texts between "\n__ggml_vocab_test__\n" lines; no
+# special-token text in them) gives the ids of its line of FILE.out (without BOS)
+vocab_cases() {
+  f=$shared/data/vocab/$1
+  n_cases=$(wc -l <"$f.out")
+  [ "$n_cases" -gt 40 ] || return 1
+  k=1
+  while [ "$k" -le "$n_cases" ]; do
+    text=$(awk -v k="$k" 'BEGIN { RS = "\n__ggml_vocab_test__\n" } NR == k { printf "%s", $0 }' "$f.inp"; echo x)
+    text=${text%x} # (the x keeps a text's trailing newlines)
+    want=$(sed -n "${k}p" "$f.out" | sed 's/^ //; s/ /, /g')
+    got=$("$bin" tokenize -m "$f" -p "$text") || return 1
+    if [ "$got" != "[$want]" ]; then echo "case $k: want [$want], got $got"; return 1; fi
+    k=$((k + 1))
+  done
+}
+for v in llama-spm phi-3 gpt-2 starcoder falcon deepseek-coder; do
+  check "tokenize: vocabulary-only ggml-vocab-$v.gguf gives llama.cpp's ids" vocab_cases "ggml-vocab-$v.gguf"
+done
+vocab_text() { "$bin" tokenize -m "$shared/data/vocab/ggml-vocab-llama-spm.gguf" -p "Hi" --bos --text >"$tmp/tok" &&
+  [ "$(sed -n 1p "$tmp/tok")" = "[1, 6324]" ] && grep -q "^  6324 -> '▁Hi' 'Hi'$" "$tmp/tok"; }
+check "tokenize: --bos and --text on a vocabulary-only GGUF" vocab_text
+vocab=$shared/data/vocab/ggml-vocab-gpt-2.gguf
+fails "run: a vocabulary-only GGUF" "no tensors: a vocabulary only" "$bin" run -m "$vocab" -p x
+fails "compile: a vocabulary-only GGUF" "no tensors" "$bin" compile -m "$vocab" -o "$tmp/x.npu"
+fails "inspect: a vocabulary-only GGUF" "no tensors" "$bin" inspect "$vocab"
+fails "ppl: a vocabulary-only GGUF" "no tensors" "$bin" ppl -m "$vocab" -f "$shared/data/tinystories-valid.txt"
+fails "diff: a vocabulary-only GGUF" "no tensors" "$bin" diff -m "$vocab" -p x
 
 ppl_short() { "$bin" ppl -m "$model" -f "$shared/data/tinystories-valid.txt" -c 128 -t 2 >"$tmp/ppl" 2>/dev/null &&
   grep -q "^Final estimate: PPL = " "$tmp/ppl"; }
