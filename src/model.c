@@ -182,7 +182,9 @@ static npulm_status load_tensor(struct npulm_model *m, const char *name, uint64_
   m->n_params += t->n_elems;
   if (t->type == NPU_GGML_F32 && ((uintptr_t)t->data % _Alignof(float)) == 0) {
     *out = t->data;
-    return check_finite(name, *out, t->n_elems, err);
+    /* not scanned again where the checksums vouch for it: that would read every page of a
+     * program's float matrices, which an integer program never touches at run time */
+    return m->weights_vouched ? NPULM_OK : check_finite(name, *out, t->n_elems, err);
   }
   float *copy = malloc((size_t)t->n_elems * sizeof(float));
   if (copy == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory loading '%s'", name);
@@ -275,16 +277,22 @@ npulm_status npulm_model_open(const char *path, npulm_model **model_out, npulm_e
   npulm_status st;
   bool is_program = false;
   /* a program file (one with npulm.program.version) is a GGUF with the compiled graphs added:
-   * its version is checked first, so that a newer file says so instead of failing further on */
+   * its version is checked first, so that a newer file says so instead of failing further on,
+   * then its checksums, so that nothing of a damaged one is used */
   if ((st = npu_gguf_open(path, &m->gguf, err)) || (st = check_has_tensors(m->gguf, err)) ||
-      (st = npu_program_file_check(m->gguf, &is_program, err)) ||
-      (st = npu_config_read(m->gguf, &m->cfg, err)) || (st = npu_tok_load(m->gguf, &m->tok, err)) ||
+      (st = npu_program_file_check(m->gguf, &is_program, err))) {
+    goto fail;
+  }
+  m->weights_vouched = is_program;
+  if ((st = npu_config_read(m->gguf, &m->cfg, err)) || (st = npu_tok_load(m->gguf, &m->tok, err)) ||
       (st = load_weights(m, err)) || (is_program && (st = npu_program_load(m, &m->program, err)))) {
-    npulm_model_close(m);
-    return st;
+    goto fail;
   }
   *model_out = m;
   return NPULM_OK;
+fail:
+  npulm_model_close(m);
+  return st;
 }
 
 npulm_status npulm_model_open_vocab(const char *path, npulm_model **model_out, npulm_error *err) {

@@ -73,6 +73,8 @@ struct npulm_model {
   float **owned;   /* dequantized copies, freed with the model */
   size_t n_owned;
   uint64_t n_params;
+  bool weights_vouched; /* a program file's: its checksums held, so its weights are the ones its
+                           compile read from a model whose every weight was found finite */
 };
 
 /* Tokenize all of 'text' into a malloc'd array (free it with free()), sized as the text needs. */
