@@ -1,17 +1,25 @@
 # npulm build: `make` builds build/npulm and build/libnpulm.a; `make test` runs every test.
 # `make SAN=1 test` does the same under AddressSanitizer + UndefinedBehaviorSanitizer in build-san/.
+# `make CLANG=1` builds everything (library, CLI, tests, benchmarks, fuzz harnesses) with clang and
+# its warnings on a variable read before it is set on some path, as errors, in build-clang/.
 
 BUILD := build
 OPT := -O2 -g
+WARN := -Wall -Wextra -Werror
+CLANG_WARN := -Wconditional-uninitialized -Wsometimes-uninitialized
 ifeq ($(SAN),1)
 BUILD := build-san
 OPT := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+else ifeq ($(CLANG),1)
+CC := clang
+BUILD := build-clang
+WARN += $(CLANG_WARN)
 endif
 
 # -ffp-contract=off: no fused multiply-adds, whose single rounding would break the float kernels'
 # bit-exactness with the reference (GCC's default under -std=c11 already; not Clang's)
-CFLAGS += -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror -ffp-contract=off -Iinclude \
-          -Isrc -pthread $(OPT)
+CFLAGS += -std=c11 -D_POSIX_C_SOURCE=200809L $(WARN) -ffp-contract=off -Iinclude -Isrc -pthread \
+          $(OPT)
 LDFLAGS += $(filter -fsanitize%,$(OPT))
 LDLIBS := -lpcre2-8 -lm -pthread
 
@@ -50,6 +58,12 @@ bench: $(BENCHES)
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libnpulm.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# CLANG=1 builds every C file of the tree, the fuzz harnesses as objects (they link only with
+# -fsanitize=fuzzer, below)
+ifeq ($(CLANG),1)
+all: $(TESTS) $(BENCHES) $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard fuzz/*.c)))
+endif
+
 test: $(BUILD)/npulm $(TESTS)
 	@tests/run.sh $(BUILD)
 
@@ -67,6 +81,6 @@ fuzz-program:
 	  -o build-fuzz/fuzz_program fuzz/fuzz_program.c $(SRCS) $(LDLIBS)
 
 clean:
-	rm -rf build build-san build-fuzz
+	rm -rf build build-san build-clang build-fuzz
 
 -include $(OBJS:.o=.d) $(TESTS:=.d) $(BENCHES:=.d) $(TOOL_OBJS:.o=.d)
