@@ -2,14 +2,23 @@
 # `make SAN=1 test` does the same under AddressSanitizer + UndefinedBehaviorSanitizer in build-san/.
 # `make CLANG=1` builds everything (library, CLI, tests, benchmarks, fuzz harnesses) with clang and
 # its warnings on a variable read before it is set on some path, as errors, in build-clang/.
+# `make TSAN=1 test` runs the tests under ThreadSanitizer (clang) in build-tsan/.
 
 BUILD := build
 OPT := -O2 -g
 WARN := -Wall -Wextra -Werror
 CLANG_WARN := -Wconditional-uninitialized -Wsometimes-uninitialized
+ifeq ($(SAN)$(TSAN),11)
+$(error SAN=1 and TSAN=1 do not combine: AddressSanitizer and ThreadSanitizer exclude each other)
+endif
 ifeq ($(SAN),1)
 BUILD := build-san
 OPT := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+else ifeq ($(TSAN),1)
+CC := clang
+BUILD := build-tsan
+OPT := -O1 -g -fno-omit-frame-pointer -fsanitize=thread
+WARN += $(CLANG_WARN)
 else ifeq ($(CLANG),1)
 CC := clang
 BUILD := build-clang
@@ -64,8 +73,17 @@ ifeq ($(CLANG),1)
 all: $(TESTS) $(BENCHES) $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard fuzz/*.c)))
 endif
 
+# Under ThreadSanitizer the first race ends the process; and clang 14's TSan cannot place its
+# shadow memory under a newer kernel's wider address randomization (vm.mmap_rnd_bits > 28), so the
+# tests run without randomization (setarch -R, inherited by every process they start) where the
+# system lets them turn it off.
+ifeq ($(TSAN),1)
+TEST_ENV := TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 $(TSAN_OPTIONS)"
+TEST_WRAP := $(shell setarch $$(uname -m) -R true 2>/dev/null && echo setarch $$(uname -m) -R)
+endif
+
 test: $(BUILD)/npulm $(TESTS)
-	@tests/run.sh $(BUILD)
+	@$(TEST_ENV) $(TEST_WRAP) tests/run.sh $(BUILD)
 
 # libFuzzer harness for the GGUF reader (clang only): `make fuzz && build-fuzz/fuzz_gguf corpus/`
 FUZZ_SRCS := $(filter-out src/ref/% src/runtime/%,$(SRCS))
@@ -81,6 +99,6 @@ fuzz-program:
 	  -o build-fuzz/fuzz_program fuzz/fuzz_program.c $(SRCS) $(LDLIBS)
 
 clean:
-	rm -rf build build-san build-clang build-fuzz
+	rm -rf build build-san build-clang build-tsan build-fuzz
 
 -include $(OBJS:.o=.d) $(TESTS:=.d) $(BENCHES:=.d) $(TOOL_OBJS:.o=.d)
