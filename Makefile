@@ -1,17 +1,34 @@
 # npulm build: `make` builds build/npulm and build/libnpulm.a; `make test` runs every test.
 # `make SAN=1 test` does the same under AddressSanitizer + UndefinedBehaviorSanitizer in build-san/.
+# `make CLANG=1` builds everything (library, CLI, tests, benchmarks, fuzz harnesses) with clang and
+# its warnings on a variable read before it is set on some path, as errors, in build-clang/.
+# `make TSAN=1 test` runs the tests under ThreadSanitizer (clang) in build-tsan/.
 
 BUILD := build
 OPT := -O2 -g
+WARN := -Wall -Wextra -Werror
+CLANG_WARN := -Wconditional-uninitialized -Wsometimes-uninitialized
+ifeq ($(SAN)$(TSAN),11)
+$(error SAN=1 and TSAN=1 do not combine: AddressSanitizer and ThreadSanitizer exclude each other)
+endif
 ifeq ($(SAN),1)
 BUILD := build-san
 OPT := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+else ifeq ($(TSAN),1)
+CC := clang
+BUILD := build-tsan
+OPT := -O1 -g -fno-omit-frame-pointer -fsanitize=thread
+WARN += $(CLANG_WARN)
+else ifeq ($(CLANG),1)
+CC := clang
+BUILD := build-clang
+WARN += $(CLANG_WARN)
 endif
 
 # -ffp-contract=off: no fused multiply-adds, whose single rounding would break the float kernels'
 # bit-exactness with the reference (GCC's default under -std=c11 already; not Clang's)
-CFLAGS += -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror -ffp-contract=off -Iinclude \
-          -Isrc -pthread $(OPT)
+CFLAGS += -std=c11 -D_POSIX_C_SOURCE=200809L $(WARN) -ffp-contract=off -Iinclude -Isrc -pthread \
+          $(OPT)
 LDFLAGS += $(filter -fsanitize%,$(OPT))
 LDLIBS := -lpcre2-8 -lxxhash -lm -pthread
 
@@ -20,7 +37,7 @@ OBJS := $(SRCS:%.c=$(BUILD)/%.o)
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TESTS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test tests clean fuzz fuzz-program bench
+.PHONY: all test tests clean fuzz fuzz-program fuzz-run fuzz-run-gguf fuzz-run-program bench
 all: $(BUILD)/npulm
 
 $(BUILD)/libnpulm.a: $(OBJS)
@@ -51,23 +68,72 @@ bench: $(BENCHES)
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libnpulm.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# CLANG=1 builds every C file of the tree, the fuzz harnesses as objects (they link only with
+# -fsanitize=fuzzer, below)
+ifeq ($(CLANG),1)
+all: $(TESTS) $(BENCHES) $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard fuzz/*.c)))
+endif
+
+# Under ThreadSanitizer the first race ends the process; and clang 14's TSan cannot place its
+# shadow memory under a newer kernel's wider address randomization (vm.mmap_rnd_bits > 28), so the
+# tests run without randomization (setarch -R, inherited by every process they start) where the
+# system lets them turn it off.
+ifeq ($(TSAN),1)
+TEST_ENV := TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 $(TSAN_OPTIONS)"
+TEST_WRAP := $(shell setarch $$(uname -m) -R true 2>/dev/null && echo setarch $$(uname -m) -R)
+endif
+
 test: $(BUILD)/npulm $(TESTS)
-	@tests/run.sh $(BUILD)
+	@$(TEST_ENV) $(TEST_WRAP) tests/run.sh $(BUILD)
 
-# libFuzzer harness for the GGUF reader (clang only): `make fuzz && build-fuzz/fuzz_gguf corpus/`
-FUZZ_SRCS := $(filter-out src/ref/% src/runtime/%,$(SRCS))
-fuzz:
-	@mkdir -p build-fuzz
-	clang -std=c11 -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc -g -O1 -fsanitize=fuzzer,address,undefined \
-	  -o build-fuzz/fuzz_gguf fuzz/fuzz_gguf.c $(SRCS) $(LDLIBS)
+# libFuzzer harnesses (clang only; fuzz/README.md): `make fuzz` builds build-fuzz/fuzz_gguf and its
+# seeds in build-fuzz/seeds/gguf/, `make fuzz-program` build-fuzz/fuzz_program and its seeds (a
+# program of every quantization mode) in build-fuzz/seeds/program/; `make -j2 fuzz-run` runs both
+# from their seeds for FUZZ_SECONDS each (default 60), keeping new inputs in build-fuzz/corpus/.
+FUZZ := build-fuzz
+FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all
+FUZZ_CFLAGS := -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -Werror $(CLANG_WARN) \
+               -ffp-contract=off -Iinclude -Isrc -pthread -g -O1 -fno-omit-frame-pointer \
+               -fsanitize=fuzzer-no-link $(FUZZ_SAN)
+FUZZ_SECONDS := 60
+FUZZ_OBJS := $(SRCS:%.c=$(FUZZ)/obj/%.o)
 
-# libFuzzer harness for program files (clang only): `make fuzz-program`, seeds and runs in fuzz/README.md
-fuzz-program:
-	@mkdir -p build-fuzz
-	clang -std=c11 -D_POSIX_C_SOURCE=200809L -Iinclude -Isrc -g -O1 -fsanitize=fuzzer,address,undefined \
-	  -o build-fuzz/fuzz_program fuzz/fuzz_program.c $(SRCS) $(LDLIBS)
+$(FUZZ)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
+
+$(FUZZ)/libnpulm.a: $(FUZZ_OBJS)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+FUZZERS := $(FUZZ)/fuzz_gguf $(FUZZ)/fuzz_program
+$(FUZZERS): $(FUZZ)/fuzz_%: $(FUZZ)/obj/fuzz/fuzz_%.o $(FUZZ)/libnpulm.a
+	clang -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $^ $(LDLIBS)
+
+# each harness writes its seeds when NPULM_FUZZ_SEEDS names a folder; whole or not at all
+$(FUZZERS:$(FUZZ)/fuzz_%=$(FUZZ)/seeds/%): $(FUZZ)/seeds/%: $(FUZZ)/fuzz_%
+	@rm -rf $@ $@.tmp && mkdir -p $@.tmp
+	NPULM_FUZZ_SEEDS=$@.tmp $<
+	@mv $@.tmp $@
+
+fuzz: $(FUZZ)/fuzz_gguf $(FUZZ)/seeds/gguf
+fuzz-program: $(FUZZ)/fuzz_program $(FUZZ)/seeds/program
+
+fuzz-run: fuzz-run-gguf fuzz-run-program
+fuzz-run-gguf: FUZZ_ARGS := -max_len=4096 -timeout=10 -rss_limit_mb=2048
+fuzz-run-program: FUZZ_ARGS := -max_len=131072 -timeout=20 -rss_limit_mb=4096
+# libFuzzer's summary, or on a failure the log's last 80 lines (the report)
+fuzz-run-gguf fuzz-run-program: fuzz-run-%: $(FUZZ)/fuzz_% $(FUZZ)/seeds/%
+	@mkdir -p $(FUZZ)/corpus/$* $(FUZZ)/artifacts/$*
+	@echo "fuzz_$*: $(FUZZ_SECONDS) s from $(FUZZ)/seeds/$*"
+	@$< $(FUZZ)/corpus/$* $(FUZZ)/seeds/$* $(FUZZ_ARGS) -max_total_time=$(FUZZ_SECONDS) \
+	    -print_final_stats=1 -artifact_prefix=$(FUZZ)/artifacts/$*/ >$(FUZZ)/fuzz_$*.log 2>&1 \
+	  || { tail -n 80 $(FUZZ)/fuzz_$*.log; echo "fuzz_$*: FAILED (log: $(FUZZ)/fuzz_$*.log)"; exit 1; }
+	@grep -h '^Done\|^stat::new_units_added\|^stat::peak_rss_mb' $(FUZZ)/fuzz_$*.log \
+	  | sed 's/^/fuzz_$*: /'
 
 clean:
-	rm -rf build build-san build-fuzz
+	rm -rf build build-san build-clang build-tsan $(FUZZ)
 
--include $(OBJS:.o=.d) $(TESTS:=.d) $(BENCHES:=.d) $(TOOL_OBJS:.o=.d)
+-include $(OBJS:.o=.d) $(TESTS:=.d) $(BENCHES:=.d) $(TOOL_OBJS:.o=.d) $(FUZZ_OBJS:.o=.d) \
+  $(FUZZERS:$(FUZZ)/%=$(FUZZ)/obj/fuzz/%.d)

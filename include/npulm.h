@@ -1,5 +1,16 @@
 /* npulm — run llama-family language models the way a mobile NPU must run them.
- * This is the whole public C API: the CLI and any server use only this header. */
+ * This is the whole public C API: the CLI and any server use only this header.
+ *
+ * Threads. The library keeps no global state, so calls on different objects may run on any
+ * threads at once. An open model is read-only to every call that takes a 'const npulm_model *':
+ * any number of threads may use one model at the same time — create sessions of it, run them,
+ * tokenize, describe it, measure its perplexity. Only npulm_model_compile and npulm_model_close
+ * change a model: each needs it to itself (no other call on it in progress, no session of it
+ * alive). A session, like a sampler, is used by one thread at a time: calls on it must not
+ * overlap, but they may come from different threads in turn (ordered by a join, a mutex, ...).
+ * Sessions, perplexity and the roofline start threads of their own (a session's run until
+ * npulm_session_free, the others' end before they return); progress callbacks run on the calling
+ * thread. tests/test_threads.c checks this under ThreadSanitizer (make TSAN=1 test). */
 #ifndef NPULM_H
 #define NPULM_H
 
@@ -58,9 +69,11 @@ typedef struct npulm_model_info {
   uint64_t n_params;
 } npulm_model_info;
 
-/* Open a GGUF model (llama or qwen2 architecture). The file is mapped and checked (a weight that
- * is NaN or infinite is NPULM_ERR_FORMAT, naming its tensor); weights that are not F32 are
- * dequantized once. Return NPULM_OK and '*model_out', or an error. */
+/* Open a GGUF model (llama or qwen2 architecture) or a program file. The file is mapped and
+ * checked (a weight that is NaN or infinite is NPULM_ERR_FORMAT, naming its tensor; a program
+ * file's checksums must hold for every byte, else NPULM_ERR_FORMAT names the damaged part);
+ * weights that are not F32 are dequantized once. Return NPULM_OK and '*model_out', or an error.
+ * The model is then immutable (until npulm_model_compile) and may be shared by threads. */
 npulm_status npulm_model_open(const char *path, npulm_model **model_out, npulm_error *err);
 /* Open only the tokenizer of a GGUF file: a model, a program file, or a vocabulary-only file such
  * as llama.cpp's ggml-vocab-*.gguf (any architecture; npulm_model_open refuses one, as it has no
@@ -68,7 +81,8 @@ npulm_status npulm_model_open(const char *path, npulm_model **model_out, npulm_e
  * vocabulary's fields and name; arch "" and the shape 0) and npulm_model_close; compiling it or
  * creating a session on it is NPULM_ERR_ARG. */
 npulm_status npulm_model_open_vocab(const char *path, npulm_model **model_out, npulm_error *err);
-void npulm_model_close(npulm_model *model); /* accepts NULL */
+/* Accepts NULL. No other call on the model may be in progress, nor any session of it alive. */
+void npulm_model_close(npulm_model *model);
 void npulm_model_get_info(const npulm_model *model, npulm_model_info *info_out);
 
 /* ---- Compilation: static graphs for the NPU ---------------------------------------------- */
@@ -101,7 +115,9 @@ npulm_compile_params npulm_compile_default_params(void);
 
 /* Compile the model into static graphs, one per specialization (decode and each prefill chunk
  * size, times each context bucket), partitioned between NPU and CPU and memory-planned. Replaces
- * any program the model carries. A model opened from a program file already carries one. */
+ * any program the model carries. A model opened from a program file already carries one.
+ * Changes the model: no other call on it may be in progress, nor any session of it alive (a
+ * session runs the program it was created with, which this frees). */
 npulm_status npulm_model_compile(npulm_model *model, const npulm_compile_params *params,
                                  npulm_error *err);
 bool npulm_model_has_program(const npulm_model *model);
@@ -164,7 +180,8 @@ typedef struct npulm_session_params {
 } npulm_session_params;
 /* A session runs the model's program (npulm_model_compile, or the one a program file carries).
  * On a model without one it compiles FP32 static graphs of its own: calibrating for the integer
- * NPU needs text and time, so it is never done implicitly. */
+ * NPU needs text and time, so it is never done implicitly; the model is not changed. A session
+ * is used by one thread at a time; sessions of one model may run at once on different threads. */
 
 /* Where a session's time went (compiled engine; zeros for the reference). */
 typedef struct npulm_session_stats {
@@ -200,6 +217,8 @@ void npulm_session_profile_clear(npulm_session *session);
 
 npulm_session_params npulm_session_default_params(void);
 
+/* Any number of threads may create sessions of one model at the same time. The session's worker
+ * threads run until npulm_session_free. */
 npulm_status npulm_session_create(const npulm_model *model, const npulm_session_params *params,
                                   npulm_session **session_out, npulm_error *err);
 void npulm_session_free(npulm_session *session); /* accepts NULL */
@@ -235,7 +254,8 @@ npulm_sampler_params npulm_sampler_default_params(void);
 npulm_status npulm_sampler_create(const npulm_sampler_params *params, int n_vocab,
                                   npulm_sampler **sampler_out, npulm_error *err);
 void npulm_sampler_free(npulm_sampler *sampler); /* accepts NULL */
-/* Pick a token from 'logits' (n_vocab floats). Deterministic for a given seed. */
+/* Pick a token from 'logits' (n_vocab floats). Deterministic for a given seed. A sampler is used
+ * by one thread at a time. */
 int32_t npulm_sampler_sample(npulm_sampler *sampler, const float *logits);
 
 /* ---- Perplexity (llama.cpp's llama-perplexity method) ------------------------------------- */
@@ -254,7 +274,8 @@ typedef void (*npulm_ppl_progress_fn)(void *user, int chunks_done, int n_chunks,
                                       double running_ppl);
 
 /* Tokenize 'text' (with BOS), split it into non-overlapping windows of 'n_ctx' tokens whose first
- * token is replaced by BOS, and score the second half of every window. */
+ * token is replaced by BOS, and score the second half of every window, on 'n_threads' threads of
+ * its own, each with a session of the model (of one thread). */
 npulm_status npulm_perplexity(const npulm_model *model, const char *text, size_t len, int n_ctx,
                               int n_threads, npulm_ppl_progress_fn progress, void *user,
                               npulm_ppl_result *result_out, npulm_error *err);

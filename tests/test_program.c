@@ -484,6 +484,43 @@ static void test_compile_params(void **state) {
   free(src);
 }
 
+/* A session of a model without a program compiles the default graphs of its own, a context
+ * shorter than the largest default chunk included: the same logits as the program
+ * npulm_model_compile makes with the defaults. */
+static float *session_eval_ok(const npulm_model *m, const int32_t *ids, size_t n) {
+  npulm_session_params sp = npulm_session_default_params();
+  sp.n_threads = 1;
+  npulm_session *s = NULL;
+  npulm_error err;
+  if (npulm_session_create(m, &sp, &s, &err) != NPULM_OK) fail_msg("%s", err.msg);
+  float *logits = malloc(n * VOCAB * sizeof(float));
+  assert_non_null(logits);
+  if (npulm_session_eval(s, ids, n, logits, &err) != NPULM_OK) fail_msg("%s", err.msg);
+  npulm_session_free(s);
+  return logits;
+}
+
+static void test_session_compiles_short_context(void **state) {
+  (void)state;
+  char *src = tmp_path();
+  struct tiny t = {0};
+  write_tiny(src, &t); /* a context of 64 tokens */
+  npulm_model *m = open_ok(src);
+  enum { N = 20 }; /* more than the first chunk: a prompt of several steps */
+  int32_t ids[N];
+  for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 37 + 11) % VOCAB);
+  float *own = session_eval_ok(m, ids, N);
+  assert_false(npulm_model_has_program(m));
+  compile_ok(m, NULL);
+  float *compiled = session_eval_ok(m, ids, N);
+  assert_memory_equal(own, compiled, (size_t)N * VOCAB * sizeof(float));
+  free(own);
+  free(compiled);
+  npulm_model_close(m);
+  unlink(src);
+  free(src);
+}
+
 static void test_api_errors(void **state) {
   (void)state;
   char *src = tmp_path(), *out = tmp_path();
@@ -2197,6 +2234,7 @@ int main(void) {
       cmocka_unit_test(test_round_trip_tiny),
       cmocka_unit_test(test_round_trip_stories),
       cmocka_unit_test(test_compile_params),
+      cmocka_unit_test(test_session_compiles_short_context),
       cmocka_unit_test(test_api_errors),
       cmocka_unit_test(test_progress_and_print),
       cmocka_unit_test(test_verify_aliasing),

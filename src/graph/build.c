@@ -14,10 +14,12 @@ void npu_compile_default_options(const struct npu_config *cfg, struct npu_compil
   memset(o, 0, sizeof(*o));
   /* 64 rows is the smallest chunk that keeps the matmuls compute-bound; 16 serves short prompts
    * without padding them to 64; 128 is where a larger chunk stops paying (its attention and
-   * arena grow, and it leaves the two workers less to overlap) */
-  o->chunks[o->n_chunks++] = 16;
-  o->chunks[o->n_chunks++] = 64;
-  o->chunks[o->n_chunks++] = 128;
+   * arena grow, and it leaves the two workers less to overlap). A chunk longer than the model's
+   * context is left out: no bucket could hold it. */
+  static const int32_t chunks[] = {16, 64, 128};
+  for (size_t i = 0; i < sizeof(chunks) / sizeof(chunks[0]); i++) {
+    if (chunks[i] <= cfg->n_ctx_train) o->chunks[o->n_chunks++] = chunks[i];
+  }
   for (int32_t k = 128; k < cfg->n_ctx_train && o->n_buckets < NPU_MAX_BUCKETS - 1; k *= 2) {
     o->buckets[o->n_buckets++] = k;
   }

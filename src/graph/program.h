@@ -65,8 +65,9 @@ struct npu_program {
   size_t packed_arena_size;
 };
 
-/* Defaults: chunks 32 and 128, buckets powers of two from 128 up to the model's context (which is
- * always the last bucket), the default precision policy. */
+/* Defaults: chunks 16, 64 and 128 (those within the model's context), buckets powers of two from
+ * 128 up to the model's context (which is always the last bucket), the default precision policy.
+ */
 void npu_compile_default_options(const struct npu_config *cfg, struct npu_compile_options *o);
 
 /* Check 'o' against the model: sizes positive and ascending, buckets within the context. */

@@ -95,11 +95,11 @@ static void *alloc_pages(uint64_t size, size_t *bytes) {
 static npulm_status compiled_init(struct npulm_session *s, npulm_error *err) {
   const struct npulm_model *m = s->model;
   const struct npu_config *c = &m->cfg;
-  npulm_status st;
   if (m->program == NULL) {
     struct npu_compile_options o;
     npu_compile_default_options(c, &o);
-    if ((st = npu_compile(m, &o, &s->owned_program, err)) != NPULM_OK) return st;
+    npulm_status st = npu_compile(m, &o, &s->owned_program, err);
+    if (st != NPULM_OK) return st;
     s->prog = s->owned_program;
   } else {
     s->prog = m->program;
@@ -173,11 +173,11 @@ static npulm_status compiled_init(struct npulm_session *s, npulm_error *err) {
       }
     }
   }
-  for (int be = 0; be < NPU_BE_COUNT && st == NPULM_OK; be++) {
+  for (int be = 0; be < NPU_BE_COUNT; be++) {
     int helpers = be == NPU_BE_NPU && s->n_threads > NPU_BE_COUNT ? s->n_threads - NPU_BE_COUNT : 0;
-    st = npu_pool_create(s->n_threads, helpers, &s->pools[be], err);
+    npulm_status st = npu_pool_create(s->n_threads, helpers, &s->pools[be], err);
+    if (st != NPULM_OK) return st;
   }
-  if (st != NPULM_OK) return st;
   return npu_sched_create(s->pools, &s->sched, err);
 }
 
