@@ -91,7 +91,8 @@ void npulm_model_get_info(const npulm_model *model, npulm_model_info *info_out);
 #define NPULM_MAX_BUCKETS 32
 
 typedef struct npulm_compile_params {
-  int chunks[NPULM_MAX_CHUNKS];  /* prefill chunk sizes; n_chunks = 0: 32 and 128 */
+  int chunks[NPULM_MAX_CHUNKS];  /* prefill chunk sizes; n_chunks = 0: 16, 64 and 128, less
+                                    those longer than the model's context */
   int n_chunks;
   int buckets[NPULM_MAX_BUCKETS]; /* context buckets; n_buckets = 0: powers of two from 128 up to
                                      the model's context (always included) */
