@@ -1120,5 +1120,5 @@ void npu_f32_mul(float *restrict out, const float *restrict a, const float *rest
 }
 
 void npu_f32_silu(float *restrict out, const float *restrict x, size_t n) {
-  for (size_t i = 0; i < n; i++) out[i] = x[i] / (1.0f + expf(-x[i]));
+  for (size_t i = 0; i < n; i++) out[i] = npu_ref_silu(x[i]);
 }

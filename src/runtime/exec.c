@@ -10,6 +10,7 @@
 #include "common.h"
 #include "cpu/kernels.h"
 #include "npu/executor.h"
+#include "ref/forward.h" /* npu_ref_silu */
 #include "cpu/convert.h"
 #include "runtime/pool.h"
 
@@ -69,7 +70,7 @@ static void shadow(const struct npu_qsite *s, const float *x, size_t x_cols, siz
             gsum += gr[i] * xt[i];
             usum += ur[i] * xt[i];
           }
-          v[j] = gsum / (1.0f + expf(-gsum)) * usum;
+          v[j] = npu_ref_silu(gsum) * usum;
         } else {
           v[j] = xt[s->outliers[c]];
         }
