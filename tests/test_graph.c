@@ -27,6 +27,14 @@ static void fill(float *x, size_t n, uint64_t *rng, float scale) {
 
 /* ---- Kernels ------------------------------------------------------------------------------- */
 
+/* The CPU's float kernels of variant set 'which': 0 the scalar ones, 1 those the executor picks on
+ * this CPU (the same where it has no vector extension they need). */
+static struct npu_cpu_ukernels cpu_ukernels(int which) {
+  struct npu_cpu_ukernels uk;
+  npu_cpu_ukernels_select(which == 0 ? 0 : npu_isa_detect(), &uk);
+  return uk;
+}
+
 /* Both matmul variants give exactly the reference matvec's bits, row by row, on shapes that hit
  * every tile edge: rows not a multiple of 4 or 2, n not a multiple of the tile, k % 8 != 0. */
 static void test_matmul_matches_reference_bits(void **state) {
@@ -54,11 +62,9 @@ static void test_matmul_matches_reference_bits(void **state) {
       npu_ref_matvec(want + (size_t)t * (size_t)n, w, with_bias ? b : NULL, x + (size_t)t * (size_t)k,
                      k, n);
     }
-    npu_f32_matmul__generic(got, x, w, with_bias ? b : NULL, rows, k, n);
-    assert_memory_equal(got, want, (size_t)rows * (size_t)n * sizeof(float));
-    if (npu_f32_have_avx2()) {
+    for (int variant = 0; variant < 2; variant++) {
       memset(got, 0, (size_t)rows * (size_t)n * sizeof(float));
-      npu_f32_matmul__avx2(got, x, w, with_bias ? b : NULL, rows, k, n);
+      cpu_ukernels(variant).f32_matmul(got, x, w, with_bias ? b : NULL, rows, k, n);
       assert_memory_equal(got, want, (size_t)rows * (size_t)n * sizeof(float));
     }
     free(w);
@@ -114,7 +120,7 @@ static void test_rope_matches_reference_bits(void **state) {
       float x[ROWS * HEADS * MAX_HD], got[ROWS * HEADS * MAX_HD];
       npu_f32_rope_table(cos_t, sin_t, NPOS, &c, ff);
       fill(x, (size_t)(ROWS * HEADS * hd), &rng, 3.0f);
-      npu_f32_rope(got, x, cos_t, sin_t, &c, ROWS, HEADS, POS0);
+      cpu_ukernels(1).f32_rope(got, x, cos_t, sin_t, &c, ROWS, HEADS, POS0);
       for (int t = 0; t < ROWS; t++) {
         float want[HEADS * MAX_HD];
         memcpy(want, x + t * HEADS * hd, (size_t)(HEADS * hd) * sizeof(float));
@@ -151,9 +157,10 @@ static void test_attention_matches_reference_bits(void **state) {
       for (int i = 0; i < kv_cols; i++) kc[j * kv_cols + i] = vc[j * kv_cols + i] = NAN;
     }
     float scale = 1.0f / sqrtf((float)hd);
-    npu_f32_qk(s, q, kc, heads, kv_heads, hd, rows, ctx, pos0, n_valid, scale);
+    const struct npu_cpu_ukernels uk = cpu_ukernels(1);
+    uk.f32_qk(s, q, kc, heads, kv_heads, hd, rows, ctx, pos0, n_valid, scale);
     npu_f32_softmax(p, s, heads, rows, ctx, pos0, n_valid);
-    npu_f32_pv(out, p, vc, heads, kv_heads, hd, rows, ctx, pos0, n_valid);
+    uk.f32_pv(out, p, vc, heads, kv_heads, hd, rows, ctx, pos0, n_valid);
     for (int t = 0; t < rows; t++) {
       int len = npu_attn_len(pos0, n_valid, t);
       assert_int_equal(len, t < n_valid ? pos0 + t + 1 : pos0 + n_valid);
@@ -263,14 +270,14 @@ static void test_fused_attention_matches_reference_bits(void **state) {
       }
     }
     for (int variant = 0; variant < 2; variant++) {
-      if (variant == 1 && !npu_f32_have_avx2()) continue;
+      const struct npu_cpu_ukernels uk = cpu_ukernels(variant);
       for (size_t i = 0; i < n_out; i++) got[i] = NAN;
-      (variant == 0 ? npu_f32_attention__generic : npu_f32_attention__avx2)(
-          got, c.q, c.k, c.v, c.heads, c.kv_heads, c.hd, c.rows, c.pos0, c.n_valid, c.scale);
+      uk.f32_attention(got, c.q, c.k, c.v, c.heads, c.kv_heads, c.hd, c.rows, c.pos0, c.n_valid,
+                       c.scale);
       if (memcmp(got, want, n_out * sizeof(float)) != 0) {
         fail_msg("trial %d (%s): heads %d/%d hd %d rows %d pos0 %d n_valid %d differs", trial,
-                 variant ? "avx2" : "generic", c.heads, c.kv_heads, c.hd, c.rows, c.pos0,
-                 c.n_valid);
+                 npu_cpu_ukernels_variant(&uk, "f32_attention"), c.heads, c.kv_heads, c.hd, c.rows,
+                 c.pos0, c.n_valid);
       }
     }
     free(want);
@@ -316,22 +323,22 @@ static void test_attention_tiles_fold_matches_reference_bits(void **state) {
                         c.k + kv_off, c.v + kv_off, (size_t)kv_cols, c.hd, len, c.scale);
     }
     for (int variant = 0; variant < 2; variant++) {
-      if (variant == 1 && !npu_f32_have_avx2()) continue;
+      const struct npu_cpu_ukernels uk = cpu_ukernels(variant);
       for (size_t i = 0; i < n_part; i++) part[i] = NAN;
       const int units = n_tiles * c.heads;
       int cut1 = (int)(test_rand(&rng) % (uint64_t)(units + 1));
       int cut2 = cut1 + (int)(test_rand(&rng) % (uint64_t)(units - cut1 + 1));
       const int from[] = {cut2, cut1, 0}, to[] = {units, cut2, cut1};
       for (int r = 0; r < 3; r++) {
-        (variant == 0 ? npu_f32_attention_tiles__generic : npu_f32_attention_tiles__avx2)(
-            part, q, c.k, c.v, c.heads, c.kv_heads, c.hd, len, from[r], to[r], c.scale);
+        uk.f32_attention_tiles(part, q, c.k, c.v, c.heads, c.kv_heads, c.hd, len, from[r], to[r],
+                               c.scale);
       }
       for (int i = 0; i < q_cols; i++) got[i] = NAN;
       npu_f32_attention_fold(got, part, c.heads, c.hd, n_tiles);
       if (memcmp(got, want, (size_t)q_cols * sizeof(float)) != 0) {
         fail_msg("trial %d (%s): heads %d/%d hd %d len %d (units cut at %d, %d of %d) differs",
-                 trial, variant ? "avx2" : "generic", c.heads, c.kv_heads, c.hd, len, cut1, cut2,
-                 units);
+                 trial, npu_cpu_ukernels_variant(&uk, "f32_attention_tiles"), c.heads, c.kv_heads,
+                 c.hd, len, cut1, cut2, units);
       }
     }
     free(want);
@@ -375,8 +382,8 @@ static void test_fused_attention_matches_double(void **state) {
     const int q_cols = c.heads * c.hd, kv_cols = c.kv_heads * c.hd, group = c.heads / c.kv_heads;
     float *got = malloc((size_t)c.rows * (size_t)q_cols * sizeof(float));
     double *p = malloc((size_t)c.ctx * sizeof(double));
-    npu_f32_attention(got, c.q, c.k, c.v, c.heads, c.kv_heads, c.hd, c.rows, c.pos0, c.n_valid,
-                      c.scale);
+    cpu_ukernels(1).f32_attention(got, c.q, c.k, c.v, c.heads, c.kv_heads, c.hd, c.rows, c.pos0,
+                                  c.n_valid, c.scale);
     for (int t = 0; t < c.rows; t++) {
       int len = npu_attn_len(c.pos0, c.n_valid, t);
       for (int h = 0; h < c.heads; h++) {

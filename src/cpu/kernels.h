@@ -1,10 +1,11 @@
-/* FP32 kernels of the CPU backend: one per graph op. Each computes every output element in the
- * same order of operations as the reference forward (src/ref/forward.c), so a graph run in FP32
- * reproduces the reference bit for bit, and an element never depends on how many rows the step
- * has or how the kernel tiles them (chunked prefill == token-by-token decode exactly).
- * Kernels never allocate; operands never alias (restrict). Shapes follow the graph IR:
- * activations [rows, cols] row-major, attention scores [heads, rows, ctx] (QK, SOFTMAX, PV; the
- * fused attention keeps none). */
+/* FP32 kernels of the CPU backend: one per graph op; those with several variants (matmul, RoPE,
+ * QK, PV, the fused attention) are ukernels.h's, chosen once per session by CPU features. Each
+ * computes every output element in the same order of operations as the reference forward
+ * (src/ref/forward.c), so a graph run in FP32 reproduces the reference bit for bit, and an element
+ * never depends on how many rows the step has or how the kernel tiles them (chunked prefill ==
+ * token-by-token decode exactly). Kernels never allocate; operands never alias (restrict). Shapes
+ * follow the graph IR: activations [rows, cols] row-major, attention scores [heads, rows, ctx] (QK,
+ * SOFTMAX, PV; the fused attention keeps none). */
 #ifndef NPU_CPU_KERNELS_H
 #define NPU_CPU_KERNELS_H
 
@@ -13,7 +14,8 @@
 #include <stdint.h>
 
 #include "model.h"
-#include "ref/forward.h" /* NPU_REF_ATTN_TILE: the tiles that define attention */
+#include "cpu/ukernels.h" /* the kernels with several variants: matmul, RoPE, attention */
+#include "ref/forward.h"  /* NPU_REF_ATTN_TILE: the tiles that define attention */
 
 /* Attention of row 't' of a step starting at cache position 'pos0' with 'n_valid' real rows sees
  * cache positions 0 .. len-1: causal (j <= pos0 + t), and never past the step's real tokens, so
@@ -36,35 +38,14 @@ void npu_f32_gather(float *restrict out, const float *restrict table, const int3
 void npu_f32_rmsnorm(float *restrict out, const float *restrict x, const float *restrict w,
                      int32_t rows, int32_t cols, float eps);
 
-/* out[t, n] = sum_i x[t, i] * w[n, i] (+ bias[n]): x [rows, k], w [n, k], out [rows, n]; bias may
- * be NULL. Each weight row is read once per tile of rows (uses AVX2 when the CPU has it). */
-void npu_f32_matmul(float *restrict out, const float *restrict x, const float *restrict w,
-                    const float *restrict bias, int32_t rows, int32_t k, int32_t n);
-
-/* The variants behind npu_f32_matmul, for tests: the portable one, and the AVX2 one (callable
- * only when npu_f32_have_avx2()). Both give the same bits. */
-void npu_f32_matmul__generic(float *restrict out, const float *restrict x,
-                             const float *restrict w, const float *restrict bias, int32_t rows,
-                             int32_t k, int32_t n);
-void npu_f32_matmul__avx2(float *restrict out, const float *restrict x, const float *restrict w,
-                          const float *restrict bias, int32_t rows, int32_t k, int32_t n);
-bool npu_f32_have_avx2(void);
-
 /* The rotation table of RoPE for positions 0 .. n_pos-1: cos_out/sin_out (n_pos, rope_dim / 2),
  * computed as the reference does; 'freq_factors' (rope_dim / 2) may be NULL. */
 void npu_f32_rope_table(float *restrict cos_out, float *restrict sin_out, int32_t n_pos,
                         const struct npu_config *cfg, const float *restrict freq_factors);
 
-/* out = x with each head of row t rotated to position pos0 + t (table rows must cover
- * pos0 + rows - 1); x [rows, heads * head_dim]. Pairs per cfg->rope_type ("norm": (2i, 2i+1),
- * "neox": (i, i + rope_dim/2)); dimensions past rope_dim are copied. */
-void npu_f32_rope(float *restrict out, const float *restrict x, const float *restrict cos_tab,
-                  const float *restrict sin_tab, const struct npu_config *cfg, int32_t rows,
-                  int32_t heads, int32_t pos0);
-
 /* cache rows pos0 .. pos0+n_valid-1 = x rows 0 .. n_valid-1 (row width 'cols'). */
-void npu_f32_kv_write(float *restrict cache, const float *restrict x, int32_t pos0,
-                      int32_t n_valid, int32_t cols);
+void npu_f32_kv_write(float *restrict cache, const float *restrict x, int32_t pos0, int32_t n_valid,
+                      int32_t cols);
 
 /* Read one byte of every 64-byte line of [p, p + bytes), front to back, and return their sum (so
  * that the reads happen): brings a region into the caches as one sequential stream, which the
@@ -72,66 +53,14 @@ void npu_f32_kv_write(float *restrict cache, const float *restrict x, int32_t po
  * wait on each line (decode attention over a cold KV cache). */
 uint32_t npu_touch_lines(const void *p, size_t bytes);
 
-/* Scores s[h, t, j] = q[t, h] . k[j, h / group] * scale for j < npu_attn_len(t), -inf for the rest
- * of the bucket's 'ctx' positions; each dot adds as npu_ref_dot does. q [rows, heads * hd]; k
- * cache rows of kv_heads * hd floats. QK, SOFTMAX and PV serve attention split around the integer
- * NPU; all in float, it is npu_f32_attention. */
-void npu_f32_qk(float *restrict s, const float *restrict q, const float *restrict k, int32_t heads,
-                int32_t kv_heads, int32_t hd, int32_t rows, int32_t ctx, int32_t pos0,
-                int32_t n_valid, float scale);
-
-/* Softmax of each score row over its first npu_attn_len(t) entries; the masked rest become 0. */
-void npu_f32_softmax(float *restrict p, const float *restrict s, int32_t heads, int32_t rows,
-                     int32_t ctx, int32_t pos0, int32_t n_valid);
-
 /* out[t, h] = sum_{j < npu_attn_len(t)} p[h, t, j] * v[j, h / group]; out [rows, heads * hd]. */
 void npu_f32_pv(float *restrict out, const float *restrict p, const float *restrict v,
                 int32_t heads, int32_t kv_heads, int32_t hd, int32_t rows, int32_t ctx,
                 int32_t pos0, int32_t n_valid);
 
-/* Fused attention: out[t, h] = sum_j softmax_j(q[t, h] . k[j, h / group] * scale) v[j, h / group]
- * over j < npu_attn_len(t), exactly as npu_ref_attention computes it (tiles of NPU_REF_ATTN_TILE
- * keys folded in key order), so each element has the reference's bits. q, out [rows, heads * hd];
- * k, v cache rows of kv_heads * hd floats. Scratch is a few hundred bytes of stack (one tile's
- * scores, running maxima and sums): no scores or probabilities are stored, so memory does not
- * grow with the context; each output row holds its running weighted sum (uses AVX2 when the CPU
- * has it). An element's bits do not depend on the rows given, so threads may take disjoint
- * ranges of rows. */
-void npu_f32_attention(float *restrict out, const float *restrict q, const float *restrict k,
-                       const float *restrict v, int32_t heads, int32_t kv_heads, int32_t hd,
-                       int32_t rows, int32_t pos0, int32_t n_valid, float scale);
-
-/* The variants behind npu_f32_attention, for tests: the portable one and the AVX2 one (callable
- * only when npu_f32_have_avx2()). Both give the same bits. */
-void npu_f32_attention__generic(float *restrict out, const float *restrict q,
-                                const float *restrict k, const float *restrict v, int32_t heads,
-                                int32_t kv_heads, int32_t hd, int32_t rows, int32_t pos0,
-                                int32_t n_valid, float scale);
-void npu_f32_attention__avx2(float *restrict out, const float *restrict q,
-                             const float *restrict k, const float *restrict v, int32_t heads,
-                             int32_t kv_heads, int32_t hd, int32_t rows, int32_t pos0,
-                             int32_t n_valid, float scale);
-
-/* Decode attention split by keys: the tiles of NPU_REF_ATTN_TILE keys that npu_ref_attention
- * defines attention by, each on its own, then folded in key order, so threads may take disjoint
- * ranges of them and the result has the reference's bits whatever the ranges. For one query row q
- * (heads * hd) over keys 0 .. len-1 of the caches (rows of kv_heads * hd floats), the units
- * u0 .. u1-1, unit u being tile u / heads of head u % heads: part[u * (hd + 2) ..] receives the
- * tile's maximum score, its sum of exponentials and its weighted sum of values (hd). Uses AVX2
- * when the CPU has it; the variants are for tests (the AVX2 one callable only when
- * npu_f32_have_avx2()) and give the same bits. */
-void npu_f32_attention_tiles(float *restrict part, const float *restrict q,
-                             const float *restrict k, const float *restrict v, int32_t heads,
-                             int32_t kv_heads, int32_t hd, int32_t len, int32_t u0, int32_t u1,
-                             float scale);
-void npu_f32_attention_tiles__generic(float *restrict part, const float *restrict q,
-                                      const float *restrict k, const float *restrict v,
-                                      int32_t heads, int32_t kv_heads, int32_t hd, int32_t len,
-                                      int32_t u0, int32_t u1, float scale);
-void npu_f32_attention_tiles__avx2(float *restrict part, const float *restrict q,
-                                   const float *restrict k, const float *restrict v,
-                                   int32_t heads, int32_t kv_heads, int32_t hd, int32_t len,
-                                   int32_t u0, int32_t u1, float scale);
+/* Softmax of each score row over its first npu_attn_len(t) entries; the masked rest become 0. */
+void npu_f32_softmax(float *restrict p, const float *restrict s, int32_t heads, int32_t rows,
+                     int32_t ctx, int32_t pos0, int32_t n_valid);
 
 /* Fold the units of tiles 0 .. n_tiles-1 of 'part' (npu_f32_attention_tiles) in key order into
  * out (heads * hd), normalized: the query row's attention, bit for bit the reference's. */

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "isa.h" /* NPU_ISA_*, npu_isa_detect */
+
 /* ---- int8 GEMM with fused per-channel requantization -----------------------------------------
  *
  * y[i, n] = requant(bias[n] + sum_k (x[i, k] - x_zero_point) * w[n, k], mult[n], shift[n])
@@ -254,13 +256,6 @@ typedef void npu_qs16_pv_qs8_fn(const struct npu_attn_shape *restrict shape,
 
 /* ---- variants and dispatch --------------------------------------------------------------------*/
 
-/* Instruction-set extensions a variant needs (bit mask); 0 = plain C. */
-enum npu_isa {
-  NPU_ISA_AVX2 = 1u << 0,       /* x86-64 AVX2 + FMA */
-  NPU_ISA_NEON = 1u << 1,       /* AArch64 Advanced SIMD (reserved for the phone kernels) */
-  NPU_ISA_AVX512VNNI = 1u << 2, /* x86-64 AVX512F/VL/BW + AVX512-VNNI (vpdpbusd on ymm) */
-};
-
 /* Declarations of every variant: npu_qs8_gemm__scalar, npu_qs8_gemm__avx2, ... */
 #define NPU_UKERNEL(family, variant, isa) npu_##family##_fn npu_##family##__##variant;
 #include "npu/ukernels.inc"
@@ -284,9 +279,6 @@ struct npu_ukernels {
   npu_qs16_pv_qs8_fn *qs16_pv_qs8;
   npu_qs16_rmsnorm_qs8_fn *qs16_rmsnorm_qs8;
 };
-
-/* The NPU_ISA_* extensions this CPU has. */
-uint32_t npu_isa_detect(void);
 
 /* Fill 'uk_out' with, for each family, the last variant in ukernels.inc whose extensions are all
  * in 'isa' (pass npu_isa_detect(), or 0 to force the scalar reference kernels). */

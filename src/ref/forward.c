@@ -226,10 +226,7 @@ void npu_ref_forward(const struct npulm_model *m, struct npu_ref_state *s, int32
     npu_ref_matvec(s->hb2, lw->w_up, NULL, s->xb, dim, c->ffn_dim);
     observe(obs, l, "ffn_gate", s->hb, c->ffn_dim);
     observe(obs, l, "ffn_up", s->hb2, c->ffn_dim);
-    for (int i = 0; i < c->ffn_dim; i++) {
-      float g = s->hb[i];
-      s->hb[i] = g / (1.0f + expf(-g));
-    }
+    for (int i = 0; i < c->ffn_dim; i++) s->hb[i] = npu_ref_silu(s->hb[i]);
     observe(obs, l, "ffn_silu", s->hb, c->ffn_dim);
     for (int i = 0; i < c->ffn_dim; i++) s->hb[i] *= s->hb2[i];
     observe(obs, l, "ffn_gate_par", s->hb, c->ffn_dim);

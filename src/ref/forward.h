@@ -3,7 +3,14 @@
 #ifndef NPU_REF_FORWARD_H
 #define NPU_REF_FORWARD_H
 
+#include <math.h>
+
 #include "model.h"
+
+/* SiLU, the activation of the SwiGLU feed-forward: x * sigmoid(x), computed as x / (1 + e^-x)
+ * with libm's expf. The one definition: the reference, the CPU kernel and the executor's shadow
+ * path all call it, so their results have the same bits. */
+static inline float npu_ref_silu(float x) { return x / (1.0f + expf(-x)); }
 
 /* Activations and KV cache of one sequence. */
 struct npu_ref_state {

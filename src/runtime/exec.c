@@ -10,6 +10,7 @@
 #include "common.h"
 #include "cpu/kernels.h"
 #include "npu/executor.h"
+#include "ref/forward.h" /* npu_ref_silu */
 #include "cpu/convert.h"
 #include "runtime/pool.h"
 
@@ -69,7 +70,7 @@ static void shadow(const struct npu_qsite *s, const float *x, size_t x_cols, siz
             gsum += gr[i] * xt[i];
             usum += ur[i] * xt[i];
           }
-          v[j] = gsum / (1.0f + expf(-gsum)) * usum;
+          v[j] = npu_ref_silu(gsum) * usum;
         } else {
           v[j] = xt[s->outliers[c]];
         }
@@ -119,9 +120,9 @@ static void attention(const struct npu_graph *g, const struct npu_ir_node *n,
   const int32_t n_valid = r0 < ctx->n_valid ? ctx->n_valid - r0 : 1;
   float *out = (float *)tensor_data(g, n->out, ctx) + (size_t)r0 * (size_t)q_cols;
   const float *q = (const float *)tensor_data(g, n->in[0], ctx) + (size_t)r0 * (size_t)q_cols;
-  npu_f32_attention(out, q, tensor_data(g, n->in[1], ctx), tensor_data(g, n->in[2], ctx),
-                    q_cols / hd, g->tensors[n->in[1]].ne[1] / hd, hd, r1 - r0, pos0, n_valid,
-                    n->param);
+  ctx->cpu_uk->f32_attention(out, q, tensor_data(g, n->in[1], ctx), tensor_data(g, n->in[2], ctx),
+                             q_cols / hd, g->tensors[n->in[1]].ne[1] / hd, hd, r1 - r0, pos0,
+                             n_valid, n->param);
 }
 
 /* Outer rows [r0, r1) of a node that splits_by_rows. */
@@ -146,13 +147,13 @@ static void exec_rows(const struct npu_graph *g, const struct npu_ir_node *n,
   switch ((enum npu_op)n->op) {
   case NPU_OP_RMSNORM: npu_f32_rmsnorm(out, a, b, rows, a_t->ne[1], n->param); return;
   case NPU_OP_ROPE:
-    npu_f32_rope(out, a, ctx->rope_cos, ctx->rope_sin, ctx->cfg, rows,
-                 a_t->ne[1] / ctx->cfg->head_dim, ctx->pos0 + r0);
+    ctx->cpu_uk->f32_rope(out, a, ctx->rope_cos, ctx->rope_sin, ctx->cfg, rows,
+                          a_t->ne[1] / ctx->cfg->head_dim, ctx->pos0 + r0);
     return;
   case NPU_OP_MATMUL: {
     /* W is [N, K]; x [rows, K] */
     const float *bias = n->in[2] >= 0 ? tensor_data(g, n->in[2], ctx) : NULL;
-    npu_f32_matmul(out, a, b, bias, rows, a_t->ne[1], g->tensors[n->in[1]].ne[0]);
+    ctx->cpu_uk->f32_matmul(out, a, b, bias, rows, a_t->ne[1], g->tensors[n->in[1]].ne[0]);
     return;
   }
   case NPU_OP_ADD: npu_f32_add(out, a, b + (size_t)r0 * out_inner, count); return;
@@ -217,8 +218,8 @@ static void key_task(void *arg, size_t task) {
   const size_t at = (size_t)j0 * (size_t)kv_cols, bytes = (size_t)(j1 - j0) * (size_t)kv_cols * 4;
   const uint32_t sum = npu_touch_lines(k + at, bytes) + npu_touch_lines(v + at, bytes);
   atomic_fetch_add_explicit(&ks->sink, sum, memory_order_relaxed);
-  npu_f32_attention_tiles(ctx->attn_part, tensor_data(g, n->in[0], ctx), k, v, heads,
-                          kv_cols / hd, hd, ks->len, u0, u1, n->param);
+  ctx->cpu_uk->f32_attention_tiles(ctx->attn_part, tensor_data(g, n->in[0], ctx), k, v, heads,
+                                   kv_cols / hd, hd, ks->len, u0, u1, n->param);
 }
 
 size_t npu_exec_attn_part_floats(const struct npu_config *cfg, int32_t n_ctx) {
@@ -295,8 +296,8 @@ static void run_node(const struct npu_graph *g, const struct npu_ir_node *n,
   case NPU_OP_QK: {
     /* q [rows, heads * hd], K cache [ctx, kv_dim] -> scores [heads, rows, ctx] */
     int32_t heads = out_t->ne[0], hd = a_t->ne[1] / heads;
-    npu_f32_qk(out, a, b, heads, b_t->ne[1] / hd, hd, out_t->ne[1], out_t->ne[2], ctx->pos0,
-               ctx->n_valid, n->param);
+    ctx->cpu_uk->f32_qk(out, a, b, heads, b_t->ne[1] / hd, hd, out_t->ne[1], out_t->ne[2],
+                        ctx->pos0, ctx->n_valid, n->param);
     return;
   }
   case NPU_OP_SOFTMAX:
@@ -305,8 +306,8 @@ static void run_node(const struct npu_graph *g, const struct npu_ir_node *n,
   case NPU_OP_PV: {
     /* probs [heads, rows, ctx], V cache [ctx, kv_dim] -> out [rows, heads * hd] */
     int32_t heads = a_t->ne[0], hd = out_t->ne[1] / heads;
-    npu_f32_pv(out, a, b, heads, b_t->ne[1] / hd, hd, a_t->ne[1], a_t->ne[2], ctx->pos0,
-               ctx->n_valid);
+    ctx->cpu_uk->f32_pv(out, a, b, heads, b_t->ne[1] / hd, hd, a_t->ne[1], a_t->ne[2], ctx->pos0,
+                        ctx->n_valid);
     return;
   }
   case NPU_OP_TRANSFER:

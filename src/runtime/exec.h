@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "cpu/ukernels.h"
 #include "graph/program.h"
 #include "model.h"
 
@@ -27,6 +28,7 @@ struct npu_profile {
 struct npu_exec_ctx {
   const struct npu_program *prog; /* weights: WEIGHT tensor 'ref' is prog->weights[ref].data */
   const struct npu_config *cfg;
+  const struct npu_cpu_ukernels *cpu_uk; /* the float kernels chosen for this CPU */
   const int32_t *ids; /* (g->rows) token ids, the padded rows holding any valid id */
   int32_t pos0;       /* cache position of row 0 */
   int32_t n_valid;    /* rows 0 .. n_valid-1 are real tokens; the rest are padding */

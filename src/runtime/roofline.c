@@ -77,6 +77,7 @@ static void barrier_abort(struct barrier *b) {
 struct shared {
   struct barrier barrier;
   struct npu_ukernels uk;
+  struct npu_cpu_ukernels cpu_uk;
   int n_threads;
   const int8_t *x;                /* (max m * k) int8 GEMM input */
   const void *packed[N_GEMM];     /* packed weights of each shape */
@@ -141,7 +142,7 @@ static void run_unit(struct worker *w, int ph) {
     const struct npu_qs8_gemm_params p = {sh->mult, sh->shift, -3, 2};
     sh->uk.qs8_gemm(m, 0, n, k, sh->x, k, sh->packed[ph], w->y, n, &p);
   } else if (ph == PH_F32) {
-    npu_f32_matmul(w->fy, sh->fx, sh->fw, NULL, f32_shape[0], f32_shape[2], f32_shape[1]);
+    sh->cpu_uk.f32_matmul(w->fy, sh->fx, sh->fw, NULL, f32_shape[0], f32_shape[2], f32_shape[1]);
   } else if (ph == PH_READ) {
     w->sink += read_stream(sh->stream + (size_t)w->id * sh->slice, sh->slice);
   } else {
@@ -249,6 +250,7 @@ static npulm_status measure(int n_threads, int first_phase, npulm_roofline *out,
   sh.n_threads = n_threads;
   sh.first_phase = first_phase;
   npu_ukernels_select(npu_isa_detect(), &sh.uk);
+  npu_cpu_ukernels_select(npu_isa_detect(), &sh.cpu_uk);
   snprintf(out->kernel, sizeof(out->kernel), "qs8_gemm__%s",
            npu_ukernels_variant(&sh.uk, "qs8_gemm"));
 

@@ -44,6 +44,7 @@ struct npulm_session {
   /* compiled engine */
   struct npu_program *owned_program; /* compiled here when the model carried none */
   const struct npu_program *prog;
+  struct npu_cpu_ukernels cpu_uk; /* the float kernels chosen for this CPU */
   int32_t max_rows;
   float *kv;         /* (n_layers, 2, n_ctx, kv_dim): K then V of each layer */
   size_t kv_bytes;
@@ -95,6 +96,7 @@ static void *alloc_pages(uint64_t size, size_t *bytes) {
 static npulm_status compiled_init(struct npulm_session *s, npulm_error *err) {
   const struct npulm_model *m = s->model;
   const struct npu_config *c = &m->cfg;
+  npu_cpu_ukernels_select(npu_isa_detect(), &s->cpu_uk);
   if (m->program == NULL) {
     struct npu_compile_options o;
     npu_compile_default_options(c, &o);
@@ -343,6 +345,7 @@ static void run_task(void *user, int32_t step, int32_t sub, int32_t slot) {
   struct npu_exec_ctx ctx = {
       .prog = s->prog,
       .cfg = c,
+      .cpu_uk = &s->cpu_uk,
       .ids = sl->ids,
       .pos0 = st->pos0,
       .n_valid = st->n_valid,
