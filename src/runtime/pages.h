@@ -16,7 +16,7 @@ void *npu_pages_alloc(size_t size);
  * starts on a 2 MiB boundary so that whole huge pages fit). With 4 KiB pages each page costs a
  * TLB walk and the hardware prefetcher stops at its end: both threads streaming 110 MB of
  * stories110M's decode matmuls ran 7-10 % faster from huge pages in this host's fast bandwidth
- * state (bench/RESULTS.md). Freed by npu_pages_free(p, size). */
+ * state (bench/HISTORY.md). Freed by npu_pages_free(p, size). */
 void *npu_pages_alloc_huge(size_t size);
 
 /* Give back what npu_pages_alloc(size) or npu_pages_alloc_huge(size) returned; accepts NULL. */
