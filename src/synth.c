@@ -2,6 +2,7 @@
  * convert_hf_to_gguf.py writes for real llama-family models, seeded random weights of realistic
  * scale and a synthetic SentencePiece vocabulary. They exist for speed work (npulm vs llama.cpp
  * on the same file); accuracy is measured on trained models. */
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,34 +12,11 @@
 #include "gguf.h"
 #include "gguf_write.h"
 #include "npulm.h"
+#include "synth.h"
 
 /* ---- Shapes --------------------------------------------------------------------------------- */
 
-/* One real model's hyperparameters (its HF config.json / llama2.c header). */
-struct synth_shape {
-  const char *name;  /* what npulm_synth takes */
-  const char *arch;  /* general.architecture */
-  const char *title; /* general.name */
-  uint32_t dim;
-  uint32_t n_layers;
-  uint32_t n_heads;
-  uint32_t n_kv_heads;
-  uint32_t ffn_dim;
-  uint32_t n_vocab;
-  uint32_t n_ctx;
-  float rope_base;
-  float rms_eps;
-  bool tied;         /* no output.weight: the output projection is token_embd */
-  bool qkv_bias;     /* attn_{q,k,v}.bias (qwen2) */
-  bool head_dim_key; /* config.json has "head_dim": {arch}.attention.{key,value}_length */
-  /* Llama 3 RoPE scaling (rope_type "llama3"): the converter writes rope_freqs.weight. */
-  float rope_llama3_factor; /* 0 = none */
-  float rope_low_freq_factor;
-  float rope_high_freq_factor;
-  uint32_t rope_orig_ctx;
-};
-
-static const struct synth_shape shapes[] = {
+static const struct npu_synth_shape shapes[] = {
     /* Tiny shapes for tests: every code path (GQA, biases, tied output) at a few hundred KB. */
     {.name = "tiny", .arch = "llama", .title = "tiny", .dim = 64, .n_layers = 2, .n_heads = 4,
      .n_kv_heads = 2, .ffn_dim = 160, .n_vocab = 512, .n_ctx = 256, .rope_base = 10000.0f,
@@ -77,6 +55,13 @@ static const char *const shape_names[N_SHAPES + 1] = {
 };
 
 const char *const *npulm_synth_shapes(void) { return shape_names; }
+
+const struct npu_synth_shape *npu_synth_shape_find(const char *name) {
+  for (size_t i = 0; i < N_SHAPES && name != NULL; i++) {
+    if (strcmp(shapes[i].name, name) == 0) return &shapes[i];
+  }
+  return NULL;
+}
 
 /* ---- Deterministic random numbers ----------------------------------------------------------- */
 
@@ -117,8 +102,12 @@ struct plan {
   size_t cap;
 };
 
-static npulm_status plan_add(struct plan *p, const char *name, uint32_t n_dims, uint64_t ne0,
-                             uint64_t ne1, uint32_t type2d, enum init_kind init, npulm_error *err) {
+/* Add a tensor to the plan, unless 'o' leaves it out; widened where 'o' says so. */
+static npulm_status plan_add(struct plan *p, const struct npu_synth_options *o, const char *name,
+                             uint32_t n_dims, uint64_t ne0, uint64_t ne1, enum init_kind init,
+                             npulm_error *err) {
+  if (o->omit_tensor != NULL && strcmp(o->omit_tensor, name) == 0) return NPULM_OK;
+  if (o->wide_tensor != NULL && strcmp(o->wide_tensor, name) == 0) ne0 += 32;
   if (p->n == p->cap) {
     size_t cap = p->cap ? 2 * p->cap : 64;
     struct plan_tensor *t = realloc(p->t, cap * sizeof(*t));
@@ -131,20 +120,20 @@ static npulm_status plan_add(struct plan *p, const char *name, uint32_t n_dims, 
   t->n_dims = n_dims;
   t->ne[0] = ne0;
   t->ne[1] = ne1;
-  t->type = n_dims == 2 ? type2d : NPU_GGML_F32; /* as llama.cpp: 1-D tensors stay F32 */
+  t->type = n_dims == 2 ? o->type2d : NPU_GGML_F32; /* as llama.cpp: 1-D tensors stay F32 */
   t->init = init;
   return NPULM_OK;
 }
 
-/* Every tensor of 'sh' in file order, 2-D weights of ggml type 'type2d'. */
-static npulm_status make_plan(const struct synth_shape *sh, uint32_t type2d, struct plan *p,
-                              npulm_error *err) {
+/* Every tensor of 'sh' in file order, 2-D weights of ggml type 'o->type2d'. */
+static npulm_status make_plan(const struct npu_synth_shape *sh, const struct npu_synth_options *o,
+                              struct plan *p, npulm_error *err) {
   const uint64_t dim = sh->dim, hd = sh->dim / sh->n_heads;
   const uint64_t q_dim = hd * sh->n_heads, kv_dim = hd * sh->n_kv_heads;
   npulm_status st;
   char name[64];
-#define ADD1(nm, n0, init) plan_add(p, (nm), 1, (n0), 1, type2d, (init), err)
-#define ADD2(nm, n0, n1) plan_add(p, (nm), 2, (n0), (n1), type2d, INIT_MATRIX, err)
+#define ADD1(nm, n0, init) plan_add(p, o, (nm), 1, (n0), 1, (init), err)
+#define ADD2(nm, n0, n1) plan_add(p, o, (nm), 2, (n0), (n1), INIT_MATRIX, err)
 #define TRY(expr)                                                                                 \
   do {                                                                                            \
     if ((st = (expr)) != NPULM_OK) return st;                                                     \
@@ -186,38 +175,54 @@ static uint32_t file_type_of(uint32_t type2d) {
   }
 }
 
+/* The writer's add calls, less the key 'o' leaves out. */
+static bool keep_key(const struct npu_synth_options *o, const char *key) {
+  return o->omit_key == NULL || strcmp(o->omit_key, key) != 0;
+}
+static void put_str(struct npu_gguf_writer *w, const struct npu_synth_options *o, const char *key,
+                    const char *v) {
+  if (keep_key(o, key)) npu_gguf_writer_add_str(w, key, v);
+}
+static void put_u32(struct npu_gguf_writer *w, const struct npu_synth_options *o, const char *key,
+                    uint32_t v) {
+  if (keep_key(o, key)) npu_gguf_writer_add_u32(w, key, v);
+}
+static void put_f32(struct npu_gguf_writer *w, const struct npu_synth_options *o, const char *key,
+                    float v) {
+  if (keep_key(o, key)) npu_gguf_writer_add_f32(w, key, v);
+}
+
 /* Hyperparameters, in the order and with the keys convert_hf_to_gguf.py writes them. Failures
  * stay in the writer (npu_gguf_writer_status). */
-static void add_hparams(struct npu_gguf_writer *w, const struct synth_shape *sh,
-                                uint32_t type2d) {
+static void add_hparams(struct npu_gguf_writer *w, const struct npu_synth_shape *sh,
+                        const struct npu_synth_options *o) {
   char key[96];
   const uint32_t hd = sh->dim / sh->n_heads;
 #define K(suffix) (snprintf(key, sizeof(key), "%s." suffix, sh->arch), key)
-  npu_gguf_writer_add_str(w, "general.architecture", sh->arch);
-  npu_gguf_writer_add_str(w, "general.type", "model");
-  npu_gguf_writer_add_str(w, "general.name", sh->title);
-  npu_gguf_writer_add_str(w, "general.description",
-                          "npulm synthetic model: real shapes, seeded random weights");
-  npu_gguf_writer_add_u32(w, "general.alignment", 32);
-  npu_gguf_writer_add_u32(w, K("block_count"), sh->n_layers);
-  npu_gguf_writer_add_u32(w, K("context_length"), sh->n_ctx);
-  npu_gguf_writer_add_u32(w, K("embedding_length"), sh->dim);
-  npu_gguf_writer_add_u32(w, K("feed_forward_length"), sh->ffn_dim);
-  npu_gguf_writer_add_u32(w, K("attention.head_count"), sh->n_heads);
-  npu_gguf_writer_add_u32(w, K("attention.head_count_kv"), sh->n_kv_heads);
-  npu_gguf_writer_add_f32(w, K("rope.freq_base"), sh->rope_base);
-  npu_gguf_writer_add_f32(w, K("attention.layer_norm_rms_epsilon"), sh->rms_eps);
+  put_str(w, o, "general.architecture", sh->arch);
+  put_str(w, o, "general.type", "model");
+  put_str(w, o, "general.name", sh->title);
+  put_str(w, o, "general.description", "npulm synthetic model: real shapes, seeded random weights");
+  put_u32(w, o, "general.alignment", 32);
+  put_u32(w, o, K("block_count"), sh->n_layers);
+  put_u32(w, o, K("context_length"), sh->n_ctx);
+  put_u32(w, o, K("embedding_length"), sh->dim);
+  put_u32(w, o, K("feed_forward_length"), sh->ffn_dim);
+  put_u32(w, o, K("attention.head_count"), sh->n_heads);
+  put_u32(w, o, K("attention.head_count_kv"), sh->n_kv_heads);
+  put_f32(w, o, K("rope.freq_base"), sh->rope_base);
+  put_f32(w, o, K("attention.layer_norm_rms_epsilon"), sh->rms_eps);
   if (sh->head_dim_key) {
-    npu_gguf_writer_add_u32(w, K("attention.key_length"), hd);
-    npu_gguf_writer_add_u32(w, K("attention.value_length"), hd);
+    put_u32(w, o, K("attention.key_length"), hd);
+    put_u32(w, o, K("attention.value_length"), hd);
   }
-  npu_gguf_writer_add_u32(w, "general.file_type", file_type_of(type2d));
+  put_u32(w, o, "general.file_type", file_type_of(o->type2d));
   if (strcmp(sh->arch, "llama") == 0) { /* LlamaModel adds these two; Qwen2Model does not */
-    npu_gguf_writer_add_u32(w, K("vocab_size"), sh->n_vocab);
-    npu_gguf_writer_add_u32(w, K("rope.dimension_count"), hd);
+    put_u32(w, o, K("vocab_size"), sh->n_vocab);
+    put_u32(w, o, K("rope.dimension_count"), hd);
   }
 #undef K
-  npu_gguf_writer_add_u32(w, "general.quantization_version", 2);
+  put_u32(w, o, "general.quantization_version", 2);
 }
 
 /* Append the UTF-8 of U+2581 (SentencePiece's word-start mark) and 'len' bytes of 's'. */
@@ -311,7 +316,7 @@ done:
 #define PROGRESS_BYTES (8u << 20)
 
 /* Llama 3 rope frequency factors (LlamaModel.generate_extra_tensors in convert_hf_to_gguf.py). */
-static void llama3_rope_factors(const struct synth_shape *sh, float *out, size_t n) {
+static void llama3_rope_factors(const struct npu_synth_shape *sh, float *out, size_t n) {
   const double dim = 2.0 * (double)n, pi = 3.14159265358979323846;
   const double low_wavelen = sh->rope_orig_ctx / sh->rope_low_freq_factor;
   const double high_wavelen = sh->rope_orig_ctx / sh->rope_high_freq_factor;
@@ -347,17 +352,33 @@ static void report_progress(struct progress *pr, const struct npu_gguf_writer *w
 }
 
 /* Generate tensor 'index' of the plan chunk by chunk, convert it to its type and stream it. */
-static npulm_status write_weights(struct npu_gguf_writer *w, const struct synth_shape *sh,
-                                  const struct plan_tensor *t, size_t index, uint64_t seed,
-                                  float *vals, uint8_t *bytes, struct progress *pr,
+static npulm_status write_weights(struct npu_gguf_writer *w, const struct npu_synth_shape *sh,
+                                  const struct npu_synth_options *o, const struct plan_tensor *t,
+                                  size_t index, float *vals, uint8_t *bytes, struct progress *pr,
                                   npulm_error *err) {
-  uint64_t rng = seed ^ (0xD1B54A32D192ED03ull * (uint64_t)(index + 1));
+  const struct npu_synth_tensor view = {
+      .name = t->name, .n_dims = t->n_dims, .ne = {t->ne[0], t->ne[1]}, .type = t->type};
+  const bool poke = o->poke_tensor != NULL && strcmp(o->poke_tensor, t->name) == 0;
+  if (t->type != NPU_GGML_F32 && t->type != NPU_GGML_F16 && t->type != NPU_GGML_Q8_0) {
+    /* a type npulm does not run (tests of its refusal): zero bytes */
+    memset(bytes, 0, CHUNK_ELEMS * sizeof(float));
+    for (uint64_t left = npu_gguf_writer_tensor_nbytes(w, index); left > 0;) {
+      size_t n = left < CHUNK_ELEMS * sizeof(float) ? (size_t)left : CHUNK_ELEMS * sizeof(float);
+      npulm_status st = npu_gguf_writer_write_data(w, bytes, n, err);
+      if (st != NPULM_OK) return st;
+      left -= n;
+    }
+    return NPULM_OK;
+  }
+  uint64_t rng = o->seed ^ (0xD1B54A32D192ED03ull * (uint64_t)(index + 1));
   splitmix64(&rng);
   const uint64_t n_elems = t->ne[0] * t->ne[1];
   const float scale = 1.0f / sqrtf((float)t->ne[0]); /* 1/sqrt(fan_in) keeps activations O(1) */
   for (uint64_t done = 0; done < n_elems;) {
     size_t n = n_elems - done < CHUNK_ELEMS ? (size_t)(n_elems - done) : CHUNK_ELEMS;
-    if (t->init == INIT_ROPE_FREQS) {
+    if (o->fill != NULL) {
+      o->fill(o->user, &view, done, vals, n);
+    } else if (t->init == INIT_ROPE_FREQS) {
       llama3_rope_factors(sh, vals, n);
     } else {
       for (size_t i = 0; i < n; i++) {
@@ -385,6 +406,16 @@ static npulm_status write_weights(struct npu_gguf_writer *w, const struct synth_
       nbytes = 4 * n;
       break;
     }
+    if (poke && o->poke_at >= done && o->poke_at < done + n) {
+      size_t at = (size_t)(o->poke_at - done);
+      if (t->type == NPU_GGML_F16) {
+        uint16_t bits = (uint16_t)o->poke_bits;
+        memcpy(bytes + 2 * at, &bits, 2);
+      } else {
+        assert(t->type == NPU_GGML_F32); /* a Q8_0 element has no bits of its own */
+        memcpy(bytes + 4 * at, &o->poke_bits, 4);
+      }
+    }
     npulm_status st = npu_gguf_writer_write_data(w, bytes, nbytes, err);
     if (st != NPULM_OK) return st;
     done += n;
@@ -393,14 +424,47 @@ static npulm_status write_weights(struct npu_gguf_writer *w, const struct synth_
   return NPULM_OK;
 }
 
-/* ---- Entry point ---------------------------------------------------------------------------- */
+/* ---- Entry points -------------------------------------------------------------------------- */
+
+npulm_status npu_synth_write(struct npu_gguf_writer *w, const struct npu_synth_shape *sh,
+                             const struct npu_synth_options *o, npulm_error *err) {
+  assert(sh->n_vocab >= 259 && sh->n_heads > 0 && sh->dim % sh->n_heads == 0);
+  struct plan plan = {0};
+  float *vals = NULL;
+  uint8_t *bytes = NULL;
+  npulm_status st;
+  if (!o->no_tensors && (st = make_plan(sh, o, &plan, err)) != NPULM_OK) goto done;
+  vals = malloc(CHUNK_ELEMS * sizeof(*vals));
+  bytes = malloc(CHUNK_ELEMS * sizeof(float));
+  if (vals == NULL || bytes == NULL) {
+    st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  add_hparams(w, sh, o);
+  if ((st = add_vocab(w, sh->n_vocab, err)) != NPULM_OK) goto done;
+  for (size_t i = 0; i < plan.n; i++) {
+    const struct plan_tensor *t = &plan.t[i];
+    npu_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, NULL);
+  }
+  if ((st = npu_gguf_writer_status(w, err)) != NPULM_OK) goto done;
+  struct progress pr = {
+      .fn = o->progress, .user = o->progress_user, .total = npu_gguf_writer_data_size(w)};
+  for (size_t i = 0; i < plan.n; i++) {
+    st = write_weights(w, sh, o, &plan.t[i], i, vals, bytes, &pr, err);
+    if (st != NPULM_OK) goto done;
+    report_progress(&pr, w, true);
+  }
+  st = NPULM_OK;
+done:
+  free(plan.t);
+  free(vals);
+  free(bytes);
+  return st;
+}
 
 npulm_status npulm_synth(const char *shape, uint64_t seed, const char *type, const char *path,
                          npulm_progress_fn progress, void *user, npulm_error *err) {
-  const struct synth_shape *sh = NULL;
-  for (size_t i = 0; i < N_SHAPES && shape != NULL; i++) {
-    if (strcmp(shapes[i].name, shape) == 0) sh = &shapes[i];
-  }
+  const struct npu_synth_shape *sh = npu_synth_shape_find(shape);
   if (sh == NULL) {
     char names[256] = "";
     for (size_t i = 0; i < N_SHAPES; i++) {
@@ -410,13 +474,13 @@ npulm_status npulm_synth(const char *shape, uint64_t seed, const char *type, con
     return npu_fail(err, NPULM_ERR_ARG, "unknown synthetic shape '%s' (known: %s)",
                     shape ? shape : "(null)", names);
   }
-  uint32_t type2d;
+  struct npu_synth_options o = {.seed = seed, .progress = progress, .progress_user = user};
   if (type != NULL && strcmp(type, "f32") == 0) {
-    type2d = NPU_GGML_F32;
+    o.type2d = NPU_GGML_F32;
   } else if (type != NULL && strcmp(type, "f16") == 0) {
-    type2d = NPU_GGML_F16;
+    o.type2d = NPU_GGML_F16;
   } else if (type != NULL && strcmp(type, "q8_0") == 0) {
-    type2d = NPU_GGML_Q8_0;
+    o.type2d = NPU_GGML_Q8_0;
   } else {
     return npu_fail(err, NPULM_ERR_ARG, "unknown weight type '%s' (known: f32, f16, q8_0)",
                     type ? type : "(null)");
@@ -424,38 +488,12 @@ npulm_status npulm_synth(const char *shape, uint64_t seed, const char *type, con
 
   if (path == NULL || path[0] == '\0') return npu_fail(err, NPULM_ERR_ARG, "no output path");
 
-  struct plan plan = {0};
   struct npu_gguf_writer *w = NULL;
-  float *vals = NULL;
-  uint8_t *bytes = NULL;
   npulm_status st;
-  if ((st = make_plan(sh, type2d, &plan, err)) != NPULM_OK) goto fail;
-  vals = malloc(CHUNK_ELEMS * sizeof(*vals));
-  bytes = malloc(CHUNK_ELEMS * sizeof(float));
-  if (vals == NULL || bytes == NULL) {
-    st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
-    goto fail;
+  if ((st = npu_gguf_writer_open_file(path, &w, err)) == NPULM_OK &&
+      (st = npu_synth_write(w, sh, &o, err)) == NPULM_OK) {
+    st = npu_gguf_writer_finish(w, err);
   }
-  if ((st = npu_gguf_writer_open_file(path, &w, err)) != NPULM_OK) goto fail;
-  add_hparams(w, sh, type2d);
-  if ((st = add_vocab(w, sh->n_vocab, err)) != NPULM_OK) goto fail;
-  for (size_t i = 0; i < plan.n; i++) {
-    const struct plan_tensor *t = &plan.t[i];
-    npu_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, NULL);
-  }
-  if ((st = npu_gguf_writer_status(w, err)) != NPULM_OK) goto fail;
-  struct progress pr = {.fn = progress, .user = user, .total = npu_gguf_writer_data_size(w)};
-  for (size_t i = 0; i < plan.n; i++) {
-    st = write_weights(w, sh, &plan.t[i], i, seed, vals, bytes, &pr, err);
-    if (st != NPULM_OK) goto fail;
-    report_progress(&pr, w, true);
-  }
-  if ((st = npu_gguf_writer_finish(w, err)) != NPULM_OK) goto fail;
-  st = NPULM_OK;
-fail:
   npu_gguf_writer_free(w); /* removes the file unless finished */
-  free(plan.t);
-  free(vals);
-  free(bytes);
   return st;
 }
