@@ -4,106 +4,65 @@
 
 #include "gguf_write.h"
 #include "npulm.h"
+#include "synth.h"
 #include "test_util.h"
 
-/* What to break in the tiny model. */
+/* What to break in the tiny model (as npu_synth_options says). */
 struct breakage {
-  const char *skip_tensor;  /* leave this tensor out */
-  const char *skip_key;     /* leave this key out */
-  const char *arch;         /* general.architecture (default "llama") */
-  const char *wide_tensor;  /* give this tensor a wrong row length */
-  uint32_t matrix_type;     /* ggml type of the matrices (default F32) */
-  uint32_t heads_kv;        /* attention.head_count_kv (default 1) */
-  const char *bad_tensor;   /* write 'bad_bits' into element 'bad_at' of this tensor */
-  size_t bad_at;            /* an element of it */
-  uint32_t bad_bits;        /* F32 bits, or F16 bits in an F16 matrix */
-  bool no_tensors;          /* a vocabulary only, as llama.cpp's ggml-vocab-*.gguf files */
+  const char *skip_tensor; /* leave this tensor out */
+  const char *skip_key;    /* leave this key out (its name after "llama.") */
+  const char *arch;        /* general.architecture (default "llama") */
+  const char *wide_tensor; /* give this tensor a wrong row length */
+  uint32_t matrix_type;    /* ggml type of the matrices (default F32) */
+  uint32_t heads_kv;       /* attention.head_count_kv (default 1) */
+  const char *bad_tensor;  /* write 'bad_bits' into element 'bad_at' of this tensor */
+  size_t bad_at;           /* an element of it */
+  uint32_t bad_bits;       /* F32 bits, or F16 bits in an F16 matrix */
+  bool no_tensors;         /* a vocabulary only, as llama.cpp's ggml-vocab-*.gguf files */
 };
 
 enum { DIM = 32, HEADS = 2, FFN = 64, VOCAB = 259 + 5 };
 
+/* Element i of every tensor: small, finite, the same in every file. */
+static void fill_small(void *user, const struct npu_synth_tensor *t, uint64_t first, float *vals,
+                       size_t n) {
+  (void)user;
+  (void)t;
+  for (size_t i = 0; i < n; i++)
+    vals[i] = 0.01f * (float)((first + i) % 7);
+}
+
 /* Write a tiny llama model (1 layer) with a byte-fallback SPM vocabulary to 'path'. */
 static void write_tiny(const char *path, const struct breakage *b) {
+  const struct npu_synth_shape sh = {.arch = b->arch ? b->arch : "llama",
+                                     .title = "tiny",
+                                     .dim = DIM,
+                                     .n_layers = 1,
+                                     .n_heads = HEADS,
+                                     .n_kv_heads = b->heads_kv ? b->heads_kv : 1,
+                                     .ffn_dim = FFN,
+                                     .n_vocab = VOCAB,
+                                     .n_ctx = 64,
+                                     .rope_base = 10000.0f,
+                                     .rms_eps = 1e-5f,
+                                     .tied = true};
+  char key[128] = "";
+  if (b->skip_key != NULL) snprintf(key, sizeof(key), "%s.%s", sh.arch, b->skip_key);
+  const struct npu_synth_options o = {.type2d = b->matrix_type,
+                                      .fill = fill_small,
+                                      .omit_key = b->skip_key ? key : NULL,
+                                      .omit_tensor = b->skip_tensor,
+                                      .wide_tensor = b->wide_tensor,
+                                      .poke_tensor = b->bad_tensor,
+                                      .poke_at = b->bad_at,
+                                      .poke_bits = b->bad_bits,
+                                      .no_tensors = b->no_tensors};
   struct npu_gguf_writer *w;
   npulm_error err;
   assert_int_equal(npu_gguf_writer_open_file(path, &w, &err), NPULM_OK);
-  const char *arch = b->arch ? b->arch : "llama";
-  char key[128];
-#define KEY(suffix) (snprintf(key, sizeof(key), "%s.%s", arch, suffix), key)
-#define SKIP(k) (b->skip_key != NULL && strcmp(b->skip_key, k) == 0)
-  npu_gguf_writer_add_str(w, "general.architecture", arch);
-  if (!SKIP("embedding_length")) npu_gguf_writer_add_u32(w, KEY("embedding_length"), DIM);
-  if (!SKIP("block_count")) npu_gguf_writer_add_u32(w, KEY("block_count"), 1);
-  if (!SKIP("feed_forward_length")) npu_gguf_writer_add_u32(w, KEY("feed_forward_length"), FFN);
-  if (!SKIP("attention.head_count")) npu_gguf_writer_add_u32(w, KEY("attention.head_count"), HEADS);
-  npu_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), b->heads_kv ? b->heads_kv : 1);
-  if (!SKIP("context_length")) npu_gguf_writer_add_u32(w, KEY("context_length"), 64);
-  npu_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
-  npu_gguf_writer_add_str(w, "tokenizer.ggml.model", "llama");
-  static char names[VOCAB][16];
-  const char *tokens[VOCAB];
-  float scores[VOCAB];
-  int32_t types[VOCAB];
-  for (int i = 0; i < VOCAB; i++) {
-    if (i < 3) snprintf(names[i], 16, "%s", i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
-    else if (i < 259) snprintf(names[i], 16, "<0x%02X>", i - 3);
-    else snprintf(names[i], 16, "\xe2\x96\x81%c", 'a' + (i - 259));
-    tokens[i] = names[i];
-    scores[i] = (float)-i;
-    types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
-  }
-  npu_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tokens, VOCAB);
-  npu_gguf_writer_add_arr(w, "tokenizer.ggml.scores", NPU_GGUF_F32, scores, VOCAB);
-  npu_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", NPU_GGUF_I32, types, VOCAB);
-  npu_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1);
-  npu_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 2);
-  uint32_t mt = b->matrix_type;
-  struct { const char *name; uint64_t ne0, ne1; } specs[] = {
-      {"token_embd.weight", DIM, VOCAB},     {"output_norm.weight", DIM, 0},
-      {"blk.0.attn_norm.weight", DIM, 0},    {"blk.0.attn_q.weight", DIM, DIM},
-      {"blk.0.attn_k.weight", DIM, DIM / HEADS}, {"blk.0.attn_v.weight", DIM, DIM / HEADS},
-      {"blk.0.attn_output.weight", DIM, DIM}, {"blk.0.ffn_norm.weight", DIM, 0},
-      {"blk.0.ffn_gate.weight", DIM, FFN},   {"blk.0.ffn_up.weight", DIM, FFN},
-      {"blk.0.ffn_down.weight", FFN, DIM},
-  };
-  size_t n_declared = 0, idx[16];
-  const char *declared[16];
-  uint32_t declared_type[16];
-  for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++) {
-    if (b->no_tensors) break;
-    if (b->skip_tensor != NULL && strcmp(b->skip_tensor, specs[i].name) == 0) continue;
-    uint64_t ne[2] = {specs[i].ne0, specs[i].ne1};
-    if (b->wide_tensor != NULL && strcmp(b->wide_tensor, specs[i].name) == 0) ne[0] += 32;
-    uint32_t type = specs[i].ne1 ? mt : NPU_GGML_F32;
-    assert_int_equal(npu_gguf_writer_add_tensor(w, specs[i].name, type, specs[i].ne1 ? 2 : 1, ne,
-                                                &idx[n_declared]),
-                     NPULM_OK);
-    declared[n_declared] = specs[i].name;
-    declared_type[n_declared] = type;
-    n_declared++;
-  }
-  for (size_t i = 0; i < n_declared; i++) {
-    size_t nbytes = (size_t)npu_gguf_writer_tensor_nbytes(w, idx[i]);
-    uint8_t *data = calloc(nbytes, 1);
-    for (size_t j = 0; j + 4 <= nbytes; j += 4) {
-      float v = 0.01f * (float)((j / 4) % 7);
-      memcpy(data + j, &v, 4);
-    }
-    if (b->bad_tensor != NULL && strcmp(b->bad_tensor, declared[i]) == 0) {
-      uint16_t bits16 = (uint16_t)b->bad_bits;
-      if (declared_type[i] == NPU_GGML_F16) {
-        memcpy(data + b->bad_at * 2, &bits16, 2);
-      } else {
-        memcpy(data + b->bad_at * 4, &b->bad_bits, 4);
-      }
-    }
-    assert_int_equal(npu_gguf_writer_write_tensor(w, idx[i], data, &err), NPULM_OK);
-    free(data);
-  }
+  assert_int_equal(npu_synth_write(w, &sh, &o, &err), NPULM_OK);
   assert_int_equal(npu_gguf_writer_finish(w, &err), NPULM_OK);
   npu_gguf_writer_free(w);
-#undef KEY
-#undef SKIP
 }
 
 /* Open a tiny model broken as 'b'; expect 'want' and a message containing 'needle'. */
