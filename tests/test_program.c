@@ -17,6 +17,7 @@
 #include "npulm.h"
 #include "quant/calibrate.h"
 #include "quant/quantize.h"
+#include "synth.h"
 
 /* ---- A tiny model ------------------------------------------------------------------------- */
 
@@ -34,139 +35,76 @@ struct tiny {
   bool extra_keys;  /* metadata of every value type, nested arrays included */
 };
 
-/* Write a tiny model with a byte-fallback SPM vocabulary and seeded random weights to 'path'. */
+/* Metadata of every value type, nested arrays included. */
+static void add_extra_keys(struct npu_gguf_writer *w) {
+  npu_gguf_writer_add_u8(w, "test.u8", 200);
+  npu_gguf_writer_add_i8(w, "test.i8", -100);
+  npu_gguf_writer_add_u16(w, "test.u16", 60000);
+  npu_gguf_writer_add_i16(w, "test.i16", -30000);
+  npu_gguf_writer_add_i32(w, "test.i32", -2000000000);
+  npu_gguf_writer_add_u64(w, "test.u64", 0xfedcba9876543210ull);
+  npu_gguf_writer_add_i64(w, "test.i64", -5);
+  npu_gguf_writer_add_f64(w, "test.f64", 3.14159265358979);
+  npu_gguf_writer_add_f32(w, "test.f32_nan", NAN);
+  npu_gguf_writer_add_bool(w, "test.bool", true);
+  npu_gguf_writer_add_str(w, "test.empty", "");
+  /* an array of two arrays of u16 */
+  struct npu_gguf_buf b = {0};
+  npu_gguf_buf_put_u32(&b, NPU_GGUF_ARR);
+  npu_gguf_buf_put_u64(&b, 2);
+  for (int i = 0; i < 2; i++) {
+    npu_gguf_buf_put_u32(&b, NPU_GGUF_U16);
+    npu_gguf_buf_put_u64(&b, 3);
+    for (int j = 0; j < 3; j++)
+      npu_gguf_buf_put_u16(&b, (uint16_t)(10 * i + j));
+  }
+  assert_false(b.failed);
+  npu_gguf_writer_add_raw(w, "test.nested", NPU_GGUF_ARR, b.data, b.size);
+  npu_gguf_buf_free(&b);
+  npu_gguf_writer_add_u32(w, "npulm.stale.key", 1); /* a foreign npulm.* key is not copied */
+}
+
+/* Seeded weights as the tests have always had them: uniform in [-0.2, 0.2], vectors (norms,
+ * biases, rope divisors) near 1. */
+static void fill_uniform(void *user, const struct npu_synth_tensor *t, uint64_t first, float *vals,
+                         size_t n) {
+  (void)first;
+  uint64_t *seed = user;
+  for (size_t j = 0; j < n; j++) {
+    float v = (float)((int64_t)(test_rand(seed) % 2001) - 1000) / 5000.0f;
+    vals[j] = t->n_dims == 1 ? 1.0f + v : v;
+  }
+}
+
+/* Write a tiny model with a synthetic SPM vocabulary and seeded random weights to 'path'. */
 static void write_tiny(const char *path, const struct tiny *t) {
+  const char *arch = t->arch ? t->arch : "llama";
+  const struct npu_synth_shape sh = {
+      .arch = arch,
+      .title = "tiny test model",
+      .dim = DIM,
+      .n_layers = t->n_layers ? t->n_layers : 1,
+      .n_heads = HEADS,
+      .n_kv_heads = KV_HEADS,
+      .ffn_dim = FFN,
+      .n_vocab = VOCAB,
+      .n_ctx = 64,
+      .rope_base = 10000.0f,
+      .rms_eps = 1e-5f,
+      .tied = !t->untied,
+      .qkv_bias = strcmp(arch, "qwen2") == 0,
+      /* (the factors are the fill's: these only ask for rope_freqs.weight) */
+      .rope_llama3_factor = t->rope_freqs ? 8.0f : 0.0f,
+      .rope_low_freq_factor = 1.0f,
+      .rope_high_freq_factor = 4.0f,
+      .rope_orig_ctx = 64};
+  uint64_t seed = 42;
+  const struct npu_synth_options o = {.type2d = t->mtype, .fill = fill_uniform, .user = &seed};
   struct npu_gguf_writer *w;
   npulm_error err;
   assert_int_equal(npu_gguf_writer_open_file(path, &w, &err), NPULM_OK);
-  const char *arch = t->arch ? t->arch : "llama";
-  int n_layers = t->n_layers ? t->n_layers : 1;
-  bool bias = strcmp(arch, "qwen2") == 0;
-  char key[128];
-#define KEY(suffix) (snprintf(key, sizeof(key), "%s.%s", arch, suffix), key)
-  npu_gguf_writer_add_str(w, "general.architecture", arch);
-  npu_gguf_writer_add_str(w, "general.name", "tiny test model");
-  npu_gguf_writer_add_u32(w, "general.file_type", 1);
-  npu_gguf_writer_add_u32(w, KEY("embedding_length"), DIM);
-  npu_gguf_writer_add_u32(w, KEY("block_count"), (uint32_t)n_layers);
-  npu_gguf_writer_add_u32(w, KEY("feed_forward_length"), FFN);
-  npu_gguf_writer_add_u32(w, KEY("attention.head_count"), HEADS);
-  npu_gguf_writer_add_u32(w, KEY("attention.head_count_kv"), KV_HEADS);
-  npu_gguf_writer_add_u32(w, KEY("context_length"), 64);
-  npu_gguf_writer_add_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
-  npu_gguf_writer_add_f32(w, KEY("rope.freq_base"), 10000.0f);
-  if (t->extra_keys) {
-    npu_gguf_writer_add_u8(w, "test.u8", 200);
-    npu_gguf_writer_add_i8(w, "test.i8", -100);
-    npu_gguf_writer_add_u16(w, "test.u16", 60000);
-    npu_gguf_writer_add_i16(w, "test.i16", -30000);
-    npu_gguf_writer_add_i32(w, "test.i32", -2000000000);
-    npu_gguf_writer_add_u64(w, "test.u64", 0xfedcba9876543210ull);
-    npu_gguf_writer_add_i64(w, "test.i64", -5);
-    npu_gguf_writer_add_f64(w, "test.f64", 3.14159265358979);
-    npu_gguf_writer_add_f32(w, "test.f32_nan", NAN);
-    npu_gguf_writer_add_bool(w, "test.bool", true);
-    npu_gguf_writer_add_str(w, "test.empty", "");
-    /* an array of two arrays of u16 */
-    struct npu_gguf_buf b = {0};
-    npu_gguf_buf_put_u32(&b, NPU_GGUF_ARR);
-    npu_gguf_buf_put_u64(&b, 2);
-    for (int i = 0; i < 2; i++) {
-      npu_gguf_buf_put_u32(&b, NPU_GGUF_U16);
-      npu_gguf_buf_put_u64(&b, 3);
-      for (int j = 0; j < 3; j++) npu_gguf_buf_put_u16(&b, (uint16_t)(10 * i + j));
-    }
-    assert_false(b.failed);
-    npu_gguf_writer_add_raw(w, "test.nested", NPU_GGUF_ARR, b.data, b.size);
-    npu_gguf_buf_free(&b);
-    npu_gguf_writer_add_u32(w, "npulm.stale.key", 1); /* a foreign npulm.* key is not copied */
-  }
-  npu_gguf_writer_add_str(w, "tokenizer.ggml.model", "llama");
-  static char names[VOCAB][16];
-  const char *tokens[VOCAB];
-  float scores[VOCAB];
-  int32_t types[VOCAB];
-  for (int i = 0; i < VOCAB; i++) {
-    if (i < 3)
-      snprintf(names[i], 16, "%s", i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
-    else if (i < 259)
-      snprintf(names[i], 16, "<0x%02X>", i - 3);
-    else
-      snprintf(names[i], 16, "\xe2\x96\x81%c", 'a' + (i - 259));
-    tokens[i] = names[i];
-    scores[i] = (float)-i;
-    types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
-  }
-  npu_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tokens, VOCAB);
-  npu_gguf_writer_add_arr(w, "tokenizer.ggml.scores", NPU_GGUF_F32, scores, VOCAB);
-  npu_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", NPU_GGUF_I32, types, VOCAB);
-  npu_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1);
-  npu_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 2);
-#undef KEY
-
-  struct spec {
-    char name[64];
-    uint64_t ne0, ne1; /* ne1 = 0: a vector */
-  } specs[64];
-  int n = 0;
-  uint64_t kv_dim = KV_HEADS * HEAD_DIM;
-#define ADD(nm, a, b) \
-  (snprintf(specs[n].name, 64, "%s", nm), specs[n].ne0 = (a), specs[n++].ne1 = (b))
-  ADD("token_embd.weight", DIM, VOCAB);
-  ADD("output_norm.weight", DIM, 0);
-  if (t->untied) ADD("output.weight", DIM, VOCAB);
-  if (t->rope_freqs) ADD("rope_freqs.weight", HEAD_DIM / 2, 0);
-  for (int l = 0; l < n_layers; l++) {
-    char nm[64];
-#define LAYER(suffix, a, b) (snprintf(nm, 64, "blk.%d.%s", l, suffix), ADD(nm, a, b))
-    LAYER("attn_norm.weight", DIM, 0);
-    LAYER("attn_q.weight", DIM, DIM);
-    LAYER("attn_k.weight", DIM, kv_dim);
-    LAYER("attn_v.weight", DIM, kv_dim);
-    if (bias) {
-      LAYER("attn_q.bias", DIM, 0);
-      LAYER("attn_k.bias", kv_dim, 0);
-      LAYER("attn_v.bias", kv_dim, 0);
-    }
-    LAYER("attn_output.weight", DIM, DIM);
-    LAYER("ffn_norm.weight", DIM, 0);
-    LAYER("ffn_gate.weight", DIM, FFN);
-    LAYER("ffn_up.weight", DIM, FFN);
-    LAYER("ffn_down.weight", FFN, DIM);
-#undef LAYER
-  }
-#undef ADD
-  size_t idx[64];
-  for (int i = 0; i < n; i++) {
-    uint64_t ne[2] = {specs[i].ne0, specs[i].ne1};
-    uint32_t type = specs[i].ne1 ? t->mtype : NPU_GGML_F32;
-    assert_int_equal(
-        npu_gguf_writer_add_tensor(w, specs[i].name, type, specs[i].ne1 ? 2 : 1, ne, &idx[i]),
-        NPULM_OK);
-  }
-  uint64_t seed = 42;
-  for (int i = 0; i < n; i++) {
-    size_t count = (size_t)(specs[i].ne0 * (specs[i].ne1 ? specs[i].ne1 : 1));
-    uint32_t type = specs[i].ne1 ? t->mtype : NPU_GGML_F32;
-    uint8_t *data = malloc(count * 4), *q8 = malloc(count / 32 * NPU_Q8_0_BLOCK_BYTES + 1);
-    assert_true(data != NULL && q8 != NULL);
-    for (size_t j = 0; j < count; j++) {
-      float v = (float)((int64_t)(test_rand(&seed) % 2001) - 1000) / 5000.0f;
-      if (specs[i].ne1 == 0) v = 1.0f + v; /* norms near 1, rope divisors positive */
-      if (type == NPU_GGML_F16) {
-        uint16_t h = npu_f32_to_f16(v);
-        memcpy(data + 2 * j, &h, 2);
-      } else {
-        memcpy(data + 4 * j, &v, 4);
-      }
-    }
-    /* Q8_0 blocks of the values (raw float bytes would give scales that are NaN) */
-    if (type == NPU_GGML_Q8_0) npu_q8_0_quantize_row((const float *)data, q8, count);
-    assert_int_equal(
-        npu_gguf_writer_write_tensor(w, idx[i], type == NPU_GGML_Q8_0 ? q8 : data, &err), NPULM_OK);
-    free(data);
-    free(q8);
-  }
+  if (t->extra_keys) add_extra_keys(w);
+  assert_int_equal(npu_synth_write(w, &sh, &o, &err), NPULM_OK);
   assert_int_equal(npu_gguf_writer_finish(w, &err), NPULM_OK);
   npu_gguf_writer_free(w);
 }
