@@ -25,6 +25,7 @@
 #include "npulm.h"
 #include "quant/calibrate.h"
 #include "quant/quantize.h"
+#include "synth.h"
 
 static FILE *g_null;
 
@@ -72,7 +73,7 @@ static void must(npulm_status st, const char *what, const npulm_error *err) {
   abort();
 }
 
-/* ---- Seeds: a micro llama (dim 16, one layer, byte-fallback vocabulary), five programs ----- */
+/* ---- Seeds: a micro llama (dim 16, one layer, synth's vocabulary), five programs --------- */
 
 enum { DIM = 16, HEADS = 2, KV_HEADS = 1, FFN = 32, VOCAB = 259 + 5, CTX = 32 };
 
@@ -81,77 +82,44 @@ _Noreturn static void die(const char *what, const npulm_error *err) {
   exit(1);
 }
 
+/* Seeded weights with a few large ones (outlier channels); norms near 1. */
+static void fill_micro(void *user, const struct npu_synth_tensor *t, uint64_t first, float *vals,
+                       size_t n) {
+  (void)first;
+  uint64_t *seed = user;
+  for (size_t j = 0; j < n; j++) {
+    *seed = *seed * 6364136223846793005ull + 1442695040888963407ull;
+    float v = (float)((int64_t)(*seed >> 33) % 2001 - 1000) / 2500.0f;
+    if ((*seed >> 20) % 61 == 0) v *= 12.0f; /* a few large weights: outlier channels */
+    vals[j] = t->n_dims == 1 ? 1.0f + v / 4.0f : v;
+  }
+}
+
 /* The micro model, opened from memory (no file to leave behind). */
 static npulm_model *open_micro_model(void) {
+  static const struct npu_synth_shape micro = {.arch = "llama",
+                                               .title = "micro",
+                                               .dim = DIM,
+                                               .n_layers = 1,
+                                               .n_heads = HEADS,
+                                               .n_kv_heads = KV_HEADS,
+                                               .ffn_dim = FFN,
+                                               .n_vocab = VOCAB,
+                                               .n_ctx = CTX,
+                                               .rope_base = 10000.0f,
+                                               .rms_eps = 1e-5f,
+                                               .tied = true};
+  uint64_t seed = 42;
+  const struct npu_synth_options o = {.fill = fill_micro, .user = &seed};
   struct npu_gguf_writer *w;
   npulm_error err;
-  if (npu_gguf_writer_open_memory(&w, &err) != NPULM_OK) die("writer", &err);
-  npu_gguf_writer_add_str(w, "general.architecture", "llama");
-  npu_gguf_writer_add_u32(w, "llama.embedding_length", DIM);
-  npu_gguf_writer_add_u32(w, "llama.block_count", 1);
-  npu_gguf_writer_add_u32(w, "llama.feed_forward_length", FFN);
-  npu_gguf_writer_add_u32(w, "llama.attention.head_count", HEADS);
-  npu_gguf_writer_add_u32(w, "llama.attention.head_count_kv", KV_HEADS);
-  npu_gguf_writer_add_u32(w, "llama.context_length", CTX);
-  npu_gguf_writer_add_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-  npu_gguf_writer_add_str(w, "tokenizer.ggml.model", "llama");
-  static char names[VOCAB][16];
-  const char *tokens[VOCAB];
-  float scores[VOCAB];
-  int32_t types[VOCAB];
-  for (int i = 0; i < VOCAB; i++) {
-    if (i < 3)
-      snprintf(names[i], 16, "%s", i == 0 ? "<unk>" : i == 1 ? "<s>" : "</s>");
-    else if (i < 259)
-      snprintf(names[i], 16, "<0x%02X>", i - 3);
-    else
-      snprintf(names[i], 16, "\xe2\x96\x81%c", 'a' + (i - 259));
-    tokens[i] = names[i];
-    scores[i] = (float)-i;
-    types[i] = i == 0 ? 2 : i < 3 ? 3 : i < 259 ? 6 : 1;
-  }
-  npu_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tokens, VOCAB);
-  npu_gguf_writer_add_arr(w, "tokenizer.ggml.scores", NPU_GGUF_F32, scores, VOCAB);
-  npu_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", NPU_GGUF_I32, types, VOCAB);
-  npu_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1);
-  npu_gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 2);
-  const struct {
-    const char *name;
-    uint64_t ne0, ne1; /* ne1 = 0: a vector */
-  } specs[] = {
-      {"token_embd.weight", DIM, VOCAB},         {"output_norm.weight", DIM, 0},
-      {"blk.0.attn_norm.weight", DIM, 0},        {"blk.0.attn_q.weight", DIM, DIM},
-      {"blk.0.attn_k.weight", DIM, DIM / HEADS}, {"blk.0.attn_v.weight", DIM, DIM / HEADS},
-      {"blk.0.attn_output.weight", DIM, DIM},    {"blk.0.ffn_norm.weight", DIM, 0},
-      {"blk.0.ffn_gate.weight", DIM, FFN},       {"blk.0.ffn_up.weight", DIM, FFN},
-      {"blk.0.ffn_down.weight", FFN, DIM},
-  };
-  enum { N_SPECS = sizeof(specs) / sizeof(specs[0]) };
-  for (int i = 0; i < N_SPECS; i++) {
-    uint64_t ne[2] = {specs[i].ne0, specs[i].ne1};
-    npu_gguf_writer_add_tensor(w, specs[i].name, NPU_GGML_F32, specs[i].ne1 ? 2 : 1, ne, NULL);
-  }
-  uint64_t seed = 42;
-  for (int i = 0; i < N_SPECS; i++) {
-    size_t count = (size_t)(specs[i].ne0 * (specs[i].ne1 ? specs[i].ne1 : 1));
-    float *data = malloc(count * sizeof(float));
-    if (data == NULL) die("out of memory", NULL);
-    for (size_t j = 0; j < count; j++) {
-      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-      float v = (float)((int64_t)(seed >> 33) % 2001 - 1000) / 2500.0f;
-      if ((seed >> 20) % 61 == 0) v *= 12.0f; /* a few large weights: outlier channels */
-      data[j] = specs[i].ne1 == 0 ? 1.0f + v / 4.0f : v;
-    }
-    if (npu_gguf_writer_write_data(w, data, count * sizeof(float), &err) != NPULM_OK) {
-      die("write", &err);
-    }
-    free(data);
-  }
   void *image;
   size_t size;
-  if (npu_gguf_writer_finish(w, &err) != NPULM_OK ||
+  if (npu_gguf_writer_open_memory(&w, &err) != NPULM_OK ||
+      npu_synth_write(w, &micro, &o, &err) != NPULM_OK ||
+      npu_gguf_writer_finish(w, &err) != NPULM_OK ||
       npu_gguf_writer_take_memory(w, &image, &size, &err) != NPULM_OK) {
-    die("finish", &err);
+    die("micro model", &err);
   }
   npu_gguf_writer_free(w);
   npulm_model *m;
