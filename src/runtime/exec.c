@@ -11,7 +11,6 @@
 #include "cpu/kernels.h"
 #include "npu/executor.h"
 #include "ref/forward.h" /* npu_ref_silu */
-#include "cpu/convert.h"
 #include "runtime/pool.h"
 
 /* Address of tensor 'id' for this step. */
@@ -30,20 +29,20 @@ static void *tensor_data(const struct npu_graph *g, int32_t id, const struct npu
 
 /* Copy the first 'n' values of a tensor between the backends' arenas (or from a KV cache to the
  * NPU); between a float tensor and an integer one this is where the CPU quantizes (with the
- * integer tensor's scale) or dequantizes. */
-static void transfer(const struct npu_ir_tensor *src_t, const void *src,
-                     const struct npu_ir_tensor *dst_t, void *dst, size_t n) {
+ * integer tensor's scale) or dequantizes, with the conversions of 'uk'. */
+static void transfer(const struct npu_cpu_ukernels *uk, const struct npu_ir_tensor *src_t,
+                     const void *src, const struct npu_ir_tensor *dst_t, void *dst, size_t n) {
   if (src_t->dtype == dst_t->dtype) {
     memcpy(dst, src, n * npu_dtype_size((enum npu_dtype)dst_t->dtype));
   } else if (src_t->dtype == NPU_DT_F32 && dst_t->dtype == NPU_DT_I8) {
-    npu_quantize_s8(src, n, dst_t->q.scale, dst_t->q.zero_point, dst);
+    uk->quantize_s8(src, n, dst_t->q.scale, dst_t->q.zero_point, dst);
   } else if (src_t->dtype == NPU_DT_F32 && dst_t->dtype == NPU_DT_I16) {
-    npu_quantize_s16(src, n, dst_t->q.scale, dst_t->q.zero_point, dst);
+    uk->quantize_s16(src, n, dst_t->q.scale, dst_t->q.zero_point, dst);
   } else if (src_t->dtype == NPU_DT_I8 && dst_t->dtype == NPU_DT_F32) {
-    npu_dequantize_s8(src, n, src_t->q.scale, src_t->q.zero_point, dst);
+    uk->dequantize_s8(src, n, src_t->q.scale, src_t->q.zero_point, dst);
   } else {
     assert(src_t->dtype == NPU_DT_I16 && dst_t->dtype == NPU_DT_F32);
-    npu_dequantize_s16(src, n, src_t->q.scale, src_t->q.zero_point, dst);
+    uk->dequantize_s16(src, n, src_t->q.scale, src_t->q.zero_point, dst);
   }
 }
 
@@ -159,7 +158,7 @@ static void exec_rows(const struct npu_graph *g, const struct npu_ir_node *n,
   case NPU_OP_ADD: npu_f32_add(out, a, b + (size_t)r0 * out_inner, count); return;
   case NPU_OP_MUL: npu_f32_mul(out, a, b + (size_t)r0 * out_inner, count); return;
   case NPU_OP_SILU: npu_f32_silu(out, a, count); return;
-  case NPU_OP_TRANSFER: transfer(a_t, a, out_t, out, count); return;
+  case NPU_OP_TRANSFER: transfer(ctx->cpu_uk, a_t, a, out_t, out, count); return;
   case NPU_OP_ATTN:
     attention(g, n, ctx, r0, r1);
     return;
@@ -313,7 +312,8 @@ static void run_node(const struct npu_graph *g, const struct npu_ir_node *n,
   case NPU_OP_TRANSFER:
     /* a KV cache copied for the integer NPU's attention: the rows this step attends over, which
      * are all the session's cache is sure to hold */
-    transfer(a_t, a, out_t, out, (size_t)(ctx->pos0 + ctx->n_valid) * (size_t)a_t->ne[1]);
+    transfer(ctx->cpu_uk, a_t, a, out_t, out,
+             (size_t)(ctx->pos0 + ctx->n_valid) * (size_t)a_t->ne[1]);
     return;
   case NPU_OP_SHADOW:
     shadow(&ctx->prog->qsites[g->node_site[index]], a, (size_t)a_t->ne[1], (size_t)a_t->ne[0], out);
