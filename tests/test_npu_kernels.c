@@ -471,11 +471,11 @@ static void gemm_family_check(npu_qs8_gemm_fn *fn8, npu_qs8_gemm_qs16_fn *fn16) 
 static void check_qs8_gemm(npu_qs8_gemm_fn *fn) { gemm_family_check(fn, NULL); }
 static void check_qs8_gemm_qs16(npu_qs8_gemm_qs16_fn *fn) { gemm_family_check(NULL, fn); }
 
-/* Matmuls on one input run as one loop (npu_npu_exec_matmuls): each member's output equals the
+/* Matmuls on one input run as one loop (npu_emu_exec_matmuls): each member's output equals the
  * reference's, whatever the members' widths (awkward ones: a thread's range crosses from one into
  * the next) and output types, on one to three threads (three on this host's cores: threads fall
  * behind and are helped with the end of their ranges); nothing past a member's columns is
- * written; npu_npu_matmul_group counts only the matmuls on the same input, up to
+ * written; npu_emu_matmul_group counts only the matmuls on the same input, up to
  * NPU_MATMUL_GROUP_MAX. */
 static void test_matmul_group(void **state) {
   (void)state;
@@ -532,15 +532,15 @@ static void test_matmul_group(void **state) {
     node_site[count] = 0;
     struct npu_graph g = {.rows = (int32_t)m, .n_tensors = count + 2, .n_nodes = count + 1,
                           .tensors = tensors, .nodes = nodes, .node_site = node_site};
-    assert_int_equal(npu_npu_matmul_group(&g, 0, count + 1), count);
-    assert_int_equal(npu_npu_matmul_group(&g, 0, count), count);
+    assert_int_equal(npu_emu_matmul_group(&g, 0, count + 1), count);
+    assert_int_equal(npu_emu_matmul_group(&g, 0, count), count);
     uint8_t *buf = xmalloc(arena_size);
     uint8_t *arena[NPU_BE_COUNT] = {NULL};
     arena[NPU_BE_NPU] = buf;
     for (int t = 0; t < 3; t++) {
       memset(buf + m * k, 0x5a, arena_size - m * k);
       memcpy(buf, x, m * k);
-      npu_npu_exec_matmuls(&g, 0, count, sites, &uk, pools[t], arena);
+      npu_emu_exec_matmuls(&g, 0, count, sites, &uk, pools[t], arena);
       for (int32_t i = 0; i < count; i++) {
         const struct npu_ir_tensor *y = &tensors[i + 1];
         const bool wide = y->dtype == NPU_DT_I16;

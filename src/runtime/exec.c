@@ -94,7 +94,7 @@ static bool integer_node(const struct npu_graph *g, const struct npu_ir_node *n)
  * inputs and comes from the same kernel, whose elements never depend on how many rows it is
  * given, so the bits never depend on the cut. */
 static bool splits_by_rows(const struct npu_graph *g, const struct npu_ir_node *n) {
-  if (integer_node(g, n)) return npu_npu_rowwise(n);
+  if (integer_node(g, n)) return npu_emu_rowwise(n);
   switch ((enum npu_op)n->op) {
   case NPU_OP_RMSNORM:
   case NPU_OP_ROPE:
@@ -128,7 +128,7 @@ static void attention(const struct npu_graph *g, const struct npu_ir_node *n,
 static void exec_rows(const struct npu_graph *g, const struct npu_ir_node *n,
                       const struct npu_exec_ctx *ctx, int32_t r0, int32_t r1) {
   if (integer_node(g, n)) {
-    npu_npu_exec_rows(g, n, &ctx->prog->qsites[g->node_site[n - g->nodes]], &ctx->prog->uk,
+    npu_emu_exec_rows(g, n, &ctx->prog->qsites[g->node_site[n - g->nodes]], &ctx->prog->uk,
                       ctx->arena, r0, r1);
     return;
   }
@@ -271,7 +271,7 @@ static void run_node(const struct npu_graph *g, const struct npu_ir_node *n,
     return;
   }
   if (integer_node(g, n)) {
-    npu_npu_exec_node(g, n, &ctx->prog->qsites[g->node_site[index]], &ctx->prog->uk, ctx->arena,
+    npu_emu_exec_node(g, n, &ctx->prog->qsites[g->node_site[index]], &ctx->prog->uk, ctx->arena,
                       ctx->ids, ctx->pos0, ctx->n_valid);
     return;
   }
@@ -345,12 +345,12 @@ static void node_work(const struct npu_graph *g, const struct npu_ir_node *n,
 }
 
 /* Nodes 'first' .. 'first + count - 1' of 'g': one node, or matmuls on the NPU that run as one
- * loop (npu_npu_matmul_group). */
+ * loop (npu_emu_matmul_group). */
 static void run_nodes(const struct npu_graph *g, int32_t first, int32_t count,
                       const struct npu_exec_ctx *ctx) {
   const struct npu_ir_node *n = &g->nodes[first];
   if (g->node_site != NULL && n->backend == NPU_BE_NPU && n->op == NPU_OP_MATMUL) {
-    npu_npu_exec_matmuls(g, first, count, ctx->prog->qsites, &ctx->prog->uk,
+    npu_emu_exec_matmuls(g, first, count, ctx->prog->qsites, &ctx->prog->uk,
                          ctx->pool[NPU_BE_NPU], ctx->arena);
     return;
   }
@@ -384,7 +384,7 @@ void npu_exec_subgraph(const struct npu_graph *g, const struct npu_subgraph *sg,
                        const struct npu_exec_ctx *ctx) {
   const int32_t end = sg->first + sg->count;
   for (int32_t i = sg->first; i < end;) {
-    const int32_t count = npu_npu_matmul_group(g, i, end);
+    const int32_t count = npu_emu_matmul_group(g, i, end);
     exec_nodes(g, i, count, ctx);
     for (int32_t j = i; j < i + count && ctx->observe != NULL; j++)
       ctx->observe(ctx->observe_user, g, j, ctx);
