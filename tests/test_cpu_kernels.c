@@ -4,7 +4,12 @@
  * row and row counts that leave tile edges, grouped heads, padded rows and long contexts over
  * several attention tiles. Bit-exactness is the kernels' contract (cpu/kernels.h: every element in
  * the reference forward's order of operations, no FMA), so no tolerance is needed anywhere;
- * test_graph.c checks the scalar variants against the reference itself. Also the dispatch. */
+ * test_graph.c checks the scalar variants against the reference itself. The conversions to and
+ * from the NPU's int8/int16 activations likewise, byte for byte, with the bytes past the end
+ * checked untouched: every length from 0 to 40 (each remainder modulo the 8 lanes), scales from
+ * the smallest subnormal to the largest float, zero points at the type's ends, values on and next
+ * to the half-way points, past saturation, NaN, infinities and signed zeros. Also the dispatch. */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -209,6 +214,127 @@ static void check_f32_attention_tiles(npu_f32_attention_tiles_fn *fn, const char
   }
 }
 
+/* ---- the conversions: one driver for the four families ---------------------------------------*/
+
+enum { CONV_N = 300, CONV_GUARD = 8, CONV_TRIALS = 400 };
+
+static int32_t rand_range(uint64_t *rng, int32_t lo, int32_t hi) { /* inclusive */
+  return lo + (int32_t)(test_rand(rng) % (uint64_t)((int64_t)hi - lo + 1));
+}
+
+static double rand_unit(uint64_t *rng) { return (double)(test_rand(rng) >> 11) * 0x1p-53; }
+
+enum conv_kind { CONV_QUANTIZE_S8, CONV_QUANTIZE_S16, CONV_DEQUANTIZE_S8, CONV_DEQUANTIZE_S16 };
+
+union conv_fn {
+  npu_quantize_s8_fn *quantize_s8;
+  npu_quantize_s16_fn *quantize_s16;
+  npu_dequantize_s8_fn *dequantize_s8;
+  npu_dequantize_s16_fn *dequantize_s16;
+};
+
+/* One trial's input: floats to quantize, or codes to dequantize, with the scale and zero point. */
+struct conv_trial {
+  size_t n;
+  float scale;
+  int32_t zero_point;
+  float x[CONV_N];
+  int8_t q8[CONV_N];
+  int16_t q16[CONV_N];
+};
+
+/* Trial 'trial' of a conversion into or out of [qmin, qmax]: every length up to 40, then any up
+ * to CONV_N; the type's end zero points and 0 by turns; every seventh scale an extreme of float
+ * (x / scale then overflows to infinity or underflows to 0), the others 2^-21 .. 2^5. */
+static void conv_trial_make(struct conv_trial *t, int trial, int32_t qmin, int32_t qmax,
+                            uint64_t *rng) {
+  static const float extreme_scale[] = {0x1p-149f, FLT_MIN, 1e-30f, 1.0f, 1e30f, FLT_MAX};
+  static const float special[] = {NAN,    INFINITY, -INFINITY, 0.0f,      -0.0f,     1e30f,
+                                  -1e30f, FLT_MAX,  -FLT_MAX,  0x1p-149f, -0x1p-149f};
+  t->n = trial <= 40 ? (size_t)trial : (size_t)rand_range(rng, 0, CONV_N);
+  t->scale = trial % 7 == 6 ? extreme_scale[(trial / 7) % 6]
+                            : (float)ldexp(0.5 + rand_unit(rng), rand_range(rng, -20, 4));
+  const int32_t zp[] = {qmin, qmax, 0, rand_range(rng, qmin, qmax)};
+  t->zero_point = zp[trial % 4];
+  for (size_t i = 0; i < CONV_N; i++) {
+    /* codes past both ends of int16, on or next to a half-way point */
+    const double code = rand_range(rng, -40000, 40000) + 0.5 * rand_range(rng, -1, 1);
+    switch (test_rand(rng) % 8) {
+    case 0: t->x[i] = (float)(code * t->scale); break;
+    case 1: t->x[i] = nextafterf((float)(code * t->scale), INFINITY); break;
+    case 2: t->x[i] = nextafterf((float)(code * t->scale), -INFINITY); break;
+    case 3: t->x[i] = special[test_rand(rng) % (sizeof(special) / sizeof(special[0]))]; break;
+    default: t->x[i] = (float)((rand_unit(rng) * 2.0 - 1.0) * 300.0 * t->scale);
+    }
+    /* codes at the type's ends now and then */
+    const uint64_t end = test_rand(rng) % 8;
+    t->q8[i] = (int8_t)(end == 0 ? INT8_MIN : end == 1 ? INT8_MAX : rand_range(rng, -128, 127));
+    t->q16[i] = (int16_t)(end == 0   ? INT16_MIN
+                          : end == 1 ? INT16_MAX
+                                     : rand_range(rng, INT16_MIN, INT16_MAX));
+  }
+}
+
+static void conv_run(enum conv_kind kind, union conv_fn fn, const struct conv_trial *t, void *out) {
+  switch (kind) {
+  case CONV_QUANTIZE_S8: fn.quantize_s8(t->x, t->n, t->scale, t->zero_point, out); break;
+  case CONV_QUANTIZE_S16: fn.quantize_s16(t->x, t->n, t->scale, t->zero_point, out); break;
+  case CONV_DEQUANTIZE_S8: fn.dequantize_s8(t->q8, t->n, t->scale, t->zero_point, out); break;
+  case CONV_DEQUANTIZE_S16: fn.dequantize_s16(t->q16, t->n, t->scale, t->zero_point, out); break;
+  }
+}
+
+/* 'fn' against 'scalar' on every trial: the n outputs and CONV_GUARD elements past them (which
+ * neither may write), byte for byte. */
+static void check_conversion(enum conv_kind kind, union conv_fn fn, union conv_fn scalar,
+                             const char *family, const char *variant) {
+  const bool s8 = kind == CONV_QUANTIZE_S8 || kind == CONV_DEQUANTIZE_S8;
+  const int32_t qmin = s8 ? INT8_MIN : INT16_MIN, qmax = s8 ? INT8_MAX : INT16_MAX;
+  const size_t size = kind == CONV_QUANTIZE_S8 ? 1 : kind == CONV_QUANTIZE_S16 ? 2 : 4;
+  static struct conv_trial t;
+  unsigned char got[(CONV_N + CONV_GUARD) * 4], want[(CONV_N + CONV_GUARD) * 4];
+  uint64_t rng = 7;
+  for (int trial = 0; trial < CONV_TRIALS; trial++) {
+    conv_trial_make(&t, trial, qmin, qmax, &rng);
+    memset(got, 0xA5, sizeof(got));
+    memset(want, 0xA5, sizeof(want));
+    conv_run(kind, scalar, &t, want);
+    conv_run(kind, fn, &t, got);
+    const size_t bytes = (t.n + CONV_GUARD) * size;
+    if (memcmp(got, want, bytes) != 0) {
+      size_t i = 0;
+      while (got[i] == want[i])
+        i++;
+      fail_msg("%s__%s trial %d (n %zu, scale %a, zero point %d): element %zu differs from the "
+               "scalar variant's",
+               family, variant, trial, t.n, (double)t.scale, t.zero_point, i / size);
+    }
+  }
+}
+
+static void check_quantize_s8(npu_quantize_s8_fn *fn, const char *variant) {
+  check_conversion(CONV_QUANTIZE_S8, (union conv_fn){.quantize_s8 = fn},
+                   (union conv_fn){.quantize_s8 = npu_quantize_s8__scalar}, "quantize_s8", variant);
+}
+
+static void check_quantize_s16(npu_quantize_s16_fn *fn, const char *variant) {
+  check_conversion(CONV_QUANTIZE_S16, (union conv_fn){.quantize_s16 = fn},
+                   (union conv_fn){.quantize_s16 = npu_quantize_s16__scalar}, "quantize_s16",
+                   variant);
+}
+
+static void check_dequantize_s8(npu_dequantize_s8_fn *fn, const char *variant) {
+  check_conversion(CONV_DEQUANTIZE_S8, (union conv_fn){.dequantize_s8 = fn},
+                   (union conv_fn){.dequantize_s8 = npu_dequantize_s8__scalar}, "dequantize_s8",
+                   variant);
+}
+
+static void check_dequantize_s16(npu_dequantize_s16_fn *fn, const char *variant) {
+  check_conversion(CONV_DEQUANTIZE_S16, (union conv_fn){.dequantize_s16 = fn},
+                   (union conv_fn){.dequantize_s16 = npu_dequantize_s16__scalar}, "dequantize_s16",
+                   variant);
+}
+
 /* ---- dispatch ---------------------------------------------------------------------------------*/
 
 static void test_dispatch(void **state) {
@@ -217,12 +343,16 @@ static void test_dispatch(void **state) {
   npu_cpu_ukernels_select(0, &uk);
   assert_true(uk.f32_matmul == npu_f32_matmul__scalar);
   assert_true(uk.f32_attention_tiles == npu_f32_attention_tiles__scalar);
+  assert_true(uk.quantize_s8 == npu_quantize_s8__scalar);
+  assert_true(uk.dequantize_s16 == npu_dequantize_s16__scalar);
   assert_string_equal(npu_cpu_ukernels_variant(&uk, "f32_qk"), "scalar");
   assert_string_equal(npu_cpu_ukernels_variant(&uk, "no_such_family"), "?");
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   npu_cpu_ukernels_select(NPU_ISA_AVX2, &uk);
   assert_true(uk.f32_matmul == npu_f32_matmul__avx2);
   assert_true(uk.f32_rope == npu_f32_rope__avx2);
+  assert_true(uk.quantize_s16 == npu_quantize_s16__avx2);
+  assert_true(uk.dequantize_s8 == npu_dequantize_s8__avx2);
   assert_string_equal(npu_cpu_ukernels_variant(&uk, "f32_attention"), "avx2");
 #endif
   npu_cpu_ukernels_select(npu_isa_detect(), &uk);

@@ -2,14 +2,15 @@
  * quantization helpers, and every kernel variant of src/npu/ukernels.inc against a naive
  * reference, bit for bit, on awkward shapes, zero-point extremes, both output types and
  * sub-ranges; plus the scalar GEMM against plain floating-point math of the same dequantized
- * computation (within one output LSB). */
+ * computation (within one output LSB). The transfers' conversions are checked here through their
+ * scalar variants; test_cpu_kernels.c holds each other variant to those bits. */
 #include <math.h>
 #include <string.h>
 
 #include "npu/executor.h"
 #include "npu/fixedpoint.h"
 #include "npu/ukernels.h"
-#include "cpu/convert.h"
+#include "cpu/ukernels.h" /* npu_quantize_s8__scalar, ...: the transfers' conversions */
 #include "quant/qparams.h"
 #include "runtime/pool.h"
 #include "test_util.h"
@@ -214,62 +215,17 @@ static void test_quantize_weights(void **state) {
   assert_false(npu_quantize_weights_per_channel(w, R, C, q, scales));
 }
 
-/* The transfers' conversions (AVX2 where the CPU has it) against their plain loops, bit for bit,
- * on every length up to past a few vectors: values on and next to the half-way points, past the
- * saturation bounds, NaN, infinities and signed zeros, at zero points from end to end. */
-static void test_convert_matches_loops(void **state) {
-  (void)state;
-  enum { N = 300 };
-  float x[N], back[N], want_back[N];
-  int8_t q8[N], want8[N];
-  int16_t q16[N], want16[N];
-  uint64_t rng = 5;
-  for (int trial = 0; trial < 400; trial++) {
-    const size_t n = trial < 40 ? (size_t)trial : (size_t)rand_range(&rng, 0, N);
-    const float scale = (float)ldexp(0.5 + rand_unit(&rng), rand_range(&rng, -20, 4));
-    const int32_t zp8 = trial % 5 == 0 ? -128 : trial % 5 == 1 ? 127 : rand_range(&rng, -128, 127);
-    const int32_t zp16 = trial % 3 == 0 ? 0 : rand_range(&rng, -32768, 32767);
-    for (size_t i = 0; i < n; i++) {
-      const double code = rand_range(&rng, -40000, 40000) + 0.5 * rand_range(&rng, -1, 1);
-      switch (test_rand(&rng) % 8) {
-      case 0: x[i] = (float)(code * scale); break; /* on a half-way point (or near, in float) */
-      case 1: x[i] = nextafterf((float)(code * scale), INFINITY); break;
-      case 2: x[i] = nextafterf((float)(code * scale), -INFINITY); break;
-      case 3: {
-        static const float special[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e30f, -1e30f};
-        x[i] = special[test_rand(&rng) % 7];
-        break;
-      }
-      default: x[i] = (float)((rand_unit(&rng) * 2.0 - 1.0) * 300.0 * scale);
-      }
-    }
-    npu_quantize_s8(x, n, scale, zp8, q8);
-    npu_quantize_s8__generic(x, n, scale, zp8, want8);
-    assert_memory_equal(q8, want8, n);
-    npu_quantize_s16(x, n, scale, zp16, q16);
-    npu_quantize_s16__generic(x, n, scale, zp16, want16);
-    assert_memory_equal(q16, want16, n * sizeof(int16_t));
-    for (size_t i = 0; i < n; i++) q16[i] = (int16_t)rand_range(&rng, -32768, 32767);
-    npu_dequantize_s8(q8, n, scale, zp8, back);
-    npu_dequantize_s8__generic(q8, n, scale, zp8, want_back);
-    assert_memory_equal(back, want_back, n * sizeof(float));
-    npu_dequantize_s16(q16, n, scale, zp16, back);
-    npu_dequantize_s16__generic(q16, n, scale, zp16, want_back);
-    assert_memory_equal(back, want_back, n * sizeof(float));
-  }
-}
-
 static void test_quantize_activations(void **state) {
   (void)state;
   /* Round half away from zero, saturation, NaN. */
   const float x[] = {1.25f,    -1.25f, 0.75f,    -0.75f,    1000.0f,
                      -1000.0f, NAN,    INFINITY, -INFINITY, 0.0f};
   int8_t q[10];
-  npu_quantize_s8(x, 10, 0.5f, 3, q);
+  npu_quantize_s8__scalar(x, 10, 0.5f, 3, q);
   const int8_t want[] = {6, 0, 5, 1, 127, -128, 3, 127, -128, 3};
   assert_memory_equal(q, want, sizeof(want));
   int16_t q16[10];
-  npu_quantize_s16(x, 10, 0.5f, 0, q16);
+  npu_quantize_s16__scalar(x, 10, 0.5f, 0, q16);
   assert_int_equal(q16[0], 3);
   assert_int_equal(q16[1], -3);
   assert_int_equal(q16[4], 2000);
@@ -281,17 +237,17 @@ static void test_quantize_activations(void **state) {
   assert_true(fabsf(scale - 3.0f / 255.0f) < 1e-7f);
   const float zero = 0.0f;
   int8_t qz;
-  npu_quantize_s8(&zero, 1, scale, zp, &qz);
+  npu_quantize_s8__scalar(&zero, 1, scale, zp, &qz);
   assert_int_equal(qz, zp);
   float back;
-  npu_dequantize_s8(&qz, 1, scale, zp, &back);
+  npu_dequantize_s8__scalar(&qz, 1, scale, zp, &back);
   assert_true(back == 0.0f);
   uint64_t rng = 11;
   for (int i = 0; i < 1000; i++) {
     const float v = (float)(-0.3 + 3.0 * rand_unit(&rng));
     int8_t qv;
-    npu_quantize_s8(&v, 1, scale, zp, &qv);
-    npu_dequantize_s8(&qv, 1, scale, zp, &back);
+    npu_quantize_s8__scalar(&v, 1, scale, zp, &qv);
+    npu_dequantize_s8__scalar(&qv, 1, scale, zp, &back);
     assert_true(fabsf(back - v) <= 0.5001f * scale);
   }
   npu_choose_qparams_s8(0.5f, 2.0f, &scale, &zp); /* widened to contain 0 */
@@ -302,7 +258,7 @@ static void test_quantize_activations(void **state) {
   assert_true(scale == 1.0f && zp == 0);
   assert_true(npu_choose_scale_sym(254.0f, 127) == 2.0f);
   int16_t s16 = -32768;
-  npu_dequantize_s16(&s16, 1, 0.5f, 0, &back);
+  npu_dequantize_s16__scalar(&s16, 1, 0.5f, 0, &back);
   assert_true(back == -16384.0f);
   /* Bias: range check. */
   const float bias[2] = {1.0f, 1e12f};
@@ -515,11 +471,11 @@ static void gemm_family_check(npu_qs8_gemm_fn *fn8, npu_qs8_gemm_qs16_fn *fn16) 
 static void check_qs8_gemm(npu_qs8_gemm_fn *fn) { gemm_family_check(fn, NULL); }
 static void check_qs8_gemm_qs16(npu_qs8_gemm_qs16_fn *fn) { gemm_family_check(NULL, fn); }
 
-/* Matmuls on one input run as one loop (npu_npu_exec_matmuls): each member's output equals the
+/* Matmuls on one input run as one loop (npu_emu_exec_matmuls): each member's output equals the
  * reference's, whatever the members' widths (awkward ones: a thread's range crosses from one into
  * the next) and output types, on one to three threads (three on this host's cores: threads fall
  * behind and are helped with the end of their ranges); nothing past a member's columns is
- * written; npu_npu_matmul_group counts only the matmuls on the same input, up to
+ * written; npu_emu_matmul_group counts only the matmuls on the same input, up to
  * NPU_MATMUL_GROUP_MAX. */
 static void test_matmul_group(void **state) {
   (void)state;
@@ -576,15 +532,15 @@ static void test_matmul_group(void **state) {
     node_site[count] = 0;
     struct npu_graph g = {.rows = (int32_t)m, .n_tensors = count + 2, .n_nodes = count + 1,
                           .tensors = tensors, .nodes = nodes, .node_site = node_site};
-    assert_int_equal(npu_npu_matmul_group(&g, 0, count + 1), count);
-    assert_int_equal(npu_npu_matmul_group(&g, 0, count), count);
+    assert_int_equal(npu_emu_matmul_group(&g, 0, count + 1), count);
+    assert_int_equal(npu_emu_matmul_group(&g, 0, count), count);
     uint8_t *buf = xmalloc(arena_size);
     uint8_t *arena[NPU_BE_COUNT] = {NULL};
     arena[NPU_BE_NPU] = buf;
     for (int t = 0; t < 3; t++) {
       memset(buf + m * k, 0x5a, arena_size - m * k);
       memcpy(buf, x, m * k);
-      npu_npu_exec_matmuls(&g, 0, count, sites, &uk, pools[t], arena);
+      npu_emu_exec_matmuls(&g, 0, count, sites, &uk, pools[t], arena);
       for (int32_t i = 0; i < count; i++) {
         const struct npu_ir_tensor *y = &tensors[i + 1];
         const bool wide = y->dtype == NPU_DT_I16;
@@ -689,7 +645,7 @@ static void test_gemm_vs_float(void **state) {
     float sx, sy;
     int32_t zx, zy;
     npu_choose_qparams_s8(-1.0f, 2.0f, &sx, &zx);
-    npu_quantize_s8(xf, m * k, sx, zx, xq);
+    npu_quantize_s8__scalar(xf, m * k, sx, zx, xq);
     const float yr = 3.0f * sqrtf((float)k);
     npu_choose_qparams_s8(-yr, yr * 0.7f, &sy, &zy);
     assert_true(npu_quantize_bias(bf, n, sx, wscale, bq));
@@ -1592,7 +1548,6 @@ int main(void) {
       cmocka_unit_test(test_requantize_ties),   cmocka_unit_test(test_requantize_extremes),
       cmocka_unit_test(test_requantize_random), cmocka_unit_test(test_quantize_multiplier),
       cmocka_unit_test(test_quantize_weights),  cmocka_unit_test(test_quantize_activations),
-      cmocka_unit_test(test_convert_matches_loops),
       cmocka_unit_test(test_lut_build_silu),    cmocka_unit_test(test_gemm_pack),
       cmocka_unit_test(test_gemm_unpack_row),  cmocka_unit_test(test_matmul_group),
       cmocka_unit_test(test_gemm_vs_float),     cmocka_unit_test(test_dispatch),

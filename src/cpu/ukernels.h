@@ -1,13 +1,15 @@
-/* The CPU backend's float microkernels that come in more than one variant: one function type per
- * family, and the choice of the best variant for this CPU. The variants (npu_f32_<family>__scalar,
- * __avx2) are listed once in src/cpu/ukernels.inc, which feeds the declarations below, the
- * dispatch in ukernels.c and tests/test_cpu_kernels.c. Every variant gives the bits of its
- * family's scalar one, which are the reference forward's (kernels.h, f32_util.h); the scalar
- * variants are portable C (GCC/Clang vector extensions). Kernels never allocate and keep no
- * state. Shapes and the attention lengths npu_attn_len(t) and tiles as in kernels.h. */
+/* The CPU backend's microkernels that come in more than one variant (its float kernels, and the
+ * conversions between float and the NPU's integer activations): one function type per family, and
+ * the choice of the best variant for this CPU. The variants (npu_<family>__scalar, __avx2) are
+ * listed once in src/cpu/ukernels.inc, which feeds the declarations below, the dispatch in
+ * ukernels.c and tests/test_cpu_kernels.c. Every variant gives the bits of its family's scalar
+ * one; the float kernels' scalar ones give the reference forward's (kernels.h, f32_util.h) and are
+ * portable C (GCC/Clang vector extensions). Kernels never allocate and keep no state. Shapes and
+ * the attention lengths npu_attn_len(t) and tiles as in kernels.h. */
 #ifndef NPU_CPU_UKERNELS_H
 #define NPU_CPU_UKERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "isa.h"   /* NPU_ISA_*, npu_isa_detect */
@@ -65,6 +67,20 @@ typedef void npu_f32_attention_tiles_fn(float *restrict part, const float *restr
                                         int32_t heads, int32_t kv_heads, int32_t hd, int32_t len,
                                         int32_t u0, int32_t u1, float scale);
 
+/* The transfers between the backends: q = sat(round(x / scale) + zero_point), rounding half away
+ * from zero (NaN -> zero_point, +-inf saturate), into int8 or int16, and back:
+ * x = scale * (q - zero_point). scale > 0; zero_point within the integer type's range; any n,
+ * 0 included. Integer results and float products each defined by one expression, so every
+ * variant gives the scalar one's bytes. */
+typedef void npu_quantize_s8_fn(const float *restrict x, size_t n, float scale, int32_t zero_point,
+                                int8_t *restrict q_out);
+typedef void npu_quantize_s16_fn(const float *restrict x, size_t n, float scale, int32_t zero_point,
+                                 int16_t *restrict q_out);
+typedef void npu_dequantize_s8_fn(const int8_t *restrict q, size_t n, float scale,
+                                  int32_t zero_point, float *restrict x_out);
+typedef void npu_dequantize_s16_fn(const int16_t *restrict q, size_t n, float scale,
+                                   int32_t zero_point, float *restrict x_out);
+
 /* Declarations of every variant: npu_f32_matmul__scalar, npu_f32_matmul__avx2, ... */
 #define CPU_UKERNEL(family, variant, isa) npu_##family##_fn npu_##family##__##variant;
 #include "cpu/ukernels.inc"
@@ -78,6 +94,10 @@ struct npu_cpu_ukernels {
   npu_f32_pv_fn *f32_pv;
   npu_f32_attention_fn *f32_attention;
   npu_f32_attention_tiles_fn *f32_attention_tiles;
+  npu_quantize_s8_fn *quantize_s8;
+  npu_quantize_s16_fn *quantize_s16;
+  npu_dequantize_s8_fn *dequantize_s8;
+  npu_dequantize_s16_fn *dequantize_s16;
 };
 
 /* Fill 'uk_out' with, for each family, the last variant in ukernels.inc whose extensions are all

@@ -129,7 +129,7 @@ static void group_task(void *arg, size_t task) {
   }
 }
 
-int32_t npu_npu_matmul_group(const struct npu_graph *g, int32_t first, int32_t end) {
+int32_t npu_emu_matmul_group(const struct npu_graph *g, int32_t first, int32_t end) {
   const struct npu_ir_node *n = &g->nodes[first];
   if (g->node_site == NULL || n->backend != NPU_BE_NPU || n->op != NPU_OP_MATMUL) return 1;
   int32_t count = 1;
@@ -141,7 +141,7 @@ int32_t npu_npu_matmul_group(const struct npu_graph *g, int32_t first, int32_t e
   return count;
 }
 
-void npu_npu_exec_matmuls(const struct npu_graph *g, int32_t first, int32_t count,
+void npu_emu_exec_matmuls(const struct npu_graph *g, int32_t first, int32_t count,
                           const struct npu_qsite *sites, const struct npu_ukernels *uk,
                           struct npu_pool *pool, uint8_t *const arena[NPU_BE_COUNT]) {
   const struct npu_ir_node *n = &g->nodes[first];
@@ -175,7 +175,7 @@ void npu_npu_exec_matmuls(const struct npu_graph *g, int32_t first, int32_t coun
   npu_pool_run(pool, mg.n_ranges, group_task, &mg);
 }
 
-bool npu_npu_rowwise(const struct npu_ir_node *n) {
+bool npu_emu_rowwise(const struct npu_ir_node *n) {
   switch ((enum npu_op)n->op) {
   case NPU_OP_ADD:
   case NPU_OP_MUL:
@@ -193,7 +193,7 @@ static void *row_addr(const struct npu_graph *g, int32_t id, uint8_t *const aren
   return (uint8_t *)addr(g, id, arena) + (size_t)r * row * npu_dtype_size((enum npu_dtype)t->dtype);
 }
 
-void npu_npu_exec_rows(const struct npu_graph *g, const struct npu_ir_node *n,
+void npu_emu_exec_rows(const struct npu_graph *g, const struct npu_ir_node *n,
                        const struct npu_qsite *site, const struct npu_ukernels *uk,
                        uint8_t *const arena[NPU_BE_COUNT], int32_t r0, int32_t r1) {
   const struct npu_ir_tensor *out = &g->tensors[n->out];
@@ -218,11 +218,11 @@ void npu_npu_exec_rows(const struct npu_graph *g, const struct npu_ir_node *n,
     assert(out->ne[2] == 1);
     uk->qs16_rmsnorm_qs8(rows, cols, a, y, &site->rmsnorm);
     return;
-  default: assert(!"not a row-wise op (npu_npu_rowwise)");
+  default: assert(!"not a row-wise op (npu_emu_rowwise)");
   }
 }
 
-void npu_npu_exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
+void npu_emu_exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
                        const struct npu_qsite *site, const struct npu_ukernels *uk,
                        uint8_t *const arena[NPU_BE_COUNT], const int32_t *ids, int32_t pos0,
                        int32_t n_valid) {
@@ -274,6 +274,6 @@ void npu_npu_exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
   }
   default:
     assert(!"op without an integer kernel (the quantizer rejects it), or a row-wise one "
-            "(npu_npu_exec_rows runs those)");
+            "(npu_emu_exec_rows runs those)");
   }
 }

@@ -1,5 +1,6 @@
 /* The NPU executor: runs one node of a quantized graph on the emulated NPU with the integer
- * kernels. Integer-only by contract: every scale was turned into fixed-point data at compile time. */
+ * kernels. Integer-only by contract: every scale was turned into fixed-point data at compile time.
+ * Its functions are npu_emu_*: the emulated NPU's (npu_backend_* take any backend). */
 #ifndef NPU_NPU_EXECUTOR_H
 #define NPU_NPU_EXECUTOR_H
 
@@ -15,11 +16,11 @@ struct npu_pool;
 /* Whether NPU node 'n' is row-wise (an element-wise op or a norm): each row of its output comes
  * from the same rows of its inputs, by a kernel whose bits do not depend on how many rows it is
  * given, so it may be cut into ranges of rows that run on different threads. */
-bool npu_npu_rowwise(const struct npu_ir_node *n);
+bool npu_emu_rowwise(const struct npu_ir_node *n);
 
-/* Rows [r0, r1) of row-wise node 'n' of 'g' (npu_npu_rowwise), with integer data 'site', on the
- * calling thread (operands as for npu_npu_exec_node). */
-void npu_npu_exec_rows(const struct npu_graph *g, const struct npu_ir_node *n,
+/* Rows [r0, r1) of row-wise node 'n' of 'g' (npu_emu_rowwise), with integer data 'site', on the
+ * calling thread (operands as for npu_emu_exec_node). */
+void npu_emu_exec_rows(const struct npu_graph *g, const struct npu_ir_node *n,
                        const struct npu_qsite *site, const struct npu_ukernels *uk,
                        uint8_t *const arena[NPU_BE_COUNT], int32_t r0, int32_t r1);
 
@@ -27,7 +28,7 @@ void npu_npu_exec_rows(const struct npu_graph *g, const struct npu_ir_node *n,
  * 'site') on the calling thread: operands in the arenas ('arena[be] + tensor.offset'), token ids
  * 'ids' (g->rows). The step starts at cache position 'pos0' with 'n_valid' real rows (the
  * attention ops' mask; 1 <= n_valid <= g->rows and pos0 + n_valid <= g->ctx). */
-void npu_npu_exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
+void npu_emu_exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
                        const struct npu_qsite *site, const struct npu_ukernels *uk,
                        uint8_t *const arena[NPU_BE_COUNT], const int32_t *ids, int32_t pos0,
                        int32_t n_valid);
@@ -42,11 +43,11 @@ void npu_npu_exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
 /* How many nodes from 'first' (before 'end', the end of its subgraph) run as one loop: the
  * matmuls on the NPU that read the input of node 'first', up to NPU_MATMUL_GROUP_MAX, when node
  * 'first' is such a matmul; else 1. */
-int32_t npu_npu_matmul_group(const struct npu_graph *g, int32_t first, int32_t end);
+int32_t npu_emu_matmul_group(const struct npu_graph *g, int32_t first, int32_t end);
 
-/* Run the 'count' matmuls of 'g' from node 'first' (as npu_npu_matmul_group counted them) on the
+/* Run the 'count' matmuls of 'g' from node 'first' (as npu_emu_matmul_group counted them) on the
  * threads of 'pool', cut into column ranges; 'sites' is the program's (g->node_site indexes it). */
-void npu_npu_exec_matmuls(const struct npu_graph *g, int32_t first, int32_t count,
+void npu_emu_exec_matmuls(const struct npu_graph *g, int32_t first, int32_t count,
                           const struct npu_qsite *sites, const struct npu_ukernels *uk,
                           struct npu_pool *pool, uint8_t *const arena[NPU_BE_COUNT]);
 

@@ -8,7 +8,6 @@
 
 #include "common.h"
 #include "graph/program.h"
-#include "cpu/convert.h"
 #include "ref/forward.h"
 #include "runtime/exec.h"
 #include "runtime/session_internal.h"
@@ -129,10 +128,11 @@ static const char *dtype_name(uint8_t dt) {
   return dt == NPU_DT_I8 ? "i8" : dt == NPU_DT_I16 ? "i16" : "f32";
 }
 
-/* n values of tensor 't' at 'src' as floats (integer tensors dequantized). */
-static void values(const struct npu_ir_tensor *t, const void *src, size_t n, float *out) {
-  if (t->dtype == NPU_DT_I8) npu_dequantize_s8(src, n, t->q.scale, t->q.zero_point, out);
-  else if (t->dtype == NPU_DT_I16) npu_dequantize_s16(src, n, t->q.scale, t->q.zero_point, out);
+/* n values of tensor 't' at 'src' as floats (integer tensors dequantized by 'uk'). */
+static void values(const struct npu_cpu_ukernels *uk, const struct npu_ir_tensor *t,
+                   const void *src, size_t n, float *out) {
+  if (t->dtype == NPU_DT_I8) uk->dequantize_s8(src, n, t->q.scale, t->q.zero_point, out);
+  else if (t->dtype == NPU_DT_I16) uk->dequantize_s16(src, n, t->q.scale, t->q.zero_point, out);
   else memcpy(out, src, n * sizeof(float));
 }
 
@@ -166,14 +166,14 @@ static void on_node(void *user, const struct npu_graph *g, int32_t node,
     if (s == NULL || !s->per_head || attended > t->ne[2] || !reserve(d, s, n)) return;
     size_t row = (size_t)t->ne[2] * npu_dtype_size((enum npu_dtype)t->dtype);
     for (int32_t h = 0; h < heads; h++) {
-      values(t, (const uint8_t *)src + (size_t)h * row, (size_t)attended,
+      values(ctx->cpu_uk, t, (const uint8_t *)src + (size_t)h * row, (size_t)attended,
              s->got + (size_t)h * (size_t)attended);
     }
     s->n_got = n;
   } else {
     s = slot_for(d, name, t->ne[1] * t->ne[2], false);
     if (s == NULL) return;
-    values(t, src, (size_t)s->n, s->got);
+    values(ctx->cpu_uk, t, src, (size_t)s->n, s->got);
   }
   s->have_got = true;
   /* a transfer only moves the value: the op and place that made it are the ones to report */

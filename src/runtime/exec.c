@@ -11,7 +11,6 @@
 #include "cpu/kernels.h"
 #include "npu/executor.h"
 #include "ref/forward.h" /* npu_ref_silu */
-#include "cpu/convert.h"
 #include "runtime/pool.h"
 
 /* Address of tensor 'id' for this step. */
@@ -30,20 +29,20 @@ static void *tensor_data(const struct npu_graph *g, int32_t id, const struct npu
 
 /* Copy the first 'n' values of a tensor between the backends' arenas (or from a KV cache to the
  * NPU); between a float tensor and an integer one this is where the CPU quantizes (with the
- * integer tensor's scale) or dequantizes. */
-static void transfer(const struct npu_ir_tensor *src_t, const void *src,
-                     const struct npu_ir_tensor *dst_t, void *dst, size_t n) {
+ * integer tensor's scale) or dequantizes, with the conversions of 'uk'. */
+static void transfer(const struct npu_cpu_ukernels *uk, const struct npu_ir_tensor *src_t,
+                     const void *src, const struct npu_ir_tensor *dst_t, void *dst, size_t n) {
   if (src_t->dtype == dst_t->dtype) {
     memcpy(dst, src, n * npu_dtype_size((enum npu_dtype)dst_t->dtype));
   } else if (src_t->dtype == NPU_DT_F32 && dst_t->dtype == NPU_DT_I8) {
-    npu_quantize_s8(src, n, dst_t->q.scale, dst_t->q.zero_point, dst);
+    uk->quantize_s8(src, n, dst_t->q.scale, dst_t->q.zero_point, dst);
   } else if (src_t->dtype == NPU_DT_F32 && dst_t->dtype == NPU_DT_I16) {
-    npu_quantize_s16(src, n, dst_t->q.scale, dst_t->q.zero_point, dst);
+    uk->quantize_s16(src, n, dst_t->q.scale, dst_t->q.zero_point, dst);
   } else if (src_t->dtype == NPU_DT_I8 && dst_t->dtype == NPU_DT_F32) {
-    npu_dequantize_s8(src, n, src_t->q.scale, src_t->q.zero_point, dst);
+    uk->dequantize_s8(src, n, src_t->q.scale, src_t->q.zero_point, dst);
   } else {
     assert(src_t->dtype == NPU_DT_I16 && dst_t->dtype == NPU_DT_F32);
-    npu_dequantize_s16(src, n, src_t->q.scale, src_t->q.zero_point, dst);
+    uk->dequantize_s16(src, n, src_t->q.scale, src_t->q.zero_point, dst);
   }
 }
 
@@ -95,7 +94,7 @@ static bool integer_node(const struct npu_graph *g, const struct npu_ir_node *n)
  * inputs and comes from the same kernel, whose elements never depend on how many rows it is
  * given, so the bits never depend on the cut. */
 static bool splits_by_rows(const struct npu_graph *g, const struct npu_ir_node *n) {
-  if (integer_node(g, n)) return npu_npu_rowwise(n);
+  if (integer_node(g, n)) return npu_emu_rowwise(n);
   switch ((enum npu_op)n->op) {
   case NPU_OP_RMSNORM:
   case NPU_OP_ROPE:
@@ -129,7 +128,7 @@ static void attention(const struct npu_graph *g, const struct npu_ir_node *n,
 static void exec_rows(const struct npu_graph *g, const struct npu_ir_node *n,
                       const struct npu_exec_ctx *ctx, int32_t r0, int32_t r1) {
   if (integer_node(g, n)) {
-    npu_npu_exec_rows(g, n, &ctx->prog->qsites[g->node_site[n - g->nodes]], &ctx->prog->uk,
+    npu_emu_exec_rows(g, n, &ctx->prog->qsites[g->node_site[n - g->nodes]], &ctx->prog->uk,
                       ctx->arena, r0, r1);
     return;
   }
@@ -159,7 +158,7 @@ static void exec_rows(const struct npu_graph *g, const struct npu_ir_node *n,
   case NPU_OP_ADD: npu_f32_add(out, a, b + (size_t)r0 * out_inner, count); return;
   case NPU_OP_MUL: npu_f32_mul(out, a, b + (size_t)r0 * out_inner, count); return;
   case NPU_OP_SILU: npu_f32_silu(out, a, count); return;
-  case NPU_OP_TRANSFER: transfer(a_t, a, out_t, out, count); return;
+  case NPU_OP_TRANSFER: transfer(ctx->cpu_uk, a_t, a, out_t, out, count); return;
   case NPU_OP_ATTN:
     attention(g, n, ctx, r0, r1);
     return;
@@ -272,7 +271,7 @@ static void run_node(const struct npu_graph *g, const struct npu_ir_node *n,
     return;
   }
   if (integer_node(g, n)) {
-    npu_npu_exec_node(g, n, &ctx->prog->qsites[g->node_site[index]], &ctx->prog->uk, ctx->arena,
+    npu_emu_exec_node(g, n, &ctx->prog->qsites[g->node_site[index]], &ctx->prog->uk, ctx->arena,
                       ctx->ids, ctx->pos0, ctx->n_valid);
     return;
   }
@@ -313,7 +312,8 @@ static void run_node(const struct npu_graph *g, const struct npu_ir_node *n,
   case NPU_OP_TRANSFER:
     /* a KV cache copied for the integer NPU's attention: the rows this step attends over, which
      * are all the session's cache is sure to hold */
-    transfer(a_t, a, out_t, out, (size_t)(ctx->pos0 + ctx->n_valid) * (size_t)a_t->ne[1]);
+    transfer(ctx->cpu_uk, a_t, a, out_t, out,
+             (size_t)(ctx->pos0 + ctx->n_valid) * (size_t)a_t->ne[1]);
     return;
   case NPU_OP_SHADOW:
     shadow(&ctx->prog->qsites[g->node_site[index]], a, (size_t)a_t->ne[1], (size_t)a_t->ne[0], out);
@@ -345,12 +345,12 @@ static void node_work(const struct npu_graph *g, const struct npu_ir_node *n,
 }
 
 /* Nodes 'first' .. 'first + count - 1' of 'g': one node, or matmuls on the NPU that run as one
- * loop (npu_npu_matmul_group). */
+ * loop (npu_emu_matmul_group). */
 static void run_nodes(const struct npu_graph *g, int32_t first, int32_t count,
                       const struct npu_exec_ctx *ctx) {
   const struct npu_ir_node *n = &g->nodes[first];
   if (g->node_site != NULL && n->backend == NPU_BE_NPU && n->op == NPU_OP_MATMUL) {
-    npu_npu_exec_matmuls(g, first, count, ctx->prog->qsites, &ctx->prog->uk,
+    npu_emu_exec_matmuls(g, first, count, ctx->prog->qsites, &ctx->prog->uk,
                          ctx->pool[NPU_BE_NPU], ctx->arena);
     return;
   }
@@ -384,7 +384,7 @@ void npu_exec_subgraph(const struct npu_graph *g, const struct npu_subgraph *sg,
                        const struct npu_exec_ctx *ctx) {
   const int32_t end = sg->first + sg->count;
   for (int32_t i = sg->first; i < end;) {
-    const int32_t count = npu_npu_matmul_group(g, i, end);
+    const int32_t count = npu_emu_matmul_group(g, i, end);
     exec_nodes(g, i, count, ctx);
     for (int32_t j = i; j < i + count && ctx->observe != NULL; j++)
       ctx->observe(ctx->observe_user, g, j, ctx);
