@@ -135,8 +135,6 @@
 #define LUT_SIZE 256
 #define GGML_I8 24  /* ggml type ids of the sites' integer arrays */
 #define GGML_I32 26
-#define GEMM_MAX_K 32768 /* the int8 GEMM's limit on k (ukernels.h) */
-#define NORM_MAX_COLS (1 << 24) /* the int8 RMSNorm's limit on its width (ukernels.h) */
 #define WRITE_CHUNK_BYTES (4u << 20) /* weight bytes between progress calls */
 #define ARENA_SLACK 4096u            /* per tensor: the most alignment padding a plan may add */
 
@@ -516,7 +514,8 @@ static const char *check_int_node(const struct verify_ctx *v, int32_t i, char *w
     return NULL;
   case NPU_OP_QK: /* the cache copy b: check_cache */
     if (a->dtype != NPU_DT_I8 || out->dtype != NPU_DT_I16) return "is not I8 x I8 -> I16";
-    if (v->m->cfg.head_dim > GEMM_MAX_K) return "has heads wider than the integer kernel's 32768";
+    if (v->m->cfg.head_dim > NPU_QS8_GEMM_MAX_K)
+      return "has heads wider than the integer kernel's 32768";
     if (site->qk.q_zero_point != a->q.zero_point || site->qk.k_zero_point != b->q.zero_point ||
         site->qk.s_zero_point != out->q.zero_point) {
       return "has score zero points that are not its tensors'";
@@ -1040,7 +1039,8 @@ static npulm_status verify_site(const struct npu_program *p, int32_t i, npulm_er
     }
   }
   if (table) {
-    if (s->n < 1 || s->k < 1 || ((s->op == NPU_OP_MATMUL || owner) && s->k > GEMM_MAX_K)) {
+    if (s->n < 1 || s->k < 1 ||
+        ((s->op == NPU_OP_MATMUL || owner) && s->k > NPU_QS8_GEMM_MAX_K)) {
       return sfail(err, p, i, "has an invalid shape [n %d, k %d]", s->n, s->k);
     }
     uint64_t want = s->op == NPU_OP_MATMUL || owner
@@ -1685,9 +1685,7 @@ static npulm_status load_site(const struct npu_gguf *g, struct npu_program *p, i
                               const int32_t *f, npulm_error *err) {
   struct npu_qsite *s = &p->qsites[si];
   int32_t op = f[0];
-  if (op != NPU_OP_MATMUL && op != NPU_OP_GATHER && op != NPU_OP_ADD && op != NPU_OP_MUL &&
-      op != NPU_OP_SILU && op != NPU_OP_QK && op != NPU_OP_SOFTMAX && op != NPU_OP_PV &&
-      op != NPU_OP_RMSNORM && op != NPU_OP_LAST_ROW) {
+  if (op < 0 || op >= NPU_OP_COUNT || !npu_npu_supports((enum npu_op)op)) {
     return sfail(err, p, si, "op %d has no integer kernel", op);
   }
   s->op = (uint8_t)op;
@@ -1738,7 +1736,8 @@ static npulm_status load_site(const struct npu_gguf *g, struct npu_program *p, i
     /* its multipliers, one per channel */
     const struct npu_gguf_tensor *t;
     npulm_status st;
-    if (s->n < 1 || s->n > NORM_MAX_COLS) return sfail(err, p, si, "has width %d", s->n);
+    if (s->n < 1 || s->n > NPU_QS16_RMSNORM_MAX_COLS)
+      return sfail(err, p, si, "has width %d", s->n);
     if ((st = site_tensor(g, p, si, "mult", GGML_I32, (uint64_t)s->n, 0, &t, err)) != NPULM_OK ||
         (st = copy_out(t, (size_t)s->n * sizeof(int32_t), (void **)&s->mult, err)) != NPULM_OK) {
       return st;
@@ -1747,7 +1746,7 @@ static npulm_status load_site(const struct npu_gguf *g, struct npu_program *p, i
     return NPULM_OK;
   }
   if (!table) return NPULM_OK;
-  if (s->n < 1 || s->k < 1 || (op == NPU_OP_MATMUL && s->k > GEMM_MAX_K)) {
+  if (s->n < 1 || s->k < 1 || (op == NPU_OP_MATMUL && s->k > NPU_QS8_GEMM_MAX_K)) {
     return sfail(err, p, si, "has an invalid shape [n %d, k %d]", s->n, s->k);
   }
   const struct npu_gguf_tensor *t;
