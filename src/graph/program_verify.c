@@ -233,19 +233,7 @@ static const char *check_int_node(const struct verify_ctx *v, int32_t i, char *w
   const struct npu_ir_tensor *out = &g->tensors[n->out];
   const struct npu_ir_tensor *a = n->in[0] >= 0 ? &g->tensors[n->in[0]] : NULL;
   const struct npu_ir_tensor *b = n->in[1] >= 0 ? &g->tensors[n->in[1]] : NULL;
-  switch ((enum npu_op)n->op) {
-  case NPU_OP_MATMUL:
-  case NPU_OP_GATHER:
-  case NPU_OP_ADD:
-  case NPU_OP_MUL:
-  case NPU_OP_SILU:
-  case NPU_OP_QK:
-  case NPU_OP_SOFTMAX:
-  case NPU_OP_PV:
-  case NPU_OP_RMSNORM:
-  case NPU_OP_LAST_ROW: break;
-  default: return "has no integer kernel on the NPU";
-  }
+  if (!npu_npu_supports((enum npu_op)n->op)) return "has no integer kernel on the NPU";
   /* values of an NPU node live in the NPU arena (npu_npu_exec_node addresses them there) */
   for (int s = -1; s < NPU_IR_MAX_IN; s++) {
     int32_t id = s < 0 ? n->out : n->in[s];
@@ -335,7 +323,9 @@ static const char *check_int_node(const struct verify_ctx *v, int32_t i, char *w
     return NULL;
   case NPU_OP_SOFTMAX:
     if (a->dtype != NPU_DT_I16 || out->dtype != NPU_DT_I16) return "is not I16 -> I16";
-    if (g->ctx >= (1 << 24)) return "has a context beyond the integer softmax's 2^24";
+    if (g->ctx > NPU_QS16_SOFTMAX_MAX_LEN) {
+      return "has a context beyond the integer softmax's 2^24";
+    }
     if (!bits_equal(out->q.scale, npu_prob_scale()) || out->q.zero_point != 0) {
       return "does not write Q15 probabilities (scale 2^-15, zero point 0)";
     }

@@ -226,6 +226,7 @@ typedef void npu_qs8_qk_qs16_fn(const struct npu_attn_shape *restrict shape,
  * (e_j * inv < 2^60 in int64) and p_j = 0 for len <= j < ctx. The input's zero point cancels in
  * d_j. mult/shift (fixedpoint.h ranges) ~ s_scale * 256 / ln 2; a multiplier that saturates only
  * makes far-below-maximum entries 0. len < 2^24. */
+#define NPU_QS16_SOFTMAX_MAX_LEN ((1 << 24) - 1) /* the longest row it takes */
 #define NPU_PROB_BITS 15 /* probabilities are Q15: scale 2^-15, zero point 0, in [0, 32767] */
 
 struct npu_qs16_softmax_params {
