@@ -1,7 +1,7 @@
 /* The program file, private to its three parts (program_verify.c, program_load.c,
  * program_save.c): its format, its records' layouts and what the parts share.
  *
- * The program file: a compiled model — configuration, tokenizer, static graphs with placement and
+ * A program file is a compiled model — configuration, tokenizer, static graphs with placement and
  * memory plan, weights and, for an integer NPU, every NPU operation's integer data — as one
  * mmap-able file, read back as hostile input.
  *
@@ -289,8 +289,8 @@ static const struct npu_record_field SUBGRAPH_TABLE[] = {SUBGRAPH_RECORD(SUBGRAP
 static const struct npu_record_field QTENSOR_TABLE[] = {QTENSOR_RECORD(QTENSOR_ENTRY)};
 static const struct npu_record_field SITE_TABLE[] = {SITE_RECORD(SITE_ENTRY)};
 
-/* Record 'rec' (n fields) of the struct at 'obj' for a record of op 'op' (ALL_OPS: not a site):
- * each field of 'op', the others 0. */
+/* The record 'rec' ('n' fields) of the struct at 'obj': the fields of 'ops' (a site's 1 << op, or
+ * ALL_OPS), the others 0. */
 static inline void npu_record_store(const struct npu_record_field *fields, int n, const void *obj,
                                     uint32_t ops, int32_t *rec) {
   for (int i = 0; i < n; i++) {
@@ -311,8 +311,8 @@ static inline void npu_record_store(const struct npu_record_field *fields, int n
   }
 }
 
-/* The fields of op 'ops' (ALL_OPS: not a site) of record 'rec' into the struct at 'obj'; the
- * others are left as they are. The caller range-checks the values first. */
+/* The fields of 'ops' (a site's 1 << op, or ALL_OPS) of the record 'rec' into the struct at
+ * 'obj'; the others are left as they are. The caller range-checks the values first. */
 static inline void npu_record_load(const struct npu_record_field *fields, int n, const int32_t *rec,
                                    uint32_t ops, void *obj) {
   for (int i = 0; i < n; i++) {
