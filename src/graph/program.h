@@ -1,6 +1,6 @@
 /* A compiled program: the static graphs of every specialization of one model, with placement and
  * memory plan, plus the table of weights they reference. It is built by npu_compile() from a
- * model, written to / read from a program file (a GGUF container, see program_file.c), and run by
+ * model, written to / read from a program file (a GGUF container, see program_file.h), and run by
  * the runtime. */
 #ifndef NPU_GRAPH_PROGRAM_H
 #define NPU_GRAPH_PROGRAM_H
@@ -119,7 +119,7 @@ npulm_status npu_plan(struct npu_graph *g, npulm_error *err);
 /* Why an op runs on the CPU under 'float_ops' (NULL if it runs on the NPU). */
 const char *npu_fallback_reason(enum npu_op op, uint32_t float_ops);
 
-/* ---- Program file (program_file.c): a GGUF v3 container, format described there ---------- */
+/* ---- Program file: a GGUF v3 container, format in program_file.h -------------------------- */
 
 #define NPU_PROGRAM_VERSION 5 /* 'npulm.program.version' this build writes and reads */
 #define NPU_PROGRAM_CHECKSUMS "npulm.checksums" /* their key (gguf_checksum.h) */

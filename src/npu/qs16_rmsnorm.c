@@ -8,7 +8,7 @@
 void npu_qs16_rmsnorm_qs8__scalar(size_t rows, size_t cols, const int16_t *restrict x,
                                   int8_t *restrict y,
                                   const struct npu_qs16_rmsnorm_params *restrict params) {
-  assert(cols >= 1 && cols <= ((size_t)1 << 24));
+  assert(cols >= 1 && cols <= (size_t)NPU_QS16_RMSNORM_MAX_COLS);
   assert(params->eps >= 1 && params->eps <= ((int64_t)1 << 62));
   assert(params->shift >= -16 && params->shift <= 46);
   assert(params->y_zero_point >= INT8_MIN && params->y_zero_point <= INT8_MAX);

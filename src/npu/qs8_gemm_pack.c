@@ -17,7 +17,7 @@ size_t npu_qs8_gemm_packed_size(size_t n, size_t k) {
 bool npu_qs8_gemm_pack(size_t n, size_t k, const int8_t *restrict w, const int32_t *restrict bias,
                        void *restrict packed_out) {
   enum { NR = NPU_QS8_GEMM_NR, KR = NPU_QS8_GEMM_KR };
-  if (k == 0 || k > 32768)
+  if (k == 0 || k > NPU_QS8_GEMM_MAX_K)
     return false;
   const size_t kp = gemm_kp(k);
   uint8_t *block = packed_out;

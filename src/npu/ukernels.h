@@ -40,6 +40,7 @@
  * fixedpoint.h, indexed by the absolute channel n. m == 0 or n_begin >= n_end does nothing. */
 #define NPU_QS8_GEMM_NR 16
 #define NPU_QS8_GEMM_KR 4
+#define NPU_QS8_GEMM_MAX_K 32768 /* the largest k it (and npu_qs8_gemm_pack) takes */
 
 struct npu_qs8_gemm_params {
   const int32_t *mult;  /* [N] per output channel, [0, INT32_MAX] */
@@ -160,6 +161,8 @@ typedef void npu_qs8_gather_qs16_fn(size_t n_ids, const int32_t *restrict ids, s
  * tensor, so |u * mult| < 2^62. Valid ranges: cols in [1, 2^24]; eps in [1, 2^62]; shift in
  * [-16, 46] (so s >= 1); y_zero_point in [-128, 127]. Make the params with
  * npu_rmsnorm_params_make() (src/quant/qparams.h). No overlap of x and y. */
+#define NPU_QS16_RMSNORM_MAX_COLS (1 << 24) /* the widest row it takes */
+
 struct npu_qs16_rmsnorm_params {
   const int32_t *mult; /* [cols] */
   int64_t eps;
@@ -223,6 +226,7 @@ typedef void npu_qs8_qk_qs16_fn(const struct npu_attn_shape *restrict shape,
  * (e_j * inv < 2^60 in int64) and p_j = 0 for len <= j < ctx. The input's zero point cancels in
  * d_j. mult/shift (fixedpoint.h ranges) ~ s_scale * 256 / ln 2; a multiplier that saturates only
  * makes far-below-maximum entries 0. len < 2^24. */
+#define NPU_QS16_SOFTMAX_MAX_LEN ((1 << 24) - 1) /* the longest row it takes */
 #define NPU_PROB_BITS 15 /* probabilities are Q15: scale 2^-15, zero point 0, in [0, 32767] */
 
 struct npu_qs16_softmax_params {

@@ -163,7 +163,8 @@ bool npu_rmsnorm_params_make(float x_scale, const float *gain, size_t cols, floa
                              float y_scale, int32_t y_zero_point, int32_t *mult_out,
                              struct npu_qs16_rmsnorm_params *params_out) {
   if (!(x_scale > 0.0f) || !(y_scale > 0.0f) || !(eps >= 0.0f) || cols == 0 ||
-      cols > ((size_t)1 << 24) || y_zero_point < INT8_MIN || y_zero_point > INT8_MAX) {
+      cols > (size_t)NPU_QS16_RMSNORM_MAX_COLS || y_zero_point < INT8_MIN ||
+      y_zero_point > INT8_MAX) {
     return false;
   }
   /* one shift for the tensor, from the largest gain: the others keep fewer bits, which costs
