@@ -21,7 +21,7 @@
 
 /* ---- A tiny model ------------------------------------------------------------------------- */
 
-/* i32 fields per record of npulm.qsites (program_file.c) */
+/* i32 fields per record of npulm.qsites (program_file.h) */
 enum { SITE_FIELDS = 38, SITE_QK = 23, SITE_SOFTMAX = 28, SITE_PV = 30, SITE_RMSNORM = 34 };
 
 enum { DIM = 32, HEADS = 4, KV_HEADS = 2, HEAD_DIM = DIM / HEADS, FFN = 64, VOCAB = 259 + 5 };
@@ -2009,7 +2009,7 @@ static void test_small_tensors_first(void **state) {
   struct npu_gguf *g = NULL;
   npulm_error err = {{0}};
   assert_int_equal(npu_gguf_open(path, &g, &err), NPULM_OK);
-  enum { SMALL = 64 << 10 }; /* program_file.c's SMALL_TENSOR_BYTES */
+  enum { SMALL = 64 << 10 }; /* program_save.c's SMALL_TENSOR_BYTES */
   uint64_t last_small = 0, first_large = UINT64_MAX;
   int n_small = 0, n_large = 0;
   for (uint64_t i = 0; i < g->n_tensors; i++) {

@@ -425,7 +425,7 @@ static npulm_status load_site(const struct npu_gguf *g, struct npu_program *p, i
                               const int32_t *f, npulm_error *err) {
   struct npu_qsite *s = &p->qsites[si];
   int32_t op = f[SITE_OP];
-  if (op < 0 || op >= NPU_OP_COUNT || !npu_npu_supports((enum npu_op)op)) {
+  if (op < 0 || op >= NPU_OP_COUNT || !npu_emu_supports((enum npu_op)op)) {
     return npu_program_site_fail(err, p, si, "op %d has no integer kernel", op);
   }
   /* the fields of the site's op; all others must be 0 */

@@ -4,7 +4,7 @@
  * are not on the list: they fall back to the CPU. */
 #include "npu/supported.h"
 
-bool npu_npu_supports(enum npu_op op) {
+bool npu_emu_supports(enum npu_op op) {
   switch (op) {
   case NPU_OP_GATHER:
   case NPU_OP_MATMUL:

@@ -7,6 +7,6 @@
 #include "graph/ir.h"
 
 /* True if the NPU backend can run 'op' (possibly only when the precision policy allows). */
-bool npu_npu_supports(enum npu_op op);
+bool npu_emu_supports(enum npu_op op);
 
 #endif /* NPU_NPU_SUPPORTED_H */
