@@ -6,7 +6,7 @@
 #include <xxhash.h>
 
 #include "common.h"
-#include "runtime/pages.h"
+#include "pages.h"
 
 #define CHECK_SLICE_BYTES (8u << 20)
 

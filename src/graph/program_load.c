@@ -64,14 +64,10 @@ static npulm_status check_version(const struct npu_gguf *g, bool *is_program, np
   return NPULM_OK;
 }
 
-npulm_status npu_program_file_damage(const struct npu_gguf *g, npu_damage_fn damaged, void *user,
-                                     int64_t *n_damaged, npulm_error *err) {
+/* npu_program_file_damage for a file whose version was checked. */
+static npulm_status scan_damage(const struct npu_gguf *g, npu_damage_fn damaged, void *user,
+                                int64_t *n_damaged, npulm_error *err) {
   *n_damaged = 0;
-  bool is_program;
-  npulm_status st = check_version(g, &is_program, err);
-  if (st != NPULM_OK) return st;
-  if (!is_program)
-    return npu_fail(err, NPULM_ERR_FORMAT, "not a program file (no '%s')", NPU_PROGRAM_KEY_VERSION);
   struct npu_gguf_arr sums;
   npulm_error inner;
   if (npu_gguf_checksums_find(g, NPU_PROGRAM_CHECKSUMS, &sums, &inner) != NPULM_OK) {
@@ -108,12 +104,24 @@ static void note_first_damage(void *user, const char *what, uint64_t begin, uint
   f->end = end;
 }
 
+npulm_status npu_program_file_damage(const struct npu_gguf *g, npu_damage_fn damaged, void *user,
+                                     int64_t *n_damaged, npulm_error *err) {
+  *n_damaged = 0;
+  bool is_program;
+  npulm_status st = check_version(g, &is_program, err);
+  if (st != NPULM_OK) return st;
+  if (!is_program) {
+    return npu_fail(err, NPULM_ERR_FORMAT, "not a program file (no '%s')", NPU_PROGRAM_KEY_VERSION);
+  }
+  return scan_damage(g, damaged, user, n_damaged, err);
+}
+
 npulm_status npu_program_file_check(const struct npu_gguf *g, bool *is_program, npulm_error *err) {
   npulm_status st = check_version(g, is_program, err);
   if (st != NPULM_OK || !*is_program) return st;
   struct first_damage first = {0};
   int64_t n;
-  if ((st = npu_program_file_damage(g, note_first_damage, &first, &n, err)) != NPULM_OK) return st;
+  if ((st = scan_damage(g, note_first_damage, &first, &n, err)) != NPULM_OK) return st;
   if (n > 0) {
     return npu_fail(err, NPULM_ERR_FORMAT,
                     "program file is damaged: the checksum of %s (bytes %llu-%llu) does not match"

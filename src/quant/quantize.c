@@ -9,7 +9,7 @@
 
 #include "common.h"
 #include "quant/qparams.h"
-#include "runtime/pages.h"
+#include "pages.h"
 
 /* Headroom over the calibrated magnitude for int16 tensors: text unlike the calibration text may
  * go somewhat further, and int16 has resolution to spare. */

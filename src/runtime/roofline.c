@@ -18,7 +18,7 @@
 #include "common.h"
 #include "cpu/kernels.h"
 #include "npu/ukernels.h"
-#include "runtime/pages.h"
+#include "pages.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>

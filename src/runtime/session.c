@@ -15,7 +15,7 @@
 #include "model.h"
 #include "ref/forward.h"
 #include "runtime/exec.h"
-#include "runtime/pages.h"
+#include "pages.h"
 #include "runtime/session_internal.h"
 #include "runtime/pool.h"
 #include "runtime/scheduler.h"

@@ -3,8 +3,8 @@
  * may not: glibc raises its mmap threshold each time a large block is freed, after which blocks of
  * that size come from the heap and stay resident when freed, so a process that creates and frees
  * sessions (a server, npulm bench) would keep the largest one's memory for good. */
-#ifndef NPU_RUNTIME_PAGES_H
-#define NPU_RUNTIME_PAGES_H
+#ifndef NPU_PAGES_H
+#define NPU_PAGES_H
 
 #include <stddef.h>
 
@@ -28,4 +28,4 @@ void npu_pages_free(void *p, size_t size);
  * cannot. */
 void npu_pages_release(const void *p, size_t size);
 
-#endif /* NPU_RUNTIME_PAGES_H */
+#endif /* NPU_PAGES_H */

@@ -2,7 +2,7 @@
  * anonymous mmap where the system has it, else the C library's aligned allocation. */
 /* MAP_ANONYMOUS, madvise: not in POSIX 2008, but in every Unix this targets */
 #define _DEFAULT_SOURCE
-#include "runtime/pages.h"
+#include "pages.h"
 
 #include <stdint.h>
 #include <stdlib.h>
