@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
-#include "npu/ukernels.h"
+#include "base/common.h"
+#include "kernels/npu/ukernels.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
 static uint64_t rnd(void) {
@@ -76,7 +76,7 @@ static void bench_gemm(int runs, size_t m, size_t n, size_t k) {
   } vs[] = {
 #define NPU_UKERNEL(family, variant, need)                                                         \
   {#family, #variant, need, (void (*)(void))npu_##family##__##variant},
-#include "npu/ukernels.inc"
+#include "kernels/npu/ukernels.inc"
 #undef NPU_UKERNEL
   };
   for (size_t v = 0; v < sizeof(vs) / sizeof(vs[0]); v++) {

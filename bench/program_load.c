@@ -6,9 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "common.h"
-#include "gguf.h"
-#include "graph/program.h"
+#include "base/common.h"
+#include "io/gguf.h"
+#include "compiler/program.h"
+#include "program/program_io.h"
 #include "npulm.h"
 
 static int cmp_double(const void *a, const void *b) {

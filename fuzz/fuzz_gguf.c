@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
-#include "gguf_write.h"
+#include "io/gguf.h"
+#include "io/gguf_write.h"
 
 /* Values are decoded into a bounded scratch; nested arrays are walked to their bottom. */
 #define MAX_ARRAY_VALUES 65536

@@ -15,9 +15,9 @@
 
 #include "test_util.h"
 
-#include "gguf.h"
-#include "gguf_checksum.h"
-#include "gguf_write.h"
+#include "io/gguf.h"
+#include "io/gguf_checksum.h"
+#include "io/gguf_write.h"
 
 /* ---- Helpers -------------------------------------------------------------------------------- */
 

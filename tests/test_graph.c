@@ -8,13 +8,13 @@
 #include <math.h>
 #include <string.h>
 
-#include "cpu/kernels.h"
-#include "graph/program.h"
-#include "model.h"
+#include "kernels/cpu/kernels.h"
+#include "compiler/program.h"
+#include "model/model.h"
 #include "npulm.h"
 #include "ref/forward.h"
-#include "runtime/exec.h"
-#include "runtime/perplexity.h"
+#include "backends/exec.h"
+#include "analysis/perplexity.h"
 #include "test_util.h"
 
 static float rand_float(uint64_t *rng, float scale) {

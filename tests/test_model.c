@@ -2,9 +2,9 @@
  * unsupported architectures or tensor types are one clear error each, never a crash. */
 #include <string.h>
 
-#include "gguf_write.h"
+#include "io/gguf_write.h"
 #include "npulm.h"
-#include "synth.h"
+#include "io/synth.h"
 #include "test_util.h"
 
 /* What to break in the tiny model (as npu_synth_options says). */

@@ -1,5 +1,5 @@
 /* NPU integer kernels: the requantization definition on its edge cases, the compile-time
- * quantization helpers, and every kernel variant of src/npu/ukernels.inc against a naive
+ * quantization helpers, and every kernel variant of src/kernels/npu/ukernels.inc against a naive
  * reference, bit for bit, on awkward shapes, zero-point extremes, both output types and
  * sub-ranges; plus the scalar GEMM against plain floating-point math of the same dequantized
  * computation (within one output LSB). The transfers' conversions are checked here through their
@@ -7,12 +7,12 @@
 #include <math.h>
 #include <string.h>
 
-#include "npu/executor.h"
-#include "npu/fixedpoint.h"
-#include "npu/ukernels.h"
-#include "cpu/ukernels.h" /* npu_quantize_s8__scalar, ...: the transfers' conversions */
-#include "quant/qparams.h"
-#include "runtime/pool.h"
+#include "backends/npu_emu.h"
+#include "kernels/npu/fixedpoint.h"
+#include "kernels/npu/ukernels.h"
+#include "kernels/cpu/ukernels.h" /* npu_quantize_s8__scalar, ...: the transfers' conversions */
+#include "compiler/qparams.h"
+#include "base/pool.h"
 #include "test_util.h"
 
 /* ---- helpers ----------------------------------------------------------------------------------*/
@@ -1540,7 +1540,7 @@ static void test_dispatch(void **state) {
     require_isa(isa);                                                                              \
     check_##family(npu_##family##__##variant);                                                     \
   }
-#include "npu/ukernels.inc"
+#include "kernels/npu/ukernels.inc"
 #undef NPU_UKERNEL
 
 int main(void) {
@@ -1553,7 +1553,7 @@ int main(void) {
       cmocka_unit_test(test_gemm_vs_float),     cmocka_unit_test(test_dispatch),
       cmocka_unit_test(test_softmax_vs_float),  cmocka_unit_test(test_rmsnorm_vs_float),
 #define NPU_UKERNEL(family, variant, isa) cmocka_unit_test(test_##family##__##variant),
-#include "npu/ukernels.inc"
+#include "kernels/npu/ukernels.inc"
 #undef NPU_UKERNEL
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

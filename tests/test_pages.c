@@ -1,7 +1,7 @@
 /* Whole-page allocations: npu_pages_alloc_huge gives zeroed, writable memory of every size, on a
  * huge-page boundary where the system advises huge pages, freed exactly; npu_pages_release drops
  * a file mapping's pages without changing what reads back. */
-#define _DEFAULT_SOURCE /* MADV_HUGEPAGE, as src/pages.c sees it */
+#define _DEFAULT_SOURCE /* MADV_HUGEPAGE, as src/base/pages.c sees it */
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -9,7 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "pages.h"
+#include "base/pages.h"
 #include "test_util.h"
 
 static void test_alloc_huge(void **state) {

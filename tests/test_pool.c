@@ -11,7 +11,7 @@
 #include <time.h>
 
 #include "npulm.h"
-#include "runtime/pool.h"
+#include "base/pool.h"
 #include "test_util.h"
 
 enum { MAX_TASKS = 300 };

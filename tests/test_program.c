@@ -10,14 +10,15 @@
 
 #include "test_util.h"
 
-#include "gguf_checksum.h"
-#include "gguf_write.h"
-#include "graph/program.h"
-#include "model.h"
+#include "io/gguf_checksum.h"
+#include "io/gguf_write.h"
+#include "compiler/program.h"
+#include "model/model.h"
 #include "npulm.h"
-#include "quant/calibrate.h"
-#include "quant/quantize.h"
-#include "synth.h"
+#include "compiler/calibrate.h"
+#include "compiler/quantize.h"
+#include "io/synth.h"
+#include "program/program_io.h"
 
 /* ---- A tiny model ------------------------------------------------------------------------- */
 

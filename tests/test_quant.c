@@ -4,11 +4,11 @@
 #include <math.h>
 #include <string.h>
 
-#include "graph/program.h"
+#include "compiler/program.h"
 #include "npulm.h"
-#include "quant/calibrate.h"
-#include "quant/qparams.h"
-#include "quant/quantize.h"
+#include "compiler/calibrate.h"
+#include "compiler/qparams.h"
+#include "compiler/quantize.h"
 #include "runtime/session_internal.h"
 #include "test_util.h"
 

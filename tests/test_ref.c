@@ -4,9 +4,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "model.h"
+#include "model/model.h"
 #include "npulm.h"
-#include "ref/expf.h"
+#include "base/expf.h"
 #include "ref/forward.h"
 #include "test_util.h"
 
@@ -62,7 +62,7 @@ static int64_t ulps(float a, float b) {
   return ia > ib ? (int64_t)ia - ib : (int64_t)ib - ia;
 }
 
-/* npu_expf (attention's exponential, ref/expf.h) against double-precision exp, rounded once to
+/* npu_expf (attention's exponential, base/expf.h) against double-precision exp, rounded once to
  * float: within 1 ulp at two million points from -103.9 (deep in the subnormal results) to 88.72
  * (just below overflow); the edges; and the eight lanes of npu_expf8 each its own scalar value. */
 static void test_expf_within_one_ulp(void **state) {

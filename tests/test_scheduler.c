@@ -8,8 +8,8 @@
 #include <stdbool.h>
 #include <time.h>
 
-#include "graph/ir.h"
-#include "runtime/pool.h"
+#include "ir/ir.h"
+#include "base/pool.h"
 #include "runtime/scheduler.h"
 #include "test_util.h"
 

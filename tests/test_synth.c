@@ -6,7 +6,7 @@
 
 #include "test_util.h"
 
-#include "gguf.h"
+#include "io/gguf.h"
 #include "npulm.h"
 
 static void tmp_path(char *buf, size_t cap, const char *name) {

@@ -10,10 +10,10 @@
 
 #include "test_util.h"
 
-#include "common.h"
-#include "gguf.h"
-#include "gguf_write.h"
-#include "tokenizer.h"
+#include "base/common.h"
+#include "io/gguf.h"
+#include "io/gguf_write.h"
+#include "model/tokenizer.h"
 
 /* ---- Helpers -------------------------------------------------------------------------------- */
 

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
-#include "ref/expf.h"
+#include "base/common.h"
+#include "base/expf.h"
 
 npulm_status npu_ref_state_init(struct npu_ref_state *s, const struct npu_config *c, int n_ctx,
                                 npulm_error *err) {

@@ -5,7 +5,7 @@
 
 #include <math.h>
 
-#include "model.h"
+#include "model/model.h"
 
 /* SiLU, the activation of the SwiGLU feed-forward: x * sigmoid(x), computed as x / (1 + e^-x)
  * with libm's expf. The one definition: the reference, the CPU kernel and the executor's shadow
@@ -71,7 +71,7 @@ void npu_ref_softmax(float *x, int n);
  * out (hd) = sum_j softmax_j(q . k_j * scale) v_j, where k_j = keys + j * stride and likewise v_j.
  * Defined over tiles of NPU_REF_ATTN_TILE keys: each tile on its own gives the maximum m of its
  * scores (npu_ref_dot(k_j, q) * scale), the sum l of its keys' p_j = npu_expf(score_j - m)
- * (ref/expf.h) and the weighted sum u of their values (each element adding in key order); the
+ * (base/expf.h) and the weighted sum u of their values (each element adding in key order); the
  * tiles are then folded in key order into a running (max, sum, output), the first tile being
  * the first running result: with M the larger of the two maxima, sum = sum * npu_expf(max - M) +
  * l * npu_expf(m - M), and the output likewise with u; at the end the output is divided by the

@@ -3,7 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "common.h"
+#include "base/common.h"
 
 struct candidate {
   float logit;

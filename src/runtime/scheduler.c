@@ -24,8 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
-#include "runtime/pool.h"
+#include "base/common.h"
+#include "base/pool.h"
 
 /* How long a waiter spins before it sleeps. */
 #define SPIN_S 100e-6

@@ -16,7 +16,7 @@
 
 #include <stdint.h>
 
-#include "graph/ir.h"
+#include "ir/ir.h"
 #include "npulm.h"
 
 #define NPU_SCHED_SLOTS 2

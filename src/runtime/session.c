@@ -9,15 +9,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common.h"
-#include "cpu/kernels.h"
-#include "graph/program.h"
-#include "model.h"
+#include "base/common.h"
+#include "kernels/cpu/kernels.h"
+#include "compiler/program.h"
+#include "model/model.h"
 #include "ref/forward.h"
-#include "runtime/exec.h"
-#include "pages.h"
+#include "backends/exec.h"
+#include "base/pages.h"
 #include "runtime/session_internal.h"
-#include "runtime/pool.h"
+#include "base/pool.h"
 #include "runtime/scheduler.h"
 
 /* Context used when the caller asks for the model's own: capped so that models trained for very

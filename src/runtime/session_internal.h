@@ -3,7 +3,7 @@
 #define NPU_RUNTIME_SESSION_INTERNAL_H
 
 #include "npulm.h"
-#include "runtime/exec.h"
+#include "backends/exec.h"
 
 typedef void (*npu_node_observer)(void *user, const struct npu_graph *g, int32_t node,
                                   const struct npu_exec_ctx *ctx);

@@ -1,29 +1,32 @@
 #!/bin/sh
-# The NPU contract: no floating point in src/npu (kernels and executor). Three checks, TAP lines:
-# 1. no float/double/_Float16 token anywhere in src/npu/*.c and *.h (comments included, as the
+# The NPU contract: no floating point in the emulated NPU, its integer kernels (src/kernels/npu)
+# and its executor (src/backends/npu_emu.*): "the NPU" below. Three checks, TAP lines:
+# 1. no float/double/_Float16 token anywhere in their .c and .h files (comments included, as the
 #    pre-stop hook greps them);
-# 2. the compiled src/npu objects contain no floating-point arithmetic or conversion instruction
+# 2. their compiled objects contain no floating-point arithmetic or conversion instruction
 #    (x87, scalar/packed SSE/AVX float math, FMA, cvt*) -- moves and bitwise ops of the float
 #    domain (movaps, xorps, vbroadcastss, ...) are allowed, compilers use them for integers;
 # 3. they call no libm function.
-# Objects are looked for next to $NPULM_BIN (BUILD/npulm -> BUILD/src/npu/*.o); skipped if absent.
+# Objects are looked for next to $NPULM_BIN (BUILD/npulm -> BUILD/src/kernels/npu/*.o and
+# BUILD/src/backends/npu_emu.o); skipped if absent.
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${NPULM_BIN:-build/npulm}
 case "$bin" in /*) ;; *) bin="$PWD/$bin" ;; esac
-objdir=$(dirname "$bin")/src/npu
+objdir=$(dirname "$bin")/src
 n=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 notok() { n=$((n + 1)); echo "not ok $n - $1"; }
 skip() { n=$((n + 1)); echo "ok $n - $1 # SKIP $2"; }
 
-hits=$(grep -nE '\b(float|double|_Float16)\b' "$root"/src/npu/*.c "$root"/src/npu/*.h 2>/dev/null)
-if [ -z "$hits" ]; then ok "no float/double/_Float16 token in src/npu"; else
-  notok "no float/double/_Float16 token in src/npu"; echo "$hits" | sed "s|$root/||; s/^/#   /"; fi
+hits=$(grep -nE '\b(float|double|_Float16)\b' "$root"/src/kernels/npu/*.c "$root"/src/kernels/npu/*.h \
+  "$root"/src/backends/npu_emu.c "$root"/src/backends/npu_emu.h 2>/dev/null)
+if [ -z "$hits" ]; then ok "no float/double/_Float16 token in the NPU's sources"; else
+  notok "no float/double/_Float16 token in the NPU's sources"; echo "$hits" | sed "s|$root/||; s/^/#   /"; fi
 
-set -- "$objdir"/*.o
-if [ ! -e "$1" ] || ! command -v objdump >/dev/null 2>&1; then
-  skip "no floating-point instructions in src/npu objects" "no objects in $objdir or no objdump"
-  skip "no libm calls from src/npu objects" "no objects in $objdir"
+set -- "$objdir"/kernels/npu/*.o "$objdir"/backends/npu_emu.o
+if [ ! -e "$1" ] || [ ! -e "$objdir/backends/npu_emu.o" ] || ! command -v objdump >/dev/null 2>&1; then
+  skip "no floating-point instructions in the NPU's objects" "no objects in $objdir or no objdump"
+  skip "no libm calls from the NPU's objects" "no objects in $objdir"
   exit 0
 fi
 
@@ -36,8 +39,8 @@ bad=$(for o in "$@"; do
   objdump -d --no-show-raw-insn "$o" |
     awk -F'\t' -v f="${o##*/}" 'NF >= 2 { split($2, w, " "); print f " " w[1] }'
 done | grep -E " $fp\$" | sort -u)
-if [ -z "$bad" ]; then ok "no floating-point instructions in src/npu objects"; else
-  notok "no floating-point instructions in src/npu objects"
+if [ -z "$bad" ]; then ok "no floating-point instructions in the NPU's objects"; else
+  notok "no floating-point instructions in the NPU's objects"
   echo "$bad" | head -20 | sed 's/^/#   /'
 fi
 
@@ -45,5 +48,5 @@ libm='^(a?(sin|cos|tan)h?|atan2|exp[0-9m]*1?|log[0-9p]*1?|pow|sqrt|cbrt|hypot|er
 libm="$libm"'|l?l?round|l?l?rint|nearbyint|floor|ceil|trunc|fabs|fmod|frexp|ldexp|modf'
 libm="$libm"'|fmin|fmax)[fl]?$'
 calls=$(for o in "$@"; do nm -u "$o" | awk '{ print $2 }'; done | grep -E "$libm" | sort -u)
-if [ -z "$calls" ]; then ok "no libm calls from src/npu objects"; else
-  notok "no libm calls from src/npu objects"; echo "$calls" | sed 's/^/#   /'; fi
+if [ -z "$calls" ]; then ok "no libm calls from the NPU's objects"; else
+  notok "no libm calls from the NPU's objects"; echo "$calls" | sed 's/^/#   /'; fi

@@ -1,0 +1,61 @@
+/* Opening a model file in the public API: a GGUF model, or a program file (a GGUF with the
+ * compiled graphs added), whose program is loaded with it. */
+#include <stdlib.h>
+
+#include "base/common.h"
+#include "compiler/program.h"
+#include "io/gguf.h"
+#include "model/model.h"
+#include "program/program_io.h"
+
+/* A file without tensors (llama.cpp's vocabulary files are such) has nothing to run. */
+static npulm_status check_has_tensors(const struct npu_gguf *g, npulm_error *err) {
+  if (g->n_tensors > 0) return NPULM_OK;
+  return npu_fail(err, NPULM_ERR_FORMAT,
+                  "the file has no tensors: a vocabulary only, with no weights to run");
+}
+
+npulm_status npulm_model_open(const char *path, npulm_model **model_out, npulm_error *err) {
+  *model_out = NULL;
+  struct npulm_model *m = calloc(1, sizeof(*m));
+  if (m == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  npulm_status st;
+  bool is_program = false;
+  /* a program file (one with npulm.program.version) is a GGUF with the compiled graphs added:
+   * its version is checked first, so that a newer file says so instead of failing further on,
+   * then its checksums, so that nothing of a damaged one is used */
+  if ((st = npu_gguf_open(path, &m->gguf, err)) || (st = check_has_tensors(m->gguf, err)) ||
+      (st = npu_program_file_check(m->gguf, &is_program, err))) {
+    goto fail;
+  }
+  m->weights_vouched = is_program;
+  if ((st = npu_model_read(m, err)) ||
+      (is_program && (st = npu_program_load(m, &m->program, err)))) {
+    goto fail;
+  }
+  *model_out = m;
+  return NPULM_OK;
+fail:
+  npulm_model_close(m);
+  return st;
+}
+
+npulm_status npulm_model_open_vocab(const char *path, npulm_model **model_out, npulm_error *err) {
+  *model_out = NULL;
+  struct npulm_model *m = calloc(1, sizeof(*m));
+  if (m == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  npulm_status st;
+  if ((st = npu_gguf_open(path, &m->gguf, err)) || (st = npu_model_read_vocab(m, err))) {
+    npulm_model_close(m);
+    return st;
+  }
+  *model_out = m;
+  return NPULM_OK;
+}
+
+void npulm_model_close(npulm_model *m) {
+  if (m == NULL) return;
+  npu_program_free(m->program);
+  npu_model_release(m);
+  free(m);
+}

@@ -1,0 +1,243 @@
+/* The compiler front: the weight table of a model, the one builder of the llama/qwen2 block, and
+ * npu_compile(), which builds, partitions and plans a graph for every specialization. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/common.h"
+#include "compiler/program.h"
+
+/* ---- Options -------------------------------------------------------------------------------- */
+
+void npu_compile_default_options(const struct npu_config *cfg, struct npu_compile_options *o) {
+  memset(o, 0, sizeof(*o));
+  /* 64 rows is the smallest chunk that keeps the matmuls compute-bound; 16 serves short prompts
+   * without padding them to 64; 128 is where a larger chunk stops paying (its attention and
+   * arena grow, and it leaves the two workers less to overlap). A chunk longer than the model's
+   * context is left out: no bucket could hold it. */
+  static const int32_t chunks[] = {16, 64, 128};
+  for (size_t i = 0; i < sizeof(chunks) / sizeof(chunks[0]); i++) {
+    if (chunks[i] <= cfg->n_ctx_train) o->chunks[o->n_chunks++] = chunks[i];
+  }
+  for (int32_t k = 128; k < cfg->n_ctx_train && o->n_buckets < NPU_MAX_BUCKETS - 1; k *= 2) {
+    o->buckets[o->n_buckets++] = k;
+  }
+  o->buckets[o->n_buckets++] = cfg->n_ctx_train;
+  o->float_ops = NPU_DEFAULT_FLOAT_OPS;
+}
+
+npulm_status npu_compile_check_options(const struct npu_config *cfg,
+                                       const struct npu_compile_options *o, npulm_error *err) {
+  if (o->n_chunks < 0 || o->n_chunks > NPU_MAX_CHUNKS || o->n_buckets < 1 ||
+      o->n_buckets > NPU_MAX_BUCKETS) {
+    return npu_fail(err, NPULM_ERR_ARG, "between 0 and %d chunk sizes and 1 to %d context buckets",
+                    NPU_MAX_CHUNKS, NPU_MAX_BUCKETS);
+  }
+  for (int32_t i = 0; i < o->n_chunks; i++) {
+    if (o->chunks[i] < 2 || (i > 0 && o->chunks[i] <= o->chunks[i - 1])) {
+      return npu_fail(err, NPULM_ERR_ARG, "chunk sizes must be ascending and at least 2 (got %d)",
+                      o->chunks[i]);
+    }
+  }
+  for (int32_t i = 0; i < o->n_buckets; i++) {
+    if (o->buckets[i] < 1 || o->buckets[i] > cfg->n_ctx_train ||
+        (i > 0 && o->buckets[i] <= o->buckets[i - 1])) {
+      return npu_fail(err, NPULM_ERR_ARG,
+                      "context buckets must be ascending and within the model's context %d (got %d)",
+                      cfg->n_ctx_train, o->buckets[i]);
+    }
+  }
+  if (o->n_chunks > 0 && o->chunks[o->n_chunks - 1] > o->buckets[o->n_buckets - 1]) {
+    return npu_fail(err, NPULM_ERR_ARG, "chunk size %d exceeds the largest context bucket %d",
+                    o->chunks[o->n_chunks - 1], o->buckets[o->n_buckets - 1]);
+  }
+  return NPULM_OK;
+}
+
+/* ---- Weight table --------------------------------------------------------------------------- */
+
+/* Fixed order: the globals, then the same twelve per layer. */
+enum { W_EMBD, W_OUT_NORM, W_OUTPUT, W_GLOBALS };
+enum { L_ATTN_NORM, L_Q, L_K, L_V, L_BQ, L_BK, L_BV, L_O, L_FFN_NORM, L_GATE, L_UP, L_DOWN, L_COUNT };
+
+static int32_t layer_weight(int32_t layer, int32_t which) { return W_GLOBALS + layer * L_COUNT + which; }
+
+npulm_status npu_weight_table(const struct npulm_model *m, struct npu_weight **out, int32_t *n,
+                              npulm_error *err) {
+  const struct npu_config *c = &m->cfg;
+  int32_t count = W_GLOBALS + c->n_layers * L_COUNT;
+  struct npu_weight *w = calloc((size_t)count, sizeof(*w));
+  if (w == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  int32_t q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
+#define SET(i, nm, data_, cols, rows_)                                                            \
+  do {                                                                                           \
+    snprintf(w[i].name, sizeof(w[i].name), "%s", nm);                                            \
+    w[i].data = (data_);                                                                         \
+    w[i].ne0 = (cols);                                                                           \
+    w[i].ne1 = (rows_);                                                                          \
+  } while (0)
+  SET(W_EMBD, "token_embd.weight", m->w.token_embd, c->dim, c->n_vocab);
+  SET(W_OUT_NORM, "output_norm.weight", m->w.output_norm, c->dim, 1);
+  SET(W_OUTPUT, c->tied_output ? "token_embd.weight" : "output.weight", m->w.output, c->dim,
+      c->n_vocab);
+  for (int32_t l = 0; l < c->n_layers; l++) {
+    const struct npu_layer_weights *lw = &m->w.layers[l];
+    struct {
+      const char *suffix;
+      const float *data;
+      int32_t cols, rows;
+    } specs[L_COUNT] = {
+        [L_ATTN_NORM] = {"attn_norm.weight", lw->attn_norm, c->dim, 1},
+        [L_Q] = {"attn_q.weight", lw->wq, c->dim, q_dim},
+        [L_K] = {"attn_k.weight", lw->wk, c->dim, kv_dim},
+        [L_V] = {"attn_v.weight", lw->wv, c->dim, kv_dim},
+        [L_BQ] = {"attn_q.bias", lw->bq, q_dim, 1},
+        [L_BK] = {"attn_k.bias", lw->bk, kv_dim, 1},
+        [L_BV] = {"attn_v.bias", lw->bv, kv_dim, 1},
+        [L_O] = {"attn_output.weight", lw->wo, q_dim, c->dim},
+        [L_FFN_NORM] = {"ffn_norm.weight", lw->ffn_norm, c->dim, 1},
+        [L_GATE] = {"ffn_gate.weight", lw->w_gate, c->dim, c->ffn_dim},
+        [L_UP] = {"ffn_up.weight", lw->w_up, c->dim, c->ffn_dim},
+        [L_DOWN] = {"ffn_down.weight", lw->w_down, c->ffn_dim, c->dim},
+    };
+    for (int32_t k = 0; k < L_COUNT; k++) {
+      char name[64];
+      snprintf(name, sizeof(name), "blk.%d.%s", l, specs[k].suffix);
+      SET(layer_weight(l, k), name, specs[k].data, specs[k].cols, specs[k].rows);
+    }
+  }
+#undef SET
+  *out = w;
+  *n = count;
+  return NPULM_OK;
+}
+
+/* ---- The llama/qwen2 graph ------------------------------------------------------------------ */
+
+struct block_builder {
+  struct npu_ir_builder b;
+  const struct npu_config *c;
+  const struct npu_weight *weights;
+  int32_t n_weights;
+  bool fused_attention; /* NPU_OP_ATTN rather than QK, SOFTMAX, PV */
+};
+
+/* A WEIGHT tensor for weight number 'i', or -1 when the model lacks it (an absent bias). */
+static int32_t weight(struct block_builder *bb, int32_t i) {
+  const struct npu_weight *w = &bb->weights[i];
+  if (w->data == NULL) return -1;
+  return npu_ir_add_tensor(&bb->b, NPU_TK_WEIGHT, NPU_DT_F32, w->ne1, w->ne0, 1, i, w->name);
+}
+
+/* A new activation [ne0, ne1, ne2] named "blk.L.what" (or "what" outside the blocks). */
+static int32_t act3(struct block_builder *bb, int32_t layer, const char *what, int32_t ne0,
+                    int32_t ne1, int32_t ne2) {
+  char name[NPU_IR_NAME_MAX];
+  if (layer >= 0) snprintf(name, sizeof(name), "blk.%d.%s", layer, what);
+  else snprintf(name, sizeof(name), "%s", what);
+  return npu_ir_add_tensor(&bb->b, NPU_TK_ACT, NPU_DT_F32, ne0, ne1, ne2, -1, name);
+}
+
+static int32_t act(struct block_builder *bb, int32_t layer, const char *what, int32_t cols) {
+  return act3(bb, layer, what, bb->b.g->rows, cols, 1);
+}
+
+/* out = op(in0, in1, in2) into a new activation of 'cols' columns. */
+static int32_t apply(struct block_builder *bb, enum npu_op op, int32_t layer, const char *what,
+                     int32_t cols, int32_t in0, int32_t in1, int32_t in2, float param) {
+  int32_t out = act(bb, layer, what, cols);
+  npu_ir_add_node(&bb->b, op, in0, in1, in2, out, layer, param);
+  return out;
+}
+
+/* One transformer block on the residual stream 'x'; returns the new residual stream. */
+static int32_t build_block(struct block_builder *bb, int32_t l, int32_t x) {
+  const struct npu_config *c = bb->c;
+  int32_t rows = bb->b.g->rows, ctx = bb->b.g->ctx;
+  int32_t q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
+  float eps = c->rms_eps;
+
+  /* attention rmsnorm */
+  int32_t xn = apply(bb, NPU_OP_RMSNORM, l, "attn_norm", c->dim, x,
+                     weight(bb, layer_weight(l, L_ATTN_NORM)), -1, eps);
+  /* q, k, v projections */
+  int32_t q = apply(bb, NPU_OP_MATMUL, l, "attn_q", q_dim, xn, weight(bb, layer_weight(l, L_Q)),
+                    weight(bb, layer_weight(l, L_BQ)), 0);
+  int32_t k = apply(bb, NPU_OP_MATMUL, l, "attn_k", kv_dim, xn, weight(bb, layer_weight(l, L_K)),
+                    weight(bb, layer_weight(l, L_BK)), 0);
+  int32_t v = apply(bb, NPU_OP_MATMUL, l, "attn_v", kv_dim, xn, weight(bb, layer_weight(l, L_V)),
+                    weight(bb, layer_weight(l, L_BV)), 0);
+  /* rotary position embedding */
+  int32_t qr = apply(bb, NPU_OP_ROPE, l, "q_rope", q_dim, q, -1, -1, 0);
+  int32_t kr = apply(bb, NPU_OP_ROPE, l, "k_rope", kv_dim, k, -1, -1, 0);
+  /* append k and v to the cache of this layer */
+  int32_t k_cache = npu_ir_add_tensor(&bb->b, NPU_TK_KV, NPU_DT_F32, ctx, kv_dim, 1, l, "k_cache");
+  int32_t v_cache = npu_ir_add_tensor(&bb->b, NPU_TK_KV, NPU_DT_F32, ctx, kv_dim, 1, l, "v_cache");
+  if (v_cache >= 0) bb->b.g->tensors[v_cache].kv_is_value = 1;
+  npu_ir_add_node(&bb->b, NPU_OP_KV_WRITE, kr, -1, -1, k_cache, l, 0);
+  npu_ir_add_node(&bb->b, NPU_OP_KV_WRITE, v, -1, -1, v_cache, l, 0);
+  /* attention: all in float on the CPU, fused (online softmax: no scores kept); else scores,
+   * softmax and weighted values as three ops, for the parts the NPU may run */
+  float scale = 1.0f / sqrtf((float)c->head_dim);
+  int32_t o;
+  if (bb->fused_attention) {
+    o = apply(bb, NPU_OP_ATTN, l, "kqv", q_dim, qr, k_cache, v_cache, scale);
+  } else {
+    int32_t s = act3(bb, l, "kq", c->n_heads, rows, ctx);
+    npu_ir_add_node(&bb->b, NPU_OP_QK, qr, k_cache, -1, s, l, scale);
+    int32_t p = act3(bb, l, "kq_softmax", c->n_heads, rows, ctx);
+    npu_ir_add_node(&bb->b, NPU_OP_SOFTMAX, s, -1, -1, p, l, 0);
+    o = apply(bb, NPU_OP_PV, l, "kqv", q_dim, p, v_cache, -1, 0);
+  }
+  /* output projection and residual */
+  int32_t ao = apply(bb, NPU_OP_MATMUL, l, "attn_out", c->dim, o, weight(bb, layer_weight(l, L_O)),
+                     -1, 0);
+  int32_t h = apply(bb, NPU_OP_ADD, l, "attn_residual", c->dim, x, ao, -1, 0);
+  /* ffn rmsnorm and SwiGLU feed-forward */
+  int32_t hn = apply(bb, NPU_OP_RMSNORM, l, "ffn_norm", c->dim, h,
+                     weight(bb, layer_weight(l, L_FFN_NORM)), -1, eps);
+  int32_t gate = apply(bb, NPU_OP_MATMUL, l, "ffn_gate", c->ffn_dim, hn,
+                       weight(bb, layer_weight(l, L_GATE)), -1, 0);
+  int32_t up = apply(bb, NPU_OP_MATMUL, l, "ffn_up", c->ffn_dim, hn, weight(bb, layer_weight(l, L_UP)),
+                     -1, 0);
+  int32_t act_gate = apply(bb, NPU_OP_SILU, l, "ffn_silu", c->ffn_dim, gate, -1, -1, 0);
+  int32_t prod = apply(bb, NPU_OP_MUL, l, "ffn_gate_par", c->ffn_dim, act_gate, up, -1, 0);
+  int32_t down = apply(bb, NPU_OP_MATMUL, l, "ffn_down", c->dim, prod,
+                       weight(bb, layer_weight(l, L_DOWN)), -1, 0);
+  /* residual */
+  return apply(bb, NPU_OP_ADD, l, "ffn_residual", c->dim, h, down, -1, 0);
+}
+
+npulm_status npu_build_graph(const struct npulm_model *m, const struct npu_weight *weights,
+                             int32_t n_weights, int32_t rows, int32_t ctx, uint32_t float_ops,
+                             bool last_logits, struct npu_graph *g, npulm_error *err) {
+  struct block_builder bb = {.c = &m->cfg, .weights = weights, .n_weights = n_weights,
+                             .fused_attention = npu_attention_fused(float_ops)};
+  const struct npu_config *c = &m->cfg;
+  npu_ir_builder_init(&bb.b, g, rows, ctx);
+  /* token embedding */
+  int32_t ids = npu_ir_add_tensor(&bb.b, NPU_TK_INPUT_IDS, NPU_DT_I32, rows, 1, 1, -1, "ids");
+  int32_t x = apply(&bb, NPU_OP_GATHER, -1, "embd", c->dim, ids, weight(&bb, W_EMBD), -1, 0);
+  for (int32_t l = 0; l < c->n_layers; l++) x = build_block(&bb, l, x);
+  /* final rmsnorm and classifier: on every row, or only on the last real one, whose logits are
+   * all that generating the next token needs (for a large vocabulary, the classifier is a fifth
+   * or more of a prefill's multiply-accumulates) */
+  int32_t out_rows = last_logits ? 1 : rows;
+  if (out_rows != rows) {
+    int32_t last = act3(&bb, -1, "last_row", 1, c->dim, 1);
+    npu_ir_add_node(&bb.b, NPU_OP_LAST_ROW, x, -1, -1, last, -1, 0);
+    x = last;
+  }
+  int32_t xn = act3(&bb, -1, "output_norm", out_rows, c->dim, 1);
+  npu_ir_add_node(&bb.b, NPU_OP_RMSNORM, x, weight(&bb, W_OUT_NORM), -1, xn, -1, c->rms_eps);
+  int32_t logits =
+      npu_ir_add_tensor(&bb.b, NPU_TK_LOGITS, NPU_DT_F32, out_rows, c->n_vocab, 1, -1, "logits");
+  npu_ir_add_node(&bb.b, NPU_OP_MATMUL, xn, weight(&bb, W_OUTPUT), -1, logits, -1, 0);
+  if (bb.b.status != NPULM_OK) {
+    npu_graph_free(g);
+    if (err != NULL) *err = bb.b.err;
+    return bb.b.status;
+  }
+  return NPULM_OK;
+}

@@ -1,0 +1,1076 @@
+/* The quantizer: from a compiled FP32 program and calibration statistics to an integer NPU
+ * program (see quantize.h for the conventions and the three outlier modes). */
+#include "compiler/quantize.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/common.h"
+#include "compiler/qparams.h"
+#include "base/pages.h"
+
+/* Headroom over the calibrated magnitude for int16 tensors: text unlike the calibration text may
+ * go somewhat further, and int16 has resolution to spare. */
+#define I16_HEADROOM 2.0f
+
+const char *npu_quant_mode_name(enum npu_quant_mode mode) {
+  static const char *const names[NPU_QUANT_MODE_COUNT] = {"f32", "w8a8-naive", "w8a8-shadow",
+                                                          "w8a8-smooth"};
+  return (unsigned)mode < NPU_QUANT_MODE_COUNT ? names[mode] : "?";
+}
+
+uint32_t npu_quant_float_ops(enum npu_quant_mode mode, uint32_t float_ops) {
+  return mode == NPU_QUANT_SHADOW ? float_ops | 1u << NPU_OP_RMSNORM : float_ops;
+}
+
+void npu_quant_default_options(struct npu_quant_options *o) {
+  o->mode = NPU_QUANT_SMOOTH;
+  o->smooth_alpha = 0.5f;
+  o->shadow_threshold = 6.0f;
+}
+
+/* Whether 'packed' lies in the program's block of placed weights. */
+static bool in_arena(const struct npu_program *p, const void *packed) {
+  const uint8_t *b = packed;
+  return p->packed_arena != NULL && b >= p->packed_arena &&
+         b < p->packed_arena + p->packed_arena_size;
+}
+
+/* Free a site's arrays; 'packed' only when it is its own heap memory (not a program file's
+ * mapping, nor the placed weights' block, nor the matmul's whose weights a gather reads). */
+static void free_site(const struct npu_program *p, struct npu_qsite *s) {
+  if (!p->qsites_mapped && s->table_site < 0 && !in_arena(p, s->packed)) free(s->packed);
+  free(s->mult);
+  free(s->shift);
+  free(s->outliers);
+  free(s->outlier_w);
+  free(s->outlier_gate);
+  free(s->outlier_up);
+}
+
+void npu_quant_free(struct npu_program *p) {
+  for (int32_t i = 0; i < p->n_qsites; i++) free_site(p, &p->qsites[i]);
+  npu_pages_free(p->packed_arena, p->packed_arena_size);
+  p->packed_arena = NULL;
+  p->packed_arena_size = 0;
+  free(p->qsites);
+  free(p->qtensors);
+  for (int32_t i = 0; i < p->n_owned; i++) free(p->owned[i]);
+  free(p->owned);
+  p->qsites = NULL;
+  p->qtensors = NULL;
+  p->owned = NULL;
+  p->n_qsites = p->n_qtensors = p->n_owned = 0;
+  p->quant_mode = NPU_QUANT_F32;
+  p->qsites_mapped = false;
+}
+
+/* Whether site 's' is a matmul whose packed weights are its own (placed in the arena). */
+static bool placed(const struct npu_qsite *s) {
+  return s->op == NPU_OP_MATMUL && s->table_site < 0 && s->packed != NULL;
+}
+
+npulm_status npu_quant_place_packed(struct npu_program *p, npulm_error *err) {
+  enum { ALIGN = 64 };
+  size_t total = 0;
+  for (int32_t i = 0; i < p->n_qsites; i++) {
+    const struct npu_qsite *s = &p->qsites[i];
+    if (placed(s)) total += ((size_t)s->packed_size + ALIGN - 1) / ALIGN * ALIGN;
+  }
+  if (total == 0 || p->packed_arena != NULL) return NPULM_OK;
+  uint8_t *arena = npu_pages_alloc_huge(total);
+  if (arena == NULL) {
+    return npu_fail(err, NPULM_ERR_NOMEM, "out of memory placing %zu MiB of packed weights",
+                    total >> 20);
+  }
+  size_t off = 0;
+  for (int32_t i = 0; i < p->n_qsites; i++) {
+    struct npu_qsite *s = &p->qsites[i];
+    if (!placed(s)) continue;
+    memcpy(arena + off, s->packed, (size_t)s->packed_size);
+    if (p->qsites_mapped) npu_pages_release(s->packed, (size_t)s->packed_size);
+    else free(s->packed);
+    s->packed = arena + off;
+    off += ((size_t)s->packed_size + ALIGN - 1) / ALIGN * ALIGN;
+  }
+  p->packed_arena = arena;
+  p->packed_arena_size = total;
+  for (int32_t i = 0; i < p->n_qsites; i++) {
+    struct npu_qsite *s = &p->qsites[i];
+    if (s->table_site >= 0) s->packed = p->qsites[s->table_site].packed;
+  }
+  return NPULM_OK;
+}
+
+const struct npu_qsite *npu_program_qsite(const struct npu_program *p, const char *name) {
+  for (int32_t i = 0; i < p->n_qsites; i++) {
+    if (strcmp(p->qsites[i].name, name) == 0) return &p->qsites[i];
+  }
+  return NULL;
+}
+
+const struct npu_qtensor *npu_program_qtensor(const struct npu_program *p, const char *name) {
+  for (int32_t i = 0; i < p->n_qtensors; i++) {
+    if (strcmp(p->qtensors[i].name, name) == 0) return &p->qtensors[i];
+  }
+  return NULL;
+}
+
+/* ---- SmoothQuant ---------------------------------------------------------------------------- */
+
+/* A weight of the program made writable: a copy owned by the program, which 'weights' then
+ * references. Returns the copy or NULL. */
+static float *own_weight(struct npu_program *p, int32_t wi) {
+  struct npu_weight *w = &p->weights[wi];
+  size_t n = (size_t)w->ne0 * (size_t)w->ne1;
+  for (int32_t i = 0; i < p->n_owned; i++) {
+    if (p->owned[i] == w->data) return p->owned[i]; /* already ours */
+  }
+  float **grown = realloc(p->owned, (size_t)(p->n_owned + 1) * sizeof(*grown));
+  if (grown == NULL) return NULL;
+  p->owned = grown;
+  float *copy = malloc(n * sizeof(float));
+  if (copy == NULL) return NULL;
+  memcpy(copy, w->data, n * sizeof(float));
+  p->owned[p->n_owned++] = copy;
+  /* every table entry that shared the old data (a tied output) follows the copy */
+  const float *old = w->data;
+  for (int32_t i = 0; i < p->n_weights; i++) {
+    if (p->weights[i].data == old) p->weights[i].data = copy;
+  }
+  return copy;
+}
+
+static int32_t weight_index(const struct npu_program *p, const char *name) {
+  for (int32_t i = 0; i < p->n_weights; i++) {
+    if (strcmp(p->weights[i].name, name) == 0 && p->weights[i].data != NULL) return i;
+  }
+  return -1;
+}
+
+/* Largest |w[r][c]| over the rows r, for each input column c. */
+static void column_absmax(const struct npu_weight *w, float *out) {
+  for (int32_t c = 0; c < w->ne0; c++) out[c] = 0.0f;
+  for (int32_t r = 0; r < w->ne1; r++) {
+    const float *row = w->data + (size_t)r * (size_t)w->ne0;
+    for (int32_t c = 0; c < w->ne0; c++) out[c] = fmaxf(out[c], fabsf(row[c]));
+  }
+}
+
+/* Multiply column c of weight 'wi' by s[c]. */
+static bool scale_columns(struct npu_program *p, int32_t wi, const float *s) {
+  float *w = own_weight(p, wi);
+  if (w == NULL) return false;
+  const struct npu_weight *t = &p->weights[wi];
+  for (int32_t r = 0; r < t->ne1; r++) {
+    for (int32_t c = 0; c < t->ne0; c++) w[(size_t)r * (size_t)t->ne0 + (size_t)c] *= s[c];
+  }
+  return true;
+}
+
+/* Divide row r of weight 'wi' (a matrix, or a vector with ne1 = 1 scaled element-wise) by s[r]. */
+static bool divide_rows(struct npu_program *p, int32_t wi, const float *s) {
+  float *w = own_weight(p, wi);
+  if (w == NULL) return false;
+  const struct npu_weight *t = &p->weights[wi];
+  if (t->ne1 == 1) {
+    for (int32_t c = 0; c < t->ne0; c++) w[c] /= s[c];
+  } else {
+    for (int32_t r = 0; r < t->ne1; r++) {
+      for (int32_t c = 0; c < t->ne0; c++) w[(size_t)r * (size_t)t->ne0 + (size_t)c] /= s[r];
+    }
+  }
+  return true;
+}
+
+/* SmoothQuant factors s[c] = amax[c]^alpha / wmax[c]^(1-alpha) over the matmuls reading one
+ * activation (wmax = max over them), clamped to a sane range. */
+static void smooth_factors(const float *amax, const float *wmax, int32_t n, float alpha, float *s) {
+  for (int32_t c = 0; c < n; c++) {
+    float a = fmaxf(amax[c], 1e-5f), w = fmaxf(wmax[c], 1e-5f);
+    float f = powf(a, alpha) / powf(w, 1.0f - alpha);
+    s[c] = fminf(fmaxf(f, 1e-2f), 1e2f);
+  }
+}
+
+/* Apply SmoothQuant to every block: the inputs of q/k/v (folded into attn_norm), of gate/up
+ * (ffn_norm), of the attention output projection (V's rows, per KV channel shared by the heads
+ * of a group) and of down (up's rows). The classifier is left alone: its weight may be the
+ * embedding table. */
+static npulm_status smooth(const struct npulm_model *m, struct npu_program *p,
+                           const struct npu_calib *cal, float alpha, npulm_error *err) {
+  const struct npu_config *c = &m->cfg;
+  int32_t widest = c->ffn_dim > c->dim ? c->ffn_dim : c->dim;
+  if (c->n_heads * c->head_dim > widest) widest = c->n_heads * c->head_dim;
+  float *wmax = malloc((size_t)widest * sizeof(float)), *tmp = malloc((size_t)widest * sizeof(float));
+  float *s = malloc((size_t)widest * sizeof(float)), *amax = malloc((size_t)widest * sizeof(float));
+  npulm_status st = NPULM_OK;
+  if (!wmax || !tmp || !s || !amax) {
+    st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  for (int32_t l = 0; l < c->n_layers && st == NPULM_OK; l++) {
+    char name[96];
+    int32_t idx[4];
+#define W(suffix) (snprintf(name, sizeof(name), "blk.%d.%s", l, suffix), weight_index(p, name))
+#define STATS(what)                                                                          \
+  (snprintf(name, sizeof(name), "blk.%d.%s", l, what), npu_calib_find(cal, name))
+    /* inputs of q, k, v: fold 1/s into attn_norm */
+    const struct npu_act_stats *a = STATS("attn_norm");
+    idx[0] = W("attn_q.weight"), idx[1] = W("attn_k.weight"), idx[2] = W("attn_v.weight");
+    idx[3] = W("attn_norm.weight");
+    if (a == NULL || idx[0] < 0 || idx[1] < 0 || idx[2] < 0 || idx[3] < 0) goto missing;
+    column_absmax(&p->weights[idx[0]], wmax);
+    for (int k = 1; k < 3; k++) {
+      column_absmax(&p->weights[idx[k]], tmp);
+      for (int32_t i = 0; i < c->dim; i++) wmax[i] = fmaxf(wmax[i], tmp[i]);
+    }
+    smooth_factors(a->chan_absmax, wmax, c->dim, alpha, s);
+    if (!divide_rows(p, idx[3], s) || !scale_columns(p, idx[0], s) ||
+        !scale_columns(p, idx[1], s) || !scale_columns(p, idx[2], s)) {
+      goto nomem;
+    }
+    /* inputs of gate, up: fold 1/s into ffn_norm */
+    a = STATS("ffn_norm");
+    idx[0] = W("ffn_gate.weight"), idx[1] = W("ffn_up.weight"), idx[2] = W("ffn_norm.weight");
+    if (a == NULL || idx[0] < 0 || idx[1] < 0 || idx[2] < 0) goto missing;
+    column_absmax(&p->weights[idx[0]], wmax);
+    column_absmax(&p->weights[idx[1]], tmp);
+    for (int32_t i = 0; i < c->dim; i++) wmax[i] = fmaxf(wmax[i], tmp[i]);
+    smooth_factors(a->chan_absmax, wmax, c->dim, alpha, s);
+    if (!divide_rows(p, idx[2], s) || !scale_columns(p, idx[0], s) || !scale_columns(p, idx[1], s)) {
+      goto nomem;
+    }
+    /* input of down (silu(gate) * up): fold 1/s into up's rows */
+    a = STATS("ffn_gate_par");
+    idx[0] = W("ffn_down.weight"), idx[1] = W("ffn_up.weight");
+    if (a == NULL || idx[0] < 0 || idx[1] < 0) goto missing;
+    column_absmax(&p->weights[idx[0]], wmax);
+    smooth_factors(a->chan_absmax, wmax, c->ffn_dim, alpha, s);
+    if (!divide_rows(p, idx[1], s) || !scale_columns(p, idx[0], s)) goto nomem;
+    /* input of the output projection (attention result): one factor per KV channel, shared by
+     * the heads that read it; fold 1/s into V's rows (and bias) */
+    a = STATS("kqv");
+    idx[0] = W("attn_output.weight"), idx[1] = W("attn_v.weight");
+    if (a == NULL || idx[0] < 0 || idx[1] < 0) goto missing;
+    int32_t kv_dim = c->n_kv_heads * c->head_dim, q_dim = c->n_heads * c->head_dim;
+    int32_t group = c->n_heads / c->n_kv_heads;
+    column_absmax(&p->weights[idx[0]], wmax);
+    for (int32_t j = 0; j < kv_dim; j++) amax[j] = tmp[j] = 0.0f;
+    for (int32_t i = 0; i < q_dim; i++) {
+      int32_t j = (i / c->head_dim / group) * c->head_dim + i % c->head_dim;
+      amax[j] = fmaxf(amax[j], a->chan_absmax[i]);
+      tmp[j] = fmaxf(tmp[j], wmax[i]);
+    }
+    smooth_factors(amax, tmp, kv_dim, alpha, s);
+    int32_t bv = W("attn_v.bias");
+    for (int32_t i = 0; i < q_dim; i++) {
+      wmax[i] = s[(i / c->head_dim / group) * c->head_dim + i % c->head_dim]; /* per q channel */
+    }
+    if (!divide_rows(p, idx[1], s) || (bv >= 0 && !divide_rows(p, bv, s)) ||
+        !scale_columns(p, idx[0], wmax)) {
+      goto nomem;
+    }
+#undef W
+#undef STATS
+  }
+  goto done;
+missing:
+  st = npu_fail(err, NPULM_ERR_ARG, "SmoothQuant: a weight or calibration statistic is missing");
+  goto done;
+nomem:
+  st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+done:
+  free(wmax);
+  free(tmp);
+  free(s);
+  free(amax);
+  return st;
+}
+
+/* A view of model 'm' whose weights are the program's (possibly smoothed) ones, for
+ * recalibrating: shares everything but the weight pointers. */
+static npulm_status smoothed_view(const struct npulm_model *m, const struct npu_program *p,
+                                  struct npulm_model *view, npulm_error *err) {
+  *view = *m;
+  view->w.layers = malloc((size_t)m->cfg.n_layers * sizeof(*view->w.layers));
+  if (view->w.layers == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  memcpy(view->w.layers, m->w.layers, (size_t)m->cfg.n_layers * sizeof(*view->w.layers));
+  for (int32_t l = 0; l < m->cfg.n_layers; l++) {
+    struct npu_layer_weights *lw = &view->w.layers[l];
+    const float **fields[] = {&lw->attn_norm, &lw->wq, &lw->wk, &lw->wv, &lw->bv, &lw->wo,
+                              &lw->ffn_norm, &lw->w_gate, &lw->w_up, &lw->w_down};
+    const char *names[] = {"attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
+                           "attn_v.bias", "attn_output.weight", "ffn_norm.weight",
+                           "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"};
+    for (size_t f = 0; f < sizeof(fields) / sizeof(fields[0]); f++) {
+      char name[96];
+      snprintf(name, sizeof(name), "blk.%d.%s", l, names[f]);
+      int32_t wi = weight_index(p, name);
+      if (wi >= 0) *fields[f] = p->weights[wi].data;
+    }
+  }
+  return NPULM_OK;
+}
+
+/* ---- Tensor quantization -------------------------------------------------------------------- */
+
+/* True if an NPU matmul reads tensor 'name' as its activation. */
+static bool feeds_matmul(const struct npu_graph *g, const char *name) {
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const struct npu_ir_node *n = &g->nodes[i];
+    if (n->backend == NPU_BE_NPU && n->op == NPU_OP_MATMUL &&
+        strcmp(g->tensors[n->in[0]].name, name) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+/* int8 unless no NPU consumer needs it: matmul inputs, SiLU and products are int8; the residual
+ * stream and what the NPU hands back to the CPU are int16. */
+static enum npu_dtype npu_dtype_of(const struct npu_graph *g, const char *name) {
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const struct npu_ir_node *n = &g->nodes[i];
+    if (n->backend != NPU_BE_NPU) continue;
+    bool reads = false;
+    for (int s = 0; s < NPU_IR_MAX_IN; s++) {
+      reads |= n->in[s] >= 0 && strcmp(g->tensors[n->in[s]].name, name) == 0;
+    }
+    if (reads && (n->op == NPU_OP_MATMUL || n->op == NPU_OP_SILU || n->op == NPU_OP_MUL ||
+                  n->op == NPU_OP_QK)) {
+      return NPU_DT_I8;
+    }
+  }
+  return NPU_DT_I16;
+}
+
+/* True if 'name' is attention probabilities (the output of a SOFTMAX, on either backend). */
+static bool is_probs(const struct npu_graph *g, const char *name) {
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    if (g->nodes[i].op == NPU_OP_SOFTMAX && strcmp(g->tensors[g->nodes[i].out].name, name) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+/* True if the CPU can compute the outlier channels of a matmul reading 'name' in float: the
+ * value exists on the CPU (made there), or it is the FFN product, which the CPU recomputes from
+ * the FFN norm output. An input the NPU makes (the attention output, when P.V runs there) is not:
+ * its matmul gets no shadow, and its int8 range covers all channels. */
+static bool shadowable(const struct npu_graph *g, const char *name) {
+  if (strstr(name, ".ffn_gate_par") != NULL) return true;
+  for (int32_t t = 0; t < g->n_tensors; t++) {
+    const struct npu_ir_tensor *x = &g->tensors[t];
+    if (x->kind == NPU_TK_ACT && x->backend == NPU_BE_CPU && strcmp(x->name, name) == 0) {
+      return true;
+    }
+  }
+  return false;
+}
+
+/* The name of the NPU's int8 copy of the K (or V) cache of 'layer'. */
+static void kv_copy_name(int32_t layer, bool value, char name[NPU_IR_NAME_MAX]) {
+  snprintf(name, NPU_IR_NAME_MAX, "blk.%d.%s", layer, value ? "v_cache" : "k_cache");
+}
+
+/* Input channels of 'stats' whose calibrated magnitude exceeds 'threshold' times the median. */
+static int32_t find_outliers(const struct npu_act_stats *st, float threshold, int32_t *out) {
+  int32_t n = st->n_channels, count = 0;
+  float *sorted = malloc((size_t)n * sizeof(float));
+  if (sorted == NULL) return -1;
+  memcpy(sorted, st->chan_absmax, (size_t)n * sizeof(float));
+  for (int32_t i = 1; i < n; i++) { /* insertion sort: n is a layer width */
+    float v = sorted[i];
+    int32_t j = i - 1;
+    for (; j >= 0 && sorted[j] > v; j--) sorted[j + 1] = sorted[j];
+    sorted[j + 1] = v;
+  }
+  float limit = threshold * sorted[n / 2];
+  free(sorted);
+  for (int32_t c = 0; c < n; c++) {
+    if (st->chan_absmax[c] > limit) out[count++] = c;
+  }
+  return count;
+}
+
+static npulm_status add_qtensor(struct npu_program *p, const char *name, enum npu_dtype dt,
+                                const struct npu_act_stats *st, const int32_t *outliers,
+                                int32_t n_outliers, npulm_error *err) {
+  struct npu_qtensor *t = &p->qtensors[p->n_qtensors++];
+  memset(t, 0, sizeof(*t));
+  snprintf(t->name, sizeof(t->name), "%s", name);
+  t->dtype = (uint8_t)dt;
+  if (st == NULL) return npu_fail(err, NPULM_ERR_ARG, "no calibration statistics for '%s'", name);
+  float lo = st->min, hi = st->max;
+  if (n_outliers > 0) {
+    /* the range the NPU must cover without the channels the CPU takes over */
+    float absmax = 0.0f;
+    for (int32_t c = 0, o = 0; c < st->n_channels; c++) {
+      if (o < n_outliers && outliers[o] == c) o++;
+      else absmax = fmaxf(absmax, st->chan_absmax[c]);
+    }
+    lo = fmaxf(lo, -absmax);
+    hi = fminf(hi, absmax);
+  }
+  if (dt == NPU_DT_I8) {
+    npu_choose_qparams_s8(lo, hi, &t->q.scale, &t->q.zero_point);
+  } else {
+    t->q.scale = npu_choose_scale_sym(I16_HEADROOM * fmaxf(fabsf(lo), fabsf(hi)), 32767);
+    t->q.zero_point = 0;
+  }
+  return NPULM_OK;
+}
+
+/* ---- Sites ---------------------------------------------------------------------------------- */
+
+static const struct npu_qtensor *qt(const struct npu_program *p, const struct npu_graph *g,
+                                    int32_t id) {
+  return npu_program_qtensor(p, g->tensors[id].name);
+}
+
+/* A matmul: quantize W per output channel (outlier columns zeroed and kept in float), bias in
+ * accumulator units, multipliers x_scale * w_scale[n] / y_scale, and pack. */
+static npulm_status make_matmul(struct npu_program *p, const struct npu_graph *g,
+                                const struct npu_ir_node *n, struct npu_qsite *site,
+                                const int32_t *outliers, int32_t n_outliers, npulm_error *err) {
+  const struct npu_weight *w = &p->weights[g->tensors[n->in[1]].ref];
+  const struct npu_qtensor *x = qt(p, g, n->in[0]), *y = qt(p, g, n->out);
+  size_t rows = (size_t)w->ne1, cols = (size_t)w->ne0;
+  float *wf = malloc(rows * cols * sizeof(float)), *scales = malloc(rows * sizeof(float));
+  int8_t *wq = malloc(rows * cols);
+  int32_t *bias = NULL;
+  npulm_status st = NPULM_OK;
+  site->n = (int32_t)rows;
+  site->k = (int32_t)cols;
+  site->mult = malloc(rows * sizeof(int32_t));
+  site->shift = malloc(rows * sizeof(int32_t));
+  site->packed_size = npu_qs8_gemm_packed_size(rows, cols);
+  site->packed = aligned_alloc(64, (site->packed_size + 63) & ~(uint64_t)63);
+  if (n_outliers > 0) {
+    site->outliers = malloc((size_t)n_outliers * sizeof(int32_t));
+    site->outlier_w = malloc(rows * (size_t)n_outliers * sizeof(float));
+  }
+  if (!wf || !scales || !wq || !site->mult || !site->shift || !site->packed ||
+      (n_outliers > 0 && (!site->outliers || !site->outlier_w))) {
+    st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory quantizing '%s'", site->name);
+    goto done;
+  }
+  if (x == NULL || y == NULL) {
+    st = npu_fail(err, NPULM_ERR_ARG, "'%s': operands without quantization", site->name);
+    goto done;
+  }
+  memcpy(wf, w->data, rows * cols * sizeof(float));
+  site->n_outliers = n_outliers;
+  for (int32_t o = 0; o < n_outliers; o++) {
+    site->outliers[o] = outliers[o];
+    for (size_t r = 0; r < rows; r++) {
+      site->outlier_w[r * (size_t)n_outliers + (size_t)o] = wf[r * cols + (size_t)outliers[o]];
+      wf[r * cols + (size_t)outliers[o]] = 0.0f; /* the NPU's share of these channels is zero */
+    }
+  }
+  if (!npu_quantize_weights_per_channel(wf, rows, cols, wq, scales)) {
+    st = npu_fail(err, NPULM_ERR_FORMAT, "weight of '%s' is not finite", site->name);
+    goto done;
+  }
+  if (n->in[2] >= 0) {
+    bias = malloc(rows * sizeof(int32_t));
+    if (bias == NULL || !npu_quantize_bias(p->weights[g->tensors[n->in[2]].ref].data, rows,
+                                           x->q.scale, scales, bias)) {
+      st = npu_fail(err, NPULM_ERR_ARG, "bias of '%s' cannot be quantized", site->name);
+      goto done;
+    }
+  }
+  /* an all-zero row has scale 0: any multiplier gives 0 */
+  for (size_t r = 0; r < rows; r++) scales[r] = scales[r] > 0.0f ? scales[r] : 0.0f;
+  if (!npu_quantize_multipliers(x->q.scale, scales, rows, y->q.scale, site->mult, site->shift) ||
+      !npu_qs8_gemm_pack(rows, cols, wq, bias, site->packed)) {
+    st = npu_fail(err, NPULM_ERR_ARG, "'%s': scales out of the fixed-point range", site->name);
+    goto done;
+  }
+  site->gemm = (struct npu_qs8_gemm_params){.mult = site->mult, .shift = site->shift,
+                                            .x_zero_point = x->q.zero_point,
+                                            .y_zero_point = y->q.zero_point};
+done:
+  free(wf);
+  free(scales);
+  free(wq);
+  free(bias);
+  return st;
+}
+
+/* Shadow data of a matmul whose input is the FFN product silu(gate) * up, which exists only on
+ * the NPU: the CPU recomputes the outlier channels from the FFN norm output with these rows. */
+static npulm_status keep_ffn_rows(struct npu_program *p, int32_t layer, struct npu_qsite *site,
+                                  npulm_error *err) {
+  char name[96];
+  snprintf(name, sizeof(name), "blk.%d.ffn_gate.weight", layer);
+  int32_t gi = weight_index(p, name);
+  snprintf(name, sizeof(name), "blk.%d.ffn_up.weight", layer);
+  int32_t ui = weight_index(p, name);
+  if (gi < 0 || ui < 0) return npu_fail(err, NPULM_ERR_ARG, "'%s': FFN weights missing", site->name);
+  size_t dim = (size_t)p->weights[gi].ne0;
+  site->outlier_dim = (int32_t)dim;
+  site->outlier_gate = malloc((size_t)site->n_outliers * dim * sizeof(float));
+  site->outlier_up = malloc((size_t)site->n_outliers * dim * sizeof(float));
+  if (site->outlier_gate == NULL || site->outlier_up == NULL) {
+    return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  }
+  for (int32_t o = 0; o < site->n_outliers; o++) {
+    size_t row = (size_t)site->outliers[o] * dim;
+    memcpy(site->outlier_gate + (size_t)o * dim, p->weights[gi].data + row, dim * sizeof(float));
+    memcpy(site->outlier_up + (size_t)o * dim, p->weights[ui].data + row, dim * sizeof(float));
+  }
+  return NPULM_OK;
+}
+
+/* A gather: the table quantized per row, multipliers row_scale / y_scale. */
+static npulm_status make_gather(struct npu_program *p, const struct npu_graph *g,
+                                const struct npu_ir_node *n, struct npu_qsite *site,
+                                npulm_error *err) {
+  const struct npu_weight *w = &p->weights[g->tensors[n->in[1]].ref];
+  const struct npu_qtensor *y = qt(p, g, n->out);
+  size_t rows = (size_t)w->ne1, cols = (size_t)w->ne0;
+  float *scales = malloc(rows * sizeof(float));
+  site->n = (int32_t)rows;
+  site->k = (int32_t)cols;
+  site->packed_size = rows * cols;
+  site->packed = malloc(rows * cols);
+  site->mult = malloc(rows * sizeof(int32_t));
+  site->shift = malloc(rows * sizeof(int32_t));
+  npulm_status st = NPULM_OK;
+  if (!scales || !site->packed || !site->mult || !site->shift) {
+    st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory quantizing '%s'", site->name);
+  } else if (y == NULL || !npu_quantize_weights_per_channel(w->data, rows, cols, site->packed, scales) ||
+             !npu_quantize_multipliers(1.0f, scales, rows, y->q.scale, site->mult, site->shift)) {
+    st = npu_fail(err, NPULM_ERR_ARG, "'%s': table cannot be quantized", site->name);
+  } else {
+    site->gather = (struct npu_qs8_gather_params){.mult = site->mult, .shift = site->shift,
+                                                  .y_zero_point = y->q.zero_point};
+  }
+  free(scales);
+  return st;
+}
+
+/* Whether the int8 table of gather site 'g' is row for row the packed weights of matmul site
+ * 'mm' (a tied embedding, quantized the same way per row for both). */
+static bool same_table(const struct npu_qsite *g, const struct npu_qsite *mm) {
+  if (mm->op != NPU_OP_MATMUL || mm->n != g->n || mm->k != g->k || mm->n_outliers != 0) {
+    return false;
+  }
+  enum { NR = NPU_QS8_GEMM_NR };
+  const size_t block_size = npu_qs8_gemm_packed_size(NR, (size_t)g->k);
+  int8_t row[1024];
+  for (int32_t r = 0; r < g->n; r++) {
+    /* a matmul with a bias cannot serve: the head of its packed block holds that bias */
+    int32_t bias;
+    memcpy(&bias, (const uint8_t *)mm->packed + (size_t)(r / NR) * block_size + (size_t)(r % NR) * 4,
+           sizeof(bias));
+    if (bias != 0) return false;
+    for (int32_t c0 = 0; c0 < g->k; c0 += (int32_t)sizeof(row)) {
+      int32_t c1 = c0 + (int32_t)sizeof(row) < g->k ? c0 + (int32_t)sizeof(row) : g->k;
+      npu_qs8_gemm_unpack_row((size_t)g->k, mm->packed, (size_t)r, (size_t)c0, (size_t)c1, row);
+      if (memcmp(row, (const int8_t *)g->packed + (size_t)r * (size_t)g->k + c0,
+                 (size_t)(c1 - c0)) != 0) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+/* A gather whose table equals a matmul's packed weights (the classifier of a model whose output
+ * shares the token embedding) reads it from there: the int8 matrix is kept once. */
+static void share_tied_tables(struct npu_program *p) {
+  for (int32_t i = 0; i < p->n_qsites; i++) {
+    struct npu_qsite *g = &p->qsites[i];
+    if (g->op != NPU_OP_GATHER || g->table_site >= 0) continue;
+    for (int32_t j = 0; j < p->n_qsites; j++) {
+      if (!same_table(g, &p->qsites[j])) continue;
+      free(g->packed);
+      g->packed = p->qsites[j].packed;
+      g->packed_size = p->qsites[j].packed_size;
+      g->table_site = j;
+      break;
+    }
+  }
+}
+
+static npulm_status make_site(struct npu_program *p, const struct npu_graph *g,
+                              const struct npu_ir_node *n, const struct npu_calib *cal,
+                              const struct npu_quant_options *o, npulm_error *err) {
+  struct npu_qsite *site = &p->qsites[p->n_qsites++];
+  memset(site, 0, sizeof(*site));
+  site->table_site = -1;
+  snprintf(site->name, sizeof(site->name), "%s", g->tensors[n->out].name);
+  site->op = n->op;
+  const struct npu_qtensor *a = n->in[0] >= 0 ? qt(p, g, n->in[0]) : NULL;
+  const struct npu_qtensor *b = n->in[1] >= 0 ? qt(p, g, n->in[1]) : NULL;
+  const struct npu_qtensor *y = qt(p, g, n->out);
+  switch ((enum npu_op)n->op) {
+  case NPU_OP_MATMUL: {
+    int32_t n_out = 0, *outliers = NULL;
+    if (o->mode == NPU_QUANT_SHADOW && shadowable(g, g->tensors[n->in[0]].name)) {
+      const struct npu_act_stats *st = npu_calib_find(cal, g->tensors[n->in[0]].name);
+      if (st != NULL && (outliers = malloc((size_t)st->n_channels * sizeof(int32_t))) != NULL) {
+        n_out = find_outliers(st, o->shadow_threshold, outliers);
+      }
+    }
+    npulm_status s = make_matmul(p, g, n, site, outliers, n_out > 0 ? n_out : 0, err);
+    free(outliers);
+    const char *in_name = g->tensors[n->in[0]].name;
+    if (s == NPULM_OK && site->n_outliers > 0 && strstr(in_name, ".ffn_gate_par") != NULL) {
+      s = keep_ffn_rows(p, n->layer, site, err);
+    }
+    return s;
+  }
+  case NPU_OP_GATHER:
+    return make_gather(p, g, n, site, err);
+  case NPU_OP_ADD:
+    if (a && b && y &&
+        npu_qadd_params_make(a->q.scale, a->q.zero_point, b->q.scale, b->q.zero_point,
+                             y->q.scale, y->q.zero_point, y->dtype == NPU_DT_I16, &site->add) &&
+        a->dtype == y->dtype && b->dtype == y->dtype) {
+      return NPULM_OK;
+    }
+    break;
+  case NPU_OP_MUL:
+    if (a && b && y && a->dtype == NPU_DT_I8 && b->dtype == NPU_DT_I8 && y->dtype == NPU_DT_I8 &&
+        npu_qmul_params_make(a->q.scale, a->q.zero_point, b->q.scale, b->q.zero_point, y->q.scale,
+                             y->q.zero_point, &site->mul)) {
+      return NPULM_OK;
+    }
+    break;
+  case NPU_OP_SILU:
+    if (a && y && a->dtype == NPU_DT_I8 && y->dtype == NPU_DT_I8) {
+      npu_lut_s8_build(npu_silu, a->q.scale, a->q.zero_point, y->q.scale, y->q.zero_point,
+                       site->lut);
+      return NPULM_OK;
+    }
+    break;
+  case NPU_OP_QK:
+  case NPU_OP_PV: {
+    /* the cache operand: the NPU's int8 copy that rewrite_graph puts in place of the F32 cache */
+    char name[NPU_IR_NAME_MAX];
+    kv_copy_name(n->layer, n->op == NPU_OP_PV, name);
+    const struct npu_qtensor *kv = npu_program_qtensor(p, name);
+    if (n->op == NPU_OP_QK && a && kv && y && a->dtype == NPU_DT_I8 &&
+        kv->dtype == NPU_DT_I8 && y->dtype == NPU_DT_I16 &&
+        npu_qk_params_make(a->q.scale, a->q.zero_point, kv->q.scale, kv->q.zero_point, n->param,
+                           y->q.scale, y->q.zero_point, &site->qk)) {
+      return NPULM_OK;
+    }
+    if (n->op == NPU_OP_PV && a && kv && y && a->dtype == NPU_DT_I16 &&
+        a->q.scale == npu_prob_scale() && a->q.zero_point == 0 && kv->dtype == NPU_DT_I8 &&
+        y->dtype == NPU_DT_I8 &&
+        npu_pv_params_make(kv->q.scale, kv->q.zero_point, y->q.scale, y->q.zero_point, &site->pv)) {
+      return NPULM_OK;
+    }
+    break;
+  }
+  case NPU_OP_RMSNORM: {
+    /* the residual stream (int16) normalized into a matmul's int8 input */
+    const struct npu_weight *w = &p->weights[g->tensors[n->in[1]].ref];
+    site->n = w->ne0;
+    site->mult = malloc((size_t)w->ne0 * sizeof(int32_t));
+    if (site->mult == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+    if (a && y && a->dtype == NPU_DT_I16 && a->q.zero_point == 0 && y->dtype == NPU_DT_I8 &&
+        npu_rmsnorm_params_make(a->q.scale, w->data, (size_t)w->ne0, n->param, y->q.scale,
+                                y->q.zero_point, site->mult, &site->rmsnorm)) {
+      return NPULM_OK;
+    }
+    break;
+  }
+  case NPU_OP_LAST_ROW:
+    /* a copy of a row: its output is quantized as its input (see npu_quantize_program) */
+    if (a && y && a->dtype == y->dtype && a->q.scale == y->q.scale &&
+        a->q.zero_point == y->q.zero_point) {
+      return NPULM_OK;
+    }
+    break;
+  case NPU_OP_SOFTMAX:
+    if (a && y && a->dtype == NPU_DT_I16 && y->dtype == NPU_DT_I16 &&
+        y->q.scale == npu_prob_scale() && y->q.zero_point == 0 &&
+        npu_softmax_params_make(a->q.scale, &site->softmax)) {
+      return NPULM_OK;
+    }
+    break;
+  default:
+    return npu_fail(err, NPULM_ERR_UNSUPPORTED,
+                    "the integer NPU has no kernel for %s yet: keep it in float (--float-ops)",
+                    npu_op_name((enum npu_op)n->op));
+  }
+  return npu_fail(err, NPULM_ERR_ARG, "'%s' (%s): inconsistent quantization", site->name,
+                  npu_op_name((enum npu_op)n->op));
+}
+
+/* Append a tensor copied from 'like' with a new name and backend; returns its id or -1. */
+static int32_t add_like(struct npu_graph *g, int32_t like, const char *name, enum npu_backend be,
+                        int32_t *cap) {
+  if (g->n_tensors == *cap) {
+    int32_t new_cap = *cap * 2 + 16;
+    struct npu_ir_tensor *grown = realloc(g->tensors, (size_t)new_cap * sizeof(*grown));
+    if (grown == NULL) return -1;
+    g->tensors = grown;
+    *cap = new_cap;
+  }
+  int32_t id = g->n_tensors++;
+  g->tensors[id] = g->tensors[like];
+  g->tensors[id].kind = NPU_TK_ACT;
+  g->tensors[id].backend = (uint8_t)be;
+  g->tensors[id].dtype = NPU_DT_F32;
+  snprintf(g->tensors[id].name, sizeof(g->tensors[id].name), "%s", name);
+  return id;
+}
+
+/* The CPU float tensor a shadowed matmul's outlier channels are computed from: the source of the
+ * transfer that feeds it, or for the FFN product (made on the NPU) the FFN norm output. */
+static int32_t shadow_source(const struct npu_graph *g, int32_t node, const struct npu_qsite *site) {
+  int32_t x = g->nodes[node].in[0];
+  char want[NPU_IR_NAME_MAX];
+  if (site->outlier_gate != NULL) {
+    snprintf(want, sizeof(want), "blk.%d.ffn_norm", g->nodes[node].layer);
+  } else {
+    snprintf(want, sizeof(want), "%s", g->tensors[x].name);
+  }
+  for (int32_t t = 0; t < g->n_tensors; t++) {
+    const struct npu_ir_tensor *c = &g->tensors[t];
+    if (c->kind == NPU_TK_ACT && c->backend == NPU_BE_CPU && strcmp(c->name, want) == 0) return t;
+  }
+  return -1;
+}
+
+/* Shadow outlier execution: before each matmul with outlier channels insert SHADOW (CPU, float:
+ * those channels' share of the product) and a TRANSFER quantizing it onto the NPU; after it an
+ * NPU ADD of the two, which the matmul's readers then read instead. */
+static npulm_status insert_shadows(const struct npu_program *p, struct npu_graph *g,
+                                   npulm_error *err) {
+  int32_t extra = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const struct npu_qsite *s = g->nodes[i].backend == NPU_BE_NPU && g->nodes[i].op == NPU_OP_MATMUL
+                                    ? npu_program_qsite(p, g->tensors[g->nodes[i].out].name)
+                                    : NULL;
+    extra += s != NULL && s->n_outliers > 0;
+  }
+  if (extra == 0) return NPULM_OK;
+  struct npu_ir_node *nodes = malloc((size_t)(g->n_nodes + 3 * extra) * sizeof(*nodes));
+  if (nodes == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  int32_t cap = g->n_tensors, n = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    struct npu_ir_node node = g->nodes[i];
+    const struct npu_qsite *s = node.backend == NPU_BE_NPU && node.op == NPU_OP_MATMUL
+                                    ? npu_program_qsite(p, g->tensors[node.out].name)
+                                    : NULL;
+    if (s == NULL || s->n_outliers == 0) {
+      nodes[n++] = node;
+      continue;
+    }
+    char name[NPU_IR_NAME_MAX + 16];
+    int32_t src = shadow_source(g, i, s), out = node.out;
+    if (src < 0) {
+      free(nodes);
+      return npu_fail(err, NPULM_ERR_ARG, "'%s': no float source for its shadow", s->name);
+    }
+    snprintf(name, sizeof(name), "%s.shadow", s->name);
+    int32_t cpu = add_like(g, out, name, NPU_BE_CPU, &cap);
+    int32_t npu = add_like(g, out, name, NPU_BE_NPU, &cap);
+    snprintf(name, sizeof(name), "%s.shadowed", s->name);
+    int32_t sum = add_like(g, out, name, NPU_BE_NPU, &cap);
+    if (cpu < 0 || npu < 0 || sum < 0) {
+      free(nodes);
+      return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+    }
+    nodes[n++] = (struct npu_ir_node){.op = NPU_OP_SHADOW, .backend = NPU_BE_CPU,
+                                      .in = {src, -1, -1}, .out = cpu, .layer = node.layer};
+    nodes[n++] = (struct npu_ir_node){.op = NPU_OP_TRANSFER, .backend = NPU_BE_CPU,
+                                      .in = {cpu, -1, -1}, .out = npu, .layer = node.layer};
+    nodes[n++] = node;
+    nodes[n++] = (struct npu_ir_node){.op = NPU_OP_ADD, .backend = NPU_BE_NPU,
+                                      .in = {out, npu, -1}, .out = sum, .layer = node.layer};
+    /* later readers of the matmul read the sum */
+    for (int32_t j = i + 1; j < g->n_nodes; j++) {
+      for (int k = 0; k < NPU_IR_MAX_IN; k++) {
+        if (g->nodes[j].in[k] == out) g->nodes[j].in[k] = sum;
+      }
+    }
+    g->n_transfers++;
+  }
+  free(g->nodes);
+  g->nodes = nodes;
+  g->n_nodes = n;
+  return NPULM_OK;
+}
+
+/* ---- Graph rewriting ------------------------------------------------------------------------ */
+
+/* Attention on the integer NPU reads int8 caches: before each NPU QK (PV) insert a CPU TRANSFER
+ * that quantizes this step's rows of the layer's F32 K (V) cache into an NPU copy; read that. */
+static npulm_status insert_kv_copies(struct npu_graph *g, npulm_error *err) {
+  int32_t extra = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const struct npu_ir_node *n = &g->nodes[i];
+    extra += n->backend == NPU_BE_NPU && (n->op == NPU_OP_QK || n->op == NPU_OP_PV) &&
+             g->tensors[n->in[1]].kind == NPU_TK_KV;
+  }
+  if (extra == 0) return NPULM_OK;
+  struct npu_ir_node *nodes = malloc((size_t)(g->n_nodes + extra) * sizeof(*nodes));
+  if (nodes == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  int32_t cap = g->n_tensors, n = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    struct npu_ir_node node = g->nodes[i];
+    int32_t cache = node.in[1];
+    if (node.backend == NPU_BE_NPU && (node.op == NPU_OP_QK || node.op == NPU_OP_PV) &&
+        g->tensors[cache].kind == NPU_TK_KV) {
+      char name[NPU_IR_NAME_MAX];
+      kv_copy_name(node.layer, g->tensors[cache].kv_is_value, name);
+      int32_t copy = add_like(g, cache, name, NPU_BE_NPU, &cap);
+      if (copy < 0) {
+        free(nodes);
+        return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+      }
+      g->tensors[copy].ref = -1; /* an activation; kv_is_value still says which cache it holds */
+      nodes[n++] = (struct npu_ir_node){.op = NPU_OP_TRANSFER, .backend = NPU_BE_CPU,
+                                        .in = {cache, -1, -1}, .out = copy, .layer = node.layer};
+      node.in[1] = copy;
+      g->n_transfers++;
+    }
+    nodes[n++] = node;
+  }
+  free(g->nodes);
+  g->nodes = nodes;
+  g->n_nodes = n;
+  return NPULM_OK;
+}
+
+/* Give a graph the program's integer form: NPU tensors take their dtype and scale; the NPU's
+ * classifier writes int16 logits that a CPU transfer dequantizes; every TRANSFER (quantize or
+ * dequantize) runs on the CPU; then subgraphs and the plan are made again. */
+static npulm_status rewrite_graph(const struct npu_program *p, struct npu_graph *g, npulm_error *err) {
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    struct npu_ir_node *n = &g->nodes[i];
+    struct npu_ir_tensor *out = &g->tensors[n->out];
+    if (n->backend == NPU_BE_NPU && out->kind == NPU_TK_LOGITS) {
+      /* the NPU writes int16 logits to its arena; a transfer turns them into floats */
+      struct npu_ir_tensor *grown = realloc(g->tensors, (size_t)(g->n_tensors + 1) * sizeof(*grown));
+      struct npu_ir_node *more = realloc(g->nodes, (size_t)(g->n_nodes + 1) * sizeof(*more));
+      if (grown != NULL) g->tensors = grown;
+      if (more != NULL) g->nodes = more;
+      if (grown == NULL || more == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+      n = &g->nodes[i];
+      int32_t act = g->n_tensors++;
+      g->tensors[act] = g->tensors[n->out];
+      g->tensors[act].kind = NPU_TK_ACT;
+      g->tensors[act].backend = NPU_BE_NPU;
+      memmove(&g->nodes[i + 2], &g->nodes[i + 1], (size_t)(g->n_nodes - i - 1) * sizeof(*g->nodes));
+      g->n_nodes++;
+      g->nodes[i + 1] = (struct npu_ir_node){.op = NPU_OP_TRANSFER, .backend = NPU_BE_CPU,
+                                             .in = {act, -1, -1}, .out = n->out, .layer = -1};
+      n->out = act;
+      g->n_transfers++;
+    }
+  }
+  npulm_status st = insert_shadows(p, g, err);
+  if (st == NPULM_OK) st = insert_kv_copies(g, err);
+  if (st != NPULM_OK) return st;
+  for (int32_t t = 0; t < g->n_tensors; t++) {
+    struct npu_ir_tensor *tensor = &g->tensors[t];
+    if (tensor->kind != NPU_TK_ACT || tensor->backend != NPU_BE_NPU) continue;
+    const struct npu_qtensor *q = npu_program_qtensor(p, tensor->name);
+    if (q == NULL) return npu_fail(err, NPULM_ERR_ARG, "no quantization for '%s'", tensor->name);
+    tensor->dtype = q->dtype;
+    tensor->q = q->q;
+  }
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    if (g->nodes[i].op == NPU_OP_TRANSFER) g->nodes[i].backend = NPU_BE_CPU;
+  }
+  g->n_subgraphs = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    if (i == 0 || g->nodes[i].backend != g->nodes[i - 1].backend) {
+      struct npu_subgraph *grown = realloc(g->subgraphs, (size_t)(g->n_subgraphs + 1) * sizeof(*grown));
+      if (grown == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+      g->subgraphs = grown;
+      g->subgraphs[g->n_subgraphs++] =
+          (struct npu_subgraph){.first = i, .count = 0, .backend = g->nodes[i].backend};
+    }
+    g->subgraphs[g->n_subgraphs - 1].count++;
+  }
+  return npu_plan(g, err);
+}
+
+npulm_status npu_quant_link(const struct npu_program *p, struct npu_graph *g, npulm_error *err) {
+  free(g->node_site);
+  g->node_site = malloc((size_t)(g->n_nodes > 0 ? g->n_nodes : 1) * sizeof(int32_t));
+  if (g->node_site == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const struct npu_ir_node *n = &g->nodes[i];
+    g->node_site[i] = -1;
+    char name[NPU_IR_NAME_MAX];
+    snprintf(name, sizeof(name), "%s", g->tensors[n->out].name);
+    if (n->op == NPU_OP_SHADOW) {
+      name[strlen(name) - (strlen(name) > 7 ? 7 : 0)] = '\0'; /* drop ".shadow": the matmul's data */
+    } else if (n->backend != NPU_BE_NPU) {
+      continue;
+    }
+    const struct npu_qsite *site = npu_program_qsite(p, name);
+    enum npu_op want = n->op == NPU_OP_SHADOW ? NPU_OP_MATMUL : (enum npu_op)n->op;
+    if (site == NULL || site->op != want) {
+      return npu_fail(err, NPULM_ERR_FORMAT, "NPU node writing '%.*s' has no integer data",
+                      NPU_IR_NAME_MAX, g->tensors[n->out].name);
+    }
+    g->node_site[i] = (int32_t)(site - p->qsites);
+  }
+  return NPULM_OK;
+}
+
+/* The graphs for generation copy the last real row of the residual stream before the output
+ * norm (LAST_ROW), an op the graph of the table above (graph 0) lacks: its output takes its
+ * input's quantization (the same integers) and the op its (empty) integer data. */
+static npulm_status add_row_copies(struct npu_program *p, const struct npu_calib *cal,
+                                   const struct npu_quant_options *o, npulm_error *err) {
+  for (int32_t gi = 0; gi < p->n_graphs; gi++) {
+    const struct npu_graph *g = &p->graphs[gi];
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+      const struct npu_ir_node *n = &g->nodes[i];
+      if (n->op != NPU_OP_LAST_ROW || n->backend != NPU_BE_NPU) continue;
+      const char *name = g->tensors[n->out].name;
+      if (npu_program_qsite(p, name) != NULL) continue;
+      const struct npu_qtensor *in = npu_program_qtensor(p, g->tensors[n->in[0]].name);
+      if (in == NULL) return npu_fail(err, NPULM_ERR_ARG, "no quantization for '%s'", name);
+      struct npu_qtensor *t = &p->qtensors[p->n_qtensors++];
+      *t = *in;
+      snprintf(t->name, sizeof(t->name), "%s", name);
+      npulm_status st = make_site(p, g, n, cal, o, err);
+      if (st != NPULM_OK) return st;
+    }
+  }
+  return NPULM_OK;
+}
+
+/* ---- The pass ------------------------------------------------------------------------------- */
+
+npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_program *p,
+                                  const int32_t *tokens, size_t n_tokens, int32_t bos,
+                                  const struct npu_quant_options *o, npulm_progress_fn progress,
+                                  void *user, npulm_error *err) {
+  if (o->mode == NPU_QUANT_F32) return NPULM_OK;
+  if (npu_quant_float_ops(o->mode, p->opts.float_ops) != p->opts.float_ops) {
+    return npu_fail(err, NPULM_ERR_ARG, "%s needs a program compiled with its norms in float",
+                    npu_quant_mode_name(o->mode));
+  }
+  struct npu_calib *cal = NULL;
+  struct npulm_model view = {0};
+  npulm_status st = npu_calibrate(m, tokens, n_tokens, 256, bos, progress, user, &cal, err);
+  if (st == NPULM_OK && o->mode == NPU_QUANT_SMOOTH) {
+    /* migrate the outliers into the weights, then calibrate the smoothed model again */
+    if ((st = smooth(m, p, cal, o->smooth_alpha, err)) == NPULM_OK &&
+        (st = smoothed_view(m, p, &view, err)) == NPULM_OK) {
+      npu_calib_free(cal);
+      cal = NULL;
+      st = npu_calibrate(&view, tokens, n_tokens, 256, bos, progress, user, &cal, err);
+    }
+  }
+  const struct npu_graph *g0 = &p->graphs[0];
+  if (st != NPULM_OK) goto done;
+  /* room for a shadow sum per matmul and two tensors per shadow, and for the row copy of the
+   * graphs for generation (add_row_copies) */
+  p->qtensors = calloc(3 * (size_t)g0->n_tensors + 2, sizeof(*p->qtensors));
+  p->qsites = calloc(2 * (size_t)g0->n_nodes + 2, sizeof(*p->qsites));
+  if (p->qtensors == NULL || p->qsites == NULL) {
+    st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  p->quant_mode = o->mode;
+  npu_ukernels_select(npu_isa_detect(), &p->uk);
+  p->smooth_alpha = o->smooth_alpha;
+  p->shadow_threshold = o->shadow_threshold;
+  /* every NPU tensor, by name (the same in every specialization) */
+  int32_t *outliers = malloc((size_t)m->cfg.ffn_dim * 4 * sizeof(int32_t) + 64);
+  if (outliers == NULL) {
+    st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  for (int32_t t = 0; t < g0->n_tensors && st == NPULM_OK; t++) {
+    const struct npu_ir_tensor *tensor = &g0->tensors[t];
+    bool on_npu = (tensor->kind == NPU_TK_ACT && tensor->backend == NPU_BE_NPU) ||
+                  tensor->kind == NPU_TK_LOGITS;
+    if (!on_npu || npu_program_qtensor(p, tensor->name) != NULL) continue;
+    if (is_probs(g0, tensor->name)) {
+      /* probabilities: Q15, no calibration needed */
+      struct npu_qtensor *t = &p->qtensors[p->n_qtensors++];
+      memset(t, 0, sizeof(*t));
+      snprintf(t->name, sizeof(t->name), "%s", tensor->name);
+      t->dtype = NPU_DT_I16;
+      t->q = (struct npu_qparams){.scale = npu_prob_scale(), .zero_point = 0};
+      continue;
+    }
+    enum npu_dtype dt = npu_dtype_of(g0, tensor->name);
+    const struct npu_act_stats *stats = npu_calib_find(cal, tensor->name);
+    int32_t n_out = 0;
+    if (o->mode == NPU_QUANT_SHADOW && stats != NULL && feeds_matmul(g0, tensor->name) &&
+        shadowable(g0, tensor->name) && stats->n_channels <= 4 * m->cfg.ffn_dim + 16) {
+      n_out = find_outliers(stats, o->shadow_threshold, outliers);
+    }
+    st = add_qtensor(p, tensor->name, dt, stats, outliers, n_out > 0 ? n_out : 0, err);
+  }
+  free(outliers);
+  /* the NPU's int8 copies of the caches its attention ops read, with the range of what the cache
+   * holds: k after RoPE, v */
+  for (int32_t i = 0; i < g0->n_nodes && st == NPULM_OK; i++) {
+    const struct npu_ir_node *n = &g0->nodes[i];
+    if (n->backend != NPU_BE_NPU || (n->op != NPU_OP_QK && n->op != NPU_OP_PV)) continue;
+    char name[NPU_IR_NAME_MAX], src[NPU_IR_NAME_MAX];
+    kv_copy_name(n->layer, n->op == NPU_OP_PV, name);
+    snprintf(src, sizeof(src), "blk.%d.%s", n->layer, n->op == NPU_OP_PV ? "attn_v" : "k_rope");
+    if (npu_program_qtensor(p, name) == NULL) {
+      st = add_qtensor(p, name, NPU_DT_I8, npu_calib_find(cal, src), NULL, 0, err);
+    }
+  }
+  /* the integer data of every NPU operation */
+  for (int32_t i = 0; i < g0->n_nodes && st == NPULM_OK; i++) {
+    const struct npu_ir_node *n = &g0->nodes[i];
+    if (n->backend != NPU_BE_NPU || n->op == NPU_OP_TRANSFER) continue;
+    st = make_site(p, g0, n, cal, o, err);
+  }
+  if (st == NPULM_OK) st = add_row_copies(p, cal, o, err);
+  if (st == NPULM_OK) {
+    share_tied_tables(p);
+    st = npu_quant_place_packed(p, err);
+  }
+  /* shadowed matmuls: the CPU share and the sum take the matmul's quantization */
+  int32_t n_sites = p->n_qsites;
+  for (int32_t i = 0; i < n_sites && st == NPULM_OK; i++) {
+    const struct npu_qsite *mm = &p->qsites[i];
+    if (mm->op != NPU_OP_MATMUL || mm->n_outliers == 0) continue;
+    const struct npu_qtensor *y = npu_program_qtensor(p, mm->name);
+    char base[NPU_IR_NAME_MAX - 10];
+    snprintf(base, sizeof(base), "%.*s", (int)sizeof(base) - 1, mm->name);
+    struct npu_qsite *add = &p->qsites[p->n_qsites++];
+    memset(add, 0, sizeof(*add));
+    add->table_site = -1;
+    snprintf(add->name, sizeof(add->name), "%s.shadowed", base);
+    add->op = NPU_OP_ADD;
+    const char *suffixes[2] = {".shadow", ".shadowed"};
+    for (int k = 0; k < 2; k++) {
+      struct npu_qtensor *t = &p->qtensors[p->n_qtensors++];
+      *t = *y;
+      snprintf(t->name, sizeof(t->name), "%s%s", base, suffixes[k]);
+    }
+    if (!npu_qadd_params_make(y->q.scale, y->q.zero_point, y->q.scale, y->q.zero_point, y->q.scale,
+                              y->q.zero_point, y->dtype == NPU_DT_I16, &add->add)) {
+      st = npu_fail(err, NPULM_ERR_ARG, "'%s': shadow sum cannot be quantized", mm->name);
+    }
+  }
+  for (int32_t i = 0; i < p->n_graphs && st == NPULM_OK; i++) {
+    if ((st = rewrite_graph(p, &p->graphs[i], err)) == NPULM_OK) {
+      st = npu_quant_link(p, &p->graphs[i], err);
+    }
+  }
+done:
+  free(view.w.layers);
+  npu_calib_free(cal);
+  if (st != NPULM_OK) npu_quant_free(p);
+  return st;
+}

@@ -1,0 +1,146 @@
+/* GGUF v2/v3 reader: the file is mmap'd and used in place; every count, length, offset and shape
+ * is checked against the file size before use. Spec: ggml/docs/gguf.md. */
+#ifndef NPU_IO_GGUF_H
+#define NPU_IO_GGUF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "npulm.h"
+
+/* Metadata value types, numbered as in the file. */
+enum npu_gguf_vtype {
+  NPU_GGUF_U8 = 0,
+  NPU_GGUF_I8 = 1,
+  NPU_GGUF_U16 = 2,
+  NPU_GGUF_I16 = 3,
+  NPU_GGUF_U32 = 4,
+  NPU_GGUF_I32 = 5,
+  NPU_GGUF_F32 = 6,
+  NPU_GGUF_BOOL = 7,
+  NPU_GGUF_STR = 8,
+  NPU_GGUF_ARR = 9,
+  NPU_GGUF_U64 = 10,
+  NPU_GGUF_I64 = 11,
+  NPU_GGUF_F64 = 12,
+  NPU_GGUF_VTYPE_COUNT
+};
+
+/* Tensor types npulm reads (ggml numbering); the others are named in errors only. */
+enum npu_ggml_type {
+  NPU_GGML_F32 = 0,
+  NPU_GGML_F16 = 1,
+  NPU_GGML_Q8_0 = 8,
+  NPU_GGML_BF16 = 30,
+};
+#define NPU_Q8_0_BLOCK 32 /* values per Q8_0 block: one f16 scale + 32 int8 */
+
+/* A string inside the mapping: not NUL-terminated. */
+struct npu_gguf_str {
+  const char *ptr;
+  uint64_t len;
+};
+
+/* An array value: 'n' elements of 'type' stored back to back at 'data' ('size' bytes). */
+struct npu_gguf_arr {
+  uint32_t type;
+  uint64_t n;
+  const uint8_t *data;
+  uint64_t size;
+};
+
+struct npu_gguf_value {
+  uint32_t type; /* enum npu_gguf_vtype */
+  union {
+    uint64_t u;  /* U8, U16, U32, U64, BOOL */
+    int64_t i;   /* I8, I16, I32, I64 */
+    double f;    /* F32, F64 */
+    struct npu_gguf_str s;
+    struct npu_gguf_arr a;
+  } v;
+};
+
+struct npu_gguf_kv {
+  struct npu_gguf_str key;
+  struct npu_gguf_value val;
+};
+
+#define NPU_GGUF_MAX_DIMS 4
+
+struct npu_gguf_tensor {
+  struct npu_gguf_str name;
+  uint32_t n_dims;
+  uint64_t ne[NPU_GGUF_MAX_DIMS]; /* ne[0] is the contiguous (row) dimension; unused dims are 1 */
+  uint32_t type;                  /* enum npu_ggml_type or another ggml type id */
+  uint64_t offset;                /* from the start of the data section */
+  uint64_t n_elems;
+  uint64_t nbytes;
+  const void *data; /* inside the mapping; checked to lie within the file */
+};
+
+struct npu_gguf {
+  const uint8_t *base; /* the whole file */
+  size_t size;
+  bool owns_mapping;
+  uint64_t file_dev; /* the mapped file's device and inode (npu_gguf_open; 0 for an image) */
+  uint64_t file_ino;
+  uint32_t version;
+  uint32_t alignment;
+  uint64_t data_offset;
+  uint64_t n_kv;
+  struct npu_gguf_kv *kv;
+  uint64_t n_tensors;
+  struct npu_gguf_tensor *tensors;
+};
+
+/* Map and parse 'path'. Return NPULM_OK and '*out', or an error naming the problem. */
+npulm_status npu_gguf_open(const char *path, struct npu_gguf **out, npulm_error *err);
+/* Parse a file image already in memory (tests, fuzzing); 'data' must outlive the result. */
+npulm_status npu_gguf_open_memory(const void *data, size_t size, struct npu_gguf **out,
+                                  npulm_error *err);
+void npu_gguf_close(struct npu_gguf *g); /* accepts NULL */
+
+bool npu_gguf_str_eq(struct npu_gguf_str s, const char *cstr);
+
+/* NULL if absent. */
+const struct npu_gguf_kv *npu_gguf_find(const struct npu_gguf *g, const char *key);
+const struct npu_gguf_tensor *npu_gguf_find_tensor(const struct npu_gguf *g, const char *name);
+
+/* Typed getters. A missing key or a value of the wrong type (or out of range for the result) is
+ * an error naming the key; integer getters accept any integer type that fits. */
+npulm_status npu_gguf_get_u32(const struct npu_gguf *g, const char *key, uint32_t *out,
+                              npulm_error *err);
+npulm_status npu_gguf_get_f32(const struct npu_gguf *g, const char *key, float *out,
+                              npulm_error *err);
+npulm_status npu_gguf_get_bool(const struct npu_gguf *g, const char *key, bool *out,
+                               npulm_error *err);
+npulm_status npu_gguf_get_str(const struct npu_gguf *g, const char *key,
+                              struct npu_gguf_str *out, npulm_error *err);
+/* An array; if 'elem_type' >= 0 its elements must have that type. */
+npulm_status npu_gguf_get_arr(const struct npu_gguf *g, const char *key, int elem_type,
+                              struct npu_gguf_arr *out, npulm_error *err);
+
+/* Decode all a->n elements of an (already validated) array into 'out', which holds a->n values;
+ * nested arrays and strings point into the mapping. */
+void npu_gguf_arr_values(const struct npu_gguf_arr *a, struct npu_gguf_value *out);
+/* Element i of a numeric array, converted. */
+double npu_gguf_arr_num(const struct npu_gguf_arr *a, uint64_t i);
+
+/* ggml's name for a tensor type ("F32", "Q4_K", ...), or NULL for an unknown id. */
+const char *npu_ggml_type_name(uint32_t type);
+/* Values per block and bytes per block of a ggml tensor type; false for an unknown id. */
+bool npu_ggml_type_size(uint32_t type, uint32_t *block_out, uint32_t *nbytes_out);
+/* Bytes of a fixed-width metadata value type; 0 for string, array and unknown types. */
+size_t npu_gguf_vtype_size(uint32_t type);
+
+/* Convert a tensor of type F32, F16, BF16 or Q8_0 to 't->n_elems' floats at 'dst'; any other type
+ * is NPULM_ERR_UNSUPPORTED naming the type and the tensor. */
+npulm_status npu_gguf_tensor_to_f32(const struct npu_gguf_tensor *t, float *dst, npulm_error *err);
+
+/* IEEE half and bfloat16 conversions. */
+float npu_f16_to_f32(uint16_t h);
+uint16_t npu_f32_to_f16(float f);
+float npu_bf16_to_f32(uint16_t h);
+
+#endif /* NPU_IO_GGUF_H */

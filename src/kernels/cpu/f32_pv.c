@@ -1,0 +1,8 @@
+/* npu_f32_pv__scalar: probabilities times values (ukernels.h). */
+#include "kernels/cpu/f32_attention_impl.h"
+
+void npu_f32_pv__scalar(float *restrict out, const float *restrict p, const float *restrict v,
+                        int32_t heads, int32_t kv_heads, int32_t hd, int32_t rows, int32_t ctx,
+                        int32_t pos0, int32_t n_valid) {
+  pv_impl(out, p, v, heads, kv_heads, hd, rows, ctx, pos0, n_valid);
+}

@@ -1,0 +1,12 @@
+/* npu_f32_qk__avx2: attention scores, eight keys reduced at once (ukernels.h). */
+#include "kernels/cpu/f32_attention_impl.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx2"))) void npu_f32_qk__avx2(float *restrict s, const float *restrict q,
+                                                      const float *restrict k, int32_t heads,
+                                                      int32_t kv_heads, int32_t hd, int32_t rows,
+                                                      int32_t ctx, int32_t pos0, int32_t n_valid,
+                                                      float scale) {
+  qk_impl(s, q, k, heads, kv_heads, hd, rows, ctx, pos0, n_valid, scale, true);
+}
+#endif

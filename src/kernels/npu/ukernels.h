@@ -1,0 +1,295 @@
+/* The NPU's integer microkernels: one function type per family, the parameter structs, the weight
+ * packing API, and the choice of the best variant for this CPU. The variants themselves
+ * (npu_<family>__scalar, __avx2, later __neon) are listed once in src/kernels/npu/ukernels.inc, which feeds
+ * the declarations below, the dispatch in ukernels.c and the tests. Integer-only by contract:
+ * requantization is src/kernels/npu/fixedpoint.h. Kernels never allocate and keep no state. */
+#ifndef NPU_KERNELS_NPU_UKERNELS_H
+#define NPU_KERNELS_NPU_UKERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/isa.h" /* NPU_ISA_*, npu_isa_detect */
+
+/* ---- int8 GEMM with fused per-channel requantization -----------------------------------------
+ *
+ * y[i, n] = requant(bias[n] + sum_k (x[i, k] - x_zero_point) * w[n, k], mult[n], shift[n])
+ *           + y_zero_point, saturated to int8 (npu_qs8_gemm) or int16 (npu_qs8_gemm_qs16);
+ * requant = npu_requantize() of src/kernels/npu/fixedpoint.h.
+ *
+ * x: int8 [m, k], per-tensor asymmetric, row i at x + i * x_stride (x_stride >= k).
+ * w: int8 [N, k], symmetric per output channel, values in [-127, 127] (never -128: the AVX2 kernel
+ *    multiplies |x| (u8) by sign-adjusted w with vpmaddubsw, whose pairs then stay below 2^15),
+ *    packed once by npu_qs8_gemm_pack() into blocks of NR = 16 channels:
+ *      block b (channels 16b .. 16b+15, zero-padded past N), kp = k rounded up to KR = 4:
+ *        int32 bias[16]                           (0 without bias)
+ *        int32 wsum[16]                           sum_k w[n, k], for the zero-point correction
+ *        int8  w[kp / 4][16][4]                   w[16b + j][4g + t] at [g][j][t], zero-padded
+ *      block size = 128 + 16 * kp bytes (npu_qs8_gemm_packed_size(N, k) = blocks * that).
+ *    Each 32-byte row of 8 channels x 4 k is what vpmaddubsw (AVX2), vpdpbusd (AVX512-VNNI, one
+ *    ymm) and sdot (NEON dot product, two 16-byte halves) consume: the layout is shared by every
+ *    variant of the family.
+ * Columns [n_begin, n_end) (n_end <= N) are computed, for all m rows; n_begin must be a multiple
+ * of 16 (split work across threads in multiples of 16 columns, or split rows by offsetting x and
+ * y). No scratch memory is needed.
+ * y: row i at y + i * y_stride (in elements); only columns [n_begin, n_end) are written.
+ *
+ * Valid ranges: k in [1, 32768]; |bias| <= 2^30 (so no int32 accumulator can overflow);
+ * x_zero_point in [-128, 127]; y_zero_point in the output type's range; mult/shift as in
+ * fixedpoint.h, indexed by the absolute channel n. m == 0 or n_begin >= n_end does nothing. */
+#define NPU_QS8_GEMM_NR 16
+#define NPU_QS8_GEMM_KR 4
+#define NPU_QS8_GEMM_MAX_K 32768 /* the largest k it (and npu_qs8_gemm_pack) takes */
+
+struct npu_qs8_gemm_params {
+  const int32_t *mult;  /* [N] per output channel, [0, INT32_MAX] */
+  const int32_t *shift; /* [N] per output channel, [-31, 30] */
+  int32_t x_zero_point; /* [-128, 127] */
+  int32_t y_zero_point; /* [-128, 127] (int8 output) or [-32768, 32767] (int16 output) */
+};
+
+typedef void npu_qs8_gemm_fn(size_t m, size_t n_begin, size_t n_end, size_t k,
+                             const int8_t *restrict x, size_t x_stride,
+                             const void *restrict w_packed, int8_t *restrict y, size_t y_stride,
+                             const struct npu_qs8_gemm_params *restrict params);
+typedef void npu_qs8_gemm_qs16_fn(size_t m, size_t n_begin, size_t n_end, size_t k,
+                                  const int8_t *restrict x, size_t x_stride,
+                                  const void *restrict w_packed, int16_t *restrict y,
+                                  size_t y_stride,
+                                  const struct npu_qs8_gemm_params *restrict params);
+
+/* Bytes of the packed form of an [n, k] weight matrix. */
+size_t npu_qs8_gemm_packed_size(size_t n, size_t k);
+
+/* Pack int8 weights w [n, k] (row r at w + r * k) and optional int32 bias [n] (NULL: zero) into
+ * 'packed_out' (npu_qs8_gemm_packed_size(n, k) bytes, any alignment; 32 bytes is best). Integer
+ * only, done once at compile time. Return false, with 'packed_out' unspecified, if a weight is
+ * -128, k is 0 or above 32768, or a bias is beyond +-2^30. */
+bool npu_qs8_gemm_pack(size_t n, size_t k, const int8_t *restrict w, const int32_t *restrict bias,
+                       void *restrict packed_out);
+
+/* Columns [c0, c1) of row r (< n) of a packed [n, k] matrix, as int8 (the inverse of the packing,
+ * for a gather that reads a tied embedding out of the classifier's packed weights). */
+void npu_qs8_gemm_unpack_row(size_t k, const void *restrict packed, size_t r, size_t c0, size_t c1,
+                             int8_t *restrict out);
+
+/* ---- standalone requantization of int32 values -------------------------------------------------
+ * y[i] = sat(npu_requantize(acc[i], mult[i], shift[i]) + zero_point): per-element multipliers
+ * (pass arrays of one repeated value for per-tensor). Ranges as in fixedpoint.h. */
+typedef void npu_qs32_requant_qs8_fn(size_t n, const int32_t *restrict acc,
+                                     const int32_t *restrict mult, const int32_t *restrict shift,
+                                     int32_t zero_point, int8_t *restrict y);
+typedef void npu_qs32_requant_qs16_fn(size_t n, const int32_t *restrict acc,
+                                      const int32_t *restrict mult, const int32_t *restrict shift,
+                                      int32_t zero_point, int16_t *restrict y);
+
+/* ---- element-wise add with requantization (TFLite's integer add) ------------------------------
+ * With real scales sa, sb, sy and s = 2 * max(sa, sb):
+ *   ta = npu_requantize((a - a_zero_point) * 2^left_shift, a_mult, a_shift)      ~ sa / s
+ *   tb = npu_requantize((b - b_zero_point) * 2^left_shift, b_mult, b_shift)      ~ sb / s
+ *   y  = sat(npu_requantize(ta + tb, y_mult, y_shift) + y_zero_point)  ~ s / (2^left_shift * sy)
+ * Valid ranges: input multipliers at most 0.5 (a_shift <= -1, or 0 with a_mult <= 2^30; same for
+ * b); |x - zero_point| * 2^left_shift < 2^30 for every input (int8: left_shift <= 22, 20 is
+ * TFLite's; int16: left_shift <= 14), so |ta + tb| < 2^30 never overflows; y_* as in
+ * fixedpoint.h. Make the params with npu_qadd_params_make() (src/compiler/qparams.h). y may be a or b
+ * (in place); no other overlap. */
+struct npu_qadd_params {
+  int32_t a_zero_point, b_zero_point;
+  int32_t left_shift;
+  int32_t a_mult, a_shift;
+  int32_t b_mult, b_shift;
+  int32_t y_mult, y_shift, y_zero_point;
+};
+
+typedef void npu_qs8_vadd_fn(size_t n, const int8_t *a, const int8_t *b, int8_t *y,
+                             const struct npu_qadd_params *restrict params);
+typedef void npu_qs16_vadd_fn(size_t n, const int16_t *a, const int16_t *b, int16_t *y,
+                              const struct npu_qadd_params *restrict params);
+
+/* ---- element-wise multiply with requantization ------------------------------------------------
+ *   y = sat(npu_requantize((a - a_zero_point) * (b - b_zero_point), y_mult, y_shift)
+ *           + y_zero_point),   y_mult/y_shift ~ sa * sb / sy.
+ * Valid ranges: int8: zero points in [-128, 127]; int16: input zero points 0 (so the product fits
+ * in int32). y may be a or b (in place); no other overlap. */
+struct npu_qmul_params {
+  int32_t a_zero_point, b_zero_point;
+  int32_t y_mult, y_shift, y_zero_point;
+};
+
+typedef void npu_qs8_vmul_fn(size_t n, const int8_t *a, const int8_t *b, int8_t *y,
+                             const struct npu_qmul_params *restrict params);
+typedef void npu_qs16_vmul_fn(size_t n, const int16_t *a, const int16_t *b, int16_t *y,
+                              const struct npu_qmul_params *restrict params);
+
+/* ---- lookup-table activation ------------------------------------------------------------------
+ * y[i] = table[x[i] + 128]: any int8 -> int8 function with its quantization folded in (SiLU:
+ * npu_lut_s8_build() in src/compiler/qparams.h). y may be x (in place); no other overlap. */
+typedef void npu_x8_lut_fn(size_t n, const int8_t *x, int8_t *y, const int8_t *restrict table);
+
+/* ---- gather rows with per-row requantization (embeddings) -------------------------------------
+ * y[t, c] = sat(npu_requantize(table[ids[t], c], mult[ids[t]], shift[ids[t]]) + y_zero_point)
+ * for t < n_ids, c < cols: 'table' int8 [n_rows, cols] (row r at table + r * cols, symmetric
+ * per row), mult/shift ~ row scale / output scale. y row t at y + t * y_stride (elements).
+ * ids must lie in [0, n_rows) (asserted: validate token ids before running a graph). */
+struct npu_qs8_gather_params {
+  const int32_t *mult;  /* [n_rows] */
+  const int32_t *shift; /* [n_rows] */
+  int32_t y_zero_point;
+};
+
+typedef void npu_qs8_gather_fn(size_t n_ids, const int32_t *restrict ids, size_t n_rows,
+                               size_t cols, const int8_t *restrict table, int8_t *restrict y,
+                               size_t y_stride,
+                               const struct npu_qs8_gather_params *restrict params);
+typedef void npu_qs8_gather_qs16_fn(size_t n_ids, const int32_t *restrict ids, size_t n_rows,
+                                    size_t cols, const int8_t *restrict table, int16_t *restrict y,
+                                    size_t y_stride,
+                                    const struct npu_qs8_gather_params *restrict params);
+
+/* ---- RMSNorm of int16 rows into int8 ---------------------------------------------------------
+ * The normalization in front of every matmul block, in integers, on the residual stream: x int16
+ * [rows, cols] symmetric (zero point 0) with scale sx; y int8 [rows, cols] with scale sy and zero
+ * point y_zero_point. The real op y = x / sqrt(mean(x^2) + eps) * g[c] becomes, per row,
+ *   v    = sum_c x[c]^2 + eps                       (int64; eps ~ cols * eps_real / sx^2, >= 1)
+ *   r, e = npu_rsqrt_q61(v)                          1 / sqrt(v) ~ r * 2^(e - 61) (fixedpoint.h)
+ *   u[c] = (x[c] * r + 2^14) >> 15                   (int64 product, |u| < 2^31)
+ *   s    = 77 - e - shift                            the row's total right shift
+ *   y[c] = sat_int8(((u[c] * mult[c] + 2^(s-1)) >> s) + y_zero_point)   (0 + zp when s > 62)
+ * with mult[c] * 2^(shift - 31) ~ g[c] * sqrt(cols) / sy: one signed multiplier per channel
+ * (|mult| <= INT32_MAX, any sign: the weights of a norm may be negative) and one shift for the
+ * tensor, so |u * mult| < 2^62. Valid ranges: cols in [1, 2^24]; eps in [1, 2^62]; shift in
+ * [-16, 46] (so s >= 1); y_zero_point in [-128, 127]. Make the params with
+ * npu_rmsnorm_params_make() (src/compiler/qparams.h). No overlap of x and y. */
+#define NPU_QS16_RMSNORM_MAX_COLS (1 << 24) /* the widest row it takes */
+
+struct npu_qs16_rmsnorm_params {
+  const int32_t *mult; /* [cols] */
+  int64_t eps;
+  int32_t shift;
+  int32_t y_zero_point;
+};
+
+typedef void npu_qs16_rmsnorm_qs8_fn(size_t rows, size_t cols, const int16_t *restrict x,
+                                     int8_t *restrict y,
+                                     const struct npu_qs16_rmsnorm_params *restrict params);
+
+/* ---- attention: scores, softmax, weighted values over a context bucket -----------------------
+ * The three attention ops of a step of 'rows' tokens over a bucket of 'ctx' cache positions, in
+ * the graph's layouts: q [rows, heads * head_dim]; the K and V caches [ctx, kv_heads * head_dim]
+ * (int8 copies the CPU quantized for this step); scores and probabilities [heads, rows, ctx];
+ * the output [rows, heads * head_dim]. Query head h reads K/V head h / (heads / kv_heads)
+ * (grouped-query attention). Row t of a step that starts at cache position pos0 with n_valid real
+ * rows sees keys j < len(t) = pos0 + min(t, n_valid - 1) + 1: causal, and a padded row
+ * (t >= n_valid) sees what the last real row sees, so no kernel reads a cache row at or past
+ * pos0 + n_valid (the copies hold only those rows). */
+struct npu_attn_shape {
+  int32_t heads, kv_heads, head_dim; /* heads a multiple of kv_heads; head_dim in [1, 32768] */
+  int32_t rows, ctx;
+  int32_t pos0, n_valid; /* 1 <= n_valid <= rows; pos0 >= 0; pos0 + n_valid <= ctx */
+};
+
+/* len(t) of the shape above. */
+static inline int32_t npu_attn_len_of(const struct npu_attn_shape *shape, int32_t t) {
+  return shape->pos0 + (t < shape->n_valid ? t : shape->n_valid - 1) + 1;
+}
+
+/* Scores: for j < len(t)
+ *   s[h, t, j] = sat_int16(npu_requantize(sum_i (q[t, h, i] - q_zero_point)
+ *                                               * (k[j, h / group, i] - k_zero_point),
+ *                                         mult, shift) + s_zero_point)
+ * (mult/shift ~ q_scale * k_scale * 1/sqrt(head_dim) / s_scale), and the mask
+ * s[h, t, j] = NPU_ATTN_MASKED for len(t) <= j < ctx. Zero points in [-128, 127]; the int32 sum
+ * cannot overflow (255^2 * 32768 < 2^31). */
+#define NPU_ATTN_MASKED INT16_MIN
+
+struct npu_qs8_qk_params {
+  int32_t q_zero_point, k_zero_point;
+  int32_t mult, shift; /* fixedpoint.h ranges */
+  int32_t s_zero_point; /* [-32768, 32767] */
+};
+
+typedef void npu_qs8_qk_qs16_fn(const struct npu_attn_shape *restrict shape,
+                                const int8_t *restrict q, const int8_t *restrict k,
+                                int16_t *restrict s,
+                                const struct npu_qs8_qk_params *restrict params);
+
+/* Softmax of int16 scores into Q15 probabilities (real p = q * 2^-15, zero point 0), over the
+ * first len(t) entries of each row, in fixed point. With m the row's maximum over j < len and
+ * r = the bit width of len (len < 2^r):
+ *   d_j = m - s_j                                   in [0, 65535]
+ *   u_j = npu_requantize(d_j, mult, shift)          d_j * s_scale / ln 2 in 1/256ths of an octave
+ *   e_j = npu_exp2_q30[u_j & 255] >> min((u_j >> 8) + r, 31)      2^-(u_j / 256) in Q(30 - r)
+ *   sum = sum_j e_j                                 < 2^30 (e_j <= 2^(30 - r), len < 2^r)
+ *   inv = floor(2^(60 - r) / sum)                   <= 2^30 (sum >= e of the maximum = 2^(30-r))
+ *   p_j = min(floor((e_j * inv + 2^(44 - r)) / 2^(45 - r)), 32767)  ~ round(2^15 * e_j / sum)
+ * (e_j * inv < 2^60 in int64) and p_j = 0 for len <= j < ctx. The input's zero point cancels in
+ * d_j. mult/shift (fixedpoint.h ranges) ~ s_scale * 256 / ln 2; a multiplier that saturates only
+ * makes far-below-maximum entries 0. len < 2^24. */
+#define NPU_QS16_SOFTMAX_MAX_LEN ((1 << 24) - 1) /* the longest row it takes */
+#define NPU_PROB_BITS 15 /* probabilities are Q15: scale 2^-15, zero point 0, in [0, 32767] */
+
+struct npu_qs16_softmax_params {
+  int32_t mult, shift;
+};
+
+/* round(2^30 * 2^(-f / 256)) for f in [0, 255]: the exponential of the integer softmax. */
+extern const int32_t npu_exp2_q30[256];
+
+typedef void npu_qs16_softmax_fn(const struct npu_attn_shape *restrict shape,
+                                 const int16_t *restrict s, int16_t *restrict p,
+                                 const struct npu_qs16_softmax_params *restrict params);
+
+/* Weighted values: for every t, h, i
+ *   out[t, h, i] = sat_int8(npu_requantize(sum_{j < len(t)} p[h, t, j]
+ *                                             * (v[j, h / group, i] - v_zero_point),
+ *                                          mult, shift) + y_zero_point)
+ * (mult/shift ~ 2^-15 * v_scale / y_scale). p holds probabilities: values in [0, 32767] whose
+ * sum over a row is at most 2^16 (any softmax output), so |sum| <= 2^16 * 255 never overflows.
+ * Zero points in [-128, 127]. */
+struct npu_qs16_pv_params {
+  int32_t v_zero_point;
+  int32_t mult, shift;
+  int32_t y_zero_point;
+};
+
+typedef void npu_qs16_pv_qs8_fn(const struct npu_attn_shape *restrict shape,
+                                const int16_t *restrict p, const int8_t *restrict v,
+                                int8_t *restrict out,
+                                const struct npu_qs16_pv_params *restrict params);
+
+/* ---- variants and dispatch --------------------------------------------------------------------*/
+
+/* Declarations of every variant: npu_qs8_gemm__scalar, npu_qs8_gemm__avx2, ... */
+#define NPU_UKERNEL(family, variant, isa) npu_##family##_fn npu_##family##__##variant;
+#include "kernels/npu/ukernels.inc"
+#undef NPU_UKERNEL
+
+/* The chosen variant of each family. */
+struct npu_ukernels {
+  npu_qs8_gemm_fn *qs8_gemm;
+  npu_qs8_gemm_qs16_fn *qs8_gemm_qs16;
+  npu_qs32_requant_qs8_fn *qs32_requant_qs8;
+  npu_qs32_requant_qs16_fn *qs32_requant_qs16;
+  npu_qs8_vadd_fn *qs8_vadd;
+  npu_qs16_vadd_fn *qs16_vadd;
+  npu_qs8_vmul_fn *qs8_vmul;
+  npu_qs16_vmul_fn *qs16_vmul;
+  npu_x8_lut_fn *x8_lut;
+  npu_qs8_gather_fn *qs8_gather;
+  npu_qs8_gather_qs16_fn *qs8_gather_qs16;
+  npu_qs8_qk_qs16_fn *qs8_qk_qs16;
+  npu_qs16_softmax_fn *qs16_softmax;
+  npu_qs16_pv_qs8_fn *qs16_pv_qs8;
+  npu_qs16_rmsnorm_qs8_fn *qs16_rmsnorm_qs8;
+};
+
+/* Fill 'uk_out' with, for each family, the last variant in ukernels.inc whose extensions are all
+ * in 'isa' (pass npu_isa_detect(), or 0 to force the scalar reference kernels). */
+void npu_ukernels_select(uint32_t isa, struct npu_ukernels *uk_out);
+
+/* The variant name ("scalar", "avx2", "avx512vnni", ...) of the kernel 'uk' holds for 'family'
+ * ("qs8_gemm", ...), for reports; "?" if the family is unknown or no listed variant. */
+const char *npu_ukernels_variant(const struct npu_ukernels *uk, const char *family);
+
+#endif /* NPU_KERNELS_NPU_UKERNELS_H */

@@ -1,0 +1,102 @@
+#!/bin/sh
+# The layers of src/, bottom to top (README, "Layout"): a file uses only its own layer and those
+# below. Four checks, TAP lines, each naming every file and line at fault:
+# 1. every source file of src/ lies in a layer folder, and every #include "..." between folders
+#    points to its own layer or one below. include/npulm.h, the public header, may be included
+#    from any layer: it declares the types every layer shares (status, error, parameters) and
+#    includes nothing of ours, so it cannot close a loop;
+# 2. no two modules (folders, such as kernels/npu and kernels/cpu) include each other;
+# 3. tools/ (the CLI) includes only the public header and its own headers;
+# 4. the compiled objects agree: no object of the library calls a function or reads a variable
+#    that a higher layer's object defines (an include check cannot see a declaration that sits in
+#    a low header while its definition lives above). Objects are looked for next to $NPULM_BIN
+#    (BUILD/npulm -> BUILD/src/**/*.o); skipped if absent.
+root=$(cd "$(dirname "$0")/../.." && pwd)
+bin=${NPULM_BIN:-build/npulm}
+case "$bin" in /*) ;; *) bin="$PWD/$bin" ;; esac
+objdir=$(dirname "$bin")/src
+LAYERS="base io model ref kernels ir compiler program backends runtime analysis api"
+n=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+notok() { n=$((n + 1)); echo "not ok $n - $1"; }
+skip() { n=$((n + 1)); echo "ok $n - $1 # SKIP $2"; }
+report() { # $1: description, $2: the faults, one a line
+  if [ -z "$2" ]; then ok "$1"; else
+    notok "$1"; echo "$2" | sed 's/^/#   /'; fi
+}
+
+cd "$root" || exit 1
+
+# "FILE LINE TARGET" for every quoted include of every source file of src/ (paths from src/)
+includes=$(find src -name '*.[ch]' -o -name '*.inc' | sort | while read -r f; do
+  grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" |
+    sed 's/^\([0-9]*\):[^"]*"\([^"]*\)".*/\1 \2/' | sed "s|^|${f#src/} |"
+done)
+
+# 1. layer folders and downward includes
+faults=$(echo "$includes" | awk -v layers="$LAYERS" '
+  BEGIN { n = split(layers, l, " "); for (i = 1; i <= n; i++) rank[l[i]] = i }
+  function layer(path) { sub(/\/.*/, "", path); return path }
+  NF == 3 {
+    f = $1; t = $3; lf = layer($1)
+    if (!(lf in rank)) { if (!(f in told)) print "src/" f ": not in a layer folder (" layers ")"; told[f] = 1; next }
+    if (t == "npulm.h" || index(t, "/") == 0) next
+    lt = layer(t)
+    if (!(lt in rank)) print "src/" f ":" $2 ": includes \"" t "\", which is in no layer"
+    else if (rank[lt] > rank[lf])
+      print "src/" f ":" $2 ": includes \"" t "\": layer " lt " is above " lf
+  }')
+report "every include in src/ points to its own layer or one below" "$faults"
+
+# 2. modules that include each other
+faults=$(echo "$includes" | awk '
+  function module(path) { sub(/\/[^\/]*$/, "", path); return path }
+  NF == 3 && index($3, "/") {
+    a = module($1); b = module($3)
+    if (a != b && !((a, b) in at)) at[a, b] = "src/" $1 ":" $2
+  }
+  END {
+    for (k in at) {
+      split(k, p, SUBSEP)
+      if (p[1] < p[2] && ((p[2], p[1]) in at))
+        print p[1] " and " p[2] " include each other: " at[k] ", " at[p[2], p[1]]
+    }
+  }' | sort)
+report "no two modules include each other" "$faults"
+
+# 3. the CLI uses only the public API
+faults=$(for f in tools/*.c tools/*.h; do
+  grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$f" |
+    sed 's/^\([0-9]*\):[^"]*"\([^"]*\)".*/\1 \2/' | while read -r line target; do
+    [ "$target" = npulm.h ] || [ -e "tools/$target" ] ||
+      echo "$f:$line: includes \"$target\": the CLI uses only include/npulm.h"
+  done
+done)
+report "tools/ includes only the public header and its own headers" "$faults"
+
+# 4. symbols: each object's undefined symbols against the layer of the object defining them
+objs=$(find "$objdir" -name '*.o' 2>/dev/null | sort)
+if [ -z "$objs" ] || ! command -v nm >/dev/null 2>&1; then
+  skip "no object calls into a higher layer" "no objects in $objdir or no nm"
+  exit 0
+fi
+faults=$(for o in $objs; do
+  rel=${o#"$objdir"/}
+  [ -e "src/${rel%.o}.c" ] || continue # left over from a source since moved or removed
+  nm "$o" | awk -v f="$rel" '$1 == "U" { print "U", f, $2; next }
+                             NF == 3 && $2 ~ /^[TDBRC]$/ { print "D", f, $3 }'
+done | awk -v layers="$LAYERS" '
+  BEGIN { n = split(layers, l, " "); for (i = 1; i <= n; i++) rank[l[i]] = i }
+  function layer(path) { sub(/\/.*/, "", path); return path }
+  $1 == "D" { def[$3] = $2; next }
+  { use[++u] = $2 " " $3 }
+  END {
+    for (i = 1; i <= u; i++) {
+      split(use[i], w, " ")
+      if (!(w[2] in def)) continue
+      lu = layer(w[1]); ld = layer(def[w[2]])
+      if ((lu in rank) && (ld in rank) && rank[ld] > rank[lu])
+        print "src/" w[1] " uses " w[2] " of src/" def[w[2]] ": layer " ld " is above " lu
+    }
+  }' | sed 's/\.o /.c /; s/\.o:/.c:/; s/\.o$/.c/' | sort)
+report "no object calls into a higher layer" "$faults"
