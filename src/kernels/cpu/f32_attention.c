@@ -1,5 +1,6 @@
 /* npu_f32_attention__scalar and npu_f32_attention_tiles__scalar, the fused attention (ukernels.h),
- * and npu_f32_attention_fold, which folds the tiles' results (kernels.h). */
+ * npu_f32_attention_fold, which folds the tiles' results, and npu_f32_softmax, attention's softmax
+ * when it runs as its own op (kernels.h): both with the helpers that define attention's sums. */
 #include "kernels/cpu/f32_attention_impl.h"
 
 void npu_f32_attention__scalar(float *restrict out, const float *restrict q,
@@ -35,5 +36,30 @@ void npu_f32_attention_fold(float *restrict out, const float *restrict part, int
         o[i] = at_fold1(o[i], u[i], f, first);
     }
     at_normalize(o, hd, sum);
+  }
+}
+
+void npu_f32_softmax(float *restrict p, const float *restrict s, int32_t heads, int32_t rows,
+                     int32_t ctx, int32_t pos0, int32_t n_valid) {
+  for (int32_t h = 0; h < heads; h++) {
+    for (int32_t t = 0; t < rows; t++) {
+      const size_t off = ((size_t)h * (size_t)rows + (size_t)t) * (size_t)ctx;
+      const float *x = s + off;
+      float *o = p + off;
+      const int32_t len = npu_attn_len(pos0, n_valid, t);
+      const float max = max_of(x + 1, len - 1, x[0]);
+      const float sum = exp_sum(o, x, len, max, 0.0f);
+      int32_t j = 0;
+      for (; j + 8 <= len; j += 8) {
+        npu_v8f v;
+        LOAD8(v, o + j);
+        v /= sum;
+        memcpy(o + j, &v, sizeof(v));
+      }
+      for (; j < len; j++)
+        o[j] /= sum;
+      for (j = len; j < ctx; j++)
+        o[j] = 0.0f;
+    }
   }
 }

@@ -1,6 +1,7 @@
 /* The CPU backend's float kernels that have one variant (kernels.h): gather, RMSNorm, KV-cache
- * writes, softmax and the element-wise ops. Those with several are listed in ukernels.inc. */
-#include "kernels/cpu/f32_attention_impl.h" /* max_of, exp_sum */
+ * writes and the element-wise ops (softmax is attention's: f32_attention.c). Those with several
+ * are listed in ukernels.inc. */
+#include "kernels/cpu/f32_util.h"
 
 void npu_f32_gather(float *restrict out, const float *restrict table, const int32_t *restrict ids,
                     int32_t rows, int32_t cols) {
@@ -82,31 +83,6 @@ uint32_t npu_touch_lines(const void *p, size_t bytes) {
   for (size_t i = 0; i < bytes; i += 64)
     sum += b[i];
   return sum;
-}
-
-void npu_f32_softmax(float *restrict p, const float *restrict s, int32_t heads, int32_t rows,
-                     int32_t ctx, int32_t pos0, int32_t n_valid) {
-  for (int32_t h = 0; h < heads; h++) {
-    for (int32_t t = 0; t < rows; t++) {
-      const size_t off = ((size_t)h * (size_t)rows + (size_t)t) * (size_t)ctx;
-      const float *x = s + off;
-      float *o = p + off;
-      const int32_t len = npu_attn_len(pos0, n_valid, t);
-      const float max = max_of(x + 1, len - 1, x[0]);
-      const float sum = exp_sum(o, x, len, max, 0.0f);
-      int32_t j = 0;
-      for (; j + 8 <= len; j += 8) {
-        npu_v8f v;
-        LOAD8(v, o + j);
-        v /= sum;
-        memcpy(o + j, &v, sizeof(v));
-      }
-      for (; j < len; j++)
-        o[j] /= sum;
-      for (j = len; j < ctx; j++)
-        o[j] = 0.0f;
-    }
-  }
 }
 
 /* ---- Element-wise --------------------------------------------------------------------------- */
