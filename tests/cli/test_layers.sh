@@ -45,7 +45,9 @@ faults=$(echo "$includes" | awk -v layers="$LAYERS" '
     if (!(lt in rank)) print "src/" f ":" $2 ": includes \"" t "\", which is in no layer"
     else if (rank[lt] > rank[lf])
       print "src/" f ":" $2 ": includes \"" t "\": layer " lt " is above " lf
-  }')
+  }'
+  grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' include/npulm.h |
+    sed 's/^\([0-9]*\):.*/include\/npulm.h:\1: the public header includes one of our headers/')
 report "every include in src/ points to its own layer or one below" "$faults"
 
 # 2. modules that include each other
