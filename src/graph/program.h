@@ -121,7 +121,7 @@ const char *npu_fallback_reason(enum npu_op op, uint32_t float_ops);
 
 /* ---- Program file: a GGUF v3 container, format in program_file.h -------------------------- */
 
-#define NPU_PROGRAM_VERSION 5 /* 'npulm.program.version' this build writes and reads */
+#define NPU_PROGRAM_VERSION 6 /* 'npulm.program.version' this build writes and reads */
 #define NPU_PROGRAM_CHECKSUMS "npulm.checksums" /* their key (gguf_checksum.h) */
 
 /* Whether 'g' is a program file: '*is_program' is set when it has 'npulm.program.version'. A
