@@ -184,6 +184,8 @@ static void assert_graphs_equal(const struct npu_graph *a, const struct npu_grap
     assert_int_equal(x->kv_is_value, y->kv_is_value);
     for (int d = 0; d < 3; d++) assert_int_equal(x->ne[d], y->ne[d]);
     assert_int_equal(x->ref, y->ref);
+    assert_int_equal(x->layer, y->layer);
+    assert_int_equal(x->role, y->role);
     assert_int_equal(x->offset, y->offset);
     assert_memory_equal(&x->q.scale, &y->q.scale, sizeof(float));
     assert_int_equal(x->q.zero_point, y->q.zero_point);
