@@ -444,6 +444,15 @@ int32_t npu_ir_writer_of(const struct npu_graph *g, int32_t t) {
   return -1;
 }
 
+int32_t npu_ir_reader_of(const struct npu_graph *g, int32_t t, int32_t from) {
+  for (int32_t i = from < 0 ? 0 : from; i < g->n_nodes; i++) {
+    for (int s = 0; s < NPU_IR_MAX_IN; s++) {
+      if (g->nodes[i].in[s] == t) return i;
+    }
+  }
+  return -1;
+}
+
 /* Whether tensor 't' is an activation in backend 'be's arena. */
 static bool act_on(const struct npu_graph *g, int32_t t, enum npu_backend be) {
   return t >= 0 && g->tensors[t].kind == NPU_TK_ACT && g->tensors[t].backend == be;

@@ -214,6 +214,9 @@ int32_t npu_ir_find_tensor(const struct npu_graph *g, int32_t layer, enum npu_te
 /* The node that writes tensor 't', or -1 (weights, token ids, a KV cache read before written). */
 int32_t npu_ir_writer_of(const struct npu_graph *g, int32_t t);
 
+/* The first node from index 'from' on that reads tensor 't', or -1. */
+int32_t npu_ir_reader_of(const struct npu_graph *g, int32_t t, int32_t from);
+
 /* Tensor 't's value in backend 'be's arena: 't' itself, the tensor a TRANSFER copied it from, or
  * a TRANSFER's copy of it; -1 if the value has no tensor there. */
 int32_t npu_ir_value_on(const struct npu_graph *g, int32_t t, enum npu_backend be);

@@ -853,6 +853,16 @@ static npulm_status rewrite_graph(const struct npu_program *p, struct npu_graph 
   return npu_plan(g, err);
 }
 
+/* The matmul whose outlier channels SHADOW node 'i' computes: the one whose output the shadow's
+ * sum (an ADD of it and the TRANSFER of node i's output) reads; -1 if there is none. */
+static int32_t shadowed_matmul(const struct npu_graph *g, int32_t i) {
+  int32_t copy = npu_ir_reader_of(g, g->nodes[i].out, i + 1);
+  if (copy < 0 || g->nodes[copy].op != NPU_OP_TRANSFER) return -1;
+  int32_t sum = npu_ir_reader_of(g, g->nodes[copy].out, copy + 1);
+  if (sum < 0 || g->nodes[sum].op != NPU_OP_ADD) return -1;
+  return npu_ir_writer_of(g, g->nodes[sum].in[0]);
+}
+
 npulm_status npu_quant_link(const struct npu_program *p, struct npu_graph *g, npulm_error *err) {
   free(g->node_site);
   g->node_site = malloc((size_t)(g->n_nodes > 0 ? g->n_nodes : 1) * sizeof(int32_t));
@@ -860,14 +870,15 @@ npulm_status npu_quant_link(const struct npu_program *p, struct npu_graph *g, np
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const struct npu_ir_node *n = &g->nodes[i];
     g->node_site[i] = -1;
-    char name[NPU_IR_NAME_MAX];
-    snprintf(name, sizeof(name), "%s", g->tensors[n->out].name);
+    /* the node whose output names the data: this one, or for a shadow its matmul */
+    int32_t named = i;
     if (n->op == NPU_OP_SHADOW) {
-      name[strlen(name) - (strlen(name) > 7 ? 7 : 0)] = '\0'; /* drop ".shadow": the matmul's data */
+      named = shadowed_matmul(g, i);
     } else if (n->backend != NPU_BE_NPU) {
       continue;
     }
-    const struct npu_qsite *site = npu_program_qsite(p, name);
+    const struct npu_qsite *site =
+        named >= 0 ? npu_program_qsite(p, g->tensors[g->nodes[named].out].name) : NULL;
     enum npu_op want = n->op == NPU_OP_SHADOW ? NPU_OP_MATMUL : (enum npu_op)n->op;
     if (site == NULL || site->op != want) {
       return npu_fail(err, NPULM_ERR_FORMAT, "NPU node writing '%.*s' has no integer data",
