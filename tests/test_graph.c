@@ -880,8 +880,9 @@ static void test_ir_insert_node(void **state) {
   assert_int_equal(g.n_nodes, 4);
   assert_int_equal(g.nodes[2].op, NPU_OP_SILU);
   assert_int_equal(g.nodes[3].out, z);
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < 4; i++) {
     assert_int_equal(g.node_site[i], ((int32_t[]){-1, -1, 5, 6})[i]);
+  }
   assert_int_equal(g.n_subgraphs, 2);
   assert_int_equal(g.subgraphs[0].count, 2);
   assert_int_equal(g.subgraphs[1].first, 2);

@@ -101,12 +101,8 @@ int32_t npu_ir_add_tensor(struct npu_ir_builder *b, enum npu_tensor_kind kind, e
 
 int32_t npu_ir_add_node(struct npu_ir_builder *b, enum npu_op op, int32_t in0, int32_t in1,
                         int32_t in2, int32_t out, int32_t layer, float param) {
-  struct npu_ir_node n = {.op = (uint8_t)op,
-                          .backend = NPU_BE_CPU,
-                          .in = {in0, in1, in2},
-                          .out = out,
-                          .layer = layer,
-                          .param = param};
+  struct npu_ir_node n = {.op = (uint8_t)op, .backend = NPU_BE_CPU, .in = {in0, in1, in2},
+                          .out = out, .layer = layer, .param = param};
   return npu_ir_insert_node(b, b->g->n_nodes, &n);
 }
 
@@ -381,8 +377,9 @@ int32_t npu_ir_insert_node(struct npu_ir_builder *b, int32_t at, const struct np
       return builder_fail(b, NPULM_ERR_ARG, "bad input id");
     }
   }
-  if (node->out < 0 || node->out >= g->n_tensors)
+  if (node->out < 0 || node->out >= g->n_tensors) {
     return builder_fail(b, NPULM_ERR_ARG, "bad output id");
+  }
   /* node_site, where the graph has it, grows with the nodes to the same capacity */
   int32_t cap_nodes = b->cap_nodes, cap_sites = b->cap_nodes;
   if (!grow((void **)&g->nodes, &cap_nodes, g->n_nodes, sizeof(*g->nodes)) ||

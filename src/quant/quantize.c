@@ -335,12 +335,18 @@ static npulm_status smoothed_view(const struct npulm_model *m, const struct npu_
 
 /* ---- Tensor quantization -------------------------------------------------------------------- */
 
-/* True if an NPU matmul reads tensor 'name' as its activation. */
-static bool feeds_matmul(const struct npu_graph *g, const char *name) {
+/* Whether tensors 'a' and 'b' hold one value: the same tensor, or copies of it in the two arenas
+ * (a copy keeps its value's layer and role). */
+static bool same_value(const struct npu_graph *g, int32_t a, int32_t b) {
+  const struct npu_ir_tensor *x = &g->tensors[a], *y = &g->tensors[b];
+  return a == b || (x->role != NPU_ROLE_NONE && x->role == y->role && x->layer == y->layer);
+}
+
+/* True if an NPU matmul reads tensor 't' (or a copy of it) as its activation. */
+static bool feeds_matmul(const struct npu_graph *g, int32_t t) {
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const struct npu_ir_node *n = &g->nodes[i];
-    if (n->backend == NPU_BE_NPU && n->op == NPU_OP_MATMUL &&
-        strcmp(g->tensors[n->in[0]].name, name) == 0) {
+    if (n->backend == NPU_BE_NPU && n->op == NPU_OP_MATMUL && same_value(g, n->in[0], t)) {
       return true;
     }
   }
@@ -349,13 +355,13 @@ static bool feeds_matmul(const struct npu_graph *g, const char *name) {
 
 /* int8 unless no NPU consumer needs it: matmul inputs, SiLU and products are int8; the residual
  * stream and what the NPU hands back to the CPU are int16. */
-static enum npu_dtype npu_dtype_of(const struct npu_graph *g, const char *name) {
+static enum npu_dtype npu_dtype_of(const struct npu_graph *g, int32_t t) {
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const struct npu_ir_node *n = &g->nodes[i];
     if (n->backend != NPU_BE_NPU) continue;
     bool reads = false;
     for (int s = 0; s < NPU_IR_MAX_IN; s++) {
-      reads |= n->in[s] >= 0 && strcmp(g->tensors[n->in[s]].name, name) == 0;
+      reads |= n->in[s] >= 0 && same_value(g, n->in[s], t);
     }
     if (reads && (n->op == NPU_OP_MATMUL || n->op == NPU_OP_SILU || n->op == NPU_OP_MUL ||
                   n->op == NPU_OP_QK)) {
@@ -363,16 +369,6 @@ static enum npu_dtype npu_dtype_of(const struct npu_graph *g, const char *name) 
     }
   }
   return NPU_DT_I16;
-}
-
-/* True if 'name' is attention probabilities (the output of a SOFTMAX, on either backend). */
-static bool is_probs(const struct npu_graph *g, const char *name) {
-  for (int32_t i = 0; i < g->n_nodes; i++) {
-    if (g->nodes[i].op == NPU_OP_SOFTMAX && strcmp(g->tensors[g->nodes[i].out].name, name) == 0) {
-      return true;
-    }
-  }
-  return false;
 }
 
 /* True if the CPU can compute the outlier channels of a matmul reading tensor 'x' in float: the
@@ -739,8 +735,9 @@ static npulm_status insert_shadows(const struct npu_program *p, struct npu_ir_bu
                                     : NULL;
     if (s == NULL || s->n_outliers == 0) continue;
     int32_t src = shadow_source(g, i, s), out = mm->out, layer = mm->layer;
-    if (src < 0)
+    if (src < 0) {
       return npu_fail(err, NPULM_ERR_ARG, "'%s': no float source for its shadow", s->name);
+    }
     char name[NPU_IR_NAME_MAX + 16];
     snprintf(name, sizeof(name), "%s.%s", s->name, npu_tensor_role_name(NPU_ROLE_SHADOW));
     int32_t cpu = npu_ir_add_copy(b, out, NPU_BE_CPU, name);
@@ -750,18 +747,12 @@ static npulm_status insert_shadows(const struct npu_program *p, struct npu_ir_bu
     npu_ir_set_role(b, cpu, layer, NPU_ROLE_SHADOW);
     npu_ir_set_role(b, npu, layer, NPU_ROLE_SHADOW);
     npu_ir_set_role(b, sum, layer, NPU_ROLE_SHADOW_SUM);
-    struct npu_ir_node shadow = {.op = NPU_OP_SHADOW,
-                                 .backend = NPU_BE_CPU,
-                                 .in = {src, -1, -1},
-                                 .out = cpu,
-                                 .layer = layer};
-    struct npu_ir_node transfer = {.op = NPU_OP_TRANSFER,
-                                   .backend = NPU_BE_CPU,
-                                   .in = {cpu, -1, -1},
-                                   .out = npu,
-                                   .layer = layer};
-    struct npu_ir_node add = {
-        .op = NPU_OP_ADD, .backend = NPU_BE_NPU, .in = {out, npu, -1}, .out = sum, .layer = layer};
+    struct npu_ir_node shadow = {.op = NPU_OP_SHADOW, .backend = NPU_BE_CPU, .in = {src, -1, -1},
+                                 .out = cpu, .layer = layer};
+    struct npu_ir_node transfer = {.op = NPU_OP_TRANSFER, .backend = NPU_BE_CPU,
+                                   .in = {cpu, -1, -1}, .out = npu, .layer = layer};
+    struct npu_ir_node add = {.op = NPU_OP_ADD, .backend = NPU_BE_NPU, .in = {out, npu, -1},
+                              .out = sum, .layer = layer};
     /* shadow, transfer, the matmul, the sum */
     npu_ir_insert_node(b, i, &shadow);
     npu_ir_insert_node(b, i + 1, &transfer);
@@ -797,11 +788,8 @@ static void insert_kv_copies(struct npu_ir_builder *b) {
     /* an activation; kv_is_value still says which cache it holds */
     int32_t copy = npu_ir_add_copy(b, cache, NPU_BE_NPU, name);
     npu_ir_set_role(b, copy, layer, value ? NPU_ROLE_V_CACHE_COPY : NPU_ROLE_K_CACHE_COPY);
-    struct npu_ir_node transfer = {.op = NPU_OP_TRANSFER,
-                                   .backend = NPU_BE_CPU,
-                                   .in = {cache, -1, -1},
-                                   .out = copy,
-                                   .layer = layer};
+    struct npu_ir_node transfer = {.op = NPU_OP_TRANSFER, .backend = NPU_BE_CPU,
+                                   .in = {cache, -1, -1}, .out = copy, .layer = layer};
     if (npu_ir_insert_node(b, i, &transfer) < 0) break;
     i++;
     g->nodes[i].in[1] = copy;
@@ -822,11 +810,8 @@ static npulm_status rewrite_graph(const struct npu_program *p, struct npu_graph 
     int32_t act = npu_ir_add_copy(&b, logits, NPU_BE_NPU, NULL);
     if (act < 0) break;
     g->nodes[i].out = act;
-    struct npu_ir_node transfer = {.op = NPU_OP_TRANSFER,
-                                   .backend = NPU_BE_CPU,
-                                   .in = {act, -1, -1},
-                                   .out = logits,
-                                   .layer = -1};
+    struct npu_ir_node transfer = {.op = NPU_OP_TRANSFER, .backend = NPU_BE_CPU,
+                                   .in = {act, -1, -1}, .out = logits, .layer = -1};
     npu_ir_insert_node(&b, i + 1, &transfer);
     g->n_transfers++;
   }
@@ -961,20 +946,20 @@ npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_progra
     bool on_npu = (tensor->kind == NPU_TK_ACT && tensor->backend == NPU_BE_NPU) ||
                   tensor->kind == NPU_TK_LOGITS;
     if (!on_npu || npu_program_qtensor(p, tensor->name) != NULL) continue;
-    if (is_probs(g0, tensor->name)) {
+    if (tensor->role == NPU_ROLE_KQ_SOFTMAX) {
       /* probabilities: Q15, no calibration needed */
-      struct npu_qtensor *t = &p->qtensors[p->n_qtensors++];
-      memset(t, 0, sizeof(*t));
-      snprintf(t->name, sizeof(t->name), "%s", tensor->name);
-      t->dtype = NPU_DT_I16;
-      t->q = (struct npu_qparams){.scale = npu_prob_scale(), .zero_point = 0};
+      struct npu_qtensor *probs = &p->qtensors[p->n_qtensors++];
+      memset(probs, 0, sizeof(*probs));
+      snprintf(probs->name, sizeof(probs->name), "%s", tensor->name);
+      probs->dtype = NPU_DT_I16;
+      probs->q = (struct npu_qparams){.scale = npu_prob_scale(), .zero_point = 0};
       continue;
     }
-    enum npu_dtype dt = npu_dtype_of(g0, tensor->name);
+    enum npu_dtype dt = npu_dtype_of(g0, t);
     const struct npu_act_stats *stats = npu_calib_find(cal, tensor->name);
     int32_t n_out = 0;
-    if (o->mode == NPU_QUANT_SHADOW && stats != NULL && feeds_matmul(g0, tensor->name) &&
-        shadowable(g0, t) && stats->n_channels <= 4 * m->cfg.ffn_dim + 16) {
+    if (o->mode == NPU_QUANT_SHADOW && stats != NULL && feeds_matmul(g0, t) && shadowable(g0, t) &&
+        stats->n_channels <= 4 * m->cfg.ffn_dim + 16) {
       n_out = find_outliers(stats, o->shadow_threshold, outliers);
     }
     st = add_qtensor(p, tensor->name, dt, stats, outliers, n_out > 0 ? n_out : 0, err);
