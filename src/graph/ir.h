@@ -105,8 +105,9 @@ struct npu_graph {
   uint64_t arena_size[NPU_BE_COUNT]; /* bytes, set by the planner */
   int32_t n_transfers;               /* backend switches (TRANSFER nodes) */
   int32_t *node_site; /* (n_nodes) integer data of each NPU node: an index into the program's
-                         qsites, or -1; derived from the names when a program is quantized or
-                         loaded (not stored), NULL for FP32 programs */
+                         qsites, or -1; derived from the names (a SHADOW node's from its
+                         matmul's) when a program is quantized or loaded (not stored), NULL for
+                         FP32 programs */
 };
 
 const char *npu_op_name(enum npu_op op);
