@@ -3,7 +3,8 @@
  * line reads that warm decode attention's KV rows by what they return),
  * the step policy, and whole models: every specialization (decode and each chunk size, times each
  * context bucket) bit for bit the reference's logits, chunked prefill equal to token-by-token
- * decode, greedy output and perplexity identical. */
+ * decode, greedy output and perplexity identical; and the IR's API for passes (roles, editing a
+ * graph through a resumed builder). */
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -801,6 +802,118 @@ static void test_session_arguments(void **state) {
   npulm_model_close(m);
 }
 
+/* ---- The IR's pass API ---------------------------------------------------------------------- */
+
+/* Every block tensor of a compiled graph is found by its layer and role, and is the one the
+ * builder names after them; copies come after the value they copy. */
+static void test_roles_name_tensors(void **state) {
+  (void)state;
+  npulm_model *m = test_open_shared("models/stories260K.gguf");
+  compile(m, (int[]){32}, 1, (int[]){128}, 1);
+  const struct npu_graph *g = &m->program->graphs[m->program->n_graphs - 1];
+  for (int32_t l = 0; l < m->cfg.n_layers; l++) {
+    for (int r = NPU_ROLE_ATTN_NORM; r <= NPU_ROLE_FFN_RESIDUAL; r++) {
+      if (r == NPU_ROLE_K_CACHE || r == NPU_ROLE_V_CACHE || r == NPU_ROLE_KQ ||
+          r == NPU_ROLE_KQ_SOFTMAX) {
+        continue; /* the caches are named without their layer; the scores are fused away */
+      }
+      int32_t t = npu_ir_find_tensor(g, l, (enum npu_tensor_role)r);
+      char want[NPU_IR_NAME_MAX];
+      snprintf(want, sizeof(want), "blk.%d.%s", l, npu_tensor_role_name((enum npu_tensor_role)r));
+      assert_true(t >= 0);
+      assert_string_equal(g->tensors[t].name, want);
+      assert_true(npu_ir_writer_of(g, t) >= 0);
+    }
+    int32_t k = npu_ir_find_tensor(g, l, NPU_ROLE_K_CACHE);
+    assert_true(k >= 0 && g->tensors[k].kind == NPU_TK_KV && g->tensors[k].ref == l);
+  }
+  assert_int_equal(g->tensors[npu_ir_find_tensor(g, -1, NPU_ROLE_LOGITS)].kind, NPU_TK_LOGITS);
+  for (int32_t t = 0; t < g->n_tensors; t++) {
+    int32_t w = npu_ir_writer_of(g, t);
+    if (w < 0 || g->nodes[w].op != NPU_OP_TRANSFER) continue;
+    int32_t src = g->nodes[w].in[0];
+    assert_true(src < t);
+    assert_int_equal(g->tensors[t].role, g->tensors[src].role);
+    assert_int_equal(g->tensors[t].layer, g->tensors[src].layer);
+    assert_int_equal(npu_ir_value_on(g, t, (enum npu_backend)g->tensors[src].backend), src);
+    assert_int_equal(npu_ir_value_on(g, src, (enum npu_backend)g->tensors[t].backend), t);
+  }
+  npulm_model_close(m);
+}
+
+/* A pass's edits through a resumed builder: a node inserted in the middle moves the later nodes
+ * and their integer data links up and the subgraphs are cut again; a copy keeps its value's role
+ * and layer; a node that reads a tensor before it is written is refused and changes nothing. */
+static void test_ir_insert_node(void **state) {
+  (void)state;
+  struct npu_graph g;
+  struct npu_ir_builder b;
+  npu_ir_builder_init(&b, &g, 2, 4);
+  int32_t ids = npu_ir_add_tensor(&b, NPU_TK_INPUT_IDS, NPU_DT_I32, 2, 1, 1, -1, "ids");
+  int32_t table = npu_ir_add_tensor(&b, NPU_TK_WEIGHT, NPU_DT_F32, 10, 8, 1, 0, "table");
+  int32_t x = npu_ir_add_tensor(&b, NPU_TK_ACT, NPU_DT_F32, 2, 8, 1, -1, "embd");
+  int32_t y = npu_ir_add_tensor(&b, NPU_TK_ACT, NPU_DT_F32, 2, 8, 1, -1, "blk.0.ffn_silu");
+  int32_t z = npu_ir_add_tensor(&b, NPU_TK_ACT, NPU_DT_F32, 2, 8, 1, -1, "blk.0.ffn_gate_par");
+  npu_ir_set_role(&b, x, -1, NPU_ROLE_EMBD);
+  npu_ir_set_role(&b, y, 0, NPU_ROLE_FFN_SILU);
+  npu_ir_set_role(&b, z, 0, NPU_ROLE_FFN_GATE_PAR);
+  npu_ir_add_node(&b, NPU_OP_GATHER, ids, table, -1, x, -1, 0);
+  npu_ir_add_node(&b, NPU_OP_SILU, x, -1, -1, y, 0, 0);
+  npu_ir_add_node(&b, NPU_OP_SILU, y, -1, -1, z, 0, 0);
+  assert_int_equal(npu_ir_builder_status(&b, NULL), NPULM_OK);
+  /* the gather on the CPU, the rest on the NPU, as a partitioner leaves it without transfers */
+  g.nodes[1].backend = g.nodes[2].backend = NPU_BE_NPU;
+  g.tensors[y].backend = g.tensors[z].backend = NPU_BE_NPU;
+  g.node_site = malloc(3 * sizeof(*g.node_site));
+  assert_non_null(g.node_site);
+  memcpy(g.node_site, (int32_t[]){-1, 5, 6}, 3 * sizeof(*g.node_site));
+
+  npu_ir_builder_resume(&b, &g);
+  npu_ir_cut_subgraphs(&b);
+  assert_int_equal(g.n_subgraphs, 2);
+  int32_t copy = npu_ir_add_copy(&b, x, NPU_BE_NPU, NULL);
+  struct npu_ir_node transfer = {
+      .op = NPU_OP_TRANSFER, .backend = NPU_BE_CPU, .in = {x, -1, -1}, .out = copy, .layer = -1};
+  assert_int_equal(npu_ir_insert_node(&b, 1, &transfer), 1);
+  g.nodes[2].in[0] = copy;
+  assert_int_equal(npu_ir_builder_status(&b, NULL), NPULM_OK);
+  assert_int_equal(g.n_nodes, 4);
+  assert_int_equal(g.nodes[2].op, NPU_OP_SILU);
+  assert_int_equal(g.nodes[3].out, z);
+  for (int i = 0; i < 4; i++) {
+    assert_int_equal(g.node_site[i], ((int32_t[]){-1, -1, 5, 6})[i]);
+  }
+  assert_int_equal(g.n_subgraphs, 2);
+  assert_int_equal(g.subgraphs[0].count, 2);
+  assert_int_equal(g.subgraphs[1].first, 2);
+  assert_int_equal(g.subgraphs[1].count, 2);
+  assert_int_equal(g.tensors[copy].role, NPU_ROLE_EMBD);
+  assert_int_equal(g.tensors[copy].layer, -1);
+  assert_string_equal(g.tensors[copy].name, "embd");
+
+  assert_int_equal(npu_ir_find_tensor(&g, -1, NPU_ROLE_EMBD), x);
+  assert_int_equal(npu_ir_find_tensor(&g, 0, NPU_ROLE_FFN_GATE_PAR), z);
+  assert_int_equal(npu_ir_find_tensor(&g, 1, NPU_ROLE_FFN_GATE_PAR), -1);
+  assert_int_equal(npu_ir_writer_of(&g, z), 3);
+  assert_int_equal(npu_ir_writer_of(&g, table), -1);
+  assert_int_equal(npu_ir_value_on(&g, copy, NPU_BE_CPU), x);
+  assert_int_equal(npu_ir_value_on(&g, x, NPU_BE_NPU), copy);
+  assert_int_equal(npu_ir_value_on(&g, y, NPU_BE_CPU), -1);
+
+  /* reads z before the node that writes it */
+  int32_t early = npu_ir_add_copy(&b, z, NPU_BE_NPU, "early");
+  struct npu_ir_node bad = {
+      .op = NPU_OP_SILU, .backend = NPU_BE_NPU, .in = {z, -1, -1}, .out = early, .layer = 0};
+  assert_int_equal(npu_ir_insert_node(&b, 0, &bad), -1);
+  npulm_error err;
+  assert_int_equal(npu_ir_builder_status(&b, &err), NPULM_ERR_ARG);
+  assert_non_null(strstr(err.msg, "unwritten"));
+  assert_int_equal(g.n_nodes, 4);
+  assert_int_equal(g.nodes[0].op, NPU_OP_GATHER);
+  assert_int_equal(g.node_site[2], 5);
+  npu_graph_free(&g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_matmul_matches_reference_bits),
@@ -819,6 +932,8 @@ int main(void) {
       cmocka_unit_test(test_perplexity_identical),
       cmocka_unit_test(test_stats),
       cmocka_unit_test(test_session_arguments),
+      cmocka_unit_test(test_roles_name_tensors),
+      cmocka_unit_test(test_ir_insert_node),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,6 +24,8 @@
 
 /* i32 fields per record of npulm.qsites (program_file.h) */
 enum { SITE_FIELDS = 38, SITE_QK = 23, SITE_SOFTMAX = 28, SITE_PV = 30, SITE_RMSNORM = 34 };
+/* i32 fields per record of npulm.graph.G.tensors, and where the layer and the role are */
+enum { TENSOR_FIELDS = 14, TENSOR_LAYER = 12, TENSOR_ROLE = 13 };
 
 enum { DIM = 32, HEADS = 4, KV_HEADS = 2, HEAD_DIM = DIM / HEADS, FFN = 64, VOCAB = 259 + 5 };
 
@@ -183,6 +185,8 @@ static void assert_graphs_equal(const struct npu_graph *a, const struct npu_grap
     assert_int_equal(x->kv_is_value, y->kv_is_value);
     for (int d = 0; d < 3; d++) assert_int_equal(x->ne[d], y->ne[d]);
     assert_int_equal(x->ref, y->ref);
+    assert_int_equal(x->layer, y->layer);
+    assert_int_equal(x->role, y->role);
     assert_int_equal(x->offset, y->offset);
     assert_memory_equal(&x->q.scale, &y->q.scale, sizeof(float));
     assert_int_equal(x->q.zero_point, y->q.zero_point);
@@ -748,9 +752,10 @@ static size_t field_at(const struct image *im, const char *key, int fields, int 
 /* The first tensor of graph 0 of 'kind' on 'backend' (backend < 0: any). */
 static int find_tensor(const struct image *im, int kind, int backend) {
   const struct npu_gguf_kv *kv = image_kv(im, "npulm.graph.0.tensors");
-  for (int i = 0; (uint64_t)(i + 1) * 12 <= kv->val.v.a.n; i++) {
-    if (read_i32(im, field_at(im, "npulm.graph.0.tensors", 12, i, 0)) == kind &&
-        (backend < 0 || read_i32(im, field_at(im, "npulm.graph.0.tensors", 12, i, 2)) == backend)) {
+  for (int i = 0; (uint64_t)(i + 1) * TENSOR_FIELDS <= kv->val.v.a.n; i++) {
+    if (read_i32(im, field_at(im, "npulm.graph.0.tensors", TENSOR_FIELDS, i, 0)) == kind &&
+        (backend < 0 ||
+         read_i32(im, field_at(im, "npulm.graph.0.tensors", TENSOR_FIELDS, i, 2)) == backend)) {
       return i;
     }
   }
@@ -776,7 +781,8 @@ static void test_hostile_version_and_keys(void **state) {
   assert_int_equal(open_bytes(&im, im.data, im.size, &err), NPULM_OK);
 
   size_t v = value_at(&im, "npulm.program.version");
-  expect_patch(&im, "version 6", v, 6, NPULM_ERR_UNSUPPORTED, "version 6");
+  expect_patch(&im, "version 7", v, 7, NPULM_ERR_UNSUPPORTED, "version 7");
+  expect_patch(&im, "version 5", v, 5, NPULM_ERR_UNSUPPORTED, "recompile");
   expect_patch(&im, "version 4", v, 4, NPULM_ERR_UNSUPPORTED, "recompile");
   expect_patch(&im, "version 3", v, 3, NPULM_ERR_UNSUPPORTED, "recompile");
   expect_patch(&im, "version 2", v, 2, NPULM_ERR_UNSUPPORTED, "recompile");
@@ -846,13 +852,13 @@ static void test_hostile_weights(void **state) {
 
   /* a graph weight tensor pointing at another weight (of another shape) */
   int w = find_tensor(&im, NPU_TK_WEIGHT, -1);
-  expect_patch(&im, "weight ref", field_at(&im, "npulm.graph.0.tensors", 12, w, 7), 1,
+  expect_patch(&im, "weight ref", field_at(&im, "npulm.graph.0.tensors", TENSOR_FIELDS, w, 7), 1,
                NPULM_ERR_FORMAT, "graph 0");
-  expect_patch(&im, "weight ref range", field_at(&im, "npulm.graph.0.tensors", 12, w, 7), 9999,
-               NPULM_ERR_FORMAT, "graph 0");
+  expect_patch(&im, "weight ref range", field_at(&im, "npulm.graph.0.tensors", TENSOR_FIELDS, w, 7),
+               9999, NPULM_ERR_FORMAT, "graph 0");
   /* an absent bias (the tiny llama has none) */
-  expect_patch(&im, "absent weight", field_at(&im, "npulm.graph.0.tensors", 12, w, 7), 3 + 4,
-               NPULM_ERR_FORMAT, "does not have");
+  expect_patch(&im, "absent weight", field_at(&im, "npulm.graph.0.tensors", TENSOR_FIELDS, w, 7),
+               3 + 4, NPULM_ERR_FORMAT, "does not have");
   image_free(&im);
 }
 
@@ -883,18 +889,25 @@ static void test_hostile_records(void **state) {
       {"rope on the NPU", field_at(&im, N, 9, rope, 1), NPU_BE_NPU, "does not support"},
       {"matmul on the CPU", field_at(&im, N, 9, mm, 1), NPU_BE_CPU, "arena"},
       {"node reads an unwritten tensor", field_at(&im, N, 9, 1, 3), act + 40, "graph 0"},
-      {"tensor kind", field_at(&im, T, 12, act, 0), 7, "unknown kind"},
-      {"tensor dtype", field_at(&im, T, 12, act, 1), 9, "unknown dtype"},
-      {"tensor dtype i8", field_at(&im, T, 12, act, 1), NPU_DT_I8, "graph 0"},
-      {"tensor backend", field_at(&im, T, 12, act, 2), -1, "unknown backend"},
-      {"tensor shape 0", field_at(&im, T, 12, act, 5), 0, "dimension"},
-      {"tensor shape big", field_at(&im, T, 12, act, 5), INT32_MAX, "graph 0"},
-      {"tensor offset beyond the arena", field_at(&im, T, 12, act, 8), 1 << 30, "outside"},
-      {"tensor offset high word", field_at(&im, T, 12, act, 9), 1, "outside"},
-      {"tensor offset misaligned", field_at(&im, T, 12, act, 8), 2, "not aligned"},
-      {"tensor scale", field_at(&im, T, 12, act, 10), 0, "quantization"},
-      {"kv cache width", field_at(&im, T, 12, kv, 5), 2 * KV_HEADS * HEAD_DIM, "graph 0"},
-      {"kv cache layer", field_at(&im, T, 12, kv, 7), 5, "graph 0"},
+      {"tensor kind", field_at(&im, T, TENSOR_FIELDS, act, 0), 7, "unknown kind"},
+      {"tensor dtype", field_at(&im, T, TENSOR_FIELDS, act, 1), 9, "unknown dtype"},
+      {"tensor dtype i8", field_at(&im, T, TENSOR_FIELDS, act, 1), NPU_DT_I8, "graph 0"},
+      {"tensor backend", field_at(&im, T, TENSOR_FIELDS, act, 2), -1, "unknown backend"},
+      {"tensor shape 0", field_at(&im, T, TENSOR_FIELDS, act, 5), 0, "dimension"},
+      {"tensor shape big", field_at(&im, T, TENSOR_FIELDS, act, 5), INT32_MAX, "graph 0"},
+      {"tensor offset beyond the arena", field_at(&im, T, TENSOR_FIELDS, act, 8), 1 << 30,
+       "outside"},
+      {"tensor offset high word", field_at(&im, T, TENSOR_FIELDS, act, 9), 1, "outside"},
+      {"tensor offset misaligned", field_at(&im, T, TENSOR_FIELDS, act, 8), 2, "not aligned"},
+      {"tensor scale", field_at(&im, T, TENSOR_FIELDS, act, 10), 0, "quantization"},
+      {"kv cache width", field_at(&im, T, TENSOR_FIELDS, kv, 5), 2 * KV_HEADS * HEAD_DIM,
+       "graph 0"},
+      {"kv cache layer", field_at(&im, T, TENSOR_FIELDS, kv, 7), 5, "graph 0"},
+      {"tensor layer", field_at(&im, T, TENSOR_FIELDS, act, TENSOR_LAYER), -2, "invalid layer"},
+      {"tensor layer big", field_at(&im, T, TENSOR_FIELDS, act, TENSOR_LAYER), 5, "graph 0"},
+      {"tensor role", field_at(&im, T, TENSOR_FIELDS, act, TENSOR_ROLE), NPU_ROLE_COUNT,
+       "unknown role"},
+      {"tensor role 256", field_at(&im, T, TENSOR_FIELDS, act, TENSOR_ROLE), 256, "unknown role"},
       {"arena too small", value_at(&im, "npulm.graph.0.arena_size"), 64, "outside"},
       {"arena absurd", value_at(&im, "npulm.graph.0.arena_size") + 4, 1 << 20, "larger"},
       {"subgraph count", field_at(&im, S, 3, 0, 1), 1000, "subgraph 0"},
@@ -919,7 +932,8 @@ static void test_hostile_records(void **state) {
   uint8_t *copy = malloc(im.size);
   assert_non_null(copy);
   memcpy(copy, im.data, im.size);
-  memcpy(copy + field_at(&im, T, 12, y, 8), im.data + field_at(&im, T, 12, x, 8), 8);
+  memcpy(copy + field_at(&im, T, TENSOR_FIELDS, y, 8),
+         im.data + field_at(&im, T, TENSOR_FIELDS, x, 8), 8);
   npulm_error err = {{0}};
   npulm_status st = open_bytes(&im, copy, im.size, &err);
   free(copy);
@@ -1027,7 +1041,8 @@ static void test_ir_shape_overflow(void **state) {
   assert_non_null(copy);
   memcpy(copy, im.data, im.size);
   int32_t dims[3] = {1 << 21, 1 << 21, 1 << 22};
-  for (int d = 0; d < 3; d++) memcpy(copy + field_at(&im, T, 12, act, 4 + d), &dims[d], 4);
+  for (int d = 0; d < 3; d++)
+    memcpy(copy + field_at(&im, T, TENSOR_FIELDS, act, 4 + d), &dims[d], 4);
   npulm_error err = {{0}};
   assert_int_equal(open_bytes(&im, copy, im.size, &err), NPULM_ERR_FORMAT);
   if (strstr(err.msg, "invalid") == NULL) fail_msg("'%s'", err.msg);
@@ -1564,9 +1579,10 @@ static void test_hostile_quant(void **state) {
       {"table dtype f32", field_at(im, QT, 3, q.qt_i8, 0), NPU_DT_F32, "dtype 0"},
       {"table scale", field_at(im, QT, 3, q.qt_i8, 1), 0, "scale"},
       {"table zero point", field_at(im, QT, 3, q.qt_i8, 2), 200, "zero point"},
-      {"graph dtype", field_at(im, T, 12, q.i8_tensor, 1), NPU_DT_I16, "does not match"},
-      {"graph dtype f32", field_at(im, T, 12, q.i8_tensor, 1), NPU_DT_F32, "is not I8 or I16"},
-      {"graph zero point", field_at(im, T, 12, q.i8_tensor, 11), 3, "does not match"},
+      {"graph dtype", field_at(im, T, TENSOR_FIELDS, q.i8_tensor, 1), NPU_DT_I16, "does not match"},
+      {"graph dtype f32", field_at(im, T, TENSOR_FIELDS, q.i8_tensor, 1), NPU_DT_F32,
+       "is not I8 or I16"},
+      {"graph zero point", field_at(im, T, TENSOR_FIELDS, q.i8_tensor, 11), 3, "does not match"},
       /* ops and placement */
       {"site op", field_at(im, S, SITE_FIELDS, q.mm, 0), NPU_OP_ADD, "must be 0"},
       {"site op without a kernel", field_at(im, S, SITE_FIELDS, q.add16, 0), NPU_OP_ROPE,

@@ -144,18 +144,16 @@ static const char *what_of(const char *name) {
 }
 
 /* The graph ran a node: record its output, dequantized, under the reference's name. A shadowed
- * matmul's sum ("X.shadowed") stands for X; the CPU share alone ("X.shadow") is skipped. */
+ * matmul's sum stands for the matmul (its first operand); the outlier share alone is skipped. */
 static void on_node(void *user, const struct npu_graph *g, int32_t node,
                     const struct npu_exec_ctx *ctx) {
   struct diff *d = user;
   const struct npu_ir_node *nd = &g->nodes[node];
   const struct npu_ir_tensor *t = &g->tensors[nd->out];
   if (g->rows != 1 || (t->kind != NPU_TK_ACT && t->kind != NPU_TK_LOGITS)) return;
-  char name[NPU_IR_NAME_MAX];
-  snprintf(name, sizeof(name), "%s", t->name);
-  size_t len = strlen(name);
-  if (len > 7 && strcmp(name + len - 7, ".shadow") == 0) return;
-  if (len > 9 && strcmp(name + len - 9, ".shadowed") == 0) name[len - 9] = '\0';
+  if (t->role == NPU_ROLE_SHADOW) return;
+  const char *name =
+      t->role == NPU_ROLE_SHADOW_SUM && nd->in[0] >= 0 ? g->tensors[nd->in[0]].name : t->name;
   const void *src = t->kind == NPU_TK_LOGITS ? (const void *)ctx->logits
                                              : (const void *)(ctx->arena[t->backend] + t->offset);
   struct slot *s;

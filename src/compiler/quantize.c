@@ -143,11 +143,22 @@ static float *own_weight(struct npu_program *p, int32_t wi) {
   return copy;
 }
 
-static int32_t weight_index(const struct npu_program *p, const char *name) {
-  for (int32_t i = 0; i < p->n_weights; i++) {
-    if (strcmp(p->weights[i].name, name) == 0 && p->weights[i].data != NULL) return i;
-  }
-  return -1;
+/* The weight (slot 1) or bias (slot 2) that the op writing the tensor of 'role' in 'layer' of
+ * graph 'g' reads: its number in the program's weight table, or -1. */
+static int32_t weight_of(const struct npu_graph *g, int32_t layer, enum npu_tensor_role role,
+                         int slot) {
+  int32_t w = npu_ir_writer_of(g, npu_ir_find_tensor(g, layer, role));
+  if (w < 0 || g->nodes[w].in[slot] < 0) return -1;
+  const struct npu_ir_tensor *t = &g->tensors[g->nodes[w].in[slot]];
+  return t->kind == NPU_TK_WEIGHT ? t->ref : -1;
+}
+
+/* The calibration statistics of the tensor of 'role' in 'layer' of graph 'g' (by its name, which
+ * the reference forward gives its values too), or NULL. */
+static const struct npu_act_stats *stats_of(const struct npu_calib *cal, const struct npu_graph *g,
+                                            int32_t layer, enum npu_tensor_role role) {
+  int32_t t = npu_ir_find_tensor(g, layer, role);
+  return t >= 0 ? npu_calib_find(cal, g->tensors[t].name) : NULL;
 }
 
 /* Largest |w[r][c]| over the rows r, for each input column c. */
@@ -198,10 +209,11 @@ static void smooth_factors(const float *amax, const float *wmax, int32_t n, floa
 /* Apply SmoothQuant to every block: the inputs of q/k/v (folded into attn_norm), of gate/up
  * (ffn_norm), of the attention output projection (V's rows, per KV channel shared by the heads
  * of a group) and of down (up's rows). The classifier is left alone: its weight may be the
- * embedding table. */
+ * embedding table. The weights are found through the program's first graph. */
 static npulm_status smooth(const struct npulm_model *m, struct npu_program *p,
                            const struct npu_calib *cal, float alpha, npulm_error *err) {
   const struct npu_config *c = &m->cfg;
+  const struct npu_graph *g = &p->graphs[0];
   int32_t widest = c->ffn_dim > c->dim ? c->ffn_dim : c->dim;
   if (c->n_heads * c->head_dim > widest) widest = c->n_heads * c->head_dim;
   float *wmax = malloc((size_t)widest * sizeof(float)), *tmp = malloc((size_t)widest * sizeof(float));
@@ -212,15 +224,13 @@ static npulm_status smooth(const struct npulm_model *m, struct npu_program *p,
     goto done;
   }
   for (int32_t l = 0; l < c->n_layers && st == NPULM_OK; l++) {
-    char name[96];
     int32_t idx[4];
-#define W(suffix) (snprintf(name, sizeof(name), "blk.%d.%s", l, suffix), weight_index(p, name))
-#define STATS(what)                                                                          \
-  (snprintf(name, sizeof(name), "blk.%d.%s", l, what), npu_calib_find(cal, name))
+#define W(role) weight_of(g, l, NPU_ROLE_##role, 1)
+#define STATS(role) stats_of(cal, g, l, NPU_ROLE_##role)
     /* inputs of q, k, v: fold 1/s into attn_norm */
-    const struct npu_act_stats *a = STATS("attn_norm");
-    idx[0] = W("attn_q.weight"), idx[1] = W("attn_k.weight"), idx[2] = W("attn_v.weight");
-    idx[3] = W("attn_norm.weight");
+    const struct npu_act_stats *a = STATS(ATTN_NORM);
+    idx[0] = W(Q), idx[1] = W(K), idx[2] = W(V);
+    idx[3] = W(ATTN_NORM);
     if (a == NULL || idx[0] < 0 || idx[1] < 0 || idx[2] < 0 || idx[3] < 0) goto missing;
     column_absmax(&p->weights[idx[0]], wmax);
     for (int k = 1; k < 3; k++) {
@@ -233,8 +243,8 @@ static npulm_status smooth(const struct npulm_model *m, struct npu_program *p,
       goto nomem;
     }
     /* inputs of gate, up: fold 1/s into ffn_norm */
-    a = STATS("ffn_norm");
-    idx[0] = W("ffn_gate.weight"), idx[1] = W("ffn_up.weight"), idx[2] = W("ffn_norm.weight");
+    a = STATS(FFN_NORM);
+    idx[0] = W(FFN_GATE), idx[1] = W(FFN_UP), idx[2] = W(FFN_NORM);
     if (a == NULL || idx[0] < 0 || idx[1] < 0 || idx[2] < 0) goto missing;
     column_absmax(&p->weights[idx[0]], wmax);
     column_absmax(&p->weights[idx[1]], tmp);
@@ -244,16 +254,16 @@ static npulm_status smooth(const struct npulm_model *m, struct npu_program *p,
       goto nomem;
     }
     /* input of down (silu(gate) * up): fold 1/s into up's rows */
-    a = STATS("ffn_gate_par");
-    idx[0] = W("ffn_down.weight"), idx[1] = W("ffn_up.weight");
+    a = STATS(FFN_GATE_PAR);
+    idx[0] = W(FFN_DOWN), idx[1] = W(FFN_UP);
     if (a == NULL || idx[0] < 0 || idx[1] < 0) goto missing;
     column_absmax(&p->weights[idx[0]], wmax);
     smooth_factors(a->chan_absmax, wmax, c->ffn_dim, alpha, s);
     if (!divide_rows(p, idx[1], s) || !scale_columns(p, idx[0], s)) goto nomem;
     /* input of the output projection (attention result): one factor per KV channel, shared by
      * the heads that read it; fold 1/s into V's rows (and bias) */
-    a = STATS("kqv");
-    idx[0] = W("attn_output.weight"), idx[1] = W("attn_v.weight");
+    a = STATS(KQV);
+    idx[0] = W(ATTN_OUT), idx[1] = W(V);
     if (a == NULL || idx[0] < 0 || idx[1] < 0) goto missing;
     int32_t kv_dim = c->n_kv_heads * c->head_dim, q_dim = c->n_heads * c->head_dim;
     int32_t group = c->n_heads / c->n_kv_heads;
@@ -265,7 +275,7 @@ static npulm_status smooth(const struct npulm_model *m, struct npu_program *p,
       tmp[j] = fmaxf(tmp[j], wmax[i]);
     }
     smooth_factors(amax, tmp, kv_dim, alpha, s);
-    int32_t bv = W("attn_v.bias");
+    int32_t bv = weight_of(g, l, NPU_ROLE_V, 2);
     for (int32_t i = 0; i < q_dim; i++) {
       wmax[i] = s[(i / c->head_dim / group) * c->head_dim + i % c->head_dim]; /* per q channel */
     }
@@ -300,16 +310,24 @@ static npulm_status smoothed_view(const struct npulm_model *m, const struct npu_
   memcpy(view->w.layers, m->w.layers, (size_t)m->cfg.n_layers * sizeof(*view->w.layers));
   for (int32_t l = 0; l < m->cfg.n_layers; l++) {
     struct npu_layer_weights *lw = &view->w.layers[l];
-    const float **fields[] = {&lw->attn_norm, &lw->wq, &lw->wk, &lw->wv, &lw->bv, &lw->wo,
-                              &lw->ffn_norm, &lw->w_gate, &lw->w_up, &lw->w_down};
-    const char *names[] = {"attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight",
-                           "attn_v.bias", "attn_output.weight", "ffn_norm.weight",
-                           "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"};
-    for (size_t f = 0; f < sizeof(fields) / sizeof(fields[0]); f++) {
-      char name[96];
-      snprintf(name, sizeof(name), "blk.%d.%s", l, names[f]);
-      int32_t wi = weight_index(p, name);
-      if (wi >= 0) *fields[f] = p->weights[wi].data;
+    /* each field, as the weight (slot 1) or bias (slot 2) of the op writing a role's tensor */
+    const struct {
+      const float **field;
+      enum npu_tensor_role role;
+      int slot;
+    } read_by[] = {{&lw->attn_norm, NPU_ROLE_ATTN_NORM, 1},
+                   {&lw->wq, NPU_ROLE_Q, 1},
+                   {&lw->wk, NPU_ROLE_K, 1},
+                   {&lw->wv, NPU_ROLE_V, 1},
+                   {&lw->bv, NPU_ROLE_V, 2},
+                   {&lw->wo, NPU_ROLE_ATTN_OUT, 1},
+                   {&lw->ffn_norm, NPU_ROLE_FFN_NORM, 1},
+                   {&lw->w_gate, NPU_ROLE_FFN_GATE, 1},
+                   {&lw->w_up, NPU_ROLE_FFN_UP, 1},
+                   {&lw->w_down, NPU_ROLE_FFN_DOWN, 1}};
+    for (size_t f = 0; f < sizeof(read_by) / sizeof(read_by[0]); f++) {
+      int32_t wi = weight_of(&p->graphs[0], l, read_by[f].role, read_by[f].slot);
+      if (wi >= 0) *read_by[f].field = p->weights[wi].data;
     }
   }
   return NPULM_OK;
@@ -317,12 +335,18 @@ static npulm_status smoothed_view(const struct npulm_model *m, const struct npu_
 
 /* ---- Tensor quantization -------------------------------------------------------------------- */
 
-/* True if an NPU matmul reads tensor 'name' as its activation. */
-static bool feeds_matmul(const struct npu_graph *g, const char *name) {
+/* Whether tensors 'a' and 'b' hold one value: the same tensor, or copies of it in the two arenas
+ * (a copy keeps its value's layer and role). */
+static bool same_value(const struct npu_graph *g, int32_t a, int32_t b) {
+  const struct npu_ir_tensor *x = &g->tensors[a], *y = &g->tensors[b];
+  return a == b || (x->role != NPU_ROLE_NONE && x->role == y->role && x->layer == y->layer);
+}
+
+/* True if an NPU matmul reads tensor 't' (or a copy of it) as its activation. */
+static bool feeds_matmul(const struct npu_graph *g, int32_t t) {
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const struct npu_ir_node *n = &g->nodes[i];
-    if (n->backend == NPU_BE_NPU && n->op == NPU_OP_MATMUL &&
-        strcmp(g->tensors[n->in[0]].name, name) == 0) {
+    if (n->backend == NPU_BE_NPU && n->op == NPU_OP_MATMUL && same_value(g, n->in[0], t)) {
       return true;
     }
   }
@@ -331,13 +355,13 @@ static bool feeds_matmul(const struct npu_graph *g, const char *name) {
 
 /* int8 unless no NPU consumer needs it: matmul inputs, SiLU and products are int8; the residual
  * stream and what the NPU hands back to the CPU are int16. */
-static enum npu_dtype npu_dtype_of(const struct npu_graph *g, const char *name) {
+static enum npu_dtype npu_dtype_of(const struct npu_graph *g, int32_t t) {
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const struct npu_ir_node *n = &g->nodes[i];
     if (n->backend != NPU_BE_NPU) continue;
     bool reads = false;
     for (int s = 0; s < NPU_IR_MAX_IN; s++) {
-      reads |= n->in[s] >= 0 && strcmp(g->tensors[n->in[s]].name, name) == 0;
+      reads |= n->in[s] >= 0 && same_value(g, n->in[s], t);
     }
     if (reads && (n->op == NPU_OP_MATMUL || n->op == NPU_OP_SILU || n->op == NPU_OP_MUL ||
                   n->op == NPU_OP_QK)) {
@@ -347,34 +371,18 @@ static enum npu_dtype npu_dtype_of(const struct npu_graph *g, const char *name) 
   return NPU_DT_I16;
 }
 
-/* True if 'name' is attention probabilities (the output of a SOFTMAX, on either backend). */
-static bool is_probs(const struct npu_graph *g, const char *name) {
-  for (int32_t i = 0; i < g->n_nodes; i++) {
-    if (g->nodes[i].op == NPU_OP_SOFTMAX && strcmp(g->tensors[g->nodes[i].out].name, name) == 0) {
-      return true;
-    }
-  }
-  return false;
-}
-
-/* True if the CPU can compute the outlier channels of a matmul reading 'name' in float: the
+/* True if the CPU can compute the outlier channels of a matmul reading tensor 'x' in float: the
  * value exists on the CPU (made there), or it is the FFN product, which the CPU recomputes from
  * the FFN norm output. An input the NPU makes (the attention output, when P.V runs there) is not:
  * its matmul gets no shadow, and its int8 range covers all channels. */
-static bool shadowable(const struct npu_graph *g, const char *name) {
-  if (strstr(name, ".ffn_gate_par") != NULL) return true;
-  for (int32_t t = 0; t < g->n_tensors; t++) {
-    const struct npu_ir_tensor *x = &g->tensors[t];
-    if (x->kind == NPU_TK_ACT && x->backend == NPU_BE_CPU && strcmp(x->name, name) == 0) {
-      return true;
-    }
-  }
-  return false;
+static bool shadowable(const struct npu_graph *g, int32_t x) {
+  return g->tensors[x].role == NPU_ROLE_FFN_GATE_PAR || npu_ir_value_on(g, x, NPU_BE_CPU) >= 0;
 }
 
-/* The name of the NPU's int8 copy of the K (or V) cache of 'layer'. */
+/* The name of the NPU's int8 copy of the K (or V) cache of 'layer' (its quantization's key). */
 static void kv_copy_name(int32_t layer, bool value, char name[NPU_IR_NAME_MAX]) {
-  snprintf(name, NPU_IR_NAME_MAX, "blk.%d.%s", layer, value ? "v_cache" : "k_cache");
+  snprintf(name, NPU_IR_NAME_MAX, "blk.%d.%s", layer,
+           npu_tensor_role_name(value ? NPU_ROLE_V_CACHE_COPY : NPU_ROLE_K_CACHE_COPY));
 }
 
 /* Input channels of 'stats' whose calibrated magnitude exceeds 'threshold' times the median. */
@@ -504,13 +512,10 @@ done:
 
 /* Shadow data of a matmul whose input is the FFN product silu(gate) * up, which exists only on
  * the NPU: the CPU recomputes the outlier channels from the FFN norm output with these rows. */
-static npulm_status keep_ffn_rows(struct npu_program *p, int32_t layer, struct npu_qsite *site,
-                                  npulm_error *err) {
-  char name[96];
-  snprintf(name, sizeof(name), "blk.%d.ffn_gate.weight", layer);
-  int32_t gi = weight_index(p, name);
-  snprintf(name, sizeof(name), "blk.%d.ffn_up.weight", layer);
-  int32_t ui = weight_index(p, name);
+static npulm_status keep_ffn_rows(struct npu_program *p, const struct npu_graph *g, int32_t layer,
+                                  struct npu_qsite *site, npulm_error *err) {
+  int32_t gi = weight_of(g, layer, NPU_ROLE_FFN_GATE, 1);
+  int32_t ui = weight_of(g, layer, NPU_ROLE_FFN_UP, 1);
   if (gi < 0 || ui < 0) return npu_fail(err, NPULM_ERR_ARG, "'%s': FFN weights missing", site->name);
   size_t dim = (size_t)p->weights[gi].ne0;
   site->outlier_dim = (int32_t)dim;
@@ -613,7 +618,7 @@ static npulm_status make_site(struct npu_program *p, const struct npu_graph *g,
   switch ((enum npu_op)n->op) {
   case NPU_OP_MATMUL: {
     int32_t n_out = 0, *outliers = NULL;
-    if (o->mode == NPU_QUANT_SHADOW && shadowable(g, g->tensors[n->in[0]].name)) {
+    if (o->mode == NPU_QUANT_SHADOW && shadowable(g, n->in[0])) {
       const struct npu_act_stats *st = npu_calib_find(cal, g->tensors[n->in[0]].name);
       if (st != NULL && (outliers = malloc((size_t)st->n_channels * sizeof(int32_t))) != NULL) {
         n_out = find_outliers(st, o->shadow_threshold, outliers);
@@ -621,9 +626,9 @@ static npulm_status make_site(struct npu_program *p, const struct npu_graph *g,
     }
     npulm_status s = make_matmul(p, g, n, site, outliers, n_out > 0 ? n_out : 0, err);
     free(outliers);
-    const char *in_name = g->tensors[n->in[0]].name;
-    if (s == NPULM_OK && site->n_outliers > 0 && strstr(in_name, ".ffn_gate_par") != NULL) {
-      s = keep_ffn_rows(p, n->layer, site, err);
+    if (s == NPULM_OK && site->n_outliers > 0 &&
+        g->tensors[n->in[0]].role == NPU_ROLE_FFN_GATE_PAR) {
+      s = keep_ffn_rows(p, g, n->layer, site, err);
     }
     return s;
   }
@@ -707,89 +712,52 @@ static npulm_status make_site(struct npu_program *p, const struct npu_graph *g,
                   npu_op_name((enum npu_op)n->op));
 }
 
-/* Append a tensor copied from 'like' with a new name and backend; returns its id or -1. */
-static int32_t add_like(struct npu_graph *g, int32_t like, const char *name, enum npu_backend be,
-                        int32_t *cap) {
-  if (g->n_tensors == *cap) {
-    int32_t new_cap = *cap * 2 + 16;
-    struct npu_ir_tensor *grown = realloc(g->tensors, (size_t)new_cap * sizeof(*grown));
-    if (grown == NULL) return -1;
-    g->tensors = grown;
-    *cap = new_cap;
-  }
-  int32_t id = g->n_tensors++;
-  g->tensors[id] = g->tensors[like];
-  g->tensors[id].kind = NPU_TK_ACT;
-  g->tensors[id].backend = (uint8_t)be;
-  g->tensors[id].dtype = NPU_DT_F32;
-  snprintf(g->tensors[id].name, sizeof(g->tensors[id].name), "%s", name);
-  return id;
-}
-
-/* The CPU float tensor a shadowed matmul's outlier channels are computed from: the source of the
- * transfer that feeds it, or for the FFN product (made on the NPU) the FFN norm output. */
+/* The CPU float tensor a shadowed matmul's outlier channels are computed from: its input's value
+ * on the CPU, or for the FFN product (made on the NPU) the FFN norm output's. */
 static int32_t shadow_source(const struct npu_graph *g, int32_t node, const struct npu_qsite *site) {
   int32_t x = g->nodes[node].in[0];
-  char want[NPU_IR_NAME_MAX];
   if (site->outlier_gate != NULL) {
-    snprintf(want, sizeof(want), "blk.%d.ffn_norm", g->nodes[node].layer);
-  } else {
-    snprintf(want, sizeof(want), "%s", g->tensors[x].name);
+    x = npu_ir_find_tensor(g, g->nodes[node].layer, NPU_ROLE_FFN_NORM);
   }
-  for (int32_t t = 0; t < g->n_tensors; t++) {
-    const struct npu_ir_tensor *c = &g->tensors[t];
-    if (c->kind == NPU_TK_ACT && c->backend == NPU_BE_CPU && strcmp(c->name, want) == 0) return t;
-  }
-  return -1;
+  return npu_ir_value_on(g, x, NPU_BE_CPU);
 }
 
 /* Shadow outlier execution: before each matmul with outlier channels insert SHADOW (CPU, float:
  * those channels' share of the product) and a TRANSFER quantizing it onto the NPU; after it an
  * NPU ADD of the two, which the matmul's readers then read instead. */
-static npulm_status insert_shadows(const struct npu_program *p, struct npu_graph *g,
+static npulm_status insert_shadows(const struct npu_program *p, struct npu_ir_builder *b,
                                    npulm_error *err) {
-  int32_t extra = 0;
-  for (int32_t i = 0; i < g->n_nodes; i++) {
-    const struct npu_qsite *s = g->nodes[i].backend == NPU_BE_NPU && g->nodes[i].op == NPU_OP_MATMUL
-                                    ? npu_program_qsite(p, g->tensors[g->nodes[i].out].name)
+  struct npu_graph *g = b->g;
+  for (int32_t i = 0; i < g->n_nodes && b->status == NPULM_OK; i++) {
+    const struct npu_ir_node *mm = &g->nodes[i];
+    const struct npu_qsite *s = mm->backend == NPU_BE_NPU && mm->op == NPU_OP_MATMUL
+                                    ? npu_program_qsite(p, g->tensors[mm->out].name)
                                     : NULL;
-    extra += s != NULL && s->n_outliers > 0;
-  }
-  if (extra == 0) return NPULM_OK;
-  struct npu_ir_node *nodes = malloc((size_t)(g->n_nodes + 3 * extra) * sizeof(*nodes));
-  if (nodes == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
-  int32_t cap = g->n_tensors, n = 0;
-  for (int32_t i = 0; i < g->n_nodes; i++) {
-    struct npu_ir_node node = g->nodes[i];
-    const struct npu_qsite *s = node.backend == NPU_BE_NPU && node.op == NPU_OP_MATMUL
-                                    ? npu_program_qsite(p, g->tensors[node.out].name)
-                                    : NULL;
-    if (s == NULL || s->n_outliers == 0) {
-      nodes[n++] = node;
-      continue;
-    }
-    char name[NPU_IR_NAME_MAX + 16];
-    int32_t src = shadow_source(g, i, s), out = node.out;
+    if (s == NULL || s->n_outliers == 0) continue;
+    int32_t src = shadow_source(g, i, s), out = mm->out, layer = mm->layer;
     if (src < 0) {
-      free(nodes);
       return npu_fail(err, NPULM_ERR_ARG, "'%s': no float source for its shadow", s->name);
     }
-    snprintf(name, sizeof(name), "%s.shadow", s->name);
-    int32_t cpu = add_like(g, out, name, NPU_BE_CPU, &cap);
-    int32_t npu = add_like(g, out, name, NPU_BE_NPU, &cap);
-    snprintf(name, sizeof(name), "%s.shadowed", s->name);
-    int32_t sum = add_like(g, out, name, NPU_BE_NPU, &cap);
-    if (cpu < 0 || npu < 0 || sum < 0) {
-      free(nodes);
-      return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
-    }
-    nodes[n++] = (struct npu_ir_node){.op = NPU_OP_SHADOW, .backend = NPU_BE_CPU,
-                                      .in = {src, -1, -1}, .out = cpu, .layer = node.layer};
-    nodes[n++] = (struct npu_ir_node){.op = NPU_OP_TRANSFER, .backend = NPU_BE_CPU,
-                                      .in = {cpu, -1, -1}, .out = npu, .layer = node.layer};
-    nodes[n++] = node;
-    nodes[n++] = (struct npu_ir_node){.op = NPU_OP_ADD, .backend = NPU_BE_NPU,
-                                      .in = {out, npu, -1}, .out = sum, .layer = node.layer};
+    char name[NPU_IR_NAME_MAX + 16];
+    snprintf(name, sizeof(name), "%s.%s", s->name, npu_tensor_role_name(NPU_ROLE_SHADOW));
+    int32_t cpu = npu_ir_add_copy(b, out, NPU_BE_CPU, name);
+    int32_t npu = npu_ir_add_copy(b, out, NPU_BE_NPU, name);
+    snprintf(name, sizeof(name), "%s.%s", s->name, npu_tensor_role_name(NPU_ROLE_SHADOW_SUM));
+    int32_t sum = npu_ir_add_copy(b, out, NPU_BE_NPU, name);
+    npu_ir_set_role(b, cpu, layer, NPU_ROLE_SHADOW);
+    npu_ir_set_role(b, npu, layer, NPU_ROLE_SHADOW);
+    npu_ir_set_role(b, sum, layer, NPU_ROLE_SHADOW_SUM);
+    struct npu_ir_node shadow = {.op = NPU_OP_SHADOW, .backend = NPU_BE_CPU, .in = {src, -1, -1},
+                                 .out = cpu, .layer = layer};
+    struct npu_ir_node transfer = {.op = NPU_OP_TRANSFER, .backend = NPU_BE_CPU,
+                                   .in = {cpu, -1, -1}, .out = npu, .layer = layer};
+    struct npu_ir_node add = {.op = NPU_OP_ADD, .backend = NPU_BE_NPU, .in = {out, npu, -1},
+                              .out = sum, .layer = layer};
+    /* shadow, transfer, the matmul, the sum */
+    npu_ir_insert_node(b, i, &shadow);
+    npu_ir_insert_node(b, i + 1, &transfer);
+    if (npu_ir_insert_node(b, i + 3, &add) < 0) break;
+    i += 3;
     /* later readers of the matmul read the sum */
     for (int32_t j = i + 1; j < g->n_nodes; j++) {
       for (int k = 0; k < NPU_IR_MAX_IN; k++) {
@@ -798,82 +766,61 @@ static npulm_status insert_shadows(const struct npu_program *p, struct npu_graph
     }
     g->n_transfers++;
   }
-  free(g->nodes);
-  g->nodes = nodes;
-  g->n_nodes = n;
-  return NPULM_OK;
+  return npu_ir_builder_status(b, err);
 }
 
 /* ---- Graph rewriting ------------------------------------------------------------------------ */
 
 /* Attention on the integer NPU reads int8 caches: before each NPU QK (PV) insert a CPU TRANSFER
  * that quantizes this step's rows of the layer's F32 K (V) cache into an NPU copy; read that. */
-static npulm_status insert_kv_copies(struct npu_graph *g, npulm_error *err) {
-  int32_t extra = 0;
-  for (int32_t i = 0; i < g->n_nodes; i++) {
+static void insert_kv_copies(struct npu_ir_builder *b) {
+  struct npu_graph *g = b->g;
+  for (int32_t i = 0; i < g->n_nodes && b->status == NPULM_OK; i++) {
     const struct npu_ir_node *n = &g->nodes[i];
-    extra += n->backend == NPU_BE_NPU && (n->op == NPU_OP_QK || n->op == NPU_OP_PV) &&
-             g->tensors[n->in[1]].kind == NPU_TK_KV;
-  }
-  if (extra == 0) return NPULM_OK;
-  struct npu_ir_node *nodes = malloc((size_t)(g->n_nodes + extra) * sizeof(*nodes));
-  if (nodes == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
-  int32_t cap = g->n_tensors, n = 0;
-  for (int32_t i = 0; i < g->n_nodes; i++) {
-    struct npu_ir_node node = g->nodes[i];
-    int32_t cache = node.in[1];
-    if (node.backend == NPU_BE_NPU && (node.op == NPU_OP_QK || node.op == NPU_OP_PV) &&
-        g->tensors[cache].kind == NPU_TK_KV) {
-      char name[NPU_IR_NAME_MAX];
-      kv_copy_name(node.layer, g->tensors[cache].kv_is_value, name);
-      int32_t copy = add_like(g, cache, name, NPU_BE_NPU, &cap);
-      if (copy < 0) {
-        free(nodes);
-        return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
-      }
-      g->tensors[copy].ref = -1; /* an activation; kv_is_value still says which cache it holds */
-      nodes[n++] = (struct npu_ir_node){.op = NPU_OP_TRANSFER, .backend = NPU_BE_CPU,
-                                        .in = {cache, -1, -1}, .out = copy, .layer = node.layer};
-      node.in[1] = copy;
-      g->n_transfers++;
+    int32_t cache = n->in[1], layer = n->layer;
+    if (n->backend != NPU_BE_NPU || (n->op != NPU_OP_QK && n->op != NPU_OP_PV) ||
+        g->tensors[cache].kind != NPU_TK_KV) {
+      continue;
     }
-    nodes[n++] = node;
+    bool value = g->tensors[cache].kv_is_value;
+    char name[NPU_IR_NAME_MAX];
+    kv_copy_name(layer, value, name);
+    /* an activation; kv_is_value still says which cache it holds */
+    int32_t copy = npu_ir_add_copy(b, cache, NPU_BE_NPU, name);
+    npu_ir_set_role(b, copy, layer, value ? NPU_ROLE_V_CACHE_COPY : NPU_ROLE_K_CACHE_COPY);
+    struct npu_ir_node transfer = {.op = NPU_OP_TRANSFER, .backend = NPU_BE_CPU,
+                                   .in = {cache, -1, -1}, .out = copy, .layer = layer};
+    if (npu_ir_insert_node(b, i, &transfer) < 0) break;
+    i++;
+    g->nodes[i].in[1] = copy;
+    g->n_transfers++;
   }
-  free(g->nodes);
-  g->nodes = nodes;
-  g->n_nodes = n;
-  return NPULM_OK;
 }
 
 /* Give a graph the program's integer form: NPU tensors take their dtype and scale; the NPU's
  * classifier writes int16 logits that a CPU transfer dequantizes; every TRANSFER (quantize or
  * dequantize) runs on the CPU; then subgraphs and the plan are made again. */
 static npulm_status rewrite_graph(const struct npu_program *p, struct npu_graph *g, npulm_error *err) {
-  for (int32_t i = 0; i < g->n_nodes; i++) {
-    struct npu_ir_node *n = &g->nodes[i];
-    struct npu_ir_tensor *out = &g->tensors[n->out];
-    if (n->backend == NPU_BE_NPU && out->kind == NPU_TK_LOGITS) {
-      /* the NPU writes int16 logits to its arena; a transfer turns them into floats */
-      struct npu_ir_tensor *grown = realloc(g->tensors, (size_t)(g->n_tensors + 1) * sizeof(*grown));
-      struct npu_ir_node *more = realloc(g->nodes, (size_t)(g->n_nodes + 1) * sizeof(*more));
-      if (grown != NULL) g->tensors = grown;
-      if (more != NULL) g->nodes = more;
-      if (grown == NULL || more == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
-      n = &g->nodes[i];
-      int32_t act = g->n_tensors++;
-      g->tensors[act] = g->tensors[n->out];
-      g->tensors[act].kind = NPU_TK_ACT;
-      g->tensors[act].backend = NPU_BE_NPU;
-      memmove(&g->nodes[i + 2], &g->nodes[i + 1], (size_t)(g->n_nodes - i - 1) * sizeof(*g->nodes));
-      g->n_nodes++;
-      g->nodes[i + 1] = (struct npu_ir_node){.op = NPU_OP_TRANSFER, .backend = NPU_BE_CPU,
-                                             .in = {act, -1, -1}, .out = n->out, .layer = -1};
-      n->out = act;
-      g->n_transfers++;
-    }
+  struct npu_ir_builder b;
+  npu_ir_builder_resume(&b, g);
+  for (int32_t i = 0; i < g->n_nodes && b.status == NPULM_OK; i++) {
+    int32_t logits = g->nodes[i].out;
+    if (g->nodes[i].backend != NPU_BE_NPU || g->tensors[logits].kind != NPU_TK_LOGITS) continue;
+    /* the NPU writes int16 logits to its arena; a transfer after it turns them into floats */
+    int32_t act = npu_ir_add_copy(&b, logits, NPU_BE_NPU, NULL);
+    if (act < 0) break;
+    g->nodes[i].out = act;
+    struct npu_ir_node transfer = {.op = NPU_OP_TRANSFER, .backend = NPU_BE_CPU,
+                                   .in = {act, -1, -1}, .out = logits, .layer = -1};
+    npu_ir_insert_node(&b, i + 1, &transfer);
+    g->n_transfers++;
   }
-  npulm_status st = insert_shadows(p, g, err);
-  if (st == NPULM_OK) st = insert_kv_copies(g, err);
+  npulm_status st = npu_ir_builder_status(&b, err);
+  if (st == NPULM_OK) st = insert_shadows(p, &b, err);
+  if (st == NPULM_OK) {
+    insert_kv_copies(&b);
+    st = npu_ir_builder_status(&b, err);
+  }
   if (st != NPULM_OK) return st;
   for (int32_t t = 0; t < g->n_tensors; t++) {
     struct npu_ir_tensor *tensor = &g->tensors[t];
@@ -886,18 +833,19 @@ static npulm_status rewrite_graph(const struct npu_program *p, struct npu_graph 
   for (int32_t i = 0; i < g->n_nodes; i++) {
     if (g->nodes[i].op == NPU_OP_TRANSFER) g->nodes[i].backend = NPU_BE_CPU;
   }
-  g->n_subgraphs = 0;
-  for (int32_t i = 0; i < g->n_nodes; i++) {
-    if (i == 0 || g->nodes[i].backend != g->nodes[i - 1].backend) {
-      struct npu_subgraph *grown = realloc(g->subgraphs, (size_t)(g->n_subgraphs + 1) * sizeof(*grown));
-      if (grown == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
-      g->subgraphs = grown;
-      g->subgraphs[g->n_subgraphs++] =
-          (struct npu_subgraph){.first = i, .count = 0, .backend = g->nodes[i].backend};
-    }
-    g->subgraphs[g->n_subgraphs - 1].count++;
-  }
+  npu_ir_cut_subgraphs(&b);
+  if ((st = npu_ir_builder_status(&b, err)) != NPULM_OK) return st;
   return npu_plan(g, err);
+}
+
+/* The matmul whose outlier channels SHADOW node 'i' computes: the one whose output the shadow's
+ * sum (an ADD of it and the TRANSFER of node i's output) reads; -1 if there is none. */
+static int32_t shadowed_matmul(const struct npu_graph *g, int32_t i) {
+  int32_t copy = npu_ir_reader_of(g, g->nodes[i].out, i + 1);
+  if (copy < 0 || g->nodes[copy].op != NPU_OP_TRANSFER) return -1;
+  int32_t sum = npu_ir_reader_of(g, g->nodes[copy].out, copy + 1);
+  if (sum < 0 || g->nodes[sum].op != NPU_OP_ADD) return -1;
+  return npu_ir_writer_of(g, g->nodes[sum].in[0]);
 }
 
 npulm_status npu_quant_link(const struct npu_program *p, struct npu_graph *g, npulm_error *err) {
@@ -907,14 +855,15 @@ npulm_status npu_quant_link(const struct npu_program *p, struct npu_graph *g, np
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const struct npu_ir_node *n = &g->nodes[i];
     g->node_site[i] = -1;
-    char name[NPU_IR_NAME_MAX];
-    snprintf(name, sizeof(name), "%s", g->tensors[n->out].name);
+    /* the node whose output names the data: this one, or for a shadow its matmul */
+    int32_t named = i;
     if (n->op == NPU_OP_SHADOW) {
-      name[strlen(name) - (strlen(name) > 7 ? 7 : 0)] = '\0'; /* drop ".shadow": the matmul's data */
+      named = shadowed_matmul(g, i);
     } else if (n->backend != NPU_BE_NPU) {
       continue;
     }
-    const struct npu_qsite *site = npu_program_qsite(p, name);
+    const struct npu_qsite *site =
+        named >= 0 ? npu_program_qsite(p, g->tensors[g->nodes[named].out].name) : NULL;
     enum npu_op want = n->op == NPU_OP_SHADOW ? NPU_OP_MATMUL : (enum npu_op)n->op;
     if (site == NULL || site->op != want) {
       return npu_fail(err, NPULM_ERR_FORMAT, "NPU node writing '%.*s' has no integer data",
@@ -997,20 +946,20 @@ npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_progra
     bool on_npu = (tensor->kind == NPU_TK_ACT && tensor->backend == NPU_BE_NPU) ||
                   tensor->kind == NPU_TK_LOGITS;
     if (!on_npu || npu_program_qtensor(p, tensor->name) != NULL) continue;
-    if (is_probs(g0, tensor->name)) {
+    if (tensor->role == NPU_ROLE_KQ_SOFTMAX) {
       /* probabilities: Q15, no calibration needed */
-      struct npu_qtensor *t = &p->qtensors[p->n_qtensors++];
-      memset(t, 0, sizeof(*t));
-      snprintf(t->name, sizeof(t->name), "%s", tensor->name);
-      t->dtype = NPU_DT_I16;
-      t->q = (struct npu_qparams){.scale = npu_prob_scale(), .zero_point = 0};
+      struct npu_qtensor *probs = &p->qtensors[p->n_qtensors++];
+      memset(probs, 0, sizeof(*probs));
+      snprintf(probs->name, sizeof(probs->name), "%s", tensor->name);
+      probs->dtype = NPU_DT_I16;
+      probs->q = (struct npu_qparams){.scale = npu_prob_scale(), .zero_point = 0};
       continue;
     }
-    enum npu_dtype dt = npu_dtype_of(g0, tensor->name);
+    enum npu_dtype dt = npu_dtype_of(g0, t);
     const struct npu_act_stats *stats = npu_calib_find(cal, tensor->name);
     int32_t n_out = 0;
-    if (o->mode == NPU_QUANT_SHADOW && stats != NULL && feeds_matmul(g0, tensor->name) &&
-        shadowable(g0, tensor->name) && stats->n_channels <= 4 * m->cfg.ffn_dim + 16) {
+    if (o->mode == NPU_QUANT_SHADOW && stats != NULL && feeds_matmul(g0, t) && shadowable(g0, t) &&
+        stats->n_channels <= 4 * m->cfg.ffn_dim + 16) {
       n_out = find_outliers(stats, o->shadow_threshold, outliers);
     }
     st = add_qtensor(p, tensor->name, dt, stats, outliers, n_out > 0 ? n_out : 0, err);
@@ -1021,11 +970,12 @@ npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_progra
   for (int32_t i = 0; i < g0->n_nodes && st == NPULM_OK; i++) {
     const struct npu_ir_node *n = &g0->nodes[i];
     if (n->backend != NPU_BE_NPU || (n->op != NPU_OP_QK && n->op != NPU_OP_PV)) continue;
-    char name[NPU_IR_NAME_MAX], src[NPU_IR_NAME_MAX];
+    char name[NPU_IR_NAME_MAX];
     kv_copy_name(n->layer, n->op == NPU_OP_PV, name);
-    snprintf(src, sizeof(src), "blk.%d.%s", n->layer, n->op == NPU_OP_PV ? "attn_v" : "k_rope");
     if (npu_program_qtensor(p, name) == NULL) {
-      st = add_qtensor(p, name, NPU_DT_I8, npu_calib_find(cal, src), NULL, 0, err);
+      const struct npu_act_stats *src =
+          stats_of(cal, g0, n->layer, n->op == NPU_OP_PV ? NPU_ROLE_V : NPU_ROLE_K_ROPE);
+      st = add_qtensor(p, name, NPU_DT_I8, src, NULL, 0, err);
     }
   }
   /* the integer data of every NPU operation */

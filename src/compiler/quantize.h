@@ -101,8 +101,9 @@ npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_progra
                                   const struct npu_quant_options *o, npulm_progress_fn progress,
                                   void *user, npulm_error *err);
 
-/* Point each NPU node of 'g' at its integer data in 'p' (g->node_site); an NPU node without
- * data, or with data of another op, is an error naming it. */
+/* Point each NPU node of 'g' at its integer data in 'p' (g->node_site), found by the name of
+ * its output, and each SHADOW node at that of the matmul whose sum reads its share; a node
+ * without data, or with data of another op, is an error naming it. */
 npulm_status npu_quant_link(const struct npu_program *p, struct npu_graph *g, npulm_error *err);
 
 /* Move the packed weights of every matmul site of 'p' into one block of huge pages

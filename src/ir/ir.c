@@ -93,6 +93,7 @@ int32_t npu_ir_add_tensor(struct npu_ir_builder *b, enum npu_tensor_kind kind, e
   t->ne[1] = ne1;
   t->ne[2] = ne2;
   t->ref = ref;
+  t->layer = -1;
   t->q.scale = 1.0f;
   snprintf(t->name, sizeof(t->name), "%s", name);
   return g->n_tensors++;
@@ -100,32 +101,9 @@ int32_t npu_ir_add_tensor(struct npu_ir_builder *b, enum npu_tensor_kind kind, e
 
 int32_t npu_ir_add_node(struct npu_ir_builder *b, enum npu_op op, int32_t in0, int32_t in1,
                         int32_t in2, int32_t out, int32_t layer, float param) {
-  struct npu_graph *g = b->g;
-  if (b->status != NPULM_OK) return -1;
-  int32_t ins[NPU_IR_MAX_IN] = {in0, in1, in2};
-  for (int i = 0; i < NPU_IR_MAX_IN; i++) {
-    if (ins[i] < -1 || ins[i] >= g->n_tensors) return builder_fail(b, NPULM_ERR_ARG, "bad input id");
-  }
-  if (out < 0 || out >= g->n_tensors) return builder_fail(b, NPULM_ERR_ARG, "bad output id");
-  if (!grow((void **)&g->nodes, &b->cap_nodes, g->n_nodes, sizeof(*g->nodes))) {
-    return builder_fail(b, NPULM_ERR_NOMEM, "out of memory");
-  }
-  struct npu_ir_node *n = &g->nodes[g->n_nodes];
-  memset(n, 0, sizeof(*n));
-  n->op = (uint8_t)op;
-  n->backend = NPU_BE_CPU;
-  memcpy(n->in, ins, sizeof(ins));
-  n->out = out;
-  n->layer = layer;
-  n->param = param;
-  int32_t id = g->n_nodes++;
-  npulm_error err;
-  /* validate the node's shapes as soon as it exists: a builder bug fails at build time */
-  if (npu_ir_validate(g, INT32_MAX, INT32_MAX, &err) != NPULM_OK) {
-    g->n_nodes--;
-    return builder_fail(b, NPULM_ERR_ARG, err.msg);
-  }
-  return id;
+  struct npu_ir_node n = {.op = (uint8_t)op, .backend = NPU_BE_CPU, .in = {in0, in1, in2},
+                          .out = out, .layer = layer, .param = param};
+  return npu_ir_insert_node(b, b->g->n_nodes, &n);
 }
 
 void npu_graph_free(struct npu_graph *g) {
@@ -274,6 +252,7 @@ npulm_status npu_ir_validate(const struct npu_graph *g, int32_t n_weights, int32
     const struct npu_ir_tensor *t = &g->tensors[i];
     uint64_t elems;
     bool ok = t->kind <= NPU_TK_LOGITS && t->dtype < NPU_DT_COUNT && t->backend < NPU_BE_COUNT &&
+              t->role < NPU_ROLE_COUNT && t->layer >= -1 && t->layer < n_layers &&
               shape_elems(t->ne, &elems) && elems < (1ull << 40);
     if (ok && t->kind == NPU_TK_WEIGHT) ok = t->ref >= 0 && t->ref < n_weights;
     if (ok && t->kind == NPU_TK_KV) ok = t->ref >= 0 && t->ref < n_layers;
@@ -305,4 +284,187 @@ npulm_status npu_ir_validate(const struct npu_graph *g, int32_t n_weights, int32
   }
   free(written);
   return st;
+}
+
+/* ---- Tensor roles and graph editing for passes ---------------------------------------------- */
+
+static const char *const role_names[NPU_ROLE_COUNT] = {
+    [NPU_ROLE_NONE] = "",
+    [NPU_ROLE_EMBD] = "embd",
+    [NPU_ROLE_ATTN_NORM] = "attn_norm",
+    [NPU_ROLE_Q] = "attn_q",
+    [NPU_ROLE_K] = "attn_k",
+    [NPU_ROLE_V] = "attn_v",
+    [NPU_ROLE_Q_ROPE] = "q_rope",
+    [NPU_ROLE_K_ROPE] = "k_rope",
+    [NPU_ROLE_K_CACHE] = "k_cache",
+    [NPU_ROLE_V_CACHE] = "v_cache",
+    [NPU_ROLE_KQ] = "kq",
+    [NPU_ROLE_KQ_SOFTMAX] = "kq_softmax",
+    [NPU_ROLE_KQV] = "kqv",
+    [NPU_ROLE_ATTN_OUT] = "attn_out",
+    [NPU_ROLE_ATTN_RESIDUAL] = "attn_residual",
+    [NPU_ROLE_FFN_NORM] = "ffn_norm",
+    [NPU_ROLE_FFN_GATE] = "ffn_gate",
+    [NPU_ROLE_FFN_UP] = "ffn_up",
+    [NPU_ROLE_FFN_SILU] = "ffn_silu",
+    [NPU_ROLE_FFN_GATE_PAR] = "ffn_gate_par",
+    [NPU_ROLE_FFN_DOWN] = "ffn_down",
+    [NPU_ROLE_FFN_RESIDUAL] = "ffn_residual",
+    [NPU_ROLE_LAST_ROW] = "last_row",
+    [NPU_ROLE_OUTPUT_NORM] = "output_norm",
+    [NPU_ROLE_LOGITS] = "logits",
+    [NPU_ROLE_K_CACHE_COPY] = "k_cache",
+    [NPU_ROLE_V_CACHE_COPY] = "v_cache",
+    [NPU_ROLE_SHADOW] = "shadow",
+    [NPU_ROLE_SHADOW_SUM] = "shadowed",
+};
+
+const char *npu_tensor_role_name(enum npu_tensor_role role) {
+  return (unsigned)role < NPU_ROLE_COUNT ? role_names[role] : "?";
+}
+
+void npu_ir_set_role(struct npu_ir_builder *b, int32_t t, int32_t layer,
+                     enum npu_tensor_role role) {
+  if (b->status != NPULM_OK) return;
+  if (t < 0 || t >= b->g->n_tensors || (unsigned)role >= NPU_ROLE_COUNT || layer < -1) {
+    builder_fail(b, NPULM_ERR_ARG, "bad tensor id, layer or role");
+    return;
+  }
+  b->g->tensors[t].layer = layer;
+  b->g->tensors[t].role = (uint8_t)role;
+}
+
+void npu_ir_builder_resume(struct npu_ir_builder *b, struct npu_graph *g) {
+  memset(b, 0, sizeof(*b));
+  b->g = g;
+  /* the arrays hold exactly what they have: the first add grows them */
+  b->cap_tensors = g->n_tensors;
+  b->cap_nodes = g->n_nodes;
+  b->cap_subgraphs = g->n_subgraphs;
+}
+
+npulm_status npu_ir_builder_status(const struct npu_ir_builder *b, npulm_error *err) {
+  if (b->status != NPULM_OK && err != NULL) *err = b->err;
+  return b->status;
+}
+
+int32_t npu_ir_add_copy(struct npu_ir_builder *b, int32_t like, enum npu_backend be,
+                        const char *name) {
+  struct npu_graph *g = b->g;
+  if (b->status != NPULM_OK) return -1;
+  if (like < 0 || like >= g->n_tensors || (unsigned)be >= NPU_BE_COUNT) {
+    return builder_fail(b, NPULM_ERR_ARG, "copy of a bad tensor id or to a bad backend");
+  }
+  if (!grow((void **)&g->tensors, &b->cap_tensors, g->n_tensors, sizeof(*g->tensors))) {
+    return builder_fail(b, NPULM_ERR_NOMEM, "out of memory");
+  }
+  struct npu_ir_tensor *t = &g->tensors[g->n_tensors];
+  *t = g->tensors[like];
+  t->kind = NPU_TK_ACT;
+  t->ref = -1;
+  t->backend = (uint8_t)be;
+  if (name != NULL) snprintf(t->name, sizeof(t->name), "%s", name);
+  return g->n_tensors++;
+}
+
+int32_t npu_ir_insert_node(struct npu_ir_builder *b, int32_t at, const struct npu_ir_node *node) {
+  struct npu_graph *g = b->g;
+  if (b->status != NPULM_OK) return -1;
+  if (at < 0 || at > g->n_nodes) return builder_fail(b, NPULM_ERR_ARG, "bad node index");
+  for (int i = 0; i < NPU_IR_MAX_IN; i++) {
+    if (node->in[i] < -1 || node->in[i] >= g->n_tensors) {
+      return builder_fail(b, NPULM_ERR_ARG, "bad input id");
+    }
+  }
+  if (node->out < 0 || node->out >= g->n_tensors) {
+    return builder_fail(b, NPULM_ERR_ARG, "bad output id");
+  }
+  /* node_site, where the graph has it, grows with the nodes to the same capacity */
+  int32_t cap_nodes = b->cap_nodes, cap_sites = b->cap_nodes;
+  if (!grow((void **)&g->nodes, &cap_nodes, g->n_nodes, sizeof(*g->nodes)) ||
+      (g->node_site != NULL &&
+       !grow((void **)&g->node_site, &cap_sites, g->n_nodes, sizeof(*g->node_site)))) {
+    return builder_fail(b, NPULM_ERR_NOMEM, "out of memory");
+  }
+  b->cap_nodes = cap_nodes;
+  size_t moved = (size_t)(g->n_nodes - at);
+  memmove(&g->nodes[at + 1], &g->nodes[at], moved * sizeof(*g->nodes));
+  g->nodes[at] = *node;
+  if (g->node_site != NULL) {
+    memmove(&g->node_site[at + 1], &g->node_site[at], moved * sizeof(*g->node_site));
+    g->node_site[at] = -1;
+  }
+  g->n_nodes++;
+  npulm_error err;
+  /* validate the node's shapes as soon as it exists: a builder or pass bug fails at build time */
+  if (npu_ir_validate(g, INT32_MAX, INT32_MAX, &err) != NPULM_OK) {
+    g->n_nodes--;
+    memmove(&g->nodes[at], &g->nodes[at + 1], moved * sizeof(*g->nodes));
+    if (g->node_site != NULL) {
+      memmove(&g->node_site[at], &g->node_site[at + 1], moved * sizeof(*g->node_site));
+    }
+    return builder_fail(b, NPULM_ERR_ARG, err.msg);
+  }
+  if (g->n_subgraphs > 0) npu_ir_cut_subgraphs(b);
+  return b->status == NPULM_OK ? at : -1;
+}
+
+void npu_ir_cut_subgraphs(struct npu_ir_builder *b) {
+  struct npu_graph *g = b->g;
+  if (b->status != NPULM_OK) return;
+  g->n_subgraphs = 0;
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    if (i == 0 || g->nodes[i].backend != g->nodes[i - 1].backend) {
+      if (!grow((void **)&g->subgraphs, &b->cap_subgraphs, g->n_subgraphs, sizeof(*g->subgraphs))) {
+        builder_fail(b, NPULM_ERR_NOMEM, "out of memory");
+        return;
+      }
+      g->subgraphs[g->n_subgraphs++] =
+          (struct npu_subgraph){.first = i, .count = 0, .backend = g->nodes[i].backend};
+    }
+    g->subgraphs[g->n_subgraphs - 1].count++;
+  }
+}
+
+int32_t npu_ir_find_tensor(const struct npu_graph *g, int32_t layer, enum npu_tensor_role role) {
+  for (int32_t t = 0; t < g->n_tensors; t++) {
+    if (g->tensors[t].role == role && g->tensors[t].layer == layer) return t;
+  }
+  return -1;
+}
+
+int32_t npu_ir_writer_of(const struct npu_graph *g, int32_t t) {
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    if (g->nodes[i].out == t) return i;
+  }
+  return -1;
+}
+
+int32_t npu_ir_reader_of(const struct npu_graph *g, int32_t t, int32_t from) {
+  for (int32_t i = from < 0 ? 0 : from; i < g->n_nodes; i++) {
+    for (int s = 0; s < NPU_IR_MAX_IN; s++) {
+      if (g->nodes[i].in[s] == t) return i;
+    }
+  }
+  return -1;
+}
+
+/* Whether tensor 't' is an activation in backend 'be's arena. */
+static bool act_on(const struct npu_graph *g, int32_t t, enum npu_backend be) {
+  return t >= 0 && g->tensors[t].kind == NPU_TK_ACT && g->tensors[t].backend == be;
+}
+
+int32_t npu_ir_value_on(const struct npu_graph *g, int32_t t, enum npu_backend be) {
+  if (t < 0 || t >= g->n_tensors) return -1;
+  if (act_on(g, t, be)) return t;
+  int32_t w = npu_ir_writer_of(g, t);
+  if (w >= 0 && g->nodes[w].op == NPU_OP_TRANSFER && act_on(g, g->nodes[w].in[0], be)) {
+    return g->nodes[w].in[0];
+  }
+  for (int32_t i = 0; i < g->n_nodes; i++) {
+    const struct npu_ir_node *n = &g->nodes[i];
+    if (n->op == NPU_OP_TRANSFER && n->in[0] == t && act_on(g, n->out, be)) return n->out;
+  }
+  return -1;
 }

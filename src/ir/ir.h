@@ -66,6 +66,8 @@ struct npu_ir_tensor {
   uint8_t kv_is_value;
   int32_t ne[3];   /* [rows, cols, 1] or [heads, rows, K] */
   int32_t ref;     /* weight number (WEIGHT) or layer (KV); -1 otherwise */
+  int32_t layer;   /* the transformer block it belongs to; -1 outside them (and for weights) */
+  uint8_t role;    /* enum npu_tensor_role: what it holds, for passes to find it by */
   uint64_t offset; /* byte offset in the backend arena (ACT), set by the planner */
   struct npu_qparams q;
   char name[NPU_IR_NAME_MAX]; /* e.g. "blk.3.attn_q": for inspect and error attribution */
@@ -103,8 +105,9 @@ struct npu_graph {
   uint64_t arena_size[NPU_BE_COUNT]; /* bytes, set by the planner */
   int32_t n_transfers;               /* backend switches (TRANSFER nodes) */
   int32_t *node_site; /* (n_nodes) integer data of each NPU node: an index into the program's
-                         qsites, or -1; derived from the names when a program is quantized or
-                         loaded (not stored), NULL for FP32 programs */
+                         qsites, or -1; derived from the names (a SHADOW node's from its
+                         matmul's) when a program is quantized or loaded (not stored), NULL for
+                         FP32 programs */
 };
 
 const char *npu_op_name(enum npu_op op);
@@ -122,7 +125,7 @@ uint64_t npu_ir_tensor_bytes(const struct npu_ir_tensor *t);
  * returns the new id, or -1 after recording the problem in the builder. */
 struct npu_ir_builder {
   struct npu_graph *g;
-  int32_t cap_tensors, cap_nodes;
+  int32_t cap_tensors, cap_nodes, cap_subgraphs; /* node_site, when present, has cap_nodes */
   npulm_status status;
   npulm_error err;
 };
@@ -139,5 +142,84 @@ npulm_status npu_ir_validate(const struct npu_graph *g, int32_t n_weights, int32
                              npulm_error *err);
 
 void npu_graph_free(struct npu_graph *g); /* frees the arrays; accepts NULL */
+
+/* ---- Tensor roles and graph editing for passes ------------------------------------------------
+ * Passes (the partitioner, the quantizer) find a tensor by what it holds, its role in a layer,
+ * rather than by its name; names key the quantization sites and calibration statistics and are
+ * shown to users. Copies of a value in the other arena (TRANSFER outputs) keep its role and layer.
+ * The numbering is stored in program files. */
+enum npu_tensor_role {
+  NPU_ROLE_NONE,      /* weights, token ids */
+  NPU_ROLE_EMBD,      /* the token embeddings, the residual stream entering block 0 */
+  NPU_ROLE_ATTN_NORM, /* per layer, in data-flow order: */
+  NPU_ROLE_Q,
+  NPU_ROLE_K,
+  NPU_ROLE_V,
+  NPU_ROLE_Q_ROPE,
+  NPU_ROLE_K_ROPE,
+  NPU_ROLE_K_CACHE, /* the layer's KV caches (KV tensors) */
+  NPU_ROLE_V_CACHE,
+  NPU_ROLE_KQ,         /* attention scores */
+  NPU_ROLE_KQ_SOFTMAX, /* attention probabilities */
+  NPU_ROLE_KQV,        /* attention output, the input of the output projection */
+  NPU_ROLE_ATTN_OUT,
+  NPU_ROLE_ATTN_RESIDUAL,
+  NPU_ROLE_FFN_NORM,
+  NPU_ROLE_FFN_GATE,
+  NPU_ROLE_FFN_UP,
+  NPU_ROLE_FFN_SILU,
+  NPU_ROLE_FFN_GATE_PAR, /* silu(gate) * up, the input of the down projection */
+  NPU_ROLE_FFN_DOWN,
+  NPU_ROLE_FFN_RESIDUAL, /* the residual stream leaving the block */
+  NPU_ROLE_LAST_ROW,     /* the last real row of the residual stream (graphs for generation) */
+  NPU_ROLE_OUTPUT_NORM,
+  NPU_ROLE_LOGITS,
+  NPU_ROLE_K_CACHE_COPY, /* the integer NPU's int8 copy of a K (V) cache (quantizer) */
+  NPU_ROLE_V_CACHE_COPY,
+  NPU_ROLE_SHADOW,     /* a shadowed matmul's outlier share, on the CPU or its NPU copy */
+  NPU_ROLE_SHADOW_SUM, /* a shadowed matmul's result plus its outlier share */
+  NPU_ROLE_COUNT
+};
+
+/* What a role's tensor is called: the builder names a layer's tensor "blk.L.<this>". */
+const char *npu_tensor_role_name(enum npu_tensor_role role);
+
+/* Give tensor 't' its layer and role (or record a bad id or role in the builder). */
+void npu_ir_set_role(struct npu_ir_builder *b, int32_t t, int32_t layer, enum npu_tensor_role role);
+
+/* Reopen graph 'g' (built, partitioned, planned or loaded) for a pass to edit through 'b': adds
+ * append to its arrays, growing them as the builder does. */
+void npu_ir_builder_resume(struct npu_ir_builder *b, struct npu_graph *g);
+
+/* The builder's status: NPULM_OK, or the first failure, copied to '*err'. */
+npulm_status npu_ir_builder_status(const struct npu_ir_builder *b, npulm_error *err);
+
+/* A new activation in backend 'be's arena with tensor 'like's dtype, shape, layer, role, which
+ * cache it holds (kv_is_value) and quantization, named 'name' (NULL: like's name); returns its
+ * id, or -1. */
+int32_t npu_ir_add_copy(struct npu_ir_builder *b, int32_t like, enum npu_backend be,
+                        const char *name);
+
+/* Insert node 'node' at index 'at' (0 .. n_nodes): the nodes from 'at' on move one up, as do
+ * their integer data links (node_site, the new node's -1); subgraphs, if the graph has them, are
+ * cut again. Validated as npu_ir_add_node; returns 'at', or -1. */
+int32_t npu_ir_insert_node(struct npu_ir_builder *b, int32_t at, const struct npu_ir_node *node);
+
+/* Cut the node list into subgraphs, maximal runs of nodes on one backend. */
+void npu_ir_cut_subgraphs(struct npu_ir_builder *b);
+
+/* The first tensor of 'role' in 'layer' (-1: outside the blocks), the one its op writes (copies
+ * come after it), or -1 if the graph has none. */
+int32_t npu_ir_find_tensor(const struct npu_graph *g, int32_t layer, enum npu_tensor_role role);
+
+/* The node that writes tensor 't', or -1 (weights, token ids, a KV cache read before written). */
+int32_t npu_ir_writer_of(const struct npu_graph *g, int32_t t);
+
+/* The first node from index 'from' on that reads tensor 't', or -1. */
+int32_t npu_ir_reader_of(const struct npu_graph *g, int32_t t, int32_t from);
+
+/* Tensor 't's value in backend 'be's arena: 't' itself, the tensor a TRANSFER copied it from, or
+ * a TRANSFER's copy of it; -1 if the value has no tensor there. */
+int32_t npu_ir_value_on(const struct npu_graph *g, int32_t t, enum npu_backend be);
 
 #endif /* NPU_IR_IR_H */

@@ -5,7 +5,7 @@
  * memory plan, weights and, for an integer NPU, every NPU operation's integer data — as one
  * mmap-able file, read back as hostile input.
  *
- * Format, version 5. A program file is a GGUF v3 file (ggml/docs/gguf.md), so the bounds-checked
+ * Format, version 6. A program file is a GGUF v3 file (ggml/docs/gguf.md), so the bounds-checked
  * GGUF reader parses it, the model loader and the tokenizer read it unchanged, and the float
  * weights are used in place from the mapping. It is written whole or not at all (a temporary
  * file renamed into place) and every byte of it is checksummed (gguf_checksum.h). It holds:
@@ -14,10 +14,11 @@
  *   (the source model's metadata, value for value and in its order: general.*, {arch}.*,
  *    tokenizer.ggml.*; except general.alignment, the npulm.* keys of an earlier program, and
  *    general.file_type, which becomes 0 = all F32 where the source has it)
- *   npulm.program.version      u32   5; any other value is refused (NPULM_ERR_UNSUPPORTED: version
+ *   npulm.program.version      u32   6; any other value is refused (NPULM_ERR_UNSUPPORTED: version
  *                                    1 files, FP32 only, version 2 files, without attention on
- *                                    the integer NPU, version 3 files, without its RMSNorm, and
- *                                    version 4 files, without checksums, must be recompiled)
+ *                                    the integer NPU, version 3 files, without its RMSNorm,
+ *                                    version 4 files, without checksums, and version 5 files,
+ *                                    without tensor roles, must be recompiled)
  *   npulm.compile.chunks       i32[] prefill chunk sizes, ascending (may be empty)
  *   npulm.compile.buckets      i32[] context buckets, ascending
  *   npulm.compile.float_ops    u32   ops the precision policy keeps in float: bits 1 << enum npu_op
@@ -27,9 +28,10 @@
  *                                    >= rows, in that order (as npu_compile makes them)
  *   npulm.graph.G.info         i32[3] rows, ctx, n_transfers            (G = 0 .. count - 1)
  *   npulm.graph.G.arena_size   u64[2] bytes of the NPU arena, of the CPU arena
- *   npulm.graph.G.tensors      i32[12 * n_tensors], per tensor: kind, dtype, backend,
+ *   npulm.graph.G.tensors      i32[14 * n_tensors], per tensor: kind, dtype, backend,
  *                                    kv_is_value, ne0, ne1, ne2, ref, offset (low 32 bits),
- *                                    offset (high 32 bits), q.scale (f32 bits), q.zero_point
+ *                                    offset (high 32 bits), q.scale (f32 bits), q.zero_point,
+ *                                    layer (-1 outside the blocks), role (enum npu_tensor_role)
  *   npulm.graph.G.tensor_names str[n_tensors], each shorter than NPU_IR_NAME_MAX bytes
  *   npulm.graph.G.nodes        i32[9 * n_nodes], per node: op, backend, pinned, in0, in1, in2,
  *                                    out, layer, param (f32 bits)
@@ -139,6 +141,10 @@ _Static_assert(NPU_OP_GATHER == 0 && NPU_OP_RMSNORM == 1 && NPU_OP_MATMUL == 2 &
                    NPU_OP_SILU == 10 && NPU_OP_TRANSFER == 11 && NPU_OP_SHADOW == 12 &&
                    NPU_OP_ATTN == 13 && NPU_OP_LAST_ROW == 14 && NPU_OP_COUNT <= 32,
                "enum npu_op is stored in program files: bump NPU_PROGRAM_VERSION");
+_Static_assert(NPU_ROLE_NONE == 0 && NPU_ROLE_EMBD == 1 && NPU_ROLE_ATTN_NORM == 2 &&
+                   NPU_ROLE_FFN_NORM == 15 && NPU_ROLE_FFN_GATE_PAR == 19 &&
+                   NPU_ROLE_LOGITS == 24 && NPU_ROLE_SHADOW_SUM == 28 && NPU_ROLE_COUNT == 29,
+               "enum npu_tensor_role is stored in program files: bump NPU_PROGRAM_VERSION");
 _Static_assert(NPU_QUANT_F32 == 0 && NPU_QUANT_NAIVE == 1 && NPU_QUANT_SHADOW == 2 &&
                    NPU_QUANT_SMOOTH == 3 && NPU_QUANT_MODE_COUNT == 4,
                "enum npu_quant_mode is stored in program files: bump NPU_PROGRAM_VERSION");
@@ -167,7 +173,9 @@ _Static_assert(sizeof(((struct npu_qsite *)0)->lut) == LUT_SIZE, "a site's LUT i
   X(OFFSET_LO, offset, LO)                                                                        \
   X(OFFSET_HI, offset, HI)                                                                        \
   X(SCALE, q.scale, F32)                                                                          \
-  X(ZERO_POINT, q.zero_point, I32)
+  X(ZERO_POINT, q.zero_point, I32)                                                                \
+  X(LAYER, layer, I32)                                                                            \
+  X(ROLE, role, U8)
 
 #define NODE_RECORD(X)                                                                            \
   X(OP, op, U8)                                                                                   \

@@ -244,6 +244,10 @@ static npulm_status load_tensors(const struct npu_gguf *g, int32_t gi, struct np
       why = "non-positive dimension";
     else if (f[TENSOR_REF] < -1)
       why = "invalid reference";
+    else if (f[TENSOR_LAYER] < -1)
+      why = "invalid layer";
+    else if (f[TENSOR_ROLE] < 0 || f[TENSOR_ROLE] >= NPU_ROLE_COUNT)
+      why = "unknown role";
     else if (!(scale > 0) || !isfinite(scale) || f[TENSOR_ZERO_POINT] < -65536 ||
              f[TENSOR_ZERO_POINT] > 65535) {
       why = "invalid quantization parameters";
