@@ -10,7 +10,6 @@
 #include "gguf_checksum.h"
 #include "graph/program.h"
 #include "graph/program_file.h"
-#include "npu/supported.h"
 #include "quant/quantize.h"
 
 #define DAMAGE_NAME_MAX 112 /* "tensor '...'" with up to 96 bytes of a name */
@@ -433,7 +432,7 @@ static npulm_status load_site(const struct npu_gguf *g, struct npu_program *p, i
                               const int32_t *f, npulm_error *err) {
   struct npu_qsite *s = &p->qsites[si];
   int32_t op = f[SITE_OP];
-  if (op < 0 || op >= NPU_OP_COUNT || !npu_emu_supports((enum npu_op)op)) {
+  if (op < 0 || op >= NPU_OP_COUNT || !npu_op_info((enum npu_op)op)->on_npu) {
     return npu_program_site_fail(err, p, si, "op %d has no integer kernel", op);
   }
   /* the fields of the site's op; all others must be 0 */
