@@ -825,7 +825,8 @@ static npulm_status verify_site(const struct npu_program *p, int32_t i, npulm_er
     if (strcmp(p->qsites[j].name, s->name) == 0)
       return npu_program_site_fail(err, p, i, "is named twice");
   }
-  bool table = s->op == NPU_OP_MATMUL || s->op == NPU_OP_GATHER;
+  const uint32_t sites = s->op < NPU_OP_COUNT ? npu_op_info((enum npu_op)s->op)->sites : 0;
+  const bool table = sites & NPU_SITE_TABLE;
   /* a gather may read its table out of a matmul's packed weights of the same [n, k] */
   const struct npu_qsite *owner = NULL;
   if (s->table_site != -1) {
@@ -863,9 +864,9 @@ static npulm_status verify_site(const struct npu_program *p, int32_t i, npulm_er
       }
     }
   }
-  if (s->op != NPU_OP_MATMUL && (s->n_outliers != 0 || s->outliers != NULL ||
-                                 s->outlier_w != NULL || s->outlier_gate != NULL ||
-                                 s->outlier_up != NULL)) {
+  if (!(sites & NPU_SITE_OUTLIERS) &&
+      (s->n_outliers != 0 || s->outliers != NULL || s->outlier_w != NULL ||
+       s->outlier_gate != NULL || s->outlier_up != NULL)) {
     return npu_program_site_fail(err, p, i, "has shadow outliers but is not a matmul");
   }
   switch ((enum npu_op)s->op) {
