@@ -26,7 +26,7 @@ enum npu_op {
 /* The parts of a node's integer data (struct npu_qsite) an op uses (the 'sites' column of
  * graph/ops.inc). */
 enum npu_site_group {
-  NPU_SITE_N = 1u << 0,        /* n: output channels (matmul), table rows (gather), width */
+  NPU_SITE_N = 1u << 0,        /* n: output channels (matmul), rows (gather), width (rmsnorm) */
   NPU_SITE_TABLE = 1u << 1,    /* k and the int8 table [n, k] with its per-row mult and shift */
   NPU_SITE_OUTLIERS = 1u << 2, /* shadow outlier channels: n_outliers, outlier_dim, their arrays */
   NPU_SITE_GEMM = 1u << 3,     /* gemm */
@@ -53,7 +53,7 @@ struct npu_op_info {
   bool on_npu;    /* the emulated NPU has an integer kernel for it */
   bool rowwise;   /* on the NPU, rows may be cut into ranges run on different threads */
   uint32_t sites; /* enum npu_site_group bits: its integer data; 0 if it has no site */
-  uint8_t cost;   /* enum npu_op_cost */
+  enum npu_op_cost cost;
 };
 
 enum npu_tensor_kind {

@@ -137,7 +137,7 @@ static void node_cost(const struct npu_program *p, const struct npu_config *c,
   if (y->kind == NPU_TK_ACT) nc->act_bytes += tensor_bytes(y);
   if (y->kind == NPU_TK_LOGITS) nc->io_bytes += tensor_bytes(y);
   const double out_elems = (double)y->ne[0] * (double)y->ne[1] * (double)y->ne[2];
-  const enum npu_op_cost cost = (enum npu_op_cost)npu_op_info((enum npu_op)n->op)->cost;
+  const enum npu_op_cost cost = npu_op_info((enum npu_op)n->op)->cost;
   nc->arithmetic = cost == NPU_COST_ARITHMETIC;
   switch ((enum npu_op)n->op) {
   case NPU_OP_MATMUL: {
