@@ -3,7 +3,8 @@
  * same logits bit for bit; and hostile program files (truncated, another version, tampered graph
  * records, plans that reach outside an arena, wrong weight names, missing keys, tampered
  * quantization tables, sites, packed weights, outliers and multipliers) are one-line errors,
- * never a crash (run under SAN=1). Files go to /tmp. */
+ * never a crash (run under SAN=1); and the operator table that drives the site records holds
+ * together. Files go to /tmp. */
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
@@ -2183,6 +2184,25 @@ static void test_mac_stats(void **state) {
   npulm_model_close(m);
 }
 
+/* The operator table (ir/ops.inc) holds together: one name per op, an op with integer data or
+ * cut into rows runs on the NPU, and every group of a site's data (up to the last bit,
+ * NPU_SITE_RMSNORM) belongs to an op. */
+static void test_op_table(void **state) {
+  (void)state;
+  uint32_t groups = 0;
+  for (int op = 0; op < NPU_OP_COUNT; op++) {
+    const struct npu_op_info *info = npu_op_info((enum npu_op)op);
+    assert_string_equal(npu_op_name((enum npu_op)op), info->name);
+    for (int other = 0; other < op; other++) {
+      assert_string_not_equal(info->name, npu_op_name((enum npu_op)other));
+    }
+    if (info->sites != 0 || info->rowwise) assert_true(info->on_npu);
+    groups |= info->sites;
+  }
+  assert_int_equal(groups, ((uint32_t)NPU_SITE_RMSNORM << 1) - 1);
+  assert_string_equal(npu_op_name(NPU_OP_COUNT), "?");
+}
+
 int main(void) {
   /* clang-format off */
   const struct CMUnitTest tests[] = {
@@ -2212,6 +2232,7 @@ int main(void) {
       cmocka_unit_test(test_tied_table),
       cmocka_unit_test(test_small_tensors_first),
       cmocka_unit_test(test_mac_stats),
+      cmocka_unit_test(test_op_table),
   };
   /* clang-format on */
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -5,6 +5,7 @@
  * overhead and each tensor crossing between the backends a trip through DRAM. A run is cut into
  * steps exactly as a session cuts it (npu_exec_plan_steps). Floats are fine here: this is the
  * host-side model, not the NPU. */
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -136,8 +137,8 @@ static void node_cost(const struct npu_program *p, const struct npu_config *c,
   if (y->kind == NPU_TK_ACT) nc->act_bytes += tensor_bytes(y);
   if (y->kind == NPU_TK_LOGITS) nc->io_bytes += tensor_bytes(y);
   const double out_elems = (double)y->ne[0] * (double)y->ne[1] * (double)y->ne[2];
-  nc->arithmetic = n->op == NPU_OP_MATMUL || n->op == NPU_OP_QK || n->op == NPU_OP_PV ||
-                   n->op == NPU_OP_ATTN || n->op == NPU_OP_SHADOW;
+  const enum npu_op_cost cost = npu_op_info((enum npu_op)n->op)->cost;
+  nc->arithmetic = cost == NPU_COST_ARITHMETIC;
   switch ((enum npu_op)n->op) {
   case NPU_OP_MATMUL: {
     const struct npu_ir_tensor *x = &g->tensors[n->in[0]];
@@ -195,12 +196,8 @@ static void node_cost(const struct npu_program *p, const struct npu_config *c,
     nc->transfer = true;
     nc->macs = out_elems;
     break;
-  case NPU_OP_ROPE:
-  case NPU_OP_ADD:
-  case NPU_OP_MUL:
-  case NPU_OP_SILU:
-  case NPU_OP_LAST_ROW:
-  case NPU_OP_COUNT:
+  default: /* one operation per output element (ir/ops.inc) */
+    assert(cost == NPU_COST_ELEMENTWISE);
     nc->macs = out_elems;
     break;
   }

@@ -94,7 +94,7 @@ static bool integer_node(const struct npu_graph *g, const struct npu_ir_node *n)
  * inputs and comes from the same kernel, whose elements never depend on how many rows it is
  * given, so the bits never depend on the cut. */
 static bool splits_by_rows(const struct npu_graph *g, const struct npu_ir_node *n) {
-  if (integer_node(g, n)) return npu_emu_rowwise(n);
+  if (integer_node(g, n)) return npu_op_info((enum npu_op)n->op)->rowwise;
   switch ((enum npu_op)n->op) {
   case NPU_OP_RMSNORM:
   case NPU_OP_ROPE:

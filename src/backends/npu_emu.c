@@ -175,16 +175,6 @@ void npu_emu_exec_matmuls(const struct npu_graph *g, int32_t first, int32_t coun
   npu_pool_run(pool, mg.n_ranges, group_task, &mg);
 }
 
-bool npu_emu_rowwise(const struct npu_ir_node *n) {
-  switch ((enum npu_op)n->op) {
-  case NPU_OP_ADD:
-  case NPU_OP_MUL:
-  case NPU_OP_SILU:
-  case NPU_OP_RMSNORM: return true;
-  default: return false;
-  }
-}
-
 /* Address of outer row 'r' of activation 'id' (rows of ne[1] * ne[2] elements of its dtype). */
 static void *row_addr(const struct npu_graph *g, int32_t id, uint8_t *const arena[NPU_BE_COUNT],
                       int32_t r) {
@@ -218,7 +208,7 @@ void npu_emu_exec_rows(const struct npu_graph *g, const struct npu_ir_node *n,
     assert(out->ne[2] == 1);
     uk->qs16_rmsnorm_qs8(rows, cols, a, y, &site->rmsnorm);
     return;
-  default: assert(!"not a row-wise op (npu_emu_rowwise)");
+  default: assert(!"not a row-wise op (ir/ops.inc)");
   }
 }
 

@@ -4,7 +4,6 @@
 #ifndef NPU_BACKENDS_NPU_EMU_H
 #define NPU_BACKENDS_NPU_EMU_H
 
-#include <stdbool.h>
 #include <stdint.h>
 
 #include "ir/ir.h"
@@ -13,13 +12,10 @@
 
 struct npu_pool;
 
-/* Whether NPU node 'n' is row-wise (an element-wise op or a norm): each row of its output comes
- * from the same rows of its inputs, by a kernel whose bits do not depend on how many rows it is
- * given, so it may be cut into ranges of rows that run on different threads. */
-bool npu_emu_rowwise(const struct npu_ir_node *n);
-
-/* Rows [r0, r1) of row-wise node 'n' of 'g' (npu_emu_rowwise), with integer data 'site', on the
- * calling thread (operands as for npu_emu_exec_node). */
+/* Rows [r0, r1) of row-wise node 'n' of 'g' (an op marked ROWWISE in ir/ops.inc: each row of
+ * its output comes from the same rows of its inputs, by a kernel whose bits do not depend on how
+ * many rows it is given), with integer data 'site', on the calling thread (operands as for
+ * npu_emu_exec_node). */
 void npu_emu_exec_rows(const struct npu_graph *g, const struct npu_ir_node *n,
                        const struct npu_qsite *site, const struct npu_ukernels *uk,
                        uint8_t *const arena[NPU_BE_COUNT], int32_t r0, int32_t r1);

@@ -5,14 +5,13 @@
 
 #include "base/common.h"
 #include "compiler/program.h"
-#include "ir/supported.h"
 
 const char *npu_fallback_reason(enum npu_op op, uint32_t float_ops) {
   if (op == NPU_OP_ATTN) {
     /* the builder makes it only where the policy pins all three (npu_attention_fused) */
     return "qk, softmax and pv pinned to float by the precision policy, fused (online softmax)";
   }
-  if (!npu_emu_supports(op)) return "not on the NPU's supported list";
+  if (!npu_op_info(op)->on_npu) return "not on the NPU's supported list";
   if (float_ops & (1u << op)) return "pinned to float by the precision policy";
   return NULL;
 }
@@ -41,7 +40,7 @@ npulm_status npu_partition(struct npu_graph *g, uint32_t float_ops, npulm_error 
         npu_fallback_reason((enum npu_op)node->op, float_ops) == NULL ? NPU_BE_NPU : NPU_BE_CPU;
     node->backend = (uint8_t)be;
     node->pinned =
-        (npu_emu_supports((enum npu_op)node->op) || node->op == NPU_OP_ATTN) && be == NPU_BE_CPU;
+        (npu_op_info((enum npu_op)node->op)->on_npu || node->op == NPU_OP_ATTN) && be == NPU_BE_CPU;
     for (int s = 0; s < NPU_IR_MAX_IN && b.status == NPULM_OK; s++) {
       int32_t src = g->nodes[i].in[s];
       if (src < 0 || g->tensors[src].kind != NPU_TK_ACT || g->tensors[src].backend == be) continue;

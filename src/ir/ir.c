@@ -1,23 +1,37 @@
 /* Graph IR: construction with validation, whole-graph validation for graphs read from files. */
 #include "ir/ir.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/common.h"
 
-static const char *const op_names[NPU_OP_COUNT] = {
-    [NPU_OP_GATHER] = "gather",   [NPU_OP_RMSNORM] = "rmsnorm", [NPU_OP_MATMUL] = "matmul",
-    [NPU_OP_ROPE] = "rope",       [NPU_OP_KV_WRITE] = "kv_write", [NPU_OP_QK] = "qk",
-    [NPU_OP_SOFTMAX] = "softmax", [NPU_OP_PV] = "pv",           [NPU_OP_ADD] = "add",
-    [NPU_OP_MUL] = "mul",         [NPU_OP_SILU] = "silu",       [NPU_OP_TRANSFER] = "transfer",
-    [NPU_OP_SHADOW] = "shadow",   [NPU_OP_ATTN] = "attn",
-    [NPU_OP_LAST_ROW] = "last_row",
+/* The values of ir/ops.inc's 'where' and 'rows' columns. */
+#define OP_ON_NPU true
+#define OP_ON_CPU false
+#define OP_ROWWISE true
+#define OP_WHOLE false
+
+static const struct npu_op_info op_infos[NPU_OP_COUNT] = {
+#define NPU_OP(id, nm, where, rows, site_groups, cost_class)                                      \
+  [NPU_OP_##id] = {.name = nm,                                                                    \
+                   .on_npu = OP_##where,                                                          \
+                   .rowwise = OP_##rows,                                                          \
+                   .sites = site_groups,                                                          \
+                   .cost = NPU_COST_##cost_class},
+#include "ir/ops.inc"
+#undef NPU_OP
 };
 
+const struct npu_op_info *npu_op_info(enum npu_op op) {
+  assert((unsigned)op < NPU_OP_COUNT);
+  return &op_infos[op];
+}
+
 const char *npu_op_name(enum npu_op op) {
-  return (unsigned)op < NPU_OP_COUNT ? op_names[op] : "?";
+  return (unsigned)op < NPU_OP_COUNT ? op_infos[op].name : "?";
 }
 
 const char *npu_backend_name(enum npu_backend be) {

@@ -15,30 +15,45 @@ enum npu_dtype { NPU_DT_F32, NPU_DT_I8, NPU_DT_I16, NPU_DT_I32, NPU_DT_COUNT };
 
 enum npu_backend { NPU_BE_NPU, NPU_BE_CPU, NPU_BE_COUNT };
 
-/* Operators. Shapes: activations are [rows = tokens of the chunk, cols]; attention scores are
- * [heads, rows, K]. 'in' slots not listed are -1. */
+/* Operators: one row each in ir/ops.inc, which gives their shapes and inputs. */
 enum npu_op {
-  NPU_OP_GATHER,   /* out[t] = table[ids[t]]           in: ids (INPUT_IDS), table (WEIGHT) */
-  NPU_OP_RMSNORM,  /* out = x / rms(x) * w             in: x, w (WEIGHT); param eps */
-  NPU_OP_MATMUL,   /* out[t,n] = x[t]·W[n] (+ b[n])   in: x, W (WEIGHT [N,K]), b (WEIGHT or -1) */
-  NPU_OP_ROPE,     /* rotate each head of x at position pos0 + t          in: x; param heads */
-  NPU_OP_KV_WRITE, /* cache rows pos0 .. pos0+n_valid-1 = x[0 .. n_valid-1] in: x; out: KV */
-  NPU_OP_QK,       /* s[h,t,j] = q[t,h]·k[j,h/g] * scale, -inf where j > pos0+t in: q, KV(k) */
-  NPU_OP_SOFTMAX,  /* softmax over the last dimension                     in: s */
-  NPU_OP_PV,       /* out[t,h] = sum_j p[h,t,j] v[j,h/g]                   in: p, KV(v) */
-  NPU_OP_ADD,      /* out = a + b                                          in: a, b */
-  NPU_OP_MUL,      /* out = a * b                                          in: a, b */
-  NPU_OP_SILU,     /* out = x * sigmoid(x)                                 in: x */
-  NPU_OP_TRANSFER, /* copy a tensor to the other backend's arena (inserted by the partitioner);
-                      between float and integer tensors it quantizes or dequantizes */
-  NPU_OP_SHADOW,   /* CPU float share of a matmul's outlier input channels (shadow outlier
-                      execution, inserted by the quantizer)            in: x (float); out [rows, N] */
-  NPU_OP_ATTN,     /* QK, SOFTMAX and PV fused, in float on the CPU: out[t,h] = softmax_j(q[t,h]·
-                      k[j,h/g] * scale) v[j,h/g] over j <= pos0+t by online softmax, no [heads,
-                      rows, K] tensor     in: q, KV(k), KV(v); param scale; out [rows, heads*hd] */
-  NPU_OP_LAST_ROW, /* out[0] = x[n_valid - 1], the step's last real row: a graph for generation
-                      computes the logits of that row only            in: x; out [1, cols] */
+#define NPU_OP(id, name, where, rows, sites, cost) NPU_OP_##id,
+#include "ir/ops.inc"
+#undef NPU_OP
   NPU_OP_COUNT
+};
+
+/* The parts of a node's integer data (struct npu_qsite) an op uses (the 'sites' column of
+ * ir/ops.inc). */
+enum npu_site_group {
+  NPU_SITE_N = 1u << 0,        /* n: output channels (matmul), rows (gather), width (rmsnorm) */
+  NPU_SITE_TABLE = 1u << 1,    /* k and the int8 table [n, k] with its per-row mult and shift */
+  NPU_SITE_OUTLIERS = 1u << 2, /* shadow outlier channels: n_outliers, outlier_dim, their arrays */
+  NPU_SITE_GEMM = 1u << 3,     /* gemm */
+  NPU_SITE_GATHER = 1u << 4,   /* gather */
+  NPU_SITE_ADD = 1u << 5,      /* add */
+  NPU_SITE_MUL = 1u << 6,      /* mul */
+  NPU_SITE_LUT = 1u << 7,      /* lut: a table of 256 int8 values */
+  NPU_SITE_QK = 1u << 8,       /* qk */
+  NPU_SITE_SOFTMAX = 1u << 9,  /* softmax */
+  NPU_SITE_PV = 1u << 10,      /* pv */
+  NPU_SITE_RMSNORM = 1u << 11, /* rmsnorm, with its per-channel multipliers in mult */
+};
+
+/* How the cost model counts an op (the 'cost' column of ir/ops.inc). */
+enum npu_op_cost {
+  NPU_COST_ARITHMETIC,  /* a product (matmul, attention): its MACs are the run's MACs */
+  NPU_COST_ELEMENTWISE, /* one operation per output element, nothing read but its activations */
+  NPU_COST_OWN,         /* its own formula in the cost model */
+};
+
+/* One row of ir/ops.inc. */
+struct npu_op_info {
+  const char *name;
+  bool on_npu;    /* the emulated NPU has an integer kernel for it */
+  bool rowwise;   /* on the NPU, rows may be cut into ranges run on different threads */
+  uint32_t sites; /* enum npu_site_group bits: its integer data; 0 if it has no site */
+  enum npu_op_cost cost;
 };
 
 enum npu_tensor_kind {
@@ -110,6 +125,10 @@ struct npu_graph {
                          FP32 programs */
 };
 
+/* The row of 'op' (< NPU_OP_COUNT) in ir/ops.inc. */
+const struct npu_op_info *npu_op_info(enum npu_op op);
+
+/* The name of 'op', or "?" for a value outside the enum. */
 const char *npu_op_name(enum npu_op op);
 
 /* Rows of the graph's logits: g->rows, or 1 for a graph that computes only the last real row's

@@ -151,13 +151,20 @@ _Static_assert(NPU_QUANT_F32 == 0 && NPU_QUANT_NAIVE == 1 && NPU_QUANT_SHADOW ==
 _Static_assert(sizeof(((struct npu_qsite *)0)->lut) == LUT_SIZE, "a site's LUT is 256 bytes");
 
 /* ---- Records: the i32 arrays of the metadata ---------------------------------------------------
- * Each list gives a record's fields in file order as X(NAME, member, kind[, ops]): the member of
- * the struct it is stored from and loaded into, and how: U8 and I32 (its value), F32 (its bits),
- * LO and HI (the low and high 32 bits of a 64-bit member). A site's field belongs to the ops in
- * 'ops' (bits 1 << enum npu_op) and is 0 in the record of any other op. */
+ * Each list gives a record's fields in file order as X(NAME, member, kind[, group]): the member
+ * of the struct it is stored from and loaded into, and how: U8 and I32 (its value), F32 (its
+ * bits), LO and HI (the low and high 32 bits of a 64-bit member). A site's field belongs to a
+ * group of the site's data (enum npu_site_group, or SITE_GROUP_OP: every site's) and is 0 in the
+ * record of an op whose 'sites' in ir/ops.inc do not name that group. */
 
-#define ALL_OPS UINT32_MAX
-#define OPS(op) (1u << NPU_OP_##op)
+#define ALL_GROUPS UINT32_MAX
+#define SITE_GROUP_OP (1u << 31)
+_Static_assert(NPU_SITE_RMSNORM < SITE_GROUP_OP, "SITE_GROUP_OP is no enum npu_site_group bit");
+
+/* The groups of the site record of 'op': its op, and its data's (ir/ops.inc). */
+static inline uint32_t npu_site_record_groups(enum npu_op op) {
+  return SITE_GROUP_OP | npu_op_info(op)->sites;
+}
 
 #define INFO_RECORD(X) X(ROWS, rows, I32) X(CTX, ctx, I32) X(N_TRANSFERS, n_transfers, I32)
 
@@ -196,44 +203,44 @@ _Static_assert(sizeof(((struct npu_qsite *)0)->lut) == LUT_SIZE, "a site's LUT i
 /* npulm.qsites (struct npu_qsite); a SILU site's table is in npulm.qsites.luts, LAST_ROW has
  * nothing but its op */
 #define SITE_RECORD(X)                                                                            \
-  X(OP, op, U8, ALL_OPS)                                                                          \
-  X(N, n, I32, OPS(MATMUL) | OPS(GATHER) | OPS(RMSNORM))                                          \
-  X(K, k, I32, OPS(MATMUL) | OPS(GATHER))                                                         \
-  X(N_OUTLIERS, n_outliers, I32, OPS(MATMUL))                                                     \
-  X(OUTLIER_DIM, outlier_dim, I32, OPS(MATMUL))                                                   \
-  X(GEMM_X_ZP, gemm.x_zero_point, I32, OPS(MATMUL))                                               \
-  X(GEMM_Y_ZP, gemm.y_zero_point, I32, OPS(MATMUL))                                               \
-  X(GATHER_Y_ZP, gather.y_zero_point, I32, OPS(GATHER))                                           \
-  X(ADD_A_ZP, add.a_zero_point, I32, OPS(ADD))                                                    \
-  X(ADD_B_ZP, add.b_zero_point, I32, OPS(ADD))                                                    \
-  X(ADD_LEFT_SHIFT, add.left_shift, I32, OPS(ADD))                                                \
-  X(ADD_A_MULT, add.a_mult, I32, OPS(ADD))                                                        \
-  X(ADD_A_SHIFT, add.a_shift, I32, OPS(ADD))                                                      \
-  X(ADD_B_MULT, add.b_mult, I32, OPS(ADD))                                                        \
-  X(ADD_B_SHIFT, add.b_shift, I32, OPS(ADD))                                                      \
-  X(ADD_Y_MULT, add.y_mult, I32, OPS(ADD))                                                        \
-  X(ADD_Y_SHIFT, add.y_shift, I32, OPS(ADD))                                                      \
-  X(ADD_Y_ZP, add.y_zero_point, I32, OPS(ADD))                                                    \
-  X(MUL_A_ZP, mul.a_zero_point, I32, OPS(MUL))                                                    \
-  X(MUL_B_ZP, mul.b_zero_point, I32, OPS(MUL))                                                    \
-  X(MUL_Y_MULT, mul.y_mult, I32, OPS(MUL))                                                        \
-  X(MUL_Y_SHIFT, mul.y_shift, I32, OPS(MUL))                                                      \
-  X(MUL_Y_ZP, mul.y_zero_point, I32, OPS(MUL))                                                    \
-  X(QK_Q_ZP, qk.q_zero_point, I32, OPS(QK))                                                       \
-  X(QK_K_ZP, qk.k_zero_point, I32, OPS(QK))                                                       \
-  X(QK_MULT, qk.mult, I32, OPS(QK))                                                               \
-  X(QK_SHIFT, qk.shift, I32, OPS(QK))                                                             \
-  X(QK_S_ZP, qk.s_zero_point, I32, OPS(QK))                                                       \
-  X(SOFTMAX_MULT, softmax.mult, I32, OPS(SOFTMAX))                                                \
-  X(SOFTMAX_SHIFT, softmax.shift, I32, OPS(SOFTMAX))                                              \
-  X(PV_V_ZP, pv.v_zero_point, I32, OPS(PV))                                                       \
-  X(PV_MULT, pv.mult, I32, OPS(PV))                                                               \
-  X(PV_SHIFT, pv.shift, I32, OPS(PV))                                                             \
-  X(PV_Y_ZP, pv.y_zero_point, I32, OPS(PV))                                                       \
-  X(RMSNORM_EPS_LO, rmsnorm.eps, LO, OPS(RMSNORM))                                                \
-  X(RMSNORM_EPS_HI, rmsnorm.eps, HI, OPS(RMSNORM))                                                \
-  X(RMSNORM_SHIFT, rmsnorm.shift, I32, OPS(RMSNORM))                                              \
-  X(RMSNORM_Y_ZP, rmsnorm.y_zero_point, I32, OPS(RMSNORM))
+  X(OP, op, U8, SITE_GROUP_OP)                                                                     \
+  X(N, n, I32, NPU_SITE_N)                                                                         \
+  X(K, k, I32, NPU_SITE_TABLE)                                                                     \
+  X(N_OUTLIERS, n_outliers, I32, NPU_SITE_OUTLIERS)                                                \
+  X(OUTLIER_DIM, outlier_dim, I32, NPU_SITE_OUTLIERS)                                              \
+  X(GEMM_X_ZP, gemm.x_zero_point, I32, NPU_SITE_GEMM)                                            \
+  X(GEMM_Y_ZP, gemm.y_zero_point, I32, NPU_SITE_GEMM)                                            \
+  X(GATHER_Y_ZP, gather.y_zero_point, I32, NPU_SITE_GATHER)                                        \
+  X(ADD_A_ZP, add.a_zero_point, I32, NPU_SITE_ADD)                                                 \
+  X(ADD_B_ZP, add.b_zero_point, I32, NPU_SITE_ADD)                                                 \
+  X(ADD_LEFT_SHIFT, add.left_shift, I32, NPU_SITE_ADD)                                             \
+  X(ADD_A_MULT, add.a_mult, I32, NPU_SITE_ADD)                                                     \
+  X(ADD_A_SHIFT, add.a_shift, I32, NPU_SITE_ADD)                                                   \
+  X(ADD_B_MULT, add.b_mult, I32, NPU_SITE_ADD)                                                     \
+  X(ADD_B_SHIFT, add.b_shift, I32, NPU_SITE_ADD)                                                   \
+  X(ADD_Y_MULT, add.y_mult, I32, NPU_SITE_ADD)                                                     \
+  X(ADD_Y_SHIFT, add.y_shift, I32, NPU_SITE_ADD)                                                   \
+  X(ADD_Y_ZP, add.y_zero_point, I32, NPU_SITE_ADD)                                                 \
+  X(MUL_A_ZP, mul.a_zero_point, I32, NPU_SITE_MUL)                                                 \
+  X(MUL_B_ZP, mul.b_zero_point, I32, NPU_SITE_MUL)                                                 \
+  X(MUL_Y_MULT, mul.y_mult, I32, NPU_SITE_MUL)                                                     \
+  X(MUL_Y_SHIFT, mul.y_shift, I32, NPU_SITE_MUL)                                                   \
+  X(MUL_Y_ZP, mul.y_zero_point, I32, NPU_SITE_MUL)                                                 \
+  X(QK_Q_ZP, qk.q_zero_point, I32, NPU_SITE_QK)                                                    \
+  X(QK_K_ZP, qk.k_zero_point, I32, NPU_SITE_QK)                                                    \
+  X(QK_MULT, qk.mult, I32, NPU_SITE_QK)                                                            \
+  X(QK_SHIFT, qk.shift, I32, NPU_SITE_QK)                                                          \
+  X(QK_S_ZP, qk.s_zero_point, I32, NPU_SITE_QK)                                                    \
+  X(SOFTMAX_MULT, softmax.mult, I32, NPU_SITE_SOFTMAX)                                             \
+  X(SOFTMAX_SHIFT, softmax.shift, I32, NPU_SITE_SOFTMAX)                                           \
+  X(PV_V_ZP, pv.v_zero_point, I32, NPU_SITE_PV)                                                    \
+  X(PV_MULT, pv.mult, I32, NPU_SITE_PV)                                                            \
+  X(PV_SHIFT, pv.shift, I32, NPU_SITE_PV)                                                          \
+  X(PV_Y_ZP, pv.y_zero_point, I32, NPU_SITE_PV)                                                    \
+  X(RMSNORM_EPS_LO, rmsnorm.eps, LO, NPU_SITE_RMSNORM)                                             \
+  X(RMSNORM_EPS_HI, rmsnorm.eps, HI, NPU_SITE_RMSNORM)                                             \
+  X(RMSNORM_SHIFT, rmsnorm.shift, I32, NPU_SITE_RMSNORM)                                           \
+  X(RMSNORM_Y_ZP, rmsnorm.y_zero_point, I32, NPU_SITE_RMSNORM)
 
 /* How a field is stored, and the size of the member it comes from. */
 enum npu_field_kind { FIELD_U8, FIELD_I32, FIELD_F32, FIELD_LO, FIELD_HI };
@@ -246,30 +253,30 @@ enum npu_field_kind { FIELD_U8, FIELD_I32, FIELD_F32, FIELD_LO, FIELD_HI };
 struct npu_record_field {
   uint32_t offset; /* of the member in its struct */
   uint8_t kind;    /* enum npu_field_kind */
-  uint32_t ops;    /* the ops whose records hold it (sites; ALL_OPS for the other records) */
+  uint32_t group; /* a site field's group (see above); ALL_GROUPS for the other records */
 };
 
 /* The field indices (TENSOR_KIND, ...), the count (TENSOR_FIELDS, ...), a check of each member's
  * size and the table of each record. */
 #define FIELD_INDEX(prefix, NAME) prefix##_##NAME,
-#define FIELD_ENTRY(type, member, kind, ops) {offsetof(type, member), FIELD_##kind, ops},
+#define FIELD_ENTRY(type, member, kind, group) {offsetof(type, member), FIELD_##kind, group},
 #define FIELD_CHECK(type, member, kind)                                                           \
   _Static_assert(sizeof(((type *)0)->member) == FIELD_SIZE_##kind, #type "." #member);
 
 #define INFO_INDEX(N, m, k) FIELD_INDEX(INFO, N)
-#define INFO_ENTRY(N, m, k) FIELD_ENTRY(struct npu_graph, m, k, ALL_OPS)
+#define INFO_ENTRY(N, m, k) FIELD_ENTRY(struct npu_graph, m, k, ALL_GROUPS)
 #define INFO_CHECK(N, m, k) FIELD_CHECK(struct npu_graph, m, k)
 #define TENSOR_INDEX(N, m, k) FIELD_INDEX(TENSOR, N)
-#define TENSOR_ENTRY(N, m, k) FIELD_ENTRY(struct npu_ir_tensor, m, k, ALL_OPS)
+#define TENSOR_ENTRY(N, m, k) FIELD_ENTRY(struct npu_ir_tensor, m, k, ALL_GROUPS)
 #define TENSOR_CHECK(N, m, k) FIELD_CHECK(struct npu_ir_tensor, m, k)
 #define NODE_INDEX(N, m, k) FIELD_INDEX(NODE, N)
-#define NODE_ENTRY(N, m, k) FIELD_ENTRY(struct npu_ir_node, m, k, ALL_OPS)
+#define NODE_ENTRY(N, m, k) FIELD_ENTRY(struct npu_ir_node, m, k, ALL_GROUPS)
 #define NODE_CHECK(N, m, k) FIELD_CHECK(struct npu_ir_node, m, k)
 #define SUBGRAPH_INDEX(N, m, k) FIELD_INDEX(SUBGRAPH, N)
-#define SUBGRAPH_ENTRY(N, m, k) FIELD_ENTRY(struct npu_subgraph, m, k, ALL_OPS)
+#define SUBGRAPH_ENTRY(N, m, k) FIELD_ENTRY(struct npu_subgraph, m, k, ALL_GROUPS)
 #define SUBGRAPH_CHECK(N, m, k) FIELD_CHECK(struct npu_subgraph, m, k)
 #define QTENSOR_INDEX(N, m, k) FIELD_INDEX(QTENSOR, N)
-#define QTENSOR_ENTRY(N, m, k) FIELD_ENTRY(struct npu_qtensor, m, k, ALL_OPS)
+#define QTENSOR_ENTRY(N, m, k) FIELD_ENTRY(struct npu_qtensor, m, k, ALL_GROUPS)
 #define QTENSOR_CHECK(N, m, k) FIELD_CHECK(struct npu_qtensor, m, k)
 #define SITE_INDEX(N, m, k, o) FIELD_INDEX(SITE, N)
 #define SITE_ENTRY(N, m, k, o) FIELD_ENTRY(struct npu_qsite, m, k, o)
@@ -298,15 +305,15 @@ static const struct npu_record_field SUBGRAPH_TABLE[] = {SUBGRAPH_RECORD(SUBGRAP
 static const struct npu_record_field QTENSOR_TABLE[] = {QTENSOR_RECORD(QTENSOR_ENTRY)};
 static const struct npu_record_field SITE_TABLE[] = {SITE_RECORD(SITE_ENTRY)};
 
-/* The record 'rec' ('n' fields) of the struct at 'obj': the fields of 'ops' (a site's 1 << op, or
- * ALL_OPS), the others 0. */
+/* The record 'rec' ('n' fields) of the struct at 'obj': the fields of 'groups' (a site's
+ * npu_site_record_groups, or ALL_GROUPS), the others 0. */
 static inline void npu_record_store(const struct npu_record_field *fields, int n, const void *obj,
-                                    uint32_t ops, int32_t *rec) {
+                                    uint32_t groups, int32_t *rec) {
   for (int i = 0; i < n; i++) {
     const uint8_t *p = (const uint8_t *)obj + fields[i].offset;
     uint64_t w;
     int32_t v = 0;
-    if (!(fields[i].ops & ops)) {
+    if (!(fields[i].group & groups)) {
       /* another op's field */
     } else if (fields[i].kind == FIELD_U8) {
       v = *p;
@@ -320,14 +327,15 @@ static inline void npu_record_store(const struct npu_record_field *fields, int n
   }
 }
 
-/* The fields of 'ops' (a site's 1 << op, or ALL_OPS) of the record 'rec' into the struct at
- * 'obj'; the others are left as they are. The caller range-checks the values first. */
+/* The fields of 'groups' (a site's npu_site_record_groups, or ALL_GROUPS) of the record 'rec'
+ * into the struct at 'obj'; the others are left as they are. The caller range-checks the values
+ * first. */
 static inline void npu_record_load(const struct npu_record_field *fields, int n, const int32_t *rec,
-                                   uint32_t ops, void *obj) {
+                                   uint32_t groups, void *obj) {
   for (int i = 0; i < n; i++) {
     uint8_t *p = (uint8_t *)obj + fields[i].offset;
     uint64_t w, v = (uint32_t)rec[i];
-    if (!(fields[i].ops & ops)) continue;
+    if (!(fields[i].group & groups)) continue;
     if (fields[i].kind == FIELD_U8) {
       *p = (uint8_t)rec[i];
     } else if (fields[i].kind == FIELD_LO || fields[i].kind == FIELD_HI) {

@@ -10,7 +10,6 @@
 #include "io/gguf_checksum.h"
 #include "compiler/program.h"
 #include "program/program_file.h"
-#include "ir/supported.h"
 #include "compiler/quantize.h"
 
 #define DAMAGE_NAME_MAX 112 /* "tensor '...'" with up to 96 bytes of a name */
@@ -258,7 +257,7 @@ static npulm_status load_tensors(const struct npu_gguf *g, int32_t gi, struct np
       st = npu_fail(err, NPULM_ERR_FORMAT, "program graph %d: tensor record %d: %s", gi, i, why);
       break;
     }
-    npu_record_load(TENSOR_TABLE, TENSOR_FIELDS, f, ALL_OPS, t);
+    npu_record_load(TENSOR_TABLE, TENSOR_FIELDS, f, ALL_GROUPS, t);
     memcpy(t->name, name.ptr, (size_t)name.len);
     t->name[name.len] = '\0';
   }
@@ -299,7 +298,7 @@ static npulm_status load_nodes(const struct npu_gguf *g, int32_t gi, int32_t n_l
     if (why != NULL) {
       return npu_fail(err, NPULM_ERR_FORMAT, "program graph %d: node record %d: %s", gi, i, why);
     }
-    npu_record_load(NODE_TABLE, NODE_FIELDS, f, ALL_OPS, &gr->nodes[i]);
+    npu_record_load(NODE_TABLE, NODE_FIELDS, f, ALL_GROUPS, &gr->nodes[i]);
   }
   return NPULM_OK;
 }
@@ -317,7 +316,7 @@ static npulm_status load_graph(const struct npu_gguf *g, int32_t gi, int32_t n_l
                     INFO_FIELDS);
   int32_t f[INFO_FIELDS];
   record_at(&a, 0, INFO_FIELDS, f);
-  npu_record_load(INFO_TABLE, INFO_FIELDS, f, ALL_OPS, gr);
+  npu_record_load(INFO_TABLE, INFO_FIELDS, f, ALL_GROUPS, gr);
   snprintf(key, sizeof(key), "npulm.graph.%d.arena_size", gi);
   if ((st = npu_gguf_get_arr(g, key, NPU_GGUF_U64, &a, err)) != NPULM_OK) return st;
   if (a.n != NPU_BE_COUNT) {
@@ -337,7 +336,7 @@ static npulm_status load_graph(const struct npu_gguf *g, int32_t gi, int32_t n_l
   for (int32_t s = 0; s < gr->n_subgraphs; s++) {
     int32_t r[SUBGRAPH_FIELDS];
     record_at(&a, s, SUBGRAPH_FIELDS, r);
-    npu_record_load(SUBGRAPH_TABLE, SUBGRAPH_FIELDS, r, ALL_OPS, &gr->subgraphs[s]);
+    npu_record_load(SUBGRAPH_TABLE, SUBGRAPH_FIELDS, r, ALL_GROUPS, &gr->subgraphs[s]);
   }
   return NPULM_OK;
 }
@@ -393,7 +392,7 @@ static npulm_status load_qtensors(const struct npu_gguf *g, struct npu_program *
       return npu_fail(err, NPULM_ERR_FORMAT, "program quantization table entry %d: dtype %d", i,
                       dt);
     }
-    npu_record_load(QTENSOR_TABLE, QTENSOR_FIELDS, f, ALL_OPS, &p->qtensors[i]);
+    npu_record_load(QTENSOR_TABLE, QTENSOR_FIELDS, f, ALL_GROUPS, &p->qtensors[i]);
   }
   return NPULM_OK; /* values checked by npu_program_verify */
 }
@@ -437,20 +436,19 @@ static npulm_status load_site(const struct npu_gguf *g, struct npu_program *p, i
                               const int32_t *f, npulm_error *err) {
   struct npu_qsite *s = &p->qsites[si];
   int32_t op = f[SITE_OP];
-  if (op < 0 || op >= NPU_OP_COUNT || !npu_emu_supports((enum npu_op)op)) {
+  if (op < 0 || op >= NPU_OP_COUNT || !npu_op_info((enum npu_op)op)->on_npu) {
     return npu_program_site_fail(err, p, si, "op %d has no integer kernel", op);
   }
   /* the fields of the site's op; all others must be 0 */
-  uint32_t ops = 1u << op;
+  uint32_t groups = npu_site_record_groups((enum npu_op)op);
   for (int32_t k = SITE_OP + 1; k < SITE_FIELDS; k++) {
-    if (!(SITE_TABLE[k].ops & ops) && f[k] != 0) {
+    if (!(SITE_TABLE[k].group & groups) && f[k] != 0) {
       return npu_program_site_fail(err, p, si, "record field %d must be 0 for a %s", k,
                                    npu_op_name((enum npu_op)op));
     }
   }
-  npu_record_load(SITE_TABLE, SITE_FIELDS, f, ops, s);
-  bool table = op == NPU_OP_MATMUL || op == NPU_OP_GATHER;
-  if (op == NPU_OP_RMSNORM) {
+  npu_record_load(SITE_TABLE, SITE_FIELDS, f, groups, s);
+  if (groups & NPU_SITE_RMSNORM) {
     /* its multipliers, one per channel */
     const struct npu_gguf_tensor *t;
     npulm_status st;
@@ -463,7 +461,7 @@ static npulm_status load_site(const struct npu_gguf *g, struct npu_program *p, i
     s->rmsnorm.mult = s->mult;
     return NPULM_OK;
   }
-  if (!table) return NPULM_OK;
+  if (!(groups & NPU_SITE_TABLE)) return NPULM_OK;
   if (s->n < 1 || s->k < 1 || (op == NPU_OP_MATMUL && s->k > NPU_QS8_GEMM_MAX_K)) {
     return npu_program_site_fail(err, p, si, "has an invalid shape [n %d, k %d]", s->n, s->k);
   }
@@ -483,14 +481,14 @@ static npulm_status load_site(const struct npu_gguf *g, struct npu_program *p, i
       (st = copy_out(t, n * sizeof(int32_t), (void **)&s->shift, err)) != NPULM_OK) {
     return st;
   }
-  if (op == NPU_OP_MATMUL) {
+  if (groups & NPU_SITE_GEMM) {
     s->gemm.mult = s->mult;
     s->gemm.shift = s->shift;
   } else {
     s->gather.mult = s->mult;
     s->gather.shift = s->shift;
   }
-  if (op != NPU_OP_MATMUL || (s->n_outliers == 0 && s->outlier_dim == 0)) {
+  if (!(groups & NPU_SITE_OUTLIERS) || (s->n_outliers == 0 && s->outlier_dim == 0)) {
     if (s->n_outliers != 0 || s->outlier_dim != 0) {
       return npu_program_site_fail(err, p, si, "has shadow outliers but is not a matmul");
     }
@@ -530,16 +528,18 @@ static npulm_status load_sites(const struct npu_gguf *g, struct npu_program *p, 
       NPULM_OK) {
     return st;
   }
-  int32_t n_silu = 0;
-  for (int32_t i = 0; i < n; i++)
-    n_silu += arr_i32(&rec, (uint64_t)i * SITE_FIELDS + SITE_OP) == NPU_OP_SILU;
+  int32_t n_luts = 0; /* sites of an op with a LUT (SILU); load_site refuses any other op */
+  for (int32_t i = 0; i < n; i++) {
+    int32_t op = arr_i32(&rec, (uint64_t)i * SITE_FIELDS + SITE_OP);
+    n_luts += op >= 0 && op < NPU_OP_COUNT && (npu_op_info((enum npu_op)op)->sites & NPU_SITE_LUT);
+  }
   if ((st = npu_gguf_get_arr(g, "npulm.qsites.luts", NPU_GGUF_I8, &luts, err)) != NPULM_OK) {
     return st;
   }
-  if (luts.n != (uint64_t)n_silu * LUT_SIZE) {
+  if (luts.n != (uint64_t)n_luts * LUT_SIZE) {
     return npu_fail(err, NPULM_ERR_FORMAT,
                     "'npulm.qsites.luts' has %llu values for %d SILU sites of %d each",
-                    (unsigned long long)luts.n, n_silu, LUT_SIZE);
+                    (unsigned long long)luts.n, n_luts, LUT_SIZE);
   }
   /* which gathers read their table out of a matmul's packed weights (absent: none) */
   for (int32_t i = 0; i < n; i++) p->qsites[i].table_site = -1;
@@ -561,12 +561,12 @@ static npulm_status load_sites(const struct npu_gguf *g, struct npu_program *p, 
       p->qsites[i].table_site = owner;
     }
   }
-  for (int32_t i = 0, silu = 0; i < n; i++) {
+  for (int32_t i = 0, lut = 0; i < n; i++) {
     int32_t f[SITE_FIELDS];
     record_at(&rec, i, SITE_FIELDS, f);
     if ((st = load_site(g, p, i, f, err)) != NPULM_OK) return st;
-    if (p->qsites[i].op == NPU_OP_SILU) {
-      memcpy(p->qsites[i].lut, luts.data + (size_t)silu++ * LUT_SIZE, LUT_SIZE);
+    if (npu_op_info((enum npu_op)p->qsites[i].op)->sites & NPU_SITE_LUT) {
+      memcpy(p->qsites[i].lut, luts.data + (size_t)lut++ * LUT_SIZE, LUT_SIZE);
     }
   }
   /* borrowed tables point at their matmul's packed weights (npu_program_verify checks the pair) */

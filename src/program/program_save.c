@@ -97,7 +97,7 @@ static npulm_status add_graph(struct npu_gguf_writer *w, int32_t gi, const struc
   }
   char key[96];
   int32_t info[INFO_FIELDS];
-  npu_record_store(INFO_TABLE, INFO_FIELDS, g, ALL_OPS, info);
+  npu_record_store(INFO_TABLE, INFO_FIELDS, g, ALL_GROUPS, info);
   snprintf(key, sizeof(key), "npulm.graph.%d.info", gi);
   npu_gguf_writer_add_arr(w, key, NPU_GGUF_I32, info, INFO_FIELDS);
   snprintf(key, sizeof(key), "npulm.graph.%d.arena_size", gi);
@@ -105,7 +105,7 @@ static npulm_status add_graph(struct npu_gguf_writer *w, int32_t gi, const struc
 
   for (int32_t i = 0; i < g->n_tensors; i++) {
     const struct npu_ir_tensor *t = &g->tensors[i];
-    npu_record_store(TENSOR_TABLE, TENSOR_FIELDS, t, ALL_OPS, rec + (size_t)i * TENSOR_FIELDS);
+    npu_record_store(TENSOR_TABLE, TENSOR_FIELDS, t, ALL_GROUPS, rec + (size_t)i * TENSOR_FIELDS);
     names[i] = t->name;
   }
   snprintf(key, sizeof(key), "npulm.graph.%d.tensors", gi);
@@ -114,14 +114,14 @@ static npulm_status add_graph(struct npu_gguf_writer *w, int32_t gi, const struc
   npu_gguf_writer_add_arr_str(w, key, names, (size_t)g->n_tensors);
 
   for (int32_t i = 0; i < g->n_nodes; i++) {
-    npu_record_store(NODE_TABLE, NODE_FIELDS, &g->nodes[i], ALL_OPS,
+    npu_record_store(NODE_TABLE, NODE_FIELDS, &g->nodes[i], ALL_GROUPS,
                      rec + (size_t)i * NODE_FIELDS);
   }
   snprintf(key, sizeof(key), "npulm.graph.%d.nodes", gi);
   npu_gguf_writer_add_arr(w, key, NPU_GGUF_I32, rec, (size_t)g->n_nodes * NODE_FIELDS);
 
   for (int32_t s = 0; s < g->n_subgraphs; s++) {
-    npu_record_store(SUBGRAPH_TABLE, SUBGRAPH_FIELDS, &g->subgraphs[s], ALL_OPS,
+    npu_record_store(SUBGRAPH_TABLE, SUBGRAPH_FIELDS, &g->subgraphs[s], ALL_GROUPS,
                      rec + (size_t)s * SUBGRAPH_FIELDS);
   }
   snprintf(key, sizeof(key), "npulm.graph.%d.subgraphs", gi);
@@ -194,14 +194,15 @@ static int32_t site_tensors(const struct npu_qsite *s, int32_t si, struct file_t
       {"outlier_up", NPU_GGML_F32, s->outlier_up, (uint64_t)s->outlier_dim,
        (uint64_t)s->n_outliers, 4},
   };
-  bool table = s->op == NPU_OP_MATMUL || s->op == NPU_OP_GATHER;
+  const uint32_t sites = npu_op_info((enum npu_op)s->op)->sites;
+  const bool table = sites & NPU_SITE_TABLE;
   for (int a = 0; a < SITE_ARRAYS; a++) {
     /* the packed table and multipliers of a matmul or gather; the outlier arrays it has */
     bool has = table ? (a == 0   ? s->table_site < 0
                         : a < 3  ? true
                         : a < 5  ? s->n_outliers > 0
                                  : s->outlier_dim > 0)
-                     : s->op == NPU_OP_RMSNORM && a == 1;
+                     : (sites & NPU_SITE_RMSNORM) && a == 1;
     if (!has) continue;
     struct file_tensor *t = &ft[n++];
     snprintf(t->buf, sizeof(t->buf), "npulm.qsite.%d.%s", si, arrays[a].field);
@@ -237,22 +238,26 @@ static npulm_status add_quant(struct npu_gguf_writer *w, const struct npu_progra
   }
   for (int32_t i = 0; i < p->n_qtensors; i++) {
     const struct npu_qtensor *t = &p->qtensors[i];
-    npu_record_store(QTENSOR_TABLE, QTENSOR_FIELDS, t, ALL_OPS, rec + (size_t)i * QTENSOR_FIELDS);
+    npu_record_store(QTENSOR_TABLE, QTENSOR_FIELDS, t, ALL_GROUPS,
+                     rec + (size_t)i * QTENSOR_FIELDS);
     names[i] = t->name;
   }
   npu_gguf_writer_add_arr(w, "npulm.qtensors", NPU_GGUF_I32, rec,
                           (size_t)p->n_qtensors * QTENSOR_FIELDS);
   npu_gguf_writer_add_arr_str(w, "npulm.qtensor_names", names, (size_t)p->n_qtensors);
-  size_t n_silu = 0;
+  size_t n_luts = 0;
   for (int32_t i = 0; i < p->n_qsites; i++) {
     const struct npu_qsite *s = &p->qsites[i];
-    npu_record_store(SITE_TABLE, SITE_FIELDS, s, 1u << s->op, rec + (size_t)i * SITE_FIELDS);
-    if (s->op == NPU_OP_SILU) memcpy(luts + n_silu++ * LUT_SIZE, s->lut, LUT_SIZE);
+    npu_record_store(SITE_TABLE, SITE_FIELDS, s, npu_site_record_groups((enum npu_op)s->op),
+                     rec + (size_t)i * SITE_FIELDS);
+    if (npu_op_info((enum npu_op)s->op)->sites & NPU_SITE_LUT) {
+      memcpy(luts + n_luts++ * LUT_SIZE, s->lut, LUT_SIZE);
+    }
     names[i] = s->name;
   }
   npu_gguf_writer_add_arr(w, "npulm.qsites", NPU_GGUF_I32, rec, (size_t)p->n_qsites * SITE_FIELDS);
   npu_gguf_writer_add_arr_str(w, "npulm.qsite_names", names, (size_t)p->n_qsites);
-  npu_gguf_writer_add_arr(w, "npulm.qsites.luts", NPU_GGUF_I8, luts, n_silu * LUT_SIZE);
+  npu_gguf_writer_add_arr(w, "npulm.qsites.luts", NPU_GGUF_I8, luts, n_luts * LUT_SIZE);
   bool borrowed = false;
   for (int32_t i = 0; i < p->n_qsites; i++) {
     rec[i] = p->qsites[i].table_site;

@@ -10,7 +10,6 @@
 #include "base/common.h"
 #include "compiler/program.h"
 #include "program/program_file.h"
-#include "ir/supported.h"
 #include "compiler/qparams.h"
 #include "compiler/quantize.h"
 
@@ -233,7 +232,7 @@ static const char *check_int_node(const struct verify_ctx *v, int32_t i, char *w
   const struct npu_ir_tensor *out = &g->tensors[n->out];
   const struct npu_ir_tensor *a = n->in[0] >= 0 ? &g->tensors[n->in[0]] : NULL;
   const struct npu_ir_tensor *b = n->in[1] >= 0 ? &g->tensors[n->in[1]] : NULL;
-  if (!npu_emu_supports((enum npu_op)n->op)) return "has no integer kernel on the NPU";
+  if (!npu_op_info((enum npu_op)n->op)->on_npu) return "has no integer kernel on the NPU";
   /* values of an NPU node live in the NPU arena (npu_emu_exec_node addresses them there) */
   for (int s = -1; s < NPU_IR_MAX_IN; s++) {
     int32_t id = s < 0 ? n->out : n->in[s];
@@ -404,7 +403,7 @@ static npulm_status verify_nodes(const struct verify_ctx *v, int32_t *n_transfer
     const struct npu_ir_tensor *b = n->in[1] >= 0 ? &g->tensors[n->in[1]] : NULL;
     const char *why = NULL;
     if (op == NPU_OP_TRANSFER) (*n_transfers)++;
-    if (n->backend == NPU_BE_NPU && op != NPU_OP_TRANSFER && !npu_emu_supports(op)) {
+    if (n->backend == NPU_BE_NPU && op != NPU_OP_TRANSFER && !npu_op_info(op)->on_npu) {
       why = "is placed on the NPU, which does not support it";
     } else if (n->pinned > 1 || n->pad != 0 || !isfinite(n->param)) {
       why = "has an invalid flag or parameter";
@@ -826,7 +825,8 @@ static npulm_status verify_site(const struct npu_program *p, int32_t i, npulm_er
     if (strcmp(p->qsites[j].name, s->name) == 0)
       return npu_program_site_fail(err, p, i, "is named twice");
   }
-  bool table = s->op == NPU_OP_MATMUL || s->op == NPU_OP_GATHER;
+  const uint32_t sites = s->op < NPU_OP_COUNT ? npu_op_info((enum npu_op)s->op)->sites : 0;
+  const bool table = sites & NPU_SITE_TABLE;
   /* a gather may read its table out of a matmul's packed weights of the same [n, k] */
   const struct npu_qsite *owner = NULL;
   if (s->table_site != -1) {
@@ -864,9 +864,9 @@ static npulm_status verify_site(const struct npu_program *p, int32_t i, npulm_er
       }
     }
   }
-  if (s->op != NPU_OP_MATMUL && (s->n_outliers != 0 || s->outliers != NULL ||
-                                 s->outlier_w != NULL || s->outlier_gate != NULL ||
-                                 s->outlier_up != NULL)) {
+  if (!(sites & NPU_SITE_OUTLIERS) &&
+      (s->n_outliers != 0 || s->outliers != NULL || s->outlier_w != NULL ||
+       s->outlier_gate != NULL || s->outlier_up != NULL)) {
     return npu_program_site_fail(err, p, i, "has shadow outliers but is not a matmul");
   }
   switch ((enum npu_op)s->op) {
