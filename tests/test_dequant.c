@@ -250,6 +250,56 @@ static void test_hostile_block_tensors(void **state) {
   }
 }
 
+/* Set the type id of tensor 'name' in the file image 'data' (its info lies in the header). */
+static void patch_type(uint8_t *data, size_t size, const char *name, uint32_t type) {
+  struct npu_gguf *g = NULL;
+  npulm_error err = {{0}};
+  assert_int_equal(npu_gguf_open_memory(data, size, &g, &err), NPULM_OK);
+  const struct npu_gguf_tensor *t = npu_gguf_find_tensor(g, name);
+  assert_non_null(t);
+  size_t at =
+      (size_t)((const uint8_t *)t->name.ptr - data) + (size_t)t->name.len + 4 + 8 * t->n_dims;
+  npu_gguf_close(g);
+  memcpy(data + at, &type, 4);
+}
+
+/* Two F16 tensors from the writer, one relabelled F32 (twice the bytes): the first then runs into
+ * the second's data, the second past the end of the file; each a one-line format error naming
+ * the tensor and the type. */
+static void test_type_disagrees_with_data(void **state) {
+  (void)state;
+  const char *names[] = {"a", "b"};
+  const char *want[] = {"runs into tensor 'b'", "lies outside"};
+  for (int k = 0; k < 2; k++) {
+    struct npu_gguf_writer *w = NULL;
+    npulm_error err = {{0}};
+    assert_int_equal(npu_gguf_writer_open_memory(&w, &err), NPULM_OK);
+    const uint64_t ne[1] = {64};
+    uint16_t half[64] = {0};
+    npu_gguf_writer_add_tensor(w, "a", NPU_GGML_F16, 1, ne, NULL);
+    npu_gguf_writer_add_tensor(w, "b", NPU_GGML_F16, 1, ne, NULL);
+    npu_gguf_writer_write_tensor(w, 0, half, &err);
+    npu_gguf_writer_write_tensor(w, 1, half, &err);
+    assert_int_equal(npu_gguf_writer_finish(w, &err), NPULM_OK);
+    void *image;
+    size_t size;
+    assert_int_equal(npu_gguf_writer_take_memory(w, &image, &size, &err), NPULM_OK);
+    npu_gguf_writer_free(w);
+    patch_type(image, size, names[k], NPU_GGML_F32);
+    struct npu_gguf *g = NULL;
+    assert_int_equal(npu_gguf_open_memory(image, size, &g, &err), NPULM_ERR_FORMAT);
+    assert_null(g);
+    char tname[8];
+    snprintf(tname, sizeof(tname), "'%s'", names[k]);
+    if (strstr(err.msg, tname) == NULL || strstr(err.msg, "F32") == NULL ||
+        strstr(err.msg, want[k]) == NULL) {
+      fail_msg("'%s' lacks %s, F32 or '%s'", err.msg, tname, want[k]);
+    }
+    assert_null(strchr(err.msg, '\n'));
+    free(image);
+  }
+}
+
 /* A model whose matrices have types npulm does not read: one line naming every one of them, with
  * its type, not just the first. */
 static void test_unsupported_types_named(void **state) {
@@ -300,19 +350,6 @@ static void test_unsupported_types_named(void **state) {
     if (listed + counted != 15)
       fail_msg("'%s' names %d + %d tensors, not 15", err.msg, listed, counted);
   }
-}
-
-/* Set the type id of tensor 'name' in the file image 'data' (its info lies in the header). */
-static void patch_type(uint8_t *data, size_t size, const char *name, uint32_t type) {
-  struct npu_gguf *g = NULL;
-  npulm_error err = {{0}};
-  assert_int_equal(npu_gguf_open_memory(data, size, &g, &err), NPULM_OK);
-  const struct npu_gguf_tensor *t = npu_gguf_find_tensor(g, name);
-  assert_non_null(t);
-  size_t at =
-      (size_t)((const uint8_t *)t->name.ptr - data) + (size_t)t->name.len + 4 + 8 * t->n_dims;
-  npu_gguf_close(g);
-  memcpy(data + at, &type, 4);
 }
 
 /* A Q8_0 model with two matrices of types npulm does not read (smaller than Q8_0, so their data
@@ -368,6 +405,7 @@ int main(void) {
       cmocka_unit_test(test_golden_digests),
       cmocka_unit_test(test_mixed_models_run),
       cmocka_unit_test(test_hostile_block_tensors),
+      cmocka_unit_test(test_type_disagrees_with_data),
       cmocka_unit_test(test_unsupported_types_named),
       cmocka_unit_test(test_two_unsupported_named),
   };

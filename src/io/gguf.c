@@ -288,6 +288,38 @@ static npulm_status parse_tensor_info(struct cursor *c, struct npu_gguf_tensor *
   return NPULM_OK;
 }
 
+static int cmp_tensor_offset(const void *a, const void *b) {
+  const struct npu_gguf_tensor *x = *(const struct npu_gguf_tensor *const *)a;
+  const struct npu_gguf_tensor *y = *(const struct npu_gguf_tensor *const *)b;
+  return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* No two tensors' data may overlap: a tensor whose type or shape claims more bytes than lie
+ * before the next tensor's data (a type that disagrees with the data written) is refused, naming
+ * it, instead of reading its neighbour's bytes as its own. */
+static npulm_status check_overlaps(const struct npu_gguf *g, npulm_error *err) {
+  if (g->n_tensors < 2) return NPULM_OK;
+  const struct npu_gguf_tensor **order = malloc((size_t)g->n_tensors * sizeof(*order));
+  if (order == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory checking tensor data");
+  for (uint64_t i = 0; i < g->n_tensors; i++) order[i] = &g->tensors[i];
+  qsort(order, (size_t)g->n_tensors, sizeof(*order), cmp_tensor_offset);
+  npulm_status st = NPULM_OK;
+  for (uint64_t i = 1; i < g->n_tensors && st == NPULM_OK; i++) {
+    const struct npu_gguf_tensor *a = order[i - 1], *b = order[i];
+    if (a->offset + a->nbytes > b->offset) { /* no overflow: both lie within the file */
+      st = npu_fail(err, NPULM_ERR_FORMAT,
+                    "tensor '%.*s' (%s, %llu bytes at offset %llu) runs into tensor '%.*s' at "
+                    "offset %llu: its data size disagrees with its type or shape",
+                    (int)(a->name.len < 200 ? a->name.len : 200), a->name.ptr,
+                    npu_ggml_type_name(a->type), (unsigned long long)a->nbytes,
+                    (unsigned long long)a->offset, (int)(b->name.len < 200 ? b->name.len : 200),
+                    b->name.ptr, (unsigned long long)b->offset);
+    }
+  }
+  free(order);
+  return st;
+}
+
 static npulm_status parse_tensors(struct npu_gguf *g, struct cursor *c, npulm_error *err) {
   /* Smallest tensor info: name length (8) + 1-byte name + n_dims (4) + one dim (8) + type (4) +
    * offset (8). */
@@ -317,12 +349,15 @@ static npulm_status parse_tensors(struct npu_gguf *g, struct cursor *c, npulm_er
     if (!npu_add_u64(g->data_offset, t->offset, &start) || !npu_add_u64(start, t->nbytes, &end) ||
         end > c->size) {
       return npu_fail(err, NPULM_ERR_FORMAT,
-                      "tensor '%.*s' data (offset %llu, %llu bytes) lies outside the %zu-byte file",
-                      name_len, t->name.ptr, (unsigned long long)t->offset,
-                      (unsigned long long)t->nbytes, c->size);
+                      "tensor '%.*s' data (%s, offset %llu, %llu bytes) lies outside the %zu-byte "
+                      "file",
+                      name_len, t->name.ptr, npu_ggml_type_name(t->type),
+                      (unsigned long long)t->offset, (unsigned long long)t->nbytes, c->size);
     }
     t->data = c->base + start;
   }
+  npulm_status st_overlap = check_overlaps(g, err);
+  if (st_overlap != NPULM_OK) return st_overlap;
   bool nomem;
   int64_t dup = find_duplicate(g->tensors, (size_t)g->n_tensors, sizeof(*g->tensors),
                                cmp_tensor_name, &nomem);
