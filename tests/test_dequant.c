@@ -157,6 +157,34 @@ static float *eval_logits(const npulm_model *m, bool reference, const int32_t *t
   return logits;
 }
 
+/* Every half through the row converter (F16C where the CPU has it, at any alignment and tail)
+ * equals the scalar conversion bit for bit; a NaN stays a NaN of the same sign and payload (a
+ * signalling one may come out quiet, as from llama.cpp's F16C build). */
+static void test_f16_rows_exact(void **state) {
+  (void)state;
+  enum { N = 65536 };
+  uint16_t *h = malloc((N + 1) * sizeof(uint16_t));
+  float *out = malloc(N * sizeof(float));
+  assert_non_null(h);
+  assert_non_null(out);
+  for (int start = 0; start < 2; start++) {
+    for (uint32_t i = 0; i < N; i++) h[start + i] = (uint16_t)i;
+    size_t n = N - (size_t)start * 3; /* second pass: 2-byte offset, a tail of 5 */
+    npu_ggml_f16_to_f32((const uint8_t *)(h + start), out, n);
+    for (size_t i = 0; i < n; i++) {
+      const float want = npu_f16_to_f32(h[start + i]);
+      uint32_t a, b;
+      memcpy(&a, &out[i], 4);
+      memcpy(&b, &want, 4);
+      if (isnan(want) ? !isnan(out[i]) || ((a ^ b) & ~0x00400000u) != 0 : a != b) {
+        fail_msg("half 0x%04x: 0x%08x, scalar 0x%08x", h[start + i], a, b);
+      }
+    }
+  }
+  free(h);
+  free(out);
+}
+
 /* llama.cpp's default mixes (Q6_K embedding, Q4_K/Q5_K/Q4_0 matrices, F32 norms) open as models;
  * the FP32 reference runs a few tokens to finite logits, and the compiled FP32 graphs agree. */
 static void test_mixed_models_run(void **state) {
@@ -403,6 +431,7 @@ static void test_two_unsupported_named(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_golden_digests),
+      cmocka_unit_test(test_f16_rows_exact),
       cmocka_unit_test(test_mixed_models_run),
       cmocka_unit_test(test_hostile_block_tensors),
       cmocka_unit_test(test_type_disagrees_with_data),
