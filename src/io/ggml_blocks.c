@@ -149,18 +149,22 @@ void npu_ggml_q4_1_to_f32(const uint8_t *restrict src, float *restrict dst, size
   }
 }
 
+/* high[i] = bit i of qh, as 16 or 0: the fifth bit of value i of a Q5_0/Q5_1 block. */
+static inline void spread_bits(uint32_t qh, uint8_t high[32]) {
+  for (int i = 0; i < 32; i++) high[i] = (uint8_t)(((qh >> i) & 1u) << 4);
+}
+
 /* Q5_0 (22 bytes): f16 d, u32 qh (bit i: the fifth bit of value i), 16 bytes of nibbles;
  * value = (q - 16) * d. */
 void npu_ggml_q5_0_to_f32(const uint8_t *restrict src, float *restrict dst, size_t n_blocks) {
   for (size_t b = 0; b < n_blocks; b++, src += 22, dst += 32) {
     const float d = rd_f16(src);
-    const uint32_t qh = rd_u32(src + 2);
+    uint8_t high[32]; /* the fifth bits, spread out first so that the loop below vectorizes */
+    spread_bits(rd_u32(src + 2), high);
     const uint8_t *qs = src + 6;
     for (int j = 0; j < 16; j++) {
-      const int lo = (qs[j] & 0xf) | (int)((qh >> j) & 1u) << 4;
-      const int hi = (qs[j] >> 4) | (int)((qh >> (j + 16)) & 1u) << 4;
-      dst[j] = (float)(lo - 16) * d;
-      dst[j + 16] = (float)(hi - 16) * d;
+      dst[j] = (float)(((qs[j] & 0xf) | high[j]) - 16) * d;
+      dst[j + 16] = (float)(((qs[j] >> 4) | high[j + 16]) - 16) * d;
     }
   }
 }
@@ -169,13 +173,12 @@ void npu_ggml_q5_0_to_f32(const uint8_t *restrict src, float *restrict dst, size
 void npu_ggml_q5_1_to_f32(const uint8_t *restrict src, float *restrict dst, size_t n_blocks) {
   for (size_t b = 0; b < n_blocks; b++, src += 24, dst += 32) {
     const float d = rd_f16(src), m = rd_f16(src + 2);
-    const uint32_t qh = rd_u32(src + 4);
+    uint8_t high[32];
+    spread_bits(rd_u32(src + 4), high);
     const uint8_t *qs = src + 8;
     for (int j = 0; j < 16; j++) {
-      const int lo = (qs[j] & 0xf) | (int)((qh >> j) & 1u) << 4;
-      const int hi = (qs[j] >> 4) | (int)((qh >> (j + 16)) & 1u) << 4;
-      dst[j] = (float)lo * d + m;
-      dst[j + 16] = (float)hi * d + m;
+      dst[j] = (float)((qs[j] & 0xf) | high[j]) * d + m;
+      dst[j + 16] = (float)((qs[j] >> 4) | high[j + 16]) * d + m;
     }
   }
 }
