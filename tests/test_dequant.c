@@ -196,6 +196,14 @@ static void test_mixed_models_run(void **state) {
     npulm_model *m = test_open_shared(rel);
     npulm_model_info info;
     npulm_model_get_info(m, &info);
+    /* every tensor of the file is a weight the model reads, counted once */
+    struct npu_gguf *g = NULL;
+    npulm_error err = {{0}};
+    assert_int_equal(npu_gguf_open(test_shared_path(rel), &g, &err), NPULM_OK);
+    uint64_t n_params = 0;
+    for (uint64_t i = 0; i < g->n_tensors; i++) n_params += g->tensors[i].n_elems;
+    npu_gguf_close(g);
+    assert_int_equal(info.n_params, n_params);
     const int32_t tokens[4] = {1, 17, 200, 3};
     float *ref = eval_logits(m, true, tokens, 4, files[f]);
     float *compiled = eval_logits(m, false, tokens, 4, files[f]);

@@ -157,6 +157,7 @@ static npulm_status check_finite(const char *name, const float *x, uint64_t n, n
 /* The tensors of a type npulm does not read, gathered over the whole model so that one error
  * names them all: "name (TYPE), ..." while it fits in 'list', then only counted. */
 struct unread {
+  bool check_only; /* the first pass: shapes and types only, nothing dequantized */
   char list[288];
   size_t len;
   int n, listed;
@@ -188,7 +189,8 @@ static npulm_status unread_fail(const struct unread *u, npulm_error *err) {
 /* Find tensor 'name' with exactly the shape {ne0, ne1} (ne1 = 0 for a vector) and return a float
  * view of it: the mapping itself for aligned F32 data, else a dequantized copy owned by 'm'.
  * Every value must be finite. A tensor of a type npulm does not read is added to 'u' and left
- * NULL: the caller fails once all are known. */
+ * NULL: the caller fails once all are known. With u->check_only, only the shape and the type are
+ * checked ('*out' stays NULL). */
 static npulm_status load_tensor(struct npulm_model *m, struct unread *u, const char *name,
                                 uint64_t ne0, uint64_t ne1, bool required, const float **out,
                                 npulm_error *err) {
@@ -217,6 +219,7 @@ static npulm_status load_tensor(struct npulm_model *m, struct unread *u, const c
     unread_add(u, name, t->type);
     return NPULM_OK;
   }
+  if (u->check_only) return NPULM_OK;
   if (t->type == NPU_GGML_F32 && ((uintptr_t)t->data % _Alignof(float)) == 0) {
     *out = t->data;
     /* not scanned again where the checksums vouch for it: that would read every page of a
@@ -265,6 +268,28 @@ static npulm_status load_layer(struct npulm_model *m, struct unread *u, int l, n
   return NPULM_OK;
 }
 
+/* Every tensor the model reads, through load_tensor. */
+static npulm_status load_all(struct npulm_model *m, struct unread *u, npulm_error *err) {
+  struct npu_config *c = &m->cfg;
+  npulm_status st;
+  uint64_t dim = (uint64_t)c->dim, vocab = (uint64_t)c->n_vocab;
+  if ((st = load_tensor(m, u, "token_embd.weight", dim, vocab, true, &m->w.token_embd, err)) ||
+      (st = load_tensor(m, u, "output_norm.weight", dim, 0, true, &m->w.output_norm, err)) ||
+      (st = load_tensor(m, u, "output.weight", dim, vocab, false, &m->w.output, err)) ||
+      (st = load_tensor(m, u, "rope_freqs.weight", (uint64_t)c->rope_dim / 2, 0, false,
+                        &m->w.rope_freqs, err))) {
+    return st;
+  }
+  /* an absent output.weight ties the output to the embedding (one of a type npulm does not read
+   * is present, and named) */
+  c->tied_output = npu_gguf_find_tensor(m->gguf, "output.weight") == NULL;
+  if (c->tied_output) m->w.output = m->w.token_embd;
+  for (int l = 0; l < c->n_layers; l++) {
+    if ((st = load_layer(m, u, l, err)) != NPULM_OK) return st;
+  }
+  return NPULM_OK;
+}
+
 static npulm_status load_weights(struct npulm_model *m, npulm_error *err) {
   struct npu_config *c = &m->cfg;
   const struct npu_gguf_tensor *embd = npu_gguf_find_tensor(m->gguf, "token_embd.weight");
@@ -283,24 +308,14 @@ static npulm_status load_weights(struct npulm_model *m, npulm_error *err) {
   if (m->owned == NULL || m->w.layers == NULL) {
     return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
   }
+  /* shapes and types of every tensor first, so that a file with tensors npulm cannot read is
+   * refused, naming them all, before gigabytes are dequantized; then the weights */
+  struct unread u = {.check_only = true};
   npulm_status st;
-  struct unread u = {.len = 0};
-  uint64_t dim = (uint64_t)c->dim, vocab = (uint64_t)c->n_vocab;
-  if ((st = load_tensor(m, &u, "token_embd.weight", dim, vocab, true, &m->w.token_embd, err)) ||
-      (st = load_tensor(m, &u, "output_norm.weight", dim, 0, true, &m->w.output_norm, err)) ||
-      (st = load_tensor(m, &u, "output.weight", dim, vocab, false, &m->w.output, err)) ||
-      (st = load_tensor(m, &u, "rope_freqs.weight", (uint64_t)c->rope_dim / 2, 0, false,
-                        &m->w.rope_freqs, err))) {
-    return st;
-  }
-  /* an absent output.weight ties the output to the embedding; one of a type npulm does not read
-   * is present (and named below) */
-  c->tied_output = npu_gguf_find_tensor(m->gguf, "output.weight") == NULL;
-  if (c->tied_output) m->w.output = m->w.token_embd;
-  for (int l = 0; l < c->n_layers; l++) {
-    if ((st = load_layer(m, &u, l, err)) != NPULM_OK) return st;
-  }
-  return unread_fail(&u, err);
+  if ((st = load_all(m, &u, err)) != NPULM_OK || (st = unread_fail(&u, err)) != NPULM_OK) return st;
+  m->n_params = 0;
+  u.check_only = false;
+  return load_all(m, &u, err);
 }
 
 npulm_status npu_model_read(struct npulm_model *m, npulm_error *err) {
