@@ -59,6 +59,9 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libnpulm.a
 $(BUILD)/tests/test_noalloc: LDFLAGS += \
   -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=free,--wrap=aligned_alloc,--wrap=posix_memalign
 
+# test_dequant reads llama.cpp's expected digests (JSON) and hashes every dequantized tensor
+$(BUILD)/tests/test_dequant: LDLIBS += -ljansson -lnettle
+
 tests: $(TESTS)
 
 # Microbenchmarks (not tests): `make bench && build/bench/npu_kernels [runs]`,

@@ -36,7 +36,7 @@ static void touch_array(const struct npu_gguf_arr *a, int depth) {
 
 /* ---- Seeds: small files from the writer, each under 4 KiB ---------------------------------- */
 
-enum seed_kind { S_EMPTY, S_KEYS, S_TENSORS, S_V2, S_ALIGN1, S_ALIGN64, S_NESTED };
+enum seed_kind { S_EMPTY, S_KEYS, S_TENSORS, S_V2, S_ALIGN1, S_ALIGN64, S_NESTED, S_BLOCKS };
 
 _Noreturn static void die(const char *what, const npulm_error *err) {
   fprintf(stderr, "fuzz_gguf seeds: %s: %s\n", what, err != NULL ? err->msg : "failed");
@@ -144,6 +144,34 @@ static void write_tensor_data(struct npu_gguf_writer *w, uint32_t type, npulm_er
   npu_gguf_writer_write_data(w, bytes, n, err);
 }
 
+/* One row of one block of every block type the reader converts (Q4_0 .. TQ2_0), its bytes a
+ * seeded pattern whose f16 scales stay small and finite. */
+static void add_block_tensors(struct npu_gguf_writer *w, npulm_error *err) {
+  size_t n = 0, index[64];
+  for (uint32_t type = 0; type < 64; type++) {
+    uint32_t block, nbytes;
+    if (npu_ggml_type_to_f32(type) == NULL || !npu_ggml_type_size(type, &block, &nbytes) ||
+        block == 1) {
+      continue;
+    }
+    char name[32];
+    snprintf(name, sizeof(name), "blocks.%s", npu_ggml_type_name(type));
+    const uint64_t ne[1] = {block};
+    npu_gguf_writer_add_tensor(w, name, type, 1, ne, &index[n++]);
+  }
+  uint8_t bytes[512];
+  uint32_t x = 12345;
+  for (size_t i = 0; i < n; i++) {
+    size_t nb = (size_t)npu_gguf_writer_tensor_nbytes(w, index[i]);
+    for (size_t j = 0; j < nb && j < sizeof(bytes); j++) {
+      x = x * 1664525u + 1013904223u;
+      bytes[j] = (uint8_t)(x >> 24);
+      if ((bytes[j] & 0x7c) == 0x7c) bytes[j] &= 0x3f; /* no f16 exponent of all ones */
+    }
+    npu_gguf_writer_write_tensor(w, index[i], bytes, err);
+  }
+}
+
 static void write_seed(const char *dir, const char *name, enum seed_kind kind, uint32_t type) {
   struct npu_gguf_writer *w;
   npulm_error err;
@@ -154,6 +182,7 @@ static void write_seed(const char *dir, const char *name, enum seed_kind kind, u
   }
   if (kind != S_EMPTY) add_keys(w);
   if (kind == S_NESTED) add_nested(w);
+  if (kind == S_BLOCKS) add_block_tensors(w, &err);
   bool tensors = kind == S_TENSORS || kind == S_V2 || kind == S_ALIGN1 || kind == S_ALIGN64;
   if (tensors) {
     add_tensors(w, type, "a");
@@ -188,6 +217,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
   write_seed(dir, "f16", S_TENSORS, NPU_GGML_F16);
   write_seed(dir, "bf16", S_TENSORS, NPU_GGML_BF16);
   write_seed(dir, "q8_0", S_TENSORS, NPU_GGML_Q8_0);
+  write_seed(dir, "blocks", S_BLOCKS, 0);
   write_seed(dir, "v2", S_V2, NPU_GGML_Q8_0);
   write_seed(dir, "align1", S_ALIGN1, NPU_GGML_F32);
   write_seed(dir, "align64", S_ALIGN64, NPU_GGML_BF16);

@@ -535,17 +535,17 @@ static void test_tensor_to_f32_accuracy(void **state) {
   npu_gguf_writer_add_tensor(w, "f16", NPU_GGML_F16, 2, ne, NULL);
   npu_gguf_writer_add_tensor(w, "bf16", NPU_GGML_BF16, 2, ne, NULL);
   npu_gguf_writer_add_tensor(w, "q8_0", NPU_GGML_Q8_0, 2, ne, NULL);
-  npu_gguf_writer_add_tensor(w, "q4_k", 12 /* Q4_K */, 2, ne, NULL);
+  npu_gguf_writer_add_tensor(w, "iq2_xxs", 16 /* IQ2_XXS: not read */, 2, ne, NULL);
   assert_int_equal(npu_gguf_writer_tensor_nbytes(w, 3), N / 32 * 34);
-  assert_int_equal(npu_gguf_writer_tensor_nbytes(w, 4), N / 256 * 144);
+  assert_int_equal(npu_gguf_writer_tensor_nbytes(w, 4), N / 256 * 66);
   npu_gguf_writer_write_tensor(w, 0, ref, &err);
   npu_gguf_writer_write_tensor(w, 1, f16, &err);
   npu_gguf_writer_write_tensor(w, 2, bf16, &err);
   npu_gguf_writer_write_tensor(w, 3, q8, &err);
-  uint8_t *q4 = calloc(N / 256, 144);
-  assert_non_null(q4);
-  npu_gguf_writer_write_tensor(w, 4, q4, &err);
-  free(q4);
+  uint8_t *iq2 = calloc(N / 256, 66);
+  assert_non_null(iq2);
+  npu_gguf_writer_write_tensor(w, 4, iq2, &err);
+  free(iq2);
   assert_int_equal(npu_gguf_writer_finish(w, &err), NPULM_OK);
   void *data;
   size_t size;
@@ -572,13 +572,13 @@ static void test_tensor_to_f32_accuracy(void **state) {
         fail_msg("q8_0 error %g > %g at %d", (double)e, (double)d, b * 32 + j);
     }
   }
-  const struct npu_gguf_tensor *q4k = npu_gguf_find_tensor(g, "q4_k");
-  assert_non_null(q4k);
-  assert_string_equal(npu_ggml_type_name(q4k->type), "Q4_K");
+  const struct npu_gguf_tensor *iq2t = npu_gguf_find_tensor(g, "iq2_xxs");
+  assert_non_null(iq2t);
+  assert_string_equal(npu_ggml_type_name(iq2t->type), "IQ2_XXS");
   memset(err.msg, 0, sizeof(err.msg));
-  assert_int_equal(npu_gguf_tensor_to_f32(q4k, out, &err), NPULM_ERR_UNSUPPORTED);
-  assert_non_null(strstr(err.msg, "Q4_K"));
-  assert_non_null(strstr(err.msg, "q4_k"));
+  assert_int_equal(npu_gguf_tensor_to_f32(iq2t, out, &err), NPULM_ERR_UNSUPPORTED);
+  assert_non_null(strstr(err.msg, "IQ2_XXS"));
+  assert_non_null(strstr(err.msg, "'iq2_xxs'"));
   npu_gguf_close(g);
   free(data);
   free(ref);
@@ -1316,7 +1316,8 @@ static void test_bad_tensor_types(void **state) {
   const struct {
     uint32_t id;
     const char *name;
-  } known[] = {{2, "Q4_0"}, {12, "Q4_K"}, {14, "Q6_K"}, {24, "I8"}, {28, "F64"}};
+  } known[] = {{9, "Q8_1"}, {15, "Q8_K"}, {16, "IQ2_XXS"}, {19, "IQ1_S"}, {24, "I8"},
+               {28, "F64"},  {29, "IQ1_M"}, {39, "MXFP4"}};
   for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++) {
     struct npu_gguf_buf b = {0};
     one_tensor_file(&b, 1, ne, known[i].id, 0, 2048);

@@ -130,8 +130,8 @@ static void test_unsupported(void **state) {
   (void)state;
   struct breakage arch = {.arch = "mamba"};
   expect_open(&arch, NPULM_ERR_UNSUPPORTED, "mamba");
-  struct breakage q40 = {.matrix_type = 2 /* Q4_0 */};
-  expect_open(&q40, NPULM_ERR_UNSUPPORTED, "Q4_0");
+  struct breakage mxfp4 = {.matrix_type = 39 /* MXFP4 */};
+  expect_open(&mxfp4, NPULM_ERR_UNSUPPORTED, "blk.0.attn_q.weight (MXFP4)");
   struct breakage gqa = {.heads_kv = 3};
   expect_open(&gqa, NPULM_ERR_FORMAT, "KV heads");
 }

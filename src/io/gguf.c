@@ -3,6 +3,7 @@
  * checks every tensor's shape, type and data range against the file size. */
 #include "io/gguf.h"
 
+#include <assert.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -19,41 +20,6 @@
 #define GGUF_MAX_KEY_LEN 65535u
 #define GGUF_MAX_ARRAY_DEPTH 8 /* nested arrays deeper than this are rejected, not recursed */
 
-/* ---- ggml tensor types: block size and bytes per block -------------------------------------- */
-
-struct ggml_type_traits {
-  const char *name;
-  uint32_t block;  /* values per block */
-  uint32_t nbytes; /* bytes per block */
-};
-
-/* Indexed by ggml type id; ids ggml has retired have no name. */
-static const struct ggml_type_traits ggml_types[] = {
-    [0] = {"F32", 1, 4},        [1] = {"F16", 1, 2},        [2] = {"Q4_0", 32, 18},
-    [3] = {"Q4_1", 32, 20},     [6] = {"Q5_0", 32, 22},     [7] = {"Q5_1", 32, 24},
-    [8] = {"Q8_0", 32, 34},     [9] = {"Q8_1", 32, 36},     [10] = {"Q2_K", 256, 84},
-    [11] = {"Q3_K", 256, 110},  [12] = {"Q4_K", 256, 144},  [13] = {"Q5_K", 256, 176},
-    [14] = {"Q6_K", 256, 210},  [15] = {"Q8_K", 256, 292},  [16] = {"IQ2_XXS", 256, 66},
-    [17] = {"IQ2_XS", 256, 74}, [18] = {"IQ3_XXS", 256, 98}, [19] = {"IQ1_S", 256, 50},
-    [20] = {"IQ4_NL", 32, 18},  [21] = {"IQ3_S", 256, 110}, [22] = {"IQ2_S", 256, 82},
-    [23] = {"IQ4_XS", 256, 136}, [24] = {"I8", 1, 1},       [25] = {"I16", 1, 2},
-    [26] = {"I32", 1, 4},       [27] = {"I64", 1, 8},       [28] = {"F64", 1, 8},
-    [29] = {"IQ1_M", 256, 56},  [30] = {"BF16", 1, 2},      [34] = {"TQ1_0", 256, 54},
-    [35] = {"TQ2_0", 256, 66},  [39] = {"MXFP4", 32, 17},
-};
-#define GGML_TYPE_COUNT (sizeof(ggml_types) / sizeof(ggml_types[0]))
-
-const char *npu_ggml_type_name(uint32_t type) {
-  return type < GGML_TYPE_COUNT ? ggml_types[type].name : NULL;
-}
-
-bool npu_ggml_type_size(uint32_t type, uint32_t *block_out, uint32_t *nbytes_out) {
-  if (npu_ggml_type_name(type) == NULL) return false;
-  *block_out = ggml_types[type].block;
-  *nbytes_out = ggml_types[type].nbytes;
-  return true;
-}
-
 static const char *const vtype_names[NPU_GGUF_VTYPE_COUNT] = {
     "u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64", "f64",
 };
@@ -61,64 +27,6 @@ static const char *const vtype_names[NPU_GGUF_VTYPE_COUNT] = {
 size_t npu_gguf_vtype_size(uint32_t type) {
   static const uint8_t sizes[NPU_GGUF_VTYPE_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
   return type < NPU_GGUF_VTYPE_COUNT ? sizes[type] : 0;
-}
-
-/* ---- Half precision ------------------------------------------------------------------------- */
-
-float npu_f16_to_f32(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t man = h & 0x3ffu;
-  uint32_t bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (man << 13); /* inf or nan */
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (man << 13);
-  } else if (man == 0) {
-    bits = sign; /* signed zero */
-  } else {
-    /* subnormal: value = man * 2^-24 */
-    float f = ldexpf((float)man, -24);
-    return sign ? -f : f;
-  }
-  float f;
-  memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
-uint16_t npu_f32_to_f16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, sizeof(x));
-  uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-  uint32_t exp = (x >> 23) & 0xffu;
-  uint32_t man = x & 0x7fffffu;
-  if (exp == 0xff) { /* inf or nan (keep nan quiet and non-zero) */
-    return (uint16_t)(sign | 0x7c00u | (man ? 0x200u | (man >> 13) : 0));
-  }
-  int32_t e = (int32_t)exp - 127 + 15;
-  if (e >= 0x1f) return (uint16_t)(sign | 0x7c00u); /* overflow to inf */
-  if (e <= 0) {
-    /* subnormal or zero in half: shift the full mantissa, round to nearest even */
-    if (e < -10) return sign;
-    man |= 0x800000u;
-    uint32_t shift = (uint32_t)(14 - e);
-    uint32_t half = man >> shift;
-    uint32_t rem = man & ((1u << shift) - 1);
-    uint32_t mid = 1u << (shift - 1);
-    if (rem > mid || (rem == mid && (half & 1u))) half++;
-    return (uint16_t)(sign | half);
-  }
-  uint32_t half = ((uint32_t)e << 10) | (man >> 13);
-  uint32_t rem = man & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) half++; /* may carry into inf: correct */
-  return (uint16_t)(sign | half);
-}
-
-float npu_bf16_to_f32(uint16_t h) {
-  uint32_t bits = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &bits, sizeof(f));
-  return f;
 }
 
 /* ---- Bounds-checked cursor ------------------------------------------------------------------ */
@@ -367,16 +275,49 @@ static npulm_status parse_tensor_info(struct cursor *c, struct npu_gguf_tensor *
     return npu_fail(err, NPULM_ERR_FORMAT, "tensor '%.*s' has unknown type id %u", name_len,
                     t->name.ptr, t->type);
   }
-  const struct ggml_type_traits *tt = &ggml_types[t->type];
-  if (t->ne[0] % tt->block != 0) {
+  uint32_t block, block_bytes;
+  npu_ggml_type_size(t->type, &block, &block_bytes);
+  if (t->ne[0] % block != 0) {
     return npu_fail(err, NPULM_ERR_FORMAT,
                     "tensor '%.*s' of type %s has row length %llu, not a multiple of %u", name_len,
-                    t->name.ptr, tname, (unsigned long long)t->ne[0], tt->block);
+                    t->name.ptr, tname, (unsigned long long)t->ne[0], block);
   }
-  if (!npu_mul_u64(t->n_elems / tt->block, tt->nbytes, &t->nbytes)) {
+  if (!npu_mul_u64(t->n_elems / block, block_bytes, &t->nbytes)) {
     return npu_fail(err, NPULM_ERR_FORMAT, "tensor '%.*s' is too large", name_len, t->name.ptr);
   }
   return NPULM_OK;
+}
+
+static int cmp_tensor_offset(const void *a, const void *b) {
+  const struct npu_gguf_tensor *x = *(const struct npu_gguf_tensor *const *)a;
+  const struct npu_gguf_tensor *y = *(const struct npu_gguf_tensor *const *)b;
+  return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* No two tensors' data may overlap: a tensor whose type or shape claims more bytes than lie
+ * before the next tensor's data (a type that disagrees with the data written) is refused, naming
+ * it, instead of reading its neighbour's bytes as its own. */
+static npulm_status check_overlaps(const struct npu_gguf *g, npulm_error *err) {
+  if (g->n_tensors < 2) return NPULM_OK;
+  const struct npu_gguf_tensor **order = malloc((size_t)g->n_tensors * sizeof(*order));
+  if (order == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory checking tensor data");
+  for (uint64_t i = 0; i < g->n_tensors; i++) order[i] = &g->tensors[i];
+  qsort(order, (size_t)g->n_tensors, sizeof(*order), cmp_tensor_offset);
+  npulm_status st = NPULM_OK;
+  for (uint64_t i = 1; i < g->n_tensors && st == NPULM_OK; i++) {
+    const struct npu_gguf_tensor *a = order[i - 1], *b = order[i];
+    if (a->offset + a->nbytes > b->offset) { /* no overflow: both lie within the file */
+      st = npu_fail(err, NPULM_ERR_FORMAT,
+                    "tensor '%.*s' (%s, %llu bytes at offset %llu) runs into tensor '%.*s' at "
+                    "offset %llu: its data size disagrees with its type or shape",
+                    (int)(a->name.len < 200 ? a->name.len : 200), a->name.ptr,
+                    npu_ggml_type_name(a->type), (unsigned long long)a->nbytes,
+                    (unsigned long long)a->offset, (int)(b->name.len < 200 ? b->name.len : 200),
+                    b->name.ptr, (unsigned long long)b->offset);
+    }
+  }
+  free(order);
+  return st;
 }
 
 static npulm_status parse_tensors(struct npu_gguf *g, struct cursor *c, npulm_error *err) {
@@ -408,12 +349,15 @@ static npulm_status parse_tensors(struct npu_gguf *g, struct cursor *c, npulm_er
     if (!npu_add_u64(g->data_offset, t->offset, &start) || !npu_add_u64(start, t->nbytes, &end) ||
         end > c->size) {
       return npu_fail(err, NPULM_ERR_FORMAT,
-                      "tensor '%.*s' data (offset %llu, %llu bytes) lies outside the %zu-byte file",
-                      name_len, t->name.ptr, (unsigned long long)t->offset,
-                      (unsigned long long)t->nbytes, c->size);
+                      "tensor '%.*s' data (%s, offset %llu, %llu bytes) lies outside the %zu-byte "
+                      "file",
+                      name_len, t->name.ptr, npu_ggml_type_name(t->type),
+                      (unsigned long long)t->offset, (unsigned long long)t->nbytes, c->size);
     }
     t->data = c->base + start;
   }
+  npulm_status st_overlap = check_overlaps(g, err);
+  if (st_overlap != NPULM_OK) return st_overlap;
   bool nomem;
   int64_t dup = find_duplicate(g->tensors, (size_t)g->n_tensors, sizeof(*g->tensors),
                                cmp_tensor_name, &nomem);
@@ -649,35 +593,19 @@ double npu_gguf_arr_num(const struct npu_gguf_arr *a, uint64_t i) {
 /* ---- Tensor data to float ------------------------------------------------------------------- */
 
 npulm_status npu_gguf_tensor_to_f32(const struct npu_gguf_tensor *t, float *dst, npulm_error *err) {
-  const uint8_t *src = t->data;
-  switch (t->type) {
-  case NPU_GGML_F32:
-    memcpy(dst, src, (size_t)t->n_elems * sizeof(float));
-    return NPULM_OK;
-  case NPU_GGML_F16:
-  case NPU_GGML_BF16:
-    for (uint64_t i = 0; i < t->n_elems; i++) {
-      uint16_t h;
-      memcpy(&h, src + 2 * i, 2);
-      dst[i] = t->type == NPU_GGML_F16 ? npu_f16_to_f32(h) : npu_bf16_to_f32(h);
-    }
-    return NPULM_OK;
-  case NPU_GGML_Q8_0:
-    for (uint64_t b = 0; b < t->n_elems / NPU_Q8_0_BLOCK; b++) {
-      const uint8_t *block = src + b * (2 + NPU_Q8_0_BLOCK);
-      uint16_t h;
-      memcpy(&h, block, 2);
-      float d = npu_f16_to_f32(h);
-      for (int j = 0; j < NPU_Q8_0_BLOCK; j++) {
-        dst[b * NPU_Q8_0_BLOCK + j] = d * (float)(int8_t)block[2 + j];
-      }
-    }
-    return NPULM_OK;
-  default:
+  npu_ggml_to_f32_fn to_f32 = npu_ggml_type_to_f32(t->type);
+  if (to_f32 == NULL) {
+    char readable[160];
+    npu_ggml_readable_types(readable, sizeof(readable));
     return npu_fail(err, NPULM_ERR_UNSUPPORTED,
-                    "tensor '%.*s' has type %s, which npulm does not read (F32, F16, BF16, Q8_0 are "
-                    "supported)",
+                    "tensor '%.*s' has type %s, which npulm does not read (it reads %s)",
                     (int)(t->name.len < 200 ? t->name.len : 200), t->name.ptr,
-                    npu_ggml_type_name(t->type));
+                    npu_ggml_type_name(t->type), readable);
   }
+  uint32_t block, block_bytes;
+  npu_ggml_type_size(t->type, &block, &block_bytes);
+  /* the reader checked ne[0] % block == 0 and nbytes == n_elems / block * block_bytes */
+  assert(t->n_elems % block == 0 && t->nbytes == t->n_elems / block * block_bytes);
+  to_f32(t->data, dst, (size_t)(t->n_elems / block));
+  return NPULM_OK;
 }

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "io/ggml_blocks.h" /* tensor types, their sizes and dequantizers, f16 */
 #include "npulm.h"
 
 /* Metadata value types, numbered as in the file. */
@@ -26,15 +27,6 @@ enum npu_gguf_vtype {
   NPU_GGUF_F64 = 12,
   NPU_GGUF_VTYPE_COUNT
 };
-
-/* Tensor types npulm reads (ggml numbering); the others are named in errors only. */
-enum npu_ggml_type {
-  NPU_GGML_F32 = 0,
-  NPU_GGML_F16 = 1,
-  NPU_GGML_Q8_0 = 8,
-  NPU_GGML_BF16 = 30,
-};
-#define NPU_Q8_0_BLOCK 32 /* values per Q8_0 block: one f16 scale + 32 int8 */
 
 /* A string inside the mapping: not NUL-terminated. */
 struct npu_gguf_str {
@@ -127,20 +119,13 @@ void npu_gguf_arr_values(const struct npu_gguf_arr *a, struct npu_gguf_value *ou
 /* Element i of a numeric array, converted. */
 double npu_gguf_arr_num(const struct npu_gguf_arr *a, uint64_t i);
 
-/* ggml's name for a tensor type ("F32", "Q4_K", ...), or NULL for an unknown id. */
-const char *npu_ggml_type_name(uint32_t type);
-/* Values per block and bytes per block of a ggml tensor type; false for an unknown id. */
-bool npu_ggml_type_size(uint32_t type, uint32_t *block_out, uint32_t *nbytes_out);
 /* Bytes of a fixed-width metadata value type; 0 for string, array and unknown types. */
 size_t npu_gguf_vtype_size(uint32_t type);
 
-/* Convert a tensor of type F32, F16, BF16 or Q8_0 to 't->n_elems' floats at 'dst'; any other type
- * is NPULM_ERR_UNSUPPORTED naming the type and the tensor. */
+/* Convert a tensor to 't->n_elems' floats at 'dst' exactly as llama.cpp dequantizes it (any type
+ * with a dequantizer in ggml_blocks.h: F32, F16, BF16, the 32-value Q4_0..Q8_0 and IQ4_NL, the
+ * K-quants Q2_K..Q6_K, IQ4_XS, TQ1_0, TQ2_0); any other type is NPULM_ERR_UNSUPPORTED naming the
+ * type and the tensor. The reader has checked the shape and data size against the type. */
 npulm_status npu_gguf_tensor_to_f32(const struct npu_gguf_tensor *t, float *dst, npulm_error *err);
-
-/* IEEE half and bfloat16 conversions. */
-float npu_f16_to_f32(uint16_t h);
-uint16_t npu_f32_to_f16(float f);
-float npu_bf16_to_f32(uint16_t h);
 
 #endif /* NPU_IO_GGUF_H */

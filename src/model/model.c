@@ -154,11 +154,46 @@ static npulm_status check_finite(const char *name, const float *x, uint64_t n, n
                   name, (double)x[at], (unsigned long long)at);
 }
 
+/* The tensors of a type npulm does not read, gathered over the whole model so that one error
+ * names them all: "name (TYPE), ..." while it fits in 'list', then only counted. */
+struct unread {
+  bool check_only; /* the first pass: shapes and types only, nothing dequantized */
+  char list[288];
+  size_t len;
+  int n, listed;
+};
+
+static void unread_add(struct unread *u, const char *name, uint32_t type) {
+  u->n++;
+  char item[160];
+  int n = snprintf(item, sizeof(item), "%s%s (%s)", u->len ? ", " : "", name,
+                   npu_ggml_type_name(type));
+  if (n < 0 || (size_t)n >= sizeof(u->list) - u->len) return; /* no room: counted only */
+  memcpy(u->list + u->len, item, (size_t)n + 1);
+  u->len += (size_t)n;
+  u->listed++;
+}
+
+/* One line naming every tensor of 'u' (NPULM_ERR_UNSUPPORTED), or NPULM_OK if there is none. */
+static npulm_status unread_fail(const struct unread *u, npulm_error *err) {
+  if (u->n == 0) return NPULM_OK;
+  char more[48] = "";
+  if (u->n > u->listed) snprintf(more, sizeof(more), " and %d more", u->n - u->listed);
+  char readable[160];
+  npu_ggml_readable_types(readable, sizeof(readable));
+  return npu_fail(err, NPULM_ERR_UNSUPPORTED,
+                  "%s of types npulm does not read: %s%s (it reads %s)",
+                  u->n == 1 ? "a tensor" : "tensors", u->list, more, readable);
+}
+
 /* Find tensor 'name' with exactly the shape {ne0, ne1} (ne1 = 0 for a vector) and return a float
  * view of it: the mapping itself for aligned F32 data, else a dequantized copy owned by 'm'.
- * Every value must be finite. */
-static npulm_status load_tensor(struct npulm_model *m, const char *name, uint64_t ne0,
-                                uint64_t ne1, bool required, const float **out, npulm_error *err) {
+ * Every value must be finite. A tensor of a type npulm does not read is added to 'u' and left
+ * NULL: the caller fails once all are known. With u->check_only, only the shape and the type are
+ * checked ('*out' stays NULL). */
+static npulm_status load_tensor(struct npulm_model *m, struct unread *u, const char *name,
+                                uint64_t ne0, uint64_t ne1, bool required, const float **out,
+                                npulm_error *err) {
   *out = NULL;
   const struct npu_gguf_tensor *t = npu_gguf_find_tensor(m->gguf, name);
   if (t == NULL) {
@@ -180,6 +215,11 @@ static npulm_status load_tensor(struct npulm_model *m, const char *name, uint64_
                     shape, (unsigned long long)ne0);
   }
   m->n_params += t->n_elems;
+  if (npu_ggml_type_to_f32(t->type) == NULL) {
+    unread_add(u, name, t->type);
+    return NPULM_OK;
+  }
+  if (u->check_only) return NPULM_OK;
   if (t->type == NPU_GGML_F32 && ((uintptr_t)t->data % _Alignof(float)) == 0) {
     *out = t->data;
     /* not scanned again where the checksums vouch for it: that would read every page of a
@@ -194,7 +234,7 @@ static npulm_status load_tensor(struct npulm_model *m, const char *name, uint64_
   return st != NPULM_OK ? st : check_finite(name, copy, t->n_elems, err);
 }
 
-static npulm_status load_layer(struct npulm_model *m, int l, npulm_error *err) {
+static npulm_status load_layer(struct npulm_model *m, struct unread *u, int l, npulm_error *err) {
   const struct npu_config *c = &m->cfg;
   struct npu_layer_weights *lw = &m->w.layers[l];
   uint64_t dim = (uint64_t)c->dim, q_dim = (uint64_t)c->n_heads * (uint64_t)c->head_dim;
@@ -222,8 +262,30 @@ static npulm_status load_layer(struct npulm_model *m, int l, npulm_error *err) {
     char name[96];
     snprintf(name, sizeof(name), "blk.%d.%s", l, specs[i].suffix);
     npulm_status st =
-        load_tensor(m, name, specs[i].ne0, specs[i].ne1, specs[i].required, specs[i].dst, err);
+        load_tensor(m, u, name, specs[i].ne0, specs[i].ne1, specs[i].required, specs[i].dst, err);
     if (st != NPULM_OK) return st;
+  }
+  return NPULM_OK;
+}
+
+/* Every tensor the model reads, through load_tensor. */
+static npulm_status load_all(struct npulm_model *m, struct unread *u, npulm_error *err) {
+  struct npu_config *c = &m->cfg;
+  npulm_status st;
+  uint64_t dim = (uint64_t)c->dim, vocab = (uint64_t)c->n_vocab;
+  if ((st = load_tensor(m, u, "token_embd.weight", dim, vocab, true, &m->w.token_embd, err)) ||
+      (st = load_tensor(m, u, "output_norm.weight", dim, 0, true, &m->w.output_norm, err)) ||
+      (st = load_tensor(m, u, "output.weight", dim, vocab, false, &m->w.output, err)) ||
+      (st = load_tensor(m, u, "rope_freqs.weight", (uint64_t)c->rope_dim / 2, 0, false,
+                        &m->w.rope_freqs, err))) {
+    return st;
+  }
+  /* an absent output.weight ties the output to the embedding (one of a type npulm does not read
+   * is present, and named) */
+  c->tied_output = npu_gguf_find_tensor(m->gguf, "output.weight") == NULL;
+  if (c->tied_output) m->w.output = m->w.token_embd;
+  for (int l = 0; l < c->n_layers; l++) {
+    if ((st = load_layer(m, u, l, err)) != NPULM_OK) return st;
   }
   return NPULM_OK;
 }
@@ -246,21 +308,14 @@ static npulm_status load_weights(struct npulm_model *m, npulm_error *err) {
   if (m->owned == NULL || m->w.layers == NULL) {
     return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
   }
+  /* shapes and types of every tensor first, so that a file with tensors npulm cannot read is
+   * refused, naming them all, before gigabytes are dequantized; then the weights */
+  struct unread u = {.check_only = true};
   npulm_status st;
-  uint64_t dim = (uint64_t)c->dim, vocab = (uint64_t)c->n_vocab;
-  if ((st = load_tensor(m, "token_embd.weight", dim, vocab, true, &m->w.token_embd, err)) ||
-      (st = load_tensor(m, "output_norm.weight", dim, 0, true, &m->w.output_norm, err)) ||
-      (st = load_tensor(m, "output.weight", dim, vocab, false, &m->w.output, err)) ||
-      (st = load_tensor(m, "rope_freqs.weight", (uint64_t)c->rope_dim / 2, 0, false,
-                        &m->w.rope_freqs, err))) {
-    return st;
-  }
-  c->tied_output = m->w.output == NULL;
-  if (c->tied_output) m->w.output = m->w.token_embd;
-  for (int l = 0; l < c->n_layers; l++) {
-    if ((st = load_layer(m, l, err)) != NPULM_OK) return st;
-  }
-  return NPULM_OK;
+  if ((st = load_all(m, &u, err)) != NPULM_OK || (st = unread_fail(&u, err)) != NPULM_OK) return st;
+  m->n_params = 0;
+  u.check_only = false;
+  return load_all(m, &u, err);
 }
 
 npulm_status npu_model_read(struct npulm_model *m, npulm_error *err) {
