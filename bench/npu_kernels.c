@@ -32,8 +32,7 @@ static int cmp_double(const void *a, const void *b) {
       for (long i_ = 0; i_ < iters_; i_++) {                                                       \
         body;                                                                                      \
       }                                                                                            \
-      if (npu_now() - t0_ > 0.01)                                                                  \
-        break;                                                                                     \
+      if (npu_now() - t0_ > 0.01) break;                                                           \
       iters_ *= 2;                                                                                 \
     }                                                                                              \
     for (int r_ = 0; r_ < (runs); r_++) {                                                          \
@@ -52,10 +51,8 @@ static void bench_gemm(int runs, size_t m, size_t n, size_t k) {
   int8_t *x = malloc(m * k), *w = malloc(n * k), *y = malloc(m * n);
   int32_t *mult = malloc(n * sizeof(int32_t)), *shift = malloc(n * sizeof(int32_t));
   void *packed = malloc(npu_qs8_gemm_packed_size(n, k));
-  for (size_t i = 0; i < m * k; i++)
-    x[i] = (int8_t)rnd();
-  for (size_t i = 0; i < n * k; i++)
-    w[i] = (int8_t)(rnd() % 255 - 127);
+  for (size_t i = 0; i < m * k; i++) x[i] = (int8_t)rnd();
+  for (size_t i = 0; i < n * k; i++) w[i] = (int8_t)(rnd() % 255 - 127);
   for (size_t j = 0; j < n; j++) {
     mult[j] = (1 << 30) + (int32_t)(rnd() % (1u << 30));
     shift[j] = -14;
@@ -80,8 +77,7 @@ static void bench_gemm(int runs, size_t m, size_t n, size_t k) {
 #undef NPU_UKERNEL
   };
   for (size_t v = 0; v < sizeof(vs) / sizeof(vs[0]); v++) {
-    if (strcmp(vs[v].family, "qs8_gemm") != 0 || (vs[v].isa & ~have) != 0)
-      continue;
+    if (strcmp(vs[v].family, "qs8_gemm") != 0 || (vs[v].isa & ~have) != 0) continue;
     npu_qs8_gemm_fn *fn = (npu_qs8_gemm_fn *)vs[v].fn;
     double t, tb;
     TIME_MEDIAN(runs, t, tb, fn(m, 0, n, k, x, k, packed, y, n, &p));
@@ -100,16 +96,13 @@ static void bench_elementwise(int runs) {
     a[i] = (int8_t)rnd();
     b[i] = (int8_t)rnd();
   }
-  for (int i = 0; i < 256; i++)
-    table[i] = (int8_t)rnd();
-  for (int i = 0; i < 512 * 768; i++)
-    emb[i] = (int8_t)(rnd() % 255 - 127);
+  for (int i = 0; i < 256; i++) table[i] = (int8_t)rnd();
+  for (int i = 0; i < 512 * 768; i++) emb[i] = (int8_t)(rnd() % 255 - 127);
   for (int i = 0; i < 512; i++) {
     mult[i] = 1 << 30;
     shift[i] = -1;
   }
-  for (int i = 0; i < 64; i++)
-    ids[i] = (int32_t)(rnd() % 512);
+  for (int i = 0; i < 64; i++) ids[i] = (int32_t)(rnd() % 512);
   int8_t *gy = malloc(64 * 768);
   const struct npu_qadd_params ap = {3, -7, 20, 1 << 30, -1, 1500000000, -2, 1 << 30, -19, 4};
   const struct npu_qmul_params mp = {3, -7, 1 << 30, -8, 1};
@@ -137,8 +130,7 @@ static void bench_elementwise(int runs) {
 
 int main(int argc, char **argv) {
   int runs = argc > 1 ? atoi(argv[1]) : 11;
-  if (runs < 1 || runs > 64)
-    runs = 11;
+  if (runs < 1 || runs > 64) runs = 11;
   printf("NPU int8 GEMM, one core, median of %d runs\n\n", runs);
   printf("| kernel               |     M |     N |     K |   time us |     GOPS | best GOPS |\n");
   printf("|----------------------|------:|------:|------:|----------:|---------:|----------:|\n");

@@ -7,10 +7,10 @@
 #include <stdlib.h>
 
 #include "base/common.h"
-#include "io/gguf.h"
 #include "compiler/program.h"
-#include "program/program_io.h"
+#include "io/gguf.h"
 #include "npulm.h"
+#include "program/program_io.h"
 
 static int cmp_double(const void *a, const void *b) {
   const double x = *(const double *)a, y = *(const double *)b;

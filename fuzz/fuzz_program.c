@@ -18,14 +18,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "compiler/calibrate.h"
+#include "compiler/program.h"
+#include "compiler/quantize.h"
 #include "io/gguf_checksum.h"
 #include "io/gguf_write.h"
-#include "compiler/program.h"
+#include "io/synth.h"
 #include "model/model.h"
 #include "npulm.h"
-#include "compiler/calibrate.h"
-#include "compiler/quantize.h"
-#include "io/synth.h"
 #include "program/program_io.h"
 
 static FILE *g_null;

@@ -50,22 +50,22 @@ typedef void (*npulm_progress_fn)(void *user, uint64_t done, uint64_t total);
 typedef struct npulm_model npulm_model;
 
 typedef struct npulm_model_info {
-  const char *arch;       /* "llama" or "qwen2" */
-  const char *name;       /* general.name, or "" */
+  const char *arch; /* "llama" or "qwen2" */
+  const char *name; /* general.name, or "" */
   int n_vocab;
-  int dim;                /* embedding width */
+  int dim; /* embedding width */
   int n_layers;
   int n_heads;
   int n_kv_heads;
   int head_dim;
   int ffn_dim;
-  int n_ctx_train;        /* context length the model was trained for */
+  int n_ctx_train; /* context length the model was trained for */
   float rope_base;
   float rms_eps;
-  bool tied_output;       /* output projection shares the token embedding */
-  int32_t bos_id;         /* -1 if none */
-  int32_t eos_id;         /* -1 if none */
-  bool add_bos;           /* the tokenizer wants BOS at the start of a text */
+  bool tied_output; /* output projection shares the token embedding */
+  int32_t bos_id;   /* -1 if none */
+  int32_t eos_id;   /* -1 if none */
+  bool add_bos;     /* the tokenizer wants BOS at the start of a text */
   uint64_t n_params;
 } npulm_model_info;
 
@@ -91,8 +91,8 @@ void npulm_model_get_info(const npulm_model *model, npulm_model_info *info_out);
 #define NPULM_MAX_BUCKETS 32
 
 typedef struct npulm_compile_params {
-  int chunks[NPULM_MAX_CHUNKS];  /* prefill chunk sizes; n_chunks = 0: 16, 64 and 128, less
-                                    those longer than the model's context */
+  int chunks[NPULM_MAX_CHUNKS]; /* prefill chunk sizes; n_chunks = 0: 16, 64 and 128, less
+                                   those longer than the model's context */
   int n_chunks;
   int buckets[NPULM_MAX_BUCKETS]; /* context buckets; n_buckets = 0: powers of two from 128 up to
                                      the model's context (always included) */
@@ -105,9 +105,9 @@ typedef struct npulm_compile_params {
   const char *float_ops;
   const char *calib_text; /* calibration text (NULL: a built-in text) */
   size_t calib_len;
-  int calib_tokens;       /* use at most this many tokens of it (0: 1024) */
-  float smooth_alpha;     /* SmoothQuant strength (0: 0.5) */
-  float shadow_threshold; /* outlier channel: absmax > this x the median channel's (0: 6) */
+  int calib_tokens;           /* use at most this many tokens of it (0: 1024) */
+  float smooth_alpha;         /* SmoothQuant strength (0: 0.5) */
+  float shadow_threshold;     /* outlier channel: absmax > this x the median channel's (0: 6) */
   npulm_progress_fn progress; /* calibration progress in tokens (may be NULL) */
   void *progress_user;
 } npulm_compile_params;
@@ -186,12 +186,12 @@ typedef struct npulm_session_params {
 
 /* Where a session's time went (compiled engine; zeros for the reference). */
 typedef struct npulm_session_stats {
-  uint64_t n_steps;       /* graph executions */
-  double wall_s;          /* time inside npulm_session_eval */
-  double npu_busy_s;      /* time the NPU worker spent executing subgraphs */
-  double cpu_busy_s;      /* time the CPU worker spent executing subgraphs */
-  double overlap_s;       /* time both workers were busy at once */
-  uint64_t n_transfers;   /* tensors copied between the backends */
+  uint64_t n_steps;     /* graph executions */
+  double wall_s;        /* time inside npulm_session_eval */
+  double npu_busy_s;    /* time the NPU worker spent executing subgraphs */
+  double cpu_busy_s;    /* time the CPU worker spent executing subgraphs */
+  double overlap_s;     /* time both workers were busy at once */
+  uint64_t n_transfers; /* tensors copied between the backends */
 } npulm_session_stats;
 
 void npulm_session_get_stats(const npulm_session *session, npulm_session_stats *stats_out);
@@ -245,9 +245,9 @@ const float *npulm_session_logits(const npulm_session *session);
 typedef struct npulm_sampler npulm_sampler;
 
 typedef struct npulm_sampler_params {
-  float temp;    /* 0 = greedy (argmax) */
-  int top_k;     /* 0 = off */
-  float top_p;   /* 1 = off */
+  float temp;  /* 0 = greedy (argmax) */
+  int top_k;   /* 0 = off */
+  float top_p; /* 1 = off */
   uint64_t seed;
 } npulm_sampler_params;
 
@@ -283,8 +283,7 @@ npulm_status npulm_perplexity(const npulm_model *model, const char *text, size_t
 /* The same on the FP32 reference forward instead of the compiled graphs (the oracle). */
 npulm_status npulm_perplexity_reference(const npulm_model *model, const char *text, size_t len,
                                         int n_ctx, int n_threads, npulm_ppl_progress_fn progress,
-                                        void *user, npulm_ppl_result *result_out,
-                                        npulm_error *err);
+                                        void *user, npulm_ppl_result *result_out, npulm_error *err);
 
 /* ---- Error attribution: compiled model against the FP32 reference ------------------------ */
 
@@ -305,7 +304,7 @@ typedef struct npulm_diff_report {
   npulm_diff_entry *entries; /* in data-flow order */
   double kl_mean;            /* KL(reference || compiled) of the next-token distributions */
   double kl_max;
-  double top1_agreement;     /* share of positions whose argmax agrees */
+  double top1_agreement; /* share of positions whose argmax agrees */
 } npulm_diff_report;
 
 /* Run the FP32 reference and the model's program (compiled with the defaults if it has none)
@@ -333,17 +332,17 @@ npulm_status npulm_synth(const char *shape, uint64_t seed, const char *type, con
 
 /* The two ceilings of this machine, as npulm_roofline_measure found them. */
 typedef struct npulm_roofline {
-  int n_threads;          /* threads measured with (each pinned to nothing: the OS places them) */
-  double int8_macs;       /* int8 multiply-accumulates per second, all threads: the NPU's own int8
-                             GEMM kernel ('kernel') on cache-resident shapes, the best of several */
-  double f32_macs;        /* float MACs per second of the CPU backend's matmul kernel, the same way */
-  double read_bytes;      /* bytes per second read streaming through 'buffer_bytes' */
-  double copy_bytes;      /* bytes per second of a streaming copy, counting bytes read + written */
-  double mem_bytes;       /* the bandwidth ceiling: the larger of read_bytes and copy_bytes */
-  uint64_t buffer_bytes;  /* bytes streamed per pass (well above the last-level cache) */
-  uint64_t cache_bytes;   /* the last-level cache size the system reports (0 if unknown) */
-  char kernel[32];        /* the int8 GEMM variant measured, e.g. "qs8_gemm__avx2" */
-  double seconds;         /* how long measuring took */
+  int n_threads;     /* threads measured with (each pinned to nothing: the OS places them) */
+  double int8_macs;  /* int8 multiply-accumulates per second, all threads: the NPU's own int8
+                        GEMM kernel ('kernel') on cache-resident shapes, the best of several */
+  double f32_macs;   /* float MACs per second of the CPU backend's matmul kernel, the same way */
+  double read_bytes; /* bytes per second read streaming through 'buffer_bytes' */
+  double copy_bytes; /* bytes per second of a streaming copy, counting bytes read + written */
+  double mem_bytes;  /* the bandwidth ceiling: the larger of read_bytes and copy_bytes */
+  uint64_t buffer_bytes; /* bytes streamed per pass (well above the last-level cache) */
+  uint64_t cache_bytes;  /* the last-level cache size the system reports (0 if unknown) */
+  char kernel[32];       /* the int8 GEMM variant measured, e.g. "qs8_gemm__avx2" */
+  double seconds;        /* how long measuring took */
 } npulm_roofline;
 
 /* Measure int8 MAC/s with the NPU's GEMM microkernel and memory bandwidth with a streaming read
@@ -387,14 +386,14 @@ npulm_status npulm_roofline_pair(const double *rate, const double *mem, int n, d
  * they exist; 'estimates' names the ones that are npulm's estimates (src/runtime/costmodel.c cites
  * every source). */
 typedef struct npulm_npu_profile {
-  const char *name;        /* short id: "hexagon-v75", "m4-ane", "mtl-npu" */
-  const char *part;        /* e.g. "Qualcomm Hexagon V75 NPU (Snapdragon 8 Gen 3)" */
-  double int8_tops;        /* dense int8 tera-operations per second (1 MAC = 2 operations) */
-  double fp16_tflops;      /* dense fp16 tera-FLOPs per second */
-  double dram_gbs;         /* DRAM bandwidth, 1e9 bytes per second */
-  double sram_mib;         /* on-chip memory that holds a graph's activations */
-  double dispatch_us;      /* overhead of launching one NPU subgraph */
-  const char *estimates;   /* which of the figures above are estimates */
+  const char *name;      /* short id: "hexagon-v75", "m4-ane", "mtl-npu" */
+  const char *part;      /* e.g. "Qualcomm Hexagon V75 NPU (Snapdragon 8 Gen 3)" */
+  double int8_tops;      /* dense int8 tera-operations per second (1 MAC = 2 operations) */
+  double fp16_tflops;    /* dense fp16 tera-FLOPs per second */
+  double dram_gbs;       /* DRAM bandwidth, 1e9 bytes per second */
+  double sram_mib;       /* on-chip memory that holds a graph's activations */
+  double dispatch_us;    /* overhead of launching one NPU subgraph */
+  const char *estimates; /* which of the figures above are estimates */
 } npulm_npu_profile;
 
 /* The built-in NPU profiles; '*n_out' receives their number. */
@@ -416,8 +415,8 @@ typedef struct npulm_decode_traffic {
 
 /* The traffic of a decode step at cache position 'pos' (0-based: the token's own position) on the
  * model's program. NPULM_ERR_ARG if the model has no program or 'pos' is outside its contexts. */
-npulm_status npulm_decode_traffic_at(const npulm_model *model, int pos,
-                                     npulm_decode_traffic *out, npulm_error *err);
+npulm_status npulm_decode_traffic_at(const npulm_model *model, int pos, npulm_decode_traffic *out,
+                                     npulm_error *err);
 
 /* Rows of the largest step of the model's program: its largest prefill chunk (what llama.cpp
  * calls n_ubatch); 0 if the model has no program. */
@@ -425,15 +424,15 @@ int npulm_program_max_rows(const npulm_model *model);
 
 /* The cost model's prediction of one run. */
 typedef struct npulm_prediction {
-  double seconds;       /* the whole run: the sum of the four parts below */
-  double npu_s;         /* NPU nodes: each max(MACs / peak, DRAM bytes / bandwidth) */
-  double cpu_s;         /* CPU nodes, the same at the host's measured rates */
-  double dispatch_s;    /* one dispatch per NPU subgraph per step */
-  double transfer_s;    /* tensors crossing between CPU and NPU (written, then read, in DRAM) */
-  uint64_t macs;        /* MACs of the run's matmuls and attention, both backends */
-  uint64_t bytes;       /* DRAM bytes of the run, both backends */
-  int n_steps;          /* graph executions */
-  int n_dispatches;     /* NPU subgraph launches */
+  double seconds;    /* the whole run: the sum of the four parts below */
+  double npu_s;      /* NPU nodes: each max(MACs / peak, DRAM bytes / bandwidth) */
+  double cpu_s;      /* CPU nodes, the same at the host's measured rates */
+  double dispatch_s; /* one dispatch per NPU subgraph per step */
+  double transfer_s; /* tensors crossing between CPU and NPU (written, then read, in DRAM) */
+  uint64_t macs;     /* MACs of the run's matmuls and attention, both backends */
+  uint64_t bytes;    /* DRAM bytes of the run, both backends */
+  int n_steps;       /* graph executions */
+  int n_dispatches;  /* NPU subgraph launches */
 } npulm_prediction;
 
 /* Predict a llama-bench test on the model's program: 'n_prompt' tokens in one evaluation (pp), or

@@ -198,9 +198,9 @@ static void test_roofline_measure(void **state) {
   npulm_roofline r;
   npulm_error err;
   assert_int_equal(npulm_roofline_measure(1, &r, &err), NPULM_OK);
-  print_message("1 thread: int8 %.2f GMAC/s (%s), f32 %.2f GMAC/s, read %.2f GB/s, copy %.2f GB/s\n",
-                r.int8_macs * 1e-9, r.kernel, r.f32_macs * 1e-9, r.read_bytes * 1e-9,
-                r.copy_bytes * 1e-9);
+  print_message(
+      "1 thread: int8 %.2f GMAC/s (%s), f32 %.2f GMAC/s, read %.2f GB/s, copy %.2f GB/s\n",
+      r.int8_macs * 1e-9, r.kernel, r.f32_macs * 1e-9, r.read_bytes * 1e-9, r.copy_bytes * 1e-9);
   assert_int_equal(r.n_threads, 1);
   assert_true(r.int8_macs > 1e8 && r.f32_macs > 1e7);
   assert_true(r.read_bytes > 1e8 && r.copy_bytes > 1e8);
@@ -235,22 +235,20 @@ static void test_roofline_pair(void **state) {
   const double r2[2] = {5e9, 5e9};
   assert_int_equal(npulm_roofline_pair(r2, edge, 2, INFINITY, 1.0, &p, &err), NPULM_OK);
   assert_int_equal(p.n_known, 2);
-  assert_int_equal(npulm_roofline_pair(r2, (const double[]){9e9, 10.01e9, 9e9}, 2, INFINITY,
-                                       1.0, &p, &err),
-                   NPULM_OK);
+  assert_int_equal(
+      npulm_roofline_pair(r2, (const double[]){9e9, 10.01e9, 9e9}, 2, INFINITY, 1.0, &p, &err),
+      NPULM_OK);
   assert_int_equal(p.n_known, 0);
   assert_true(isnan(p.pct));
   assert_true(fabs(p.pct_all - 100.0 * 5e9 / 10.01e9) < 1e-9);
   /* MAC/s at 100 MAC/byte: both bandwidths put the ceiling at the 1e12 peak, so it is known */
   const double macs[1] = {5e11};
-  assert_int_equal(npulm_roofline_pair(macs, (const double[]){20e9, 40e9}, 1, 1e12, 100.0, &p,
-                                       &err),
-                   NPULM_OK);
+  assert_int_equal(
+      npulm_roofline_pair(macs, (const double[]){20e9, 40e9}, 1, 1e12, 100.0, &p, &err), NPULM_OK);
   assert_int_equal(p.n_known, 1);
   assert_true(fabs(p.pct - 50.0) < 1e-9);
   /* at 30 MAC/byte the lower bandwidth (20 GB/s: 6e11 MAC/s) is below the peak: unknown */
-  assert_int_equal(npulm_roofline_pair(macs, (const double[]){20e9, 40e9}, 1, 1e12, 30.0, &p,
-                                       &err),
+  assert_int_equal(npulm_roofline_pair(macs, (const double[]){20e9, 40e9}, 1, 1e12, 30.0, &p, &err),
                    NPULM_OK);
   assert_int_equal(p.n_known, 0);
   /* an even count: the mean of the middle two */

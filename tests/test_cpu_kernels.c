@@ -1,11 +1,11 @@
-/* CPU float kernels: every variant of src/kernels/cpu/ukernels.inc that this CPU can run against its
- * family's scalar variant, bit for bit (memcmp), on random data and awkward shapes: k = 1, sizes
- * and head dims that are not a multiple of the 8-lane vector (nor of the 32-wide PV blocks), one
- * row and row counts that leave tile edges, grouped heads, padded rows and long contexts over
- * several attention tiles. Bit-exactness is the kernels' contract (kernels/cpu/kernels.h: every element in
- * the reference forward's order of operations, no FMA), so no tolerance is needed anywhere;
- * test_graph.c checks the scalar variants against the reference itself. The conversions to and
- * from the NPU's int8/int16 activations likewise, byte for byte, with the bytes past the end
+/* CPU float kernels: every variant of src/kernels/cpu/ukernels.inc that this CPU can run against
+ * its family's scalar variant, bit for bit (memcmp), on random data and awkward shapes: k = 1,
+ * sizes and head dims that are not a multiple of the 8-lane vector (nor of the 32-wide PV blocks),
+ * one row and row counts that leave tile edges, grouped heads, padded rows and long contexts over
+ * several attention tiles. Bit-exactness is the kernels' contract (kernels/cpu/kernels.h: every
+ * element in the reference forward's order of operations, no FMA), so no tolerance is needed
+ * anywhere; test_graph.c checks the scalar variants against the reference itself. The conversions
+ * to and from the NPU's int8/int16 activations likewise, byte for byte, with the bytes past the end
  * checked untouched: every length from 0 to 40 (each remainder modulo the 8 lanes), scales from
  * the smallest subnormal to the largest float, zero points at the type's ends, values on and next
  * to the half-way points, past saturation, NaN, infinities and signed zeros. Also the dispatch. */
@@ -25,8 +25,7 @@ static float rand_float(uint64_t *rng, float scale) {
 static float *rand_floats(size_t n, uint64_t *rng, float scale) {
   float *x = malloc((n > 0 ? n : 1) * sizeof(float));
   assert_non_null(x);
-  for (size_t i = 0; i < n; i++)
-    x[i] = rand_float(rng, scale);
+  for (size_t i = 0; i < n; i++) x[i] = rand_float(rng, scale);
   return x;
 }
 
@@ -37,8 +36,7 @@ static void nan_pair(size_t n, float **a_out, float **b_out) {
   *b_out = malloc((n > 0 ? n : 1) * sizeof(float));
   assert_non_null(*a_out);
   assert_non_null(*b_out);
-  for (size_t i = 0; i < n; i++)
-    (*a_out)[i] = (*b_out)[i] = NAN;
+  for (size_t i = 0; i < n; i++) (*a_out)[i] = (*b_out)[i] = NAN;
 }
 
 static void require_isa(uint32_t need) {
@@ -52,8 +50,7 @@ static void assert_same_bits(const float *got, const float *want, size_t n, cons
                              const char *variant, int trial) {
   if (memcmp(got, want, n * sizeof(float)) != 0) {
     size_t i = 0;
-    while (memcmp(got + i, want + i, sizeof(float)) == 0)
-      i++;
+    while (memcmp(got + i, want + i, sizeof(float)) == 0) i++;
     fail_msg("%s__%s trial %d: element %zu is %a, the scalar variant's %a", what, variant, trial, i,
              (double)got[i], (double)want[i]);
   }
@@ -303,8 +300,7 @@ static void check_conversion(enum conv_kind kind, union conv_fn fn, union conv_f
     const size_t bytes = (t.n + CONV_GUARD) * size;
     if (memcmp(got, want, bytes) != 0) {
       size_t i = 0;
-      while (got[i] == want[i])
-        i++;
+      while (got[i] == want[i]) i++;
       fail_msg("%s__%s trial %d (n %zu, scale %a, zero point %d): element %zu differs from the "
                "scalar variant's",
                family, variant, trial, t.n, (double)t.scale, t.zero_point, i / size);
@@ -358,8 +354,7 @@ static void test_dispatch(void **state) {
   npu_cpu_ukernels_select(npu_isa_detect(), &uk);
   /* every family is filled */
   const void *const *fns = (const void *const *)&uk;
-  for (size_t i = 0; i < sizeof(uk) / sizeof(void *); i++)
-    assert_non_null(fns[i]);
+  for (size_t i = 0; i < sizeof(uk) / sizeof(void *); i++) assert_non_null(fns[i]);
 }
 
 /* ---- one test per variant, from the list ------------------------------------------------------*/

@@ -2,11 +2,11 @@
  * hostile files (truncated, absurd counts and lengths, bad shapes, types, offsets, alignment).
  * Every rejected file must give a non-OK status with a message and leak nothing (run under SAN=1).
  */
+#include <dirent.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
-#include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -937,10 +937,12 @@ static void test_writer_checksums(void **state) {
         for (uint64_t r = 0; r < sums.n; r++) {
           uint64_t begin, end;
           npu_gguf_region_bounds(g, r, &begin, &end);
-          bool mismatch = npu_gguf_checksum_compute(g, &sums, r) != npu_gguf_checksum_stored(&sums, r);
+          bool mismatch =
+              npu_gguf_checksum_compute(g, &sums, r) != npu_gguf_checksum_stored(&sums, r);
           caught = caught || mismatch;
           /* outside the stored values, exactly the region holding the byte fails */
-          if (at < sums_at || at >= sums_at + 24) assert_true(mismatch == (at >= begin && at < end));
+          if (at < sums_at || at >= sums_at + 24)
+            assert_true(mismatch == (at >= begin && at < end));
         }
       }
       npu_gguf_close(g);
@@ -1316,8 +1318,8 @@ static void test_bad_tensor_types(void **state) {
   const struct {
     uint32_t id;
     const char *name;
-  } known[] = {{9, "Q8_1"}, {15, "Q8_K"}, {16, "IQ2_XXS"}, {19, "IQ1_S"}, {24, "I8"},
-               {28, "F64"},  {29, "IQ1_M"}, {39, "MXFP4"}};
+  } known[] = {{9, "Q8_1"}, {15, "Q8_K"}, {16, "IQ2_XXS"}, {19, "IQ1_S"},
+               {24, "I8"},  {28, "F64"},  {29, "IQ1_M"},   {39, "MXFP4"}};
   for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++) {
     struct npu_gguf_buf b = {0};
     one_tensor_file(&b, 1, ne, known[i].id, 0, 2048);

@@ -9,13 +9,13 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels/cpu/kernels.h"
+#include "analysis/perplexity.h"
+#include "backends/exec.h"
 #include "compiler/program.h"
+#include "kernels/cpu/kernels.h"
 #include "model/model.h"
 #include "npulm.h"
 #include "ref/forward.h"
-#include "backends/exec.h"
-#include "analysis/perplexity.h"
 #include "test_util.h"
 
 static float rand_float(uint64_t *rng, float scale) {
@@ -60,8 +60,8 @@ static void test_matmul_matches_reference_bits(void **state) {
     fill(x, (size_t)rows * (size_t)k, &rng, 2.0f);
     fill(b, (size_t)n, &rng, 10.0f);
     for (int t = 0; t < rows; t++) {
-      npu_ref_matvec(want + (size_t)t * (size_t)n, w, with_bias ? b : NULL, x + (size_t)t * (size_t)k,
-                     k, n);
+      npu_ref_matvec(want + (size_t)t * (size_t)n, w, with_bias ? b : NULL,
+                     x + (size_t)t * (size_t)k, k, n);
     }
     for (int variant = 0; variant < 2; variant++) {
       memset(got, 0, (size_t)rows * (size_t)n * sizeof(float));
@@ -111,7 +111,8 @@ static void test_rope_matches_reference_bits(void **state) {
   const int32_t dims[][2] = {{8, 8}, {8, 6}, {64, 64}, {64, 40}, {72, 72}, {72, 66}};
   for (size_t d = 0; d < sizeof(dims) / sizeof(dims[0]); d++) {
     for (int variant = 0; variant < 4; variant++) {
-      struct npu_config c = {.head_dim = dims[d][0], .rope_dim = dims[d][1],
+      struct npu_config c = {.head_dim = dims[d][0],
+                             .rope_dim = dims[d][1],
                              .rope_base = 10000.0f,
                              .rope_type = variant % 2 ? NPU_ROPE_NEOX : NPU_ROPE_NORM};
       const float *ff = variant >= 2 ? factors : NULL;
@@ -415,7 +416,8 @@ static void test_fused_attention_matches_double(void **state) {
           worst = fmax(worst, err / tol);
           if (!(err <= tol)) {
             fail_msg("trial %d: heads %d/%d hd %d rows %d pos0 %d: row %d head %d [%d] = %.9g, "
-                     "want %.9g", trial, c.heads, c.kv_heads, c.hd, c.rows, c.pos0, t, h, i,
+                     "want %.9g",
+                     trial, c.heads, c.kv_heads, c.hd, c.rows, c.pos0, t, h, i,
                      got[(size_t)t * q_cols + (size_t)h * c.hd + i], want);
           }
         }
@@ -429,7 +431,6 @@ static void test_fused_attention_matches_double(void **state) {
 }
 
 /* ---- Models --------------------------------------------------------------------------------- */
-
 
 /* Compile 'm' into FP32 graphs with the given chunk sizes and context buckets. */
 static void compile(npulm_model *m, const int *chunks, int n_chunks, const int *buckets,
@@ -453,7 +454,6 @@ static npulm_session *new_session(const npulm_model *m, int n_ctx, bool referenc
   if (npulm_session_create(m, &p, &s, &err) != NPULM_OK) fail_msg("%s", err.msg);
   return s;
 }
-
 
 /* 'n' tokens of real text (BOS first). */
 static int32_t *text_tokens(const npulm_model *m, int n) {
@@ -727,8 +727,8 @@ static void test_perplexity_identical(void **state) {
     npulm_ppl_result ref, graph;
     npulm_error err;
     size_t n = cases[k].bytes < len ? cases[k].bytes : len;
-    assert_int_equal(npu_perplexity_run(m, text, n, cases[k].n_ctx, 2, true, NULL, NULL, &ref, &err),
-                     NPULM_OK);
+    assert_int_equal(
+        npu_perplexity_run(m, text, n, cases[k].n_ctx, 2, true, NULL, NULL, &ref, &err), NPULM_OK);
     assert_int_equal(npulm_perplexity(m, text, n, cases[k].n_ctx, 2, NULL, NULL, &graph, &err),
                      NPULM_OK);
     char a[32], b[32];

@@ -3,8 +3,8 @@
 #include <string.h>
 
 #include "io/gguf_write.h"
-#include "npulm.h"
 #include "io/synth.h"
+#include "npulm.h"
 #include "test_util.h"
 
 /* What to break in the tiny model (as npu_synth_options says). */
@@ -28,8 +28,7 @@ static void fill_small(void *user, const struct npu_synth_tensor *t, uint64_t fi
                        size_t n) {
   (void)user;
   (void)t;
-  for (size_t i = 0; i < n; i++)
-    vals[i] = 0.01f * (float)((first + i) % 7);
+  for (size_t i = 0; i < n; i++) vals[i] = 0.01f * (float)((first + i) % 7);
 }
 
 /* Write a tiny llama model (1 layer) with a byte-fallback SPM vocabulary to 'path'. */
@@ -268,12 +267,9 @@ static void test_vocab_only(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_tiny_model_opens),
-      cmocka_unit_test(test_missing_tensors),
-      cmocka_unit_test(test_wrong_shapes),
-      cmocka_unit_test(test_missing_keys),
-      cmocka_unit_test(test_unsupported),
-      cmocka_unit_test(test_non_finite_weights),
+      cmocka_unit_test(test_tiny_model_opens), cmocka_unit_test(test_missing_tensors),
+      cmocka_unit_test(test_wrong_shapes),     cmocka_unit_test(test_missing_keys),
+      cmocka_unit_test(test_unsupported),      cmocka_unit_test(test_non_finite_weights),
       cmocka_unit_test(test_vocab_only),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -89,7 +89,7 @@ static void run_without_allocating(bool reference) {
 
   atomic_store(&n_calls, 0);
   atomic_store(&armed, true);
-  npulm_status st = npulm_session_eval(s, ids, 40, logits, &err);    /* chunk 128, padded */
+  npulm_status st = npulm_session_eval(s, ids, 40, logits, &err);       /* chunk 128, padded */
   if (st == NPULM_OK) st = npulm_session_eval(s, ids, 129, NULL, &err); /* 128 + decode */
   for (int i = 0; i < 30 && st == NPULM_OK; i++) {
     int32_t next = npulm_sampler_sample(sampler, npulm_session_logits(s));

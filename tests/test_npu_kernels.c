@@ -8,11 +8,11 @@
 #include <string.h>
 
 #include "backends/npu_emu.h"
+#include "base/pool.h"
+#include "compiler/qparams.h"
+#include "kernels/cpu/ukernels.h" /* npu_quantize_s8__scalar, ...: the transfers' conversions */
 #include "kernels/npu/fixedpoint.h"
 #include "kernels/npu/ukernels.h"
-#include "kernels/cpu/ukernels.h" /* npu_quantize_s8__scalar, ...: the transfers' conversions */
-#include "compiler/qparams.h"
-#include "base/pool.h"
 #include "test_util.h"
 
 /* ---- helpers ----------------------------------------------------------------------------------*/
@@ -75,8 +75,7 @@ static void test_requantize_ties(void **state) {
   assert_int_equal(npu_requantize_s8(-5, 1 << 30, 0, 127), 125);
   assert_int_equal(npu_requantize_s16(-5, 1 << 30, 0, 0), -2);
   /* Identity: real = 1 - 2^-31 is not exactly 1, but round() of it is for small acc. */
-  for (int32_t a = -1000; a <= 1000; a++)
-    assert_int_equal(npu_requantize(a, INT32_MAX, 0), a);
+  for (int32_t a = -1000; a <= 1000; a++) assert_int_equal(npu_requantize(a, INT32_MAX, 0), a);
   /* real = 1 exactly as (2^30, 1). */
   assert_int_equal(npu_requantize(123456789, 1 << 30, 1), 123456789);
   assert_int_equal(npu_requantize((1 << 29) - 1, 1 << 30, 1), (1 << 29) - 1);
@@ -103,8 +102,7 @@ static void test_requantize_extremes(void **state) {
           /* Saturated left shift: the magnitude is still at least about mult / 2. */
           assert_true(acc > 0 ? r >= mult / 2 - 1 : r <= -(mult / 2));
         }
-        if (mult == 0)
-          assert_int_equal(r, 0);
+        if (mult == 0) assert_int_equal(r, 0);
         /* Saturation to int8 / int16 at the extreme zero points. */
         const int64_t r8lo = (int64_t)r - 128, r8hi = (int64_t)r + 127;
         assert_int_equal(npu_requantize_s8(acc, mult, shift, -128), r8lo < -128  ? -128
@@ -178,8 +176,7 @@ static void test_quantize_multiplier(void **state) {
     const double real = ldexp(0.5 + 0.5 * rand_unit(&rng), rand_range(&rng, -45, 29));
     assert_true(npu_quantize_multiplier(real, &m, &s));
     assert_true(s >= -31 && s <= 30 && m >= 0);
-    if (s > -31)
-      assert_true(m >= (1 << 30));
+    if (s > -31) assert_true(m >= (1 << 30));
     const double back = ldexp((double)m, s - 31);
     assert_true(fabs(back - real) <= ldexp(1.0, s - 32));
   }
@@ -191,16 +188,13 @@ static void test_quantize_weights(void **state) {
   enum { R = 9, C = 33 };
   float w[R * C], scales[R];
   int8_t q[R * C];
-  for (int i = 0; i < R * C; i++)
-    w[i] = (float)(rand_unit(&rng) * 2.0 - 1.0) * (float)(1 + i / C);
-  for (int c = 0; c < C; c++)
-    w[4 * C + c] = 0.0f;  /* an all-zero row */
-  w[2 * C + 5] = -100.0f; /* the absmax of row 2 is negative */
+  for (int i = 0; i < R * C; i++) w[i] = (float)(rand_unit(&rng) * 2.0 - 1.0) * (float)(1 + i / C);
+  for (int c = 0; c < C; c++) w[4 * C + c] = 0.0f; /* an all-zero row */
+  w[2 * C + 5] = -100.0f;                          /* the absmax of row 2 is negative */
   assert_true(npu_quantize_weights_per_channel(w, R, C, q, scales));
   for (int r = 0; r < R; r++) {
     float absmax = 0.0f;
-    for (int c = 0; c < C; c++)
-      absmax = fmaxf(absmax, fabsf(w[r * C + c]));
+    for (int c = 0; c < C; c++) absmax = fmaxf(absmax, fabsf(w[r * C + c]));
     assert_true(scales[r] == absmax / 127.0f);
     for (int c = 0; c < C; c++) {
       assert_true(q[r * C + c] >= -127 && q[r * C + c] <= 127);
@@ -358,8 +352,7 @@ static void gemm_check(const struct gemm_case *c, npu_qs8_gemm_fn *fn8, npu_qs8_
   const struct npu_qs8_gemm_params p = {c->mult, c->shift, c->zx, c->zy};
   if (out16)
     fn16(c->m, n_begin, n_end, c->k, c->x, c->x_stride, c->packed, (int16_t *)y, c->y_stride, &p);
-  else
-    fn8(c->m, n_begin, n_end, c->k, c->x, c->x_stride, c->packed, (int8_t *)y, c->y_stride, &p);
+  else fn8(c->m, n_begin, n_end, c->k, c->x, c->x_stride, c->packed, (int8_t *)y, c->y_stride, &p);
   for (size_t i = 0; i < c->m; i++)
     for (size_t j = 0; j < c->y_stride; j++) {
       const uint8_t *e = y + (i * c->y_stride + j) * esize;
@@ -373,8 +366,7 @@ static void gemm_check(const struct gemm_case *c, npu_qs8_gemm_fn *fn8, npu_qs8_
                    c->m, c->n, c->k, c->zx, c->zy, c->bias != NULL, out16, n_begin, n_end, i, j,
                    got, want, c->mult[j], c->shift[j]);
       } else {
-        for (size_t b = 0; b < esize; b++)
-          assert_int_equal(e[b], 0x5a);
+        for (size_t b = 0; b < esize; b++) assert_int_equal(e[b], 0x5a);
       }
     }
   free(y);
@@ -501,8 +493,8 @@ static void test_matmul_group(void **state) {
     memset(nodes, 0, sizeof(nodes));
     int8_t *x = xmalloc(m * k);
     for (size_t i = 0; i < m * k; i++) x[i] = (int8_t)rand_range(&rng, -128, 127);
-    tensors[0] = (struct npu_ir_tensor){.dtype = NPU_DT_I8, .backend = NPU_BE_NPU,
-                                        .ne = {(int32_t)m, (int32_t)k, 1}};
+    tensors[0] = (struct npu_ir_tensor){
+        .dtype = NPU_DT_I8, .backend = NPU_BE_NPU, .ne = {(int32_t)m, (int32_t)k, 1}};
     size_t arena_size = m * k;
     for (int32_t i = 0; i < count; i++) {
       const size_t n = (size_t)(rand_range(&rng, 0, 2) == 0 ? rand_range(&rng, 1, 40)
@@ -522,16 +514,20 @@ static void test_matmul_group(void **state) {
                                               .ne = {(int32_t)m, (int32_t)n, 1},
                                               .offset = arena_size};
       arena_size += m * n * (wide ? 2 : 1) + SLACK;
-      nodes[i] = (struct npu_ir_node){.op = NPU_OP_MATMUL, .backend = NPU_BE_NPU, .in = {0, -1, -1},
-                                      .out = i + 1};
+      nodes[i] = (struct npu_ir_node){
+          .op = NPU_OP_MATMUL, .backend = NPU_BE_NPU, .in = {0, -1, -1}, .out = i + 1};
       node_site[i] = i;
     }
     /* a last matmul on another input ends the group */
-    nodes[count] = (struct npu_ir_node){.op = NPU_OP_MATMUL, .backend = NPU_BE_NPU,
-                                        .in = {count + 1, -1, -1}, .out = count + 1};
+    nodes[count] = (struct npu_ir_node){
+        .op = NPU_OP_MATMUL, .backend = NPU_BE_NPU, .in = {count + 1, -1, -1}, .out = count + 1};
     node_site[count] = 0;
-    struct npu_graph g = {.rows = (int32_t)m, .n_tensors = count + 2, .n_nodes = count + 1,
-                          .tensors = tensors, .nodes = nodes, .node_site = node_site};
+    struct npu_graph g = {.rows = (int32_t)m,
+                          .n_tensors = count + 2,
+                          .n_nodes = count + 1,
+                          .tensors = tensors,
+                          .nodes = nodes,
+                          .node_site = node_site};
     assert_int_equal(npu_emu_matmul_group(&g, 0, count + 1), count);
     assert_int_equal(npu_emu_matmul_group(&g, 0, count), count);
     uint8_t *buf = xmalloc(arena_size);
@@ -608,8 +604,7 @@ static void test_gemm_pack(void **state) {
   bias[1] = (1 << 30) + 1;
   assert_false(npu_qs8_gemm_pack(3, 5, w, bias, packed));
   /* Layout: bias, wsum, then w[n][k] at group k/4, channel n, byte k%4. */
-  for (int i = 0; i < 15; i++)
-    w[i] = (int8_t)(i + 1);
+  for (int i = 0; i < 15; i++) w[i] = (int8_t)(i + 1);
   bias[1] = 7;
   assert_true(npu_qs8_gemm_pack(3, 5, w, bias, packed));
   int32_t head[32];
@@ -637,10 +632,8 @@ static void test_gemm_vs_float(void **state) {
     int32_t *shift = xmalloc(n * sizeof(int32_t));
     for (size_t i = 0; i < n * k; i++)
       wf[i] = (float)((rand_unit(&rng) - 0.5) * (1.0 + (double)(i / k % 5)));
-    for (size_t i = 0; i < m * k; i++)
-      xf[i] = (float)(rand_unit(&rng) * 3.0 - 1.0);
-    for (size_t j = 0; j < n; j++)
-      bf[j] = (float)(rand_unit(&rng) - 0.5);
+    for (size_t i = 0; i < m * k; i++) xf[i] = (float)(rand_unit(&rng) * 3.0 - 1.0);
+    for (size_t j = 0; j < n; j++) bf[j] = (float)(rand_unit(&rng) - 0.5);
     assert_true(npu_quantize_weights_per_channel(wf, n, k, wq, wscale));
     float sx, sy;
     int32_t zx, zy;
@@ -767,8 +760,7 @@ static void check_qs8_vadd(npu_qs8_vadd_fn *fn) {
         assert_int_equal(y[i], add_ref(a[i], b[i], &p, INT8_MIN, INT8_MAX));
         /* Within one LSB of the real sum, unless saturated. */
         const double real = (sa * (a[i] - za) + sb * (b[i] - zb)) / sy + zy;
-        if (real > -128 && real < 127)
-          assert_true(fabs(y[i] - real) <= 1.0);
+        if (real > -128 && real < 127) assert_true(fabs(y[i] - real) <= 1.0);
       }
       /* In place. */
       int8_t want[1000];
@@ -799,8 +791,7 @@ static void check_qs16_vadd(npu_qs16_vadd_fn *fn) {
       for (size_t i = 0; i < n; i++) {
         assert_int_equal(y[i], add_ref(a[i], b[i], &p, INT16_MIN, INT16_MAX));
         const double real = (sa * (a[i] - za) + sb * (b[i] - zb)) / sy + zy;
-        if (real > -32768 && real < 32767)
-          assert_true(fabs(y[i] - real) <= 1.0);
+        if (real > -32768 && real < 32767) assert_true(fabs(y[i] - real) <= 1.0);
       }
       int16_t want[1000];
       memcpy(want, y, n * 2);
@@ -833,8 +824,7 @@ static void check_qs8_vmul(npu_qs8_vmul_fn *fn) {
         assert_int_equal(y[i],
                          npu_requantize_s8((a[i] - za) * (b[i] - zb), p.y_mult, p.y_shift, zy));
         const double real = (double)sa * (a[i] - za) * sb * (b[i] - zb) / sy + zy;
-        if (real > -128 && real < 127)
-          assert_true(fabs(y[i] - real) <= 0.5 + 1e-6);
+        if (real > -128 && real < 127) assert_true(fabs(y[i] - real) <= 0.5 + 1e-6);
       }
     }
   }
@@ -916,10 +906,8 @@ static void gather_family_check(npu_qs8_gather_fn *fn8, npu_qs8_gather_qs16_fn *
     const size_t esize = out16 ? 2 : 1;
     uint8_t *y = xmalloc(IDS * y_stride * esize);
     memset(y, 0x5a, IDS * y_stride * esize);
-    if (out16)
-      fn16(IDS, ids, ROWS, cols, table, (int16_t *)y, y_stride, &p);
-    else
-      fn8(IDS, ids, ROWS, cols, table, (int8_t *)y, y_stride, &p);
+    if (out16) fn16(IDS, ids, ROWS, cols, table, (int16_t *)y, y_stride, &p);
+    else fn8(IDS, ids, ROWS, cols, table, (int8_t *)y, y_stride, &p);
     for (int t = 0; t < IDS; t++)
       for (size_t c = 0; c < y_stride; c++) {
         const size_t at = t * y_stride + c;
@@ -1046,11 +1034,9 @@ static void check_qs8_qk_qs16(npu_qs8_qk_qs16_fn *fn) {
 static void softmax_row_ref(const int16_t *x, int32_t len, const struct npu_qs16_softmax_params *p,
                             int32_t *out) {
   int32_t r = 1;
-  while ((len >> r) != 0)
-    r++;
+  while ((len >> r) != 0) r++;
   int32_t m = INT16_MIN;
-  for (int32_t j = 0; j < len; j++)
-    m = x[j] > m ? x[j] : m;
+  for (int32_t j = 0; j < len; j++) m = x[j] > m ? x[j] : m;
   int64_t e[4096], sum = 0;
   assert_true(len <= 4096);
   for (int32_t j = 0; j < len; j++) {
@@ -1135,10 +1121,8 @@ static void test_softmax_vs_float(void **state) {
     const struct npu_attn_shape sh = {1, 1, 1, 1, len, len - 1, 1};
     npu_qs16_softmax__scalar(&sh, s, p, &prm);
     double m = -1e300, sum = 0;
-    for (int32_t j = 0; j < len; j++)
-      m = fmax(m, s[j] * s_scale);
-    for (int32_t j = 0; j < len; j++)
-      sum += want[j] = exp(s[j] * s_scale - m);
+    for (int32_t j = 0; j < len; j++) m = fmax(m, s[j] * s_scale);
+    for (int32_t j = 0; j < len; j++) sum += want[j] = exp(s[j] * s_scale - m);
     for (int32_t j = 0; j < len; j++) {
       const double got = p[j] / 32768.0, w = want[j] / sum;
       if (fabs(got - w) > 2e-3 + 4e-3 * w)
@@ -1170,16 +1154,13 @@ static void check_qs16_pv_qs8(npu_qs16_pv_qs8_fn *fn) {
         int64_t total = 0;
         for (int32_t j = 0; j < sh->ctx; j++) {
           pr[j] = (int16_t)(mode == 0 ? 32767 : rand_range(&rng, 0, 32767));
-          if (j < len)
-            total += pr[j];
+          if (j < len) total += pr[j];
         }
         if (mode == 1) {
-          for (int32_t j = 0; j < len; j++)
-            pr[j] = 0;
+          for (int32_t j = 0; j < len; j++) pr[j] = 0;
           pr[rand_range(&rng, 0, len - 1)] = 32767;
         } else if (total > 65536) {
-          for (int32_t j = 0; j < len; j++)
-            pr[j] = (int16_t)(pr[j] * 65536 / total);
+          for (int32_t j = 0; j < len; j++) pr[j] = (int16_t)(pr[j] * 65536 / total);
         }
       }
     struct npu_qs16_pv_params prm = {
@@ -1228,8 +1209,7 @@ static int32_t rand_mult(uint64_t *rng) {
 static void rmsnorm_row_ref(const int16_t *x, size_t cols, const struct npu_qs16_rmsnorm_params *p,
                             int8_t *out) {
   int64_t v = p->eps;
-  for (size_t c = 0; c < cols; c++)
-    v += (int64_t)x[c] * x[c];
+  for (size_t c = 0; c < cols; c++) v += (int64_t)x[c] * x[c];
   int32_t e;
   const int64_t r = npu_rsqrt_q61(v, &e);
   const int32_t s = 77 - e - p->shift;
@@ -1267,8 +1247,7 @@ static void rmsnorm_edge_check(npu_qs16_rmsnorm_qs8_fn *fn, uint64_t *rng) {
       int64_t r;
       for (p.eps = rand_range(rng, 1, 64);; p.eps++) {
         r = npu_rsqrt_q61(v + p.eps, &e);
-        if (!tie || (r & 0x7FFF) == 0x4000)
-          break;
+        if (!tie || (r & 0x7FFF) == 0x4000) break;
       }
       const int32_t s = 37;
       p.shift = 77 - e - s;
@@ -1292,8 +1271,7 @@ static void rmsnorm_edge_check(npu_qs16_rmsnorm_qs8_fn *fn, uint64_t *rng) {
       for (p.eps = rand_range(rng, 1, 1000);; p.eps++) {
         u = ((int64_t)sg * npu_rsqrt_q61(n1 + p.eps, &e) + (1 << 14)) >> 15;
         a = __builtin_ctzll((unsigned long long)llabs(u));
-        if ((llabs(u) >> a) <= 127)
-          break;
+        if ((llabs(u) >> a) <= 127) break;
       }
       const int32_t b = (int32_t)(llabs(u) >> a), j = rand_range(rng, 0, 12), s = a + 1 + j;
       p.shift = 77 - e - s;
@@ -1381,8 +1359,7 @@ static void check_qs16_rmsnorm_qs8(npu_qs16_rmsnorm_qs8_fn *fn) {
                    "%d (x %d, mult %d)",
                    cols, rows, rep, p.shift, (long long)p.eps, p.y_zero_point, i / cols, i % cols,
                    y[i], want[i], x[i], mult[i % cols]);
-      for (size_t i = 0; i < GUARD; i++)
-        assert_int_equal(y[n + i], 0x5A);
+      for (size_t i = 0; i < GUARD; i++) assert_int_equal(y[n + i], 0x5A);
       for (size_t t = 0; t < rows; t++) {
         rmsnorm_row_ref(x + t * cols, cols, &p, ref);
         assert_memory_equal(want + t * cols, ref, cols);
@@ -1408,8 +1385,16 @@ static void test_rmsnorm_vs_float(void **state) {
   (void)state;
   uint64_t rng = 26;
   for (int i = 0; i < 4000; i++) {
-    static const int64_t fixed[] = {1, 2, 3, 4, 5, ((int64_t)1 << 60) - 1, (int64_t)1 << 60,
-                                    ((int64_t)1 << 62) - 1, (int64_t)1 << 62, INT64_MAX};
+    static const int64_t fixed[] = {1,
+                                    2,
+                                    3,
+                                    4,
+                                    5,
+                                    ((int64_t)1 << 60) - 1,
+                                    (int64_t)1 << 60,
+                                    ((int64_t)1 << 62) - 1,
+                                    (int64_t)1 << 62,
+                                    INT64_MAX};
     const uint64_t w = test_rand(&rng) >> rand_range(&rng, 1, 63); /* [0, 2^63) */
     const int64_t v = i < 10 ? fixed[i] : w == 0 ? 1 : (int64_t)w;
     int32_t e;
@@ -1429,8 +1414,8 @@ static void test_rmsnorm_vs_float(void **state) {
     int32_t *mult = xmalloc(cols * sizeof(int32_t));
     double *g = xmalloc(cols * sizeof(double)), *yr = xmalloc(n * sizeof(double));
     /* the real residual stream: x * sx, the int16 amplitude and the real one independent */
-    const double sx = ldexp(1.0 + rand_unit(&rng), rand_range(&rng, -3, 6)) /
-                      ldexp(1.0, rand_range(&rng, 5, 13));
+    const double sx =
+        ldexp(1.0 + rand_unit(&rng), rand_range(&rng, -3, 6)) / ldexp(1.0, rand_range(&rng, 5, 13));
     const double eps_real = rep % 2 ? 1e-5 : 1e-6;
     for (size_t t = 0; t < rows; t++) {
       const double amp = ldexp(1.0 + rand_unit(&rng), rand_range(&rng, 5, 12));
@@ -1441,24 +1426,20 @@ static void test_rmsnorm_vs_float(void **state) {
         sq += (int64_t)x[t * cols + c] * x[t * cols + c];
       }
       /* a real row is never so small that eps's rounding to an integer would show ... */
-      if (sq < 4096)
-        x[t * cols] = 64;
+      if (sq < 4096) x[t * cols] = 64;
       /* ... except an all-zero one, which is 0 (+ the zero point) either way */
-      if (rep % 10 == 9 && t == rows - 1)
-        memset(x + t * cols, 0, cols * sizeof(int16_t));
+      if (rep % 10 == 9 && t == rows - 1) memset(x + t * cols, 0, cols * sizeof(int16_t));
     }
     double gmax = 0.0;
     for (size_t c = 0; c < cols; c++) {
       g[c] = rep % 3 == 0 ? 1.0 : (0.2 + 1.5 * rand_unit(&rng)) * (c % 10 == 7 ? -1.0 : 1.0);
-      if (c % 50 == 3)
-        g[c] = 0.0;
+      if (c % 50 == 3) g[c] = 0.0;
       gmax = fmax(gmax, fabs(g[c]));
     }
     double ymax = 0.0;
     for (size_t t = 0; t < rows; t++) {
       double ms = 0.0;
-      for (size_t c = 0; c < cols; c++)
-        ms += (x[t * cols + c] * sx) * (x[t * cols + c] * sx);
+      for (size_t c = 0; c < cols; c++) ms += (x[t * cols + c] * sx) * (x[t * cols + c] * sx);
       const double inv = 1.0 / sqrt(ms / (double)cols + eps_real);
       for (size_t c = 0; c < cols; c++) {
         yr[t * cols + c] = x[t * cols + c] * sx * inv * g[c];
@@ -1478,16 +1459,16 @@ static void test_rmsnorm_vs_float(void **state) {
         fits = fits && fabs(m) <= INT32_MAX;
         mult[c] = fabs(m) <= INT32_MAX ? (int32_t)m : 0;
       }
-      if (fits)
-        break;
+      if (fits) break;
       shift++; /* the largest rounded up to 2^31 */
     }
     assert_true(shift >= -16 && shift <= 46);
     const double eps_units = round((double)cols * eps_real / (sx * sx));
     assert_true(eps_units <= ldexp(1.0, 62));
-    const struct npu_qs16_rmsnorm_params p = {
-        .mult = mult, .eps = eps_units < 1.0 ? 1 : (int64_t)eps_units, .shift = shift,
-        .y_zero_point = zp};
+    const struct npu_qs16_rmsnorm_params p = {.mult = mult,
+                                              .eps = eps_units < 1.0 ? 1 : (int64_t)eps_units,
+                                              .shift = shift,
+                                              .y_zero_point = zp};
     npu_qs16_rmsnorm_qs8__scalar(rows, cols, x, y, &p);
     for (size_t i = 0; i < n; i++) {
       const double want = fmin(fmax(round(yr[i] / sy) + zp, INT8_MIN), INT8_MAX);
@@ -1528,8 +1509,7 @@ static void test_dispatch(void **state) {
   npu_ukernels_select(npu_isa_detect(), &uk);
   /* Every family is filled. */
   const void *const *fns = (const void *const *)&uk;
-  for (size_t i = 0; i < sizeof(uk) / sizeof(void *); i++)
-    assert_non_null(fns[i]);
+  for (size_t i = 0; i < sizeof(uk) / sizeof(void *); i++) assert_non_null(fns[i]);
 }
 
 /* ---- one test per variant, from the list ------------------------------------------------------*/
@@ -1549,7 +1529,7 @@ int main(void) {
       cmocka_unit_test(test_requantize_random), cmocka_unit_test(test_quantize_multiplier),
       cmocka_unit_test(test_quantize_weights),  cmocka_unit_test(test_quantize_activations),
       cmocka_unit_test(test_lut_build_silu),    cmocka_unit_test(test_gemm_pack),
-      cmocka_unit_test(test_gemm_unpack_row),  cmocka_unit_test(test_matmul_group),
+      cmocka_unit_test(test_gemm_unpack_row),   cmocka_unit_test(test_matmul_group),
       cmocka_unit_test(test_gemm_vs_float),     cmocka_unit_test(test_dispatch),
       cmocka_unit_test(test_softmax_vs_float),  cmocka_unit_test(test_rmsnorm_vs_float),
 #define NPU_UKERNEL(family, variant, isa) cmocka_unit_test(test_##family##__##variant),

@@ -6,7 +6,6 @@
 #include "npulm.h"
 #include "test_util.h"
 
-
 static void test_stories260k_matches_llama_cpp(void **state) {
   (void)state;
   const char *model_path = test_shared_path("models/stories260K.gguf");

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "npulm.h"
 #include "base/pool.h"
+#include "npulm.h"
 #include "test_util.h"
 
 enum { MAX_TASKS = 300 };
@@ -247,12 +247,9 @@ static void test_threads_bit_identical(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_every_task_once),
-      cmocka_unit_test(test_lender_helps),
-      cmocka_unit_test(test_lanes),
-      cmocka_unit_test(test_single_thread_runs_on_caller),
-      cmocka_unit_test(test_bad_sizes),
-      cmocka_unit_test(test_threads_bit_identical),
+      cmocka_unit_test(test_every_task_once), cmocka_unit_test(test_lender_helps),
+      cmocka_unit_test(test_lanes),           cmocka_unit_test(test_single_thread_runs_on_caller),
+      cmocka_unit_test(test_bad_sizes),       cmocka_unit_test(test_threads_bit_identical),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,14 +11,14 @@
 
 #include "test_util.h"
 
+#include "compiler/calibrate.h"
+#include "compiler/program.h"
+#include "compiler/quantize.h"
 #include "io/gguf_checksum.h"
 #include "io/gguf_write.h"
-#include "compiler/program.h"
+#include "io/synth.h"
 #include "model/model.h"
 #include "npulm.h"
-#include "compiler/calibrate.h"
-#include "compiler/quantize.h"
-#include "io/synth.h"
 #include "program/program_io.h"
 
 /* ---- A tiny model ------------------------------------------------------------------------- */
@@ -59,8 +59,7 @@ static void add_extra_keys(struct npu_gguf_writer *w) {
   for (int i = 0; i < 2; i++) {
     npu_gguf_buf_put_u32(&b, NPU_GGUF_U16);
     npu_gguf_buf_put_u64(&b, 3);
-    for (int j = 0; j < 3; j++)
-      npu_gguf_buf_put_u16(&b, (uint16_t)(10 * i + j));
+    for (int j = 0; j < 3; j++) npu_gguf_buf_put_u16(&b, (uint16_t)(10 * i + j));
   }
   assert_false(b.failed);
   npu_gguf_writer_add_raw(w, "test.nested", NPU_GGUF_ARR, b.data, b.size);
@@ -977,17 +976,14 @@ static void test_hostile_sweep(void **state) {
         if (values[j] == old) continue;
         npulm_error err = {{0}};
         npulm_status st = open_patched(&im, base + 4 * i, values[j], &err);
-        if (st == NPULM_OK)
-          accepted++;
-        else
-          rejected++;
+        if (st == NPULM_OK) accepted++;
+        else rejected++;
       }
     }
   }
-  print_message(
-      "record sweep: %d tampered files rejected, %d accepted (fields such as the layer "
-      "of a node or an unused zero point are free)\n",
-      rejected, accepted);
+  print_message("record sweep: %d tampered files rejected, %d accepted (fields such as the layer "
+                "of a node or an unused zero point are free)\n",
+                rejected, accepted);
   assert_true(rejected > accepted);
   image_free(&im);
 }
@@ -1094,8 +1090,8 @@ static void quantize_ok(npulm_model *m, const struct npu_compile_options *o,
   npu_quant_default_options(&qo);
   qo.mode = mode;
   if (threshold > 0.0f) qo.shadow_threshold = threshold;
-  npulm_status st = npu_quantize_program(m, p, ids, n, info.add_bos ? info.bos_id : -1, &qo, NULL,
-                                         NULL, &err);
+  npulm_status st =
+      npu_quantize_program(m, p, ids, n, info.add_bos ? info.bos_id : -1, &qo, NULL, NULL, &err);
   free(ids);
   if (st != NPULM_OK) fail_msg("quantize (%s): %s", npu_quant_mode_name(mode), err.msg);
   npu_program_free(m->program);
@@ -1298,14 +1294,14 @@ static void test_round_trip_quantized_tiny(void **state) {
  * are: sites by kind, graph 0's nodes by kind. */
 struct qimage {
   struct image im;
-  int mm_gate;   /* a matmul site whose outliers are FFN channels (gate/up rows kept) */
-  int mm_plain;  /* a matmul site whose outliers are channels of its float input */
-  int mm;        /* a matmul site without outliers */
-  int gather, add8, add16, mul, silu; /* sites; add8/add16: int8 / int16 output (-1: none) */
-  int k_gate, k_plain;                /* their k */
+  int mm_gate;  /* a matmul site whose outliers are FFN channels (gate/up rows kept) */
+  int mm_plain; /* a matmul site whose outliers are channels of its float input */
+  int mm;       /* a matmul site without outliers */
+  int gather, add8, add16, mul, silu;      /* sites; add8/add16: int8 / int16 output (-1: none) */
+  int k_gate, k_plain;                     /* their k */
   int shadow_node, transfer_node, mm_node; /* nodes of graph 0 */
-  int i8_tensor;                      /* an NPU I8 activation of graph 0 */
-  int qt_i8;                          /* its quantization table entry */
+  int i8_tensor;                           /* an NPU I8 activation of graph 0 */
+  int qt_i8;                               /* its quantization table entry */
 };
 
 static bool qimage_load(struct qimage *q) {
@@ -1611,9 +1607,9 @@ static void test_hostile_quant(void **state) {
   assert_int_equal(accepted, 1);
 
   /* keys and tensors renamed away (their last byte changed); a site renamed (no site for a node) */
-  const char *keys[] = {"npulm.quant.mode",      "npulm.quant.smooth_alpha", "npulm.qtensors",
-                        "npulm.qtensor_names",   "npulm.qsites",             "npulm.qsite_names",
-                        "npulm.qsites.luts"};
+  const char *keys[] = {
+      "npulm.quant.mode", "npulm.quant.smooth_alpha", "npulm.qtensors",   "npulm.qtensor_names",
+      "npulm.qsites",     "npulm.qsite_names",        "npulm.qsites.luts"};
   for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
     const struct npu_gguf_kv *kv = image_kv(im, keys[i]);
     uint8_t *copy = malloc(im->size);
@@ -1626,8 +1622,8 @@ static void test_hostile_quant(void **state) {
       fail_msg("renamed '%s': status %d, '%s'", keys[i], st, err.msg);
     }
   }
-  const char *fields[] = {"packed", "mult", "shift", "outliers", "outlier_w", "outlier_gate",
-                          "outlier_up"};
+  const char *fields[] = {"packed",    "mult",         "shift",     "outliers",
+                          "outlier_w", "outlier_gate", "outlier_up"};
   for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
     const char *name = site_tensor_name(q.mm_gate, fields[i]);
     const struct npu_gguf_tensor *t = npu_gguf_find_tensor(im->g, name);
@@ -1693,15 +1689,13 @@ static void test_hostile_quant_sweep(void **state) {
       for (size_t j = 0; j < sizeof(values) / sizeof(values[0]); j++) {
         if (values[j] == old) continue;
         npulm_error err = {{0}};
-        if (open_patched(im, at, values[j], &err) == NPULM_OK)
-          accepted++;
-        else
-          rejected++;
+        if (open_patched(im, at, values[j], &err) == NPULM_OK) accepted++;
+        else rejected++;
       }
     }
   }
-  print_message("integer data sweep: %d tampered files rejected, %d accepted (and run)\n",
-                rejected, accepted);
+  print_message("integer data sweep: %d tampered files rejected, %d accepted (and run)\n", rejected,
+                accepted);
   assert_true(rejected > 4 * accepted);
   image_free(&q.im);
 }
@@ -1832,10 +1826,8 @@ static void test_attention_on_npu(void **state) {
       int32_t values[] = {-1, old + 1, old - 1, INT32_MAX, INT32_MIN, 64};
       for (size_t j = 0; j < sizeof(values) / sizeof(values[0]); j++) {
         if (values[j] == old) continue;
-        if (open_patched(&im, at, values[j], &err) == NPULM_OK)
-          accepted++;
-        else
-          rejected++;
+        if (open_patched(&im, at, values[j], &err) == NPULM_OK) accepted++;
+        else rejected++;
       }
     }
   }
@@ -2008,7 +2000,8 @@ static void test_tied_table(void **state) {
   npulm_model *u = open_ok(src);
   small_options(u, &o);
   quantize_ok(u, &o, NPU_QUANT_NAIVE, 0.0f);
-  for (int i = 0; i < u->program->n_qsites; i++) assert_int_equal(u->program->qsites[i].table_site, -1);
+  for (int i = 0; i < u->program->n_qsites; i++)
+    assert_int_equal(u->program->qsites[i].table_site, -1);
   npulm_model_close(u);
   unlink(src);
   free(src);
@@ -2175,8 +2168,14 @@ static void test_mac_stats(void **state) {
   npulm_error err = {{0}};
   assert_int_equal(npulm_model_print_program(m, f, &err), NPULM_OK);
   fclose(f);
-  const char *needles[] = {"quantization: w8a8-shadow", "I8", "I16", "outlier channels: ",
-                           "quantization table", "MACs per step", "decode", "prefill"};
+  const char *needles[] = {"quantization: w8a8-shadow",
+                           "I8",
+                           "I16",
+                           "outlier channels: ",
+                           "quantization table",
+                           "MACs per step",
+                           "decode",
+                           "prefill"};
   for (size_t i = 0; i < sizeof(needles) / sizeof(needles[0]); i++) {
     if (strstr(text, needles[i]) == NULL) fail_msg("description lacks '%s':\n%s", needles[i], text);
   }

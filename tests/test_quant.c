@@ -4,11 +4,11 @@
 #include <math.h>
 #include <string.h>
 
-#include "compiler/program.h"
-#include "npulm.h"
 #include "compiler/calibrate.h"
+#include "compiler/program.h"
 #include "compiler/qparams.h"
 #include "compiler/quantize.h"
+#include "npulm.h"
 #include "runtime/session_internal.h"
 #include "test_util.h"
 
@@ -20,7 +20,6 @@ static npulm_model *open_260k(void) {
   if (npulm_model_open(path, &m, &err) != NPULM_OK) fail_msg("%s", err.msg);
   return m;
 }
-
 
 static void compile_or_fail(npulm_model *m, const char *quant, float shadow_threshold) {
   npulm_compile_params cp = npulm_compile_default_params();
@@ -43,8 +42,8 @@ static void test_calibration_statistics(void **state) {
   assert_int_equal(npu_calibrate(m, ids, n, 128, 1, NULL, NULL, &cal, &err), NPULM_OK);
   assert_int_equal(cal->n_tokens, n);
   /* every block's activations and the globals, with the graph's names */
-  const char *names[] = {"embd", "blk.0.attn_norm", "blk.4.ffn_gate_par", "blk.2.kqv",
-                         "output_norm", "logits"};
+  const char *names[] = {"embd",      "blk.0.attn_norm", "blk.4.ffn_gate_par",
+                         "blk.2.kqv", "output_norm",     "logits"};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
     const struct npu_act_stats *s = npu_calib_find(cal, names[i]);
     if (s == NULL) fail_msg("no statistics for %s", names[i]);
@@ -122,8 +121,9 @@ static void matmul_macs(const struct npu_graph *g, double *total, double *npu) {
 static double ppl_of(npulm_model *m, const char *text, size_t len, bool reference) {
   npulm_ppl_result r;
   npulm_error err;
-  npulm_status st = reference ? npulm_perplexity_reference(m, text, len, 256, 2, NULL, NULL, &r, &err)
-                              : npulm_perplexity(m, text, len, 256, 2, NULL, NULL, &r, &err);
+  npulm_status st = reference
+                        ? npulm_perplexity_reference(m, text, len, 256, 2, NULL, NULL, &r, &err)
+                        : npulm_perplexity(m, text, len, 256, 2, NULL, NULL, &r, &err);
   if (st != NPULM_OK) fail_msg("%s", err.msg);
   return r.ppl;
 }
@@ -146,7 +146,8 @@ static void test_accuracy_and_placement(void **state) {
   check_integer_program(m->program);
   double naive = ppl_of(m, text, len, false);
   print_message("stories260K PPL: fp32 %.4f, naive %.4f, smooth %.4f; NPU share of matmul MACs "
-                "%.1f%%\n", fp32, naive, smooth, 100.0 * npu / total);
+                "%.1f%%\n",
+                fp32, naive, smooth, 100.0 * npu / total);
   assert_true(smooth < fp32 * 1.01);
   assert_true(naive < fp32 * 1.02);
   assert_true(smooth > fp32 * 0.99 && naive > fp32 * 0.99); /* integer noise does not help */
@@ -421,9 +422,9 @@ static void test_integer_attention_in_graphs(void **state) {
   }
   npulm_session_free(s);
   print_message("integer attention vs float on its inputs: QK %.3f LSB, softmax %.5f, PV %.3f LSB "
-                "(%d/%d/%d nodes)\n", c.worst[NPU_OP_QK], c.worst[NPU_OP_SOFTMAX],
-                c.worst[NPU_OP_PV], c.checked[NPU_OP_QK], c.checked[NPU_OP_SOFTMAX],
-                c.checked[NPU_OP_PV]);
+                "(%d/%d/%d nodes)\n",
+                c.worst[NPU_OP_QK], c.worst[NPU_OP_SOFTMAX], c.worst[NPU_OP_PV],
+                c.checked[NPU_OP_QK], c.checked[NPU_OP_SOFTMAX], c.checked[NPU_OP_PV]);
   for (int op = NPU_OP_QK; op <= NPU_OP_PV; op++) assert_true(c.checked[op] >= 2 * m->cfg.n_layers);
   assert_true(c.worst[NPU_OP_QK] <= 0.501);
   assert_true(c.worst[NPU_OP_SOFTMAX] <= 2e-3);

@@ -4,9 +4,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/expf.h"
 #include "model/model.h"
 #include "npulm.h"
-#include "base/expf.h"
 #include "ref/forward.h"
 #include "test_util.h"
 
@@ -19,7 +19,8 @@ static void test_matvec_matches_double(void **state) {
     float *w = malloc((size_t)n_in * (size_t)n_out * sizeof(float));
     float *x = malloc((size_t)n_in * sizeof(float)), *b = malloc((size_t)n_out * sizeof(float));
     float *y = malloc((size_t)n_out * sizeof(float));
-    for (int i = 0; i < n_in * n_out; i++) w[i] = (float)((int)(test_rand(&rng) % 2001) - 1000) / 1000.0f;
+    for (int i = 0; i < n_in * n_out; i++)
+      w[i] = (float)((int)(test_rand(&rng) % 2001) - 1000) / 1000.0f;
     for (int i = 0; i < n_in; i++) x[i] = (float)((int)(test_rand(&rng) % 2001) - 1000) / 500.0f;
     for (int i = 0; i < n_out; i++) b[i] = (float)((int)(test_rand(&rng) % 2001) - 1000) / 100.0f;
     npu_ref_matvec(y, w, with_bias ? b : NULL, x, n_in, n_out);
@@ -96,7 +97,7 @@ static void test_expf_within_one_ulp(void **state) {
 static void test_attention_matches_double(void **state) {
   (void)state;
   uint64_t rng = 5;
-  const int lens[] = {1,   2, NPU_REF_ATTN_TILE - 1, NPU_REF_ATTN_TILE, NPU_REF_ATTN_TILE + 1,
+  const int lens[] = {1,   2,  NPU_REF_ATTN_TILE - 1, NPU_REF_ATTN_TILE, NPU_REF_ATTN_TILE + 1,
                       100, 517};
   const int hds[] = {1, 7, 8, 64, 97};
   for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
@@ -176,7 +177,6 @@ static void test_rope_pairs(void **state) {
     }
   }
 }
-
 
 static void test_stories260k_config(void **state) {
   (void)state;

@@ -50,7 +50,11 @@ static void test_top_k_keeps_only_k(void **state) {
   /* the K-th largest value */
   for (int i = 0; i < K; i++) {
     for (int j = i + 1; j < N; j++) {
-      if (sorted[j] > sorted[i]) { float t = sorted[i]; sorted[i] = sorted[j]; sorted[j] = t; }
+      if (sorted[j] > sorted[i]) {
+        float t = sorted[i];
+        sorted[i] = sorted[j];
+        sorted[j] = t;
+      }
     }
   }
   npulm_sampler *s = make(5.0f, K, 1.0f, 3, N);
@@ -115,10 +119,8 @@ static void test_bad_params(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_greedy_is_argmax),
-      cmocka_unit_test(test_top_k_keeps_only_k),
-      cmocka_unit_test(test_seed_reproduces),
-      cmocka_unit_test(test_frequencies_follow_softmax),
+      cmocka_unit_test(test_greedy_is_argmax), cmocka_unit_test(test_top_k_keeps_only_k),
+      cmocka_unit_test(test_seed_reproduces),  cmocka_unit_test(test_frequencies_follow_softmax),
       cmocka_unit_test(test_bad_params),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

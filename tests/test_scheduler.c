@@ -8,27 +8,29 @@
 #include <stdbool.h>
 #include <time.h>
 
-#include "ir/ir.h"
 #include "base/pool.h"
+#include "ir/ir.h"
 #include "runtime/scheduler.h"
 #include "test_util.h"
 
 enum { N_SUBGRAPHS = 5, MAX_STEPS = 3 };
 
 /* Subgraphs alternate between the backends, as a compiled graph's do. */
-static struct npu_subgraph subgraphs[N_SUBGRAPHS] = {
-    {0, 1, NPU_BE_NPU}, {1, 1, NPU_BE_CPU}, {2, 1, NPU_BE_NPU}, {3, 1, NPU_BE_CPU},
-    {4, 1, NPU_BE_NPU}};
-static const struct npu_graph graph = {.rows = 1, .n_subgraphs = N_SUBGRAPHS,
-                                       .subgraphs = subgraphs};
+static struct npu_subgraph subgraphs[N_SUBGRAPHS] = {{0, 1, NPU_BE_NPU},
+                                                     {1, 1, NPU_BE_CPU},
+                                                     {2, 1, NPU_BE_NPU},
+                                                     {3, 1, NPU_BE_CPU},
+                                                     {4, 1, NPU_BE_NPU}};
+static const struct npu_graph graph = {
+    .rows = 1, .n_subgraphs = N_SUBGRAPHS, .subgraphs = subgraphs};
 
 struct record {
   struct npu_pool *npu_pool;
   pthread_t caller;
-  atomic_int clock;                        /* ticks once per task */
-  int at[MAX_STEPS][N_SUBGRAPHS];          /* the clock when each task started, -1 never */
-  bool on_caller[MAX_STEPS][N_SUBGRAPHS];  /* whether it ran on the thread of npu_sched_run */
-  atomic_bool other_ran;                   /* a thread other than the caller ran a loop task */
+  atomic_int clock;                       /* ticks once per task */
+  int at[MAX_STEPS][N_SUBGRAPHS];         /* the clock when each task started, -1 never */
+  bool on_caller[MAX_STEPS][N_SUBGRAPHS]; /* whether it ran on the thread of npu_sched_run */
+  atomic_bool other_ran;                  /* a thread other than the caller ran a loop task */
 };
 
 /* A loop task: notes a thread other than the caller; task 0 waits (at most 10 s) until one ran a
@@ -83,8 +85,11 @@ static void run_job(struct fixture *f, int32_t n_steps, bool with_cost, struct r
   static double costs[N_SUBGRAPHS];
   double *cost[MAX_STEPS] = {costs, costs, costs};
   for (int i = 0; i < N_SUBGRAPHS; i++) costs[i] = 0.0;
-  const struct npu_sched_job job = {.n_steps = n_steps, .graphs = graphs,
-                                    .cost = with_cost ? cost : NULL, .run = run_task, .user = r};
+  const struct npu_sched_job job = {.n_steps = n_steps,
+                                    .graphs = graphs,
+                                    .cost = with_cost ? cost : NULL,
+                                    .run = run_task,
+                                    .user = r};
   npu_sched_run(f->s, &job);
   for (int i = 0; i < N_SUBGRAPHS; i++) assert_true(with_cost ? costs[i] > 0.0 : costs[i] == 0.0);
 }

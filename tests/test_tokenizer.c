@@ -360,7 +360,10 @@ static void test_stories_special(void **state) {
   free(ids);
 
   /* a literal U+2581 in the text is a space to SentencePiece: it decodes as one (as llama.cpp) */
-  ids = encode(tok, "a\xe2\x96\x81" "b", 5, false, false, &n);
+  ids = encode(tok,
+               "a\xe2\x96\x81"
+               "b",
+               5, false, false, &n);
   int32_t *spaced = encode(tok, "a b", 3, false, false, &nh);
   assert_int_equal(n, nh);
   assert_memory_equal(ids, spaced, n * sizeof(*ids));
@@ -410,10 +413,10 @@ static size_t random_text(uint64_t *rng, char *buf, size_t max_chars, int mode) 
     switch (r % 9) {
     case 0: cp = ' '; break;
     case 1: cp = "\n\t\r"[(r >> 8) % 3]; break;
-    case 2: cp = 0x20 + (uint32_t)((r >> 8) % 95); break;   /* printable ASCII */
+    case 2: cp = 0x20 + (uint32_t)((r >> 8) % 95); break; /* printable ASCII */
     case 3: cp = 'a' + (uint32_t)((r >> 8) % 26); break;
-    case 4: cp = 0xA0 + (uint32_t)((r >> 8) % 0x160); break; /* Latin-1, Latin Extended */
-    case 5: cp = 0x400 + (uint32_t)((r >> 8) % 0x100); break; /* Cyrillic */
+    case 4: cp = 0xA0 + (uint32_t)((r >> 8) % 0x160); break;    /* Latin-1, Latin Extended */
+    case 5: cp = 0x400 + (uint32_t)((r >> 8) % 0x100); break;   /* Cyrillic */
     case 6: cp = 0x4E00 + (uint32_t)((r >> 8) % 0x5000); break; /* CJK */
     case 7: cp = 0x1F300 + (uint32_t)((r >> 8) % 0x300); break; /* emoji */
     default: cp = 1 + (uint32_t)((r >> 8) % 0x10FFFF); break;
@@ -608,9 +611,16 @@ static const char *const small_merges[] = {"1 2", "12 3"};
 static void check_pre(const char *pre, const int32_t *want, size_t n_want) {
   struct small_bpe v;
   small_bpe_init(&v);
-  struct vocab_spec spec = {.model = "gpt2", .pre = pre, .tokens = v.tokens, .n_tokens = 260,
-                            .types = v.types, .n_types = 260, .merges = small_merges,
-                            .n_merges = 2, .bos = 259, .eos = 259};
+  struct vocab_spec spec = {.model = "gpt2",
+                            .pre = pre,
+                            .tokens = v.tokens,
+                            .n_tokens = 260,
+                            .types = v.types,
+                            .n_types = 260,
+                            .merges = small_merges,
+                            .n_merges = 2,
+                            .bos = 259,
+                            .eos = 259};
   struct loaded l;
   npulm_error err = {{0}};
   if (load_spec(&spec, &l, &err) != NPULM_OK) fail_msg("pre '%s': %s", pre, err.msg);
@@ -650,13 +660,20 @@ static void test_bpe_specials(void **state) {
   (void)state;
   struct small_bpe v;
   small_bpe_init(&v);
-  struct vocab_spec spec = {.model = "gpt2", .pre = "llama-bpe", .tokens = v.tokens,
-                            .n_tokens = 260, .types = v.types, .n_types = 260,
-                            .merges = small_merges, .n_merges = 2, .bos = 259, .eos = -1};
+  struct vocab_spec spec = {.model = "gpt2",
+                            .pre = "llama-bpe",
+                            .tokens = v.tokens,
+                            .n_tokens = 260,
+                            .types = v.types,
+                            .n_types = 260,
+                            .merges = small_merges,
+                            .n_merges = 2,
+                            .bos = 259,
+                            .eos = -1};
   struct loaded l;
   npulm_error err = {{0}};
   assert_int_equal(load_spec(&spec, &l, &err), NPULM_OK);
-  assert_true(npu_tok_add_bos(l.tok)); /* llama3 default */
+  assert_true(npu_tok_add_bos(l.tok));              /* llama3 default */
   assert_true(npu_tok_is_eog(l.tok, 259) == false); /* no EOS key, not a known EOG text */
   size_t n;
   int32_t *ids = encode(l.tok, "a<|eot|>1", 9, false, true, &n);
@@ -699,9 +716,15 @@ static void test_hostile_vocab(void **state) {
   static const char *const toks[] = {"<unk>", "<s>", "</s>", "a", "b", "ab"};
   static const float scores[] = {0, 0, 0, -1, -2, -0.5f};
   static const int32_t types[] = {2, 3, 3, 1, 1, 1};
-  const struct vocab_spec good = {.model = "llama", .tokens = toks, .n_tokens = 6,
-                                  .scores = scores, .n_scores = 6, .types = types, .n_types = 6,
-                                  .bos = 1, .eos = 2};
+  const struct vocab_spec good = {.model = "llama",
+                                  .tokens = toks,
+                                  .n_tokens = 6,
+                                  .scores = scores,
+                                  .n_scores = 6,
+                                  .types = types,
+                                  .n_types = 6,
+                                  .bos = 1,
+                                  .eos = 2};
   struct loaded l;
   npulm_error err = {{0}};
   assert_int_equal(load_spec(&good, &l, &err), NPULM_OK);
@@ -760,9 +783,16 @@ static void test_hostile_vocab(void **state) {
 
   struct small_bpe v;
   small_bpe_init(&v);
-  const struct vocab_spec bpe = {.model = "gpt2", .pre = "gpt-2", .tokens = v.tokens,
-                                 .n_tokens = 260, .types = v.types, .n_types = 260,
-                                 .merges = small_merges, .n_merges = 2, .bos = -1, .eos = -1};
+  const struct vocab_spec bpe = {.model = "gpt2",
+                                 .pre = "gpt-2",
+                                 .tokens = v.tokens,
+                                 .n_tokens = 260,
+                                 .types = v.types,
+                                 .n_types = 260,
+                                 .merges = small_merges,
+                                 .n_merges = 2,
+                                 .bos = -1,
+                                 .eos = -1};
   assert_int_equal(load_spec(&bpe, &l, &err), NPULM_OK);
   assert_false(npu_tok_add_bos(l.tok));
   assert_int_equal(npu_tok_bos(l.tok), -1);
@@ -789,20 +819,13 @@ static void test_hostile_vocab(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_vocab_llama_spm),
-      cmocka_unit_test(test_vocab_phi3),
-      cmocka_unit_test(test_vocab_gpt2),
-      cmocka_unit_test(test_vocab_starcoder),
-      cmocka_unit_test(test_vocab_falcon),
-      cmocka_unit_test(test_vocab_deepseek_coder),
-      cmocka_unit_test(test_stories_once),
-      cmocka_unit_test(test_stories_pieces),
-      cmocka_unit_test(test_stories_special),
-      cmocka_unit_test(test_stories_round_trips),
-      cmocka_unit_test(test_bpe_round_trips),
-      cmocka_unit_test(test_stories_speed),
-      cmocka_unit_test(test_bpe_pre_tokenizers),
-      cmocka_unit_test(test_bpe_specials),
+      cmocka_unit_test(test_vocab_llama_spm),    cmocka_unit_test(test_vocab_phi3),
+      cmocka_unit_test(test_vocab_gpt2),         cmocka_unit_test(test_vocab_starcoder),
+      cmocka_unit_test(test_vocab_falcon),       cmocka_unit_test(test_vocab_deepseek_coder),
+      cmocka_unit_test(test_stories_once),       cmocka_unit_test(test_stories_pieces),
+      cmocka_unit_test(test_stories_special),    cmocka_unit_test(test_stories_round_trips),
+      cmocka_unit_test(test_bpe_round_trips),    cmocka_unit_test(test_stories_speed),
+      cmocka_unit_test(test_bpe_pre_tokenizers), cmocka_unit_test(test_bpe_specials),
       cmocka_unit_test(test_hostile_vocab),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -25,12 +25,12 @@ static inline const char *test_shared_path(const char *rel) {
 }
 
 /* Skip the current test when a shared file is absent (a checkout without ../shared). */
-#define TEST_REQUIRE_FILE(path)                                                            \
-  do {                                                                                     \
-    if (access((path), R_OK) != 0) {                                                       \
-      print_message("missing %s: skipped\n", (path));                                      \
-      skip();                                                                              \
-    }                                                                                      \
+#define TEST_REQUIRE_FILE(path)                                                                    \
+  do {                                                                                             \
+    if (access((path), R_OK) != 0) {                                                               \
+      print_message("missing %s: skipped\n", (path));                                              \
+      skip();                                                                                      \
+    }                                                                                              \
   } while (0)
 
 /* Open shared model 'rel' (skipping the test when it is absent; failing it on an error). */

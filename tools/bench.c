@@ -74,11 +74,11 @@ struct bench_opts {
 /* One test and what was measured. */
 struct result {
   int n_prompt, n_gen, n_threads;
-  char test_time[32];  /* RFC 3339, as llama-bench writes it */
+  char test_time[32];   /* RFC 3339, as llama-bench writes it */
   uint64_t *samples_ns; /* (reps) */
   int reps;
-  double ttft_s;        /* mean time from a repetition's start to its first logits */
-  uint64_t peak_rss;    /* bytes: the test's own peak (Linux), else the process's peak so far */
+  double ttft_s;     /* mean time from a repetition's start to its first logits */
+  uint64_t peak_rss; /* bytes: the test's own peak (Linux), else the process's peak so far */
   /* --roofline */
   double *rep_mem; /* (reps + 1) bandwidth ceilings: before each repetition, after the last */
   const npulm_roofline *host;
@@ -95,11 +95,11 @@ struct result {
 /* What describes the model in every row. */
 struct model_desc {
   const char *path;
-  char type[96];  /* "llama 110M w8a8-naive" */
-  uint64_t size;  /* bytes of the weights the program holds */
+  char type[96]; /* "llama 110M w8a8-naive" */
+  uint64_t size; /* bytes of the weights the program holds */
   uint64_t n_params;
   const char *quant;
-  int n_ubatch;   /* the largest rows of a prefill step */
+  int n_ubatch; /* the largest rows of a prefill step */
   char cpu[128];
 };
 
@@ -333,8 +333,10 @@ static void describe_model(const char *cmd, const npulm_model *model, const char
   npulm_error err;
   if (npulm_decode_traffic_at(model, 0, &t, &err) != NPULM_OK) cli_die(cmd, "%s", err.msg);
   char params[32];
-  if (info.n_params >= 1000000000ull) snprintf(params, sizeof(params), "%.1fB", info.n_params / 1e9);
-  else if (info.n_params >= 1000000ull) snprintf(params, sizeof(params), "%.0fM", info.n_params / 1e6);
+  if (info.n_params >= 1000000000ull)
+    snprintf(params, sizeof(params), "%.1fB", info.n_params / 1e9);
+  else if (info.n_params >= 1000000ull)
+    snprintf(params, sizeof(params), "%.0fM", info.n_params / 1e6);
   else snprintf(params, sizeof(params), "%.0fK", info.n_params / 1e3);
   d->path = path;
   snprintf(d->type, sizeof(d->type), "%s %s %s", info.arch, params, t.quant);
@@ -362,9 +364,9 @@ static void params_str(uint64_t n, char *buf, size_t cap) {
 static void print_md_header(void) {
   printf("| %-30s | %10s | %10s | %-10s | %7s | %15s | %20s | %9s | %10s |\n", "model", "size",
          "params", "backend", "threads", "test", "t/s", "ttft ms", "peak RSS");
-  printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-         "------------------------------", "---------:", "---------:", "----------", "------:",
-         "--------------:", "-------------------:", "--------:", "---------:");
+  printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", "------------------------------",
+         "---------:", "---------:", "----------",
+         "------:", "--------------:", "-------------------:", "--------:", "---------:");
 }
 
 static void print_md_row(const struct model_desc *d, const struct result *r) {
@@ -416,8 +418,7 @@ static void place(const struct model_desc *d, const struct result *r, struct pla
  * min(peak, intensity * bandwidth): on a host whose bandwidth drifts, each repetition against the
  * ceiling it had where that is known, where the ceiling of the whole run may come from another
  * moment. No figures (NAN) if they cannot be placed. */
-static npulm_paired pair_reps(const struct result *r, double work, double peak,
-                              double intensity) {
+static npulm_paired pair_reps(const struct result *r, double work, double peak, double intensity) {
   double ts[1024], rate[1024];
   npulm_paired p = {NAN, 0, NAN};
   samples_ts(r, ts);
@@ -488,18 +489,20 @@ static void print_host(FILE *f, const npulm_roofline *h) {
           "  ridge point   %8.2f MAC/byte (int8)\n",
           h->n_threads, h->seconds, h->int8_macs * 1e-9, h->kernel, h->f32_macs * 1e-9,
           h->mem_bytes * 1e-9, h->read_bytes * 1e-9, h->copy_bytes * 1e-9,
-          (double)h->buffer_bytes / (1024.0 * 1024.0), h->mem_bytes > 0 ? h->int8_macs / h->mem_bytes : 0.0);
+          (double)h->buffer_bytes / (1024.0 * 1024.0),
+          h->mem_bytes > 0 ? h->int8_macs / h->mem_bytes : 0.0);
 }
 
 static void print_roofline_table(const struct model_desc *d, const struct result *rs, int n) {
   int n_prof;
   const npulm_npu_profile *prof = npulm_npu_profiles(&n_prof);
   if (n_prof > MAX_PROFILES) n_prof = MAX_PROFILES;
-  printf("\n| %15s | %7s | %12s | %9s | %8s | %8s | %6s | %9s | %13s |", "test", "threads",
-         "t/s", "GMAC/s", "GB/s", "MAC/B", "bound", "% ceiling", "% paired");
+  printf("\n| %15s | %7s | %12s | %9s | %8s | %8s | %6s | %9s | %13s |", "test", "threads", "t/s",
+         "GMAC/s", "GB/s", "MAC/B", "bound", "% ceiling", "% paired");
   for (int p = 0; p < n_prof; p++) printf(" %11s t/s |", prof[p].name);
-  printf("\n| --------------: | ------: | -----------: | --------: | -------: | -------: | ------ | "
-         "--------: | ------------: |");
+  printf(
+      "\n| --------------: | ------: | -----------: | --------: | -------: | -------: | ------ | "
+      "--------: | ------------: |");
   for (int p = 0; p < n_prof; p++) printf(" --------------: |");
   printf("\n");
   for (int i = 0; i < n; i++) {
@@ -541,17 +544,16 @@ static void print_roofline_table(const struct model_desc *d, const struct result
              "at position %d); the bandwidth ceiling allows %.1f t/s, measured %.1f%% of it; "
              "against the bandwidth around each repetition (%.2f-%.2f GB/s), ",
              name, r->bytes_per_token * 1e-6, r->traffic.weight_bytes_npu * 1e-6,
-             r->traffic.weight_bytes_cpu * 1e-6, r->traffic.kv_bytes * 1e-6, r->n_prompt,
-             ceiling, 100.0 * avg_ts(r) / ceiling, lo * 1e-9, hi * 1e-9);
+             r->traffic.weight_bytes_cpu * 1e-6, r->traffic.kv_bytes * 1e-6, r->n_prompt, ceiling,
+             100.0 * avg_ts(r) / ceiling, lo * 1e-9, hi * 1e-9);
       if (!isnan(pb.pct))
         printf("%.1f%% (median of the %d of %d whose two agree within %.0f%%)", pb.pct, pb.n_known,
                r->reps, 100.0 * NPULM_PAIR_SPREAD);
-      else
-        printf("none whose two agree within %.0f%%", 100.0 * NPULM_PAIR_SPREAD);
+      else printf("none whose two agree within %.0f%%", 100.0 * NPULM_PAIR_SPREAD);
       printf("; each against the better of its two, %.1f%% (median)\n", pb.pct_all);
     } else {
-      printf("%s: %.3f GMAC per run; the %s ceiling allows %.1f t/s, measured %.1f%% of it\n",
-             name, r->bound.macs * 1e-9, strcmp(d->quant, "f32") == 0 ? "f32" : "int8",
+      printf("%s: %.3f GMAC per run; the %s ceiling allows %.1f t/s, measured %.1f%% of it\n", name,
+             r->bound.macs * 1e-9, strcmp(d->quant, "f32") == 0 ? "f32" : "int8",
              n_tokens(r) * peak_macs(d, r->host) / (double)r->bound.macs,
              100.0 * avg_ts(r) * (double)r->bound.macs / n_tokens(r) / peak_macs(d, r->host));
     }
@@ -572,8 +574,8 @@ static void print_roofline_table(const struct model_desc *d, const struct result
     for (int p = 0; p < n_prof; p++) {
       const npulm_prediction *q = &r->pred[p];
       printf(" %s %.2f ms (NPU %.2f, CPU %.2f, dispatch %.2f x %d, transfer %.2f)%s", prof[p].name,
-             q->seconds * 1e3, q->npu_s * 1e3, q->cpu_s * 1e3, q->dispatch_s * 1e3,
-             q->n_dispatches, q->transfer_s * 1e3, p + 1 < n_prof ? ";" : "\n");
+             q->seconds * 1e3, q->npu_s * 1e3, q->cpu_s * 1e3, q->dispatch_s * 1e3, q->n_dispatches,
+             q->transfer_s * 1e3, p + 1 < n_prof ? ";" : "\n");
     }
   }
 }
@@ -676,16 +678,17 @@ static void svg_escape(FILE *f, const char *s) {
 static void svg_ceiling(FILE *f, const struct axes *a, double peak, double bw, const char *color,
                         const char *dash, double width) {
   const double x0 = pow(10, a->lx0), x1 = pow(10, a->lx1), ridge = peak / bw;
-  fprintf(f, "<polyline clip-path=\"url(#plot)\" fill=\"none\" stroke=\"%s\" stroke-width=\"%.1f\"%s "
-             "points=\"",
+  fprintf(f,
+          "<polyline clip-path=\"url(#plot)\" fill=\"none\" stroke=\"%s\" stroke-width=\"%.1f\"%s "
+          "points=\"",
           color, width, dash);
   fprintf(f, "%.1f,%.1f ", sx(a, x0), sy(a, fmin(peak, bw * x0)));
   if (ridge > x0 && ridge < x1) fprintf(f, "%.1f,%.1f ", sx(a, ridge), sy(a, peak));
   fprintf(f, "%.1f,%.1f\"/>\n", sx(a, x1), sy(a, fmin(peak, bw * x1)));
 }
 
-static bool write_svg(const char *path, const struct model_desc *d, const struct result *rs,
-                      int n, const npulm_roofline *hosts, int n_hosts) {
+static bool write_svg(const char *path, const struct model_desc *d, const struct result *rs, int n,
+                      const npulm_roofline *hosts, int n_hosts) {
   int n_prof;
   const npulm_npu_profile *prof = npulm_npu_profiles(&n_prof);
   if (n_prof > MAX_PROFILES) n_prof = MAX_PROFILES;
@@ -719,12 +722,14 @@ static bool write_svg(const char *path, const struct model_desc *d, const struct
 
   FILE *f = fopen(path, "w");
   if (f == NULL) return false;
-  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 "
-             "%d %d\" font-family=\"DejaVu Sans, Arial, sans-serif\" font-size=\"13\">\n",
+  fprintf(f,
+          "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 "
+          "%d %d\" font-family=\"DejaVu Sans, Arial, sans-serif\" font-size=\"13\">\n",
           SVG_W, SVG_H, SVG_W, SVG_H);
   fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-  fprintf(f, "<defs><clipPath id=\"plot\"><rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\"/>"
-             "</clipPath></defs>\n",
+  fprintf(f,
+          "<defs><clipPath id=\"plot\"><rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\"/>"
+          "</clipPath></defs>\n",
           PX0, PY0, PX1 - PX0, PY1 - PY0);
   fprintf(f, "<text x=\"%d\" y=\"32\" font-size=\"17\" font-weight=\"bold\">Roofline: ", PX0);
   svg_escape(f, d->type);
@@ -748,11 +753,13 @@ static bool write_svg(const char *path, const struct model_desc *d, const struct
   }
   fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#333\"/>\n",
           PX0, PY0, PX1 - PX0, PY1 - PY0);
-  fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"14\">arithmetic "
-             "intensity (MAC per DRAM byte)</text>\n",
+  fprintf(f,
+          "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"14\">arithmetic "
+          "intensity (MAC per DRAM byte)</text>\n",
           (PX0 + PX1) / 2, PY1 + 48);
-  fprintf(f, "<text transform=\"translate(24 %d) rotate(-90)\" text-anchor=\"middle\" "
-             "font-size=\"14\">performance (%s MAC/s)</text>\n",
+  fprintf(f,
+          "<text transform=\"translate(24 %d) rotate(-90)\" text-anchor=\"middle\" "
+          "font-size=\"14\">performance (%s MAC/s)</text>\n",
           (PY0 + PY1) / 2, f32 ? "f32" : "int8");
   /* ceilings: NPU profiles dashed, this host solid */
   static const char *const colors[] = {"#2ca02c", "#9467bd", "#8c564b", "#e377c2",
@@ -762,39 +769,47 @@ static bool write_svg(const char *path, const struct model_desc *d, const struct
   for (int p = 0; p < n_prof; p++) {
     const double peak = (f32 ? prof[p].fp16_tflops : prof[p].int8_tops) * 0.5e12;
     svg_ceiling(f, &a, peak, prof[p].dram_gbs * 1e9, colors[p], " stroke-dasharray=\"7 4\"", 1.6);
-    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"1.6\" "
-               "stroke-dasharray=\"7 4\"/>\n",
+    fprintf(f,
+            "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"1.6\" "
+            "stroke-dasharray=\"7 4\"/>\n",
             lx, ly, lx + 28, ly, colors[p]);
     fprintf(f, "<text x=\"%d\" y=\"%d\">%s</text>\n", lx + 36, ly + 4, prof[p].name);
-    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"#555\">%.1f TMAC/s, %.0f GB/s</text>\n",
-            lx + 36, ly + 19, peak * 1e-12, prof[p].dram_gbs);
+    fprintf(
+        f, "<text x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"#555\">%.1f TMAC/s, %.0f GB/s</text>\n",
+        lx + 36, ly + 19, peak * 1e-12, prof[p].dram_gbs);
     ly += 40;
   }
   for (int h = 0; h < n_hosts; h++) {
     const double peak = peak_macs(d, &hosts[h]);
     svg_ceiling(f, &a, peak, hosts[h].mem_bytes, "#111", "", 2.4);
-    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#111\" stroke-width=\"2.4\"/>\n",
-            lx, ly, lx + 28, ly);
+    fprintf(
+        f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#111\" stroke-width=\"2.4\"/>\n",
+        lx, ly, lx + 28, ly);
     fprintf(f, "<text x=\"%d\" y=\"%d\">this host, %d thread%s</text>\n", lx + 36, ly + 4,
             hosts[h].n_threads, hosts[h].n_threads == 1 ? "" : "s");
-    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"#555\">%.1f GMAC/s, %.1f GB/s</text>\n",
-            lx + 36, ly + 19, peak * 1e-9, hosts[h].mem_bytes * 1e-9);
+    fprintf(
+        f, "<text x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"#555\">%.1f GMAC/s, %.1f GB/s</text>\n",
+        lx + 36, ly + 19, peak * 1e-9, hosts[h].mem_bytes * 1e-9);
     ly += 40;
   }
   /* measured points */
-  fprintf(f, "<circle cx=\"%d\" cy=\"%d\" r=\"5\" fill=\"#1f77b4\"/><text x=\"%d\" y=\"%d\">prefill "
-             "(pp N)</text>\n",
+  fprintf(f,
+          "<circle cx=\"%d\" cy=\"%d\" r=\"5\" fill=\"#1f77b4\"/><text x=\"%d\" y=\"%d\">prefill "
+          "(pp N)</text>\n",
           lx + 14, ly, lx + 36, ly + 4);
   ly += 24;
-  fprintf(f, "<circle cx=\"%d\" cy=\"%d\" r=\"5\" fill=\"#d62728\"/><text x=\"%d\" y=\"%d\">decode "
-             "(tg N)</text>\n",
+  fprintf(f,
+          "<circle cx=\"%d\" cy=\"%d\" r=\"5\" fill=\"#d62728\"/><text x=\"%d\" y=\"%d\">decode "
+          "(tg N)</text>\n",
           lx + 14, ly, lx + 36, ly + 4);
   ly += 30;
-  fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"#555\">points: measured on this "
-             "host,</text>\n",
+  fprintf(f,
+          "<text x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"#555\">points: measured on this "
+          "host,</text>\n",
           lx, ly);
-  fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"#555\">label: test and %% of its "
-             "ceiling</text>\n",
+  fprintf(f,
+          "<text x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"#555\">label: test and %% of its "
+          "ceiling</text>\n",
           lx, ly + 15);
   /* the points, then their labels where they overlap no other label (font 12: ~7 px a char) */
   struct box {
@@ -815,11 +830,12 @@ static bool write_svg(const char *path, const struct model_desc *d, const struct
     if (!(pl.ai > 0 && pl.macs_s > 0)) continue;
     char name[48], label[96];
     test_name(&rs[i], name, sizeof(name));
-    if (n_hosts > 1) snprintf(label, sizeof(label), "%s, %d t (%.1f%%)", name, rs[i].n_threads, pl.pct);
+    if (n_hosts > 1)
+      snprintf(label, sizeof(label), "%s, %d t (%.1f%%)", name, rs[i].n_threads, pl.pct);
     else snprintf(label, sizeof(label), "%s (%.1f%%)", name, pl.pct);
     const double x = sx(&a, pl.ai), y = sy(&a, pl.macs_s), w = 7.0 * (double)strlen(label), h = 14;
     /* candidate baselines: right above, right below, left above, left below, then further out */
-    static const double offs[][2] = {{8, -8}, {8, 18}, {-8, -8}, {-8, 18},
+    static const double offs[][2] = {{8, -8},  {8, 18}, {-8, -8},  {-8, 18},
                                      {8, -24}, {8, 34}, {-8, -24}, {-8, 34}};
     struct box b = {0, 0, 0, 0};
     bool left = false;
@@ -831,7 +847,8 @@ static bool write_svg(const char *path, const struct model_desc *d, const struct
       b.y0 = b.y1 - h;
       bool clear = b.x0 >= PX0 && b.x1 <= PX1 + 60 && b.y0 >= PY0;
       for (int j = 0; j < n_boxes && clear; j++) {
-        clear = b.x1 < boxes[j].x0 || b.x0 > boxes[j].x1 || b.y1 < boxes[j].y0 || b.y0 > boxes[j].y1;
+        clear =
+            b.x1 < boxes[j].x0 || b.x0 > boxes[j].x1 || b.y1 < boxes[j].y0 || b.y0 > boxes[j].y1;
       }
       if (clear) break;
     }
@@ -965,9 +982,12 @@ static void parse(struct cli_args *a, struct bench_opts *o, npulm_compile_params
     const char *s = a->argv[a->i];
     if (cli_wants_help(a)) exit(0);
     else if (cli_is_opt(s, "-m", "--model")) o->model_path = cli_opt_value(a);
-    else if (cli_is_opt(s, "-p", "--n-prompt")) o->n_prompts = cli_opt_list(a, o->prompts, MAX_LIST, 0, 1 << 20);
-    else if (cli_is_opt(s, "-n", "--n-gen")) o->n_gens = cli_opt_list(a, o->gens, MAX_LIST, 0, 1 << 20);
-    else if (cli_is_opt(s, "-t", "--threads")) o->n_threads = cli_opt_list(a, o->threads, MAX_LIST, 1, 1024);
+    else if (cli_is_opt(s, "-p", "--n-prompt"))
+      o->n_prompts = cli_opt_list(a, o->prompts, MAX_LIST, 0, 1 << 20);
+    else if (cli_is_opt(s, "-n", "--n-gen"))
+      o->n_gens = cli_opt_list(a, o->gens, MAX_LIST, 0, 1 << 20);
+    else if (cli_is_opt(s, "-t", "--threads"))
+      o->n_threads = cli_opt_list(a, o->threads, MAX_LIST, 1, 1024);
     else if (cli_is_opt(s, "-r", "--repetitions")) o->reps = (int)cli_opt_int(a, 1, 1000);
     else if (cli_is_opt(s, "-o", "--output")) {
       const char *v = cli_opt_value(a);
@@ -986,9 +1006,15 @@ static void parse(struct cli_args *a, struct bench_opts *o, npulm_compile_params
 }
 
 int npulm_cmd_bench(int argc, char **argv) {
-  struct cli_args a = {.argc = argc, .argv = argv, .i = 2, .cmd = "bench", .usage = npulm_usage_bench};
-  struct bench_opts o = {.prompts = {512}, .n_prompts = 1, .gens = {128}, .n_gens = 1,
-                         .n_threads = 0, .reps = 5, .warmup = true};
+  struct cli_args a = {
+      .argc = argc, .argv = argv, .i = 2, .cmd = "bench", .usage = npulm_usage_bench};
+  struct bench_opts o = {.prompts = {512},
+                         .n_prompts = 1,
+                         .gens = {128},
+                         .n_gens = 1,
+                         .n_threads = 0,
+                         .reps = 5,
+                         .warmup = true};
   npulm_compile_params cp = npulm_compile_default_params();
   parse(&a, &o, &cp);
   if (o.n_threads == 0) {
@@ -1011,10 +1037,12 @@ int npulm_cmd_bench(int argc, char **argv) {
   if (rs == NULL) cli_die(a.cmd, "out of memory");
   for (int t = 0; t < o.n_threads; t++) {
     for (int i = 0; i < o.n_prompts; i++) {
-      if (o.prompts[i] > 0) rs[n_tests++] = (struct result){.n_prompt = o.prompts[i], .n_threads = o.threads[t]};
+      if (o.prompts[i] > 0)
+        rs[n_tests++] = (struct result){.n_prompt = o.prompts[i], .n_threads = o.threads[t]};
     }
     for (int i = 0; i < o.n_gens; i++) {
-      if (o.gens[i] > 0) rs[n_tests++] = (struct result){.n_gen = o.gens[i], .n_threads = o.threads[t]};
+      if (o.gens[i] > 0)
+        rs[n_tests++] = (struct result){.n_gen = o.gens[i], .n_threads = o.threads[t]};
     }
   }
   for (int i = 0; i < n_tests; i++) {

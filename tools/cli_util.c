@@ -53,8 +53,8 @@ int cli_opt_list(struct cli_args *a, int *out, int max, long min, long max_value
     long v = strtol(p, &end, 10);
     if (errno != 0 || end == p || v < min || v > max_value || (*end != ',' && *end != '\0') ||
         n == max) {
-      cli_die(a->cmd, "option %s: '%s' is not a list of at most %d integers in [%ld, %ld]", name,
-              s, max, min, max_value);
+      cli_die(a->cmd, "option %s: '%s' is not a list of at most %d integers in [%ld, %ld]", name, s,
+              max, min, max_value);
     }
     out[n++] = (int)v;
     if (*end == '\0') break;

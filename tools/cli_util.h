@@ -11,17 +11,17 @@
 #define CLI_DEFAULT_MODEL_PATH "../shared/models/stories260K.gguf"
 
 /* The compile options' help lines (as `npulm compile --help` words them). */
-#define CLI_COMPILE_OPTIONS_HELP                                                                  \
-  "  --quant MODE       how the NPU computes: w8a8-smooth (default: SmoothQuant), w8a8-shadow\n"  \
-  "                     (outlier channels in float on the CPU), w8a8-naive, or f32\n"            \
-  "  --float-ops LIST   ops kept in float on the CPU, from softmax,qk,pv,rmsnorm (default\n"  \
-  "                     softmax,qk,pv; 'none' for none; w8a8-shadow adds rmsnorm)\n"            \
-  "  --calib FILE       calibration text (default: a built-in English text)\n"                  \
-  "  --calib-tokens N   calibrate on at most N tokens of it (default 1024)\n"                   \
-  "  --smooth-alpha A   SmoothQuant migration strength in (0, 1) (default 0.5)\n"               \
-  "  --shadow-threshold T  outlier channel: calibrated max above T x the median (default 6)\n"  \
+#define CLI_COMPILE_OPTIONS_HELP                                                                   \
+  "  --quant MODE       how the NPU computes: w8a8-smooth (default: SmoothQuant), w8a8-shadow\n"   \
+  "                     (outlier channels in float on the CPU), w8a8-naive, or f32\n"              \
+  "  --float-ops LIST   ops kept in float on the CPU, from softmax,qk,pv,rmsnorm (default\n"       \
+  "                     softmax,qk,pv; 'none' for none; w8a8-shadow adds rmsnorm)\n"               \
+  "  --calib FILE       calibration text (default: a built-in English text)\n"                     \
+  "  --calib-tokens N   calibrate on at most N tokens of it (default 1024)\n"                      \
+  "  --smooth-alpha A   SmoothQuant migration strength in (0, 1) (default 0.5)\n"                  \
+  "  --shadow-threshold T  outlier channel: calibrated max above T x the median (default 6)\n"     \
   "  --chunks LIST      prefill chunk sizes, ascending, comma-separated (default 16,64,128)\n"     \
-  "  --buckets LIST     context buckets, ascending (default: powers of two from 128 up to the\n"\
+  "  --buckets LIST     context buckets, ascending (default: powers of two from 128 up to the\n"   \
   "                     model's context, which is always the last)\n"
 
 /* A command's arguments: argv[1] is the command, 'i' the option being parsed. */

@@ -1,8 +1,8 @@
-/* The npulm command-line tool: run, compile, inspect, verify, tokenize, ppl, synth. Uses only the public
- * API (npulm.h). */
+/* The npulm command-line tool: run, compile, inspect, verify, tokenize, ppl, synth. Uses only the
+ * public API (npulm.h). */
 #include <errno.h>
-#include <math.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +16,9 @@
 #include "commands.h"
 #include "npulm.h"
 
-
+/* The help texts, laid out line for line as they print (clang-format would join a string and the
+ * option list macro that follows it). */
+/* clang-format off */
 static const char *const usage_main =
     "usage: npulm COMMAND [options]\n"
     "\n"
@@ -140,6 +142,7 @@ static const char *const usage_synth =
     "  --seed S           weight seed (default 1); the same seed writes the same file\n"
     "  --type T           f32 (default), f16 or q8_0 for the matrices; norms stay f32\n"
     "  -o, --output FILE  where to write\n";
+/* clang-format on */
 
 /* ---- Helpers -------------------------------------------------------------------------------- */
 
@@ -237,13 +240,14 @@ static int cmd_run(struct cli_args *a) {
   }
 
   size_t n_prompt;
-  int32_t *tokens = tokenize_all(a->cmd, model, prompt, strlen(prompt), info.add_bos, false,
-                                 &n_prompt);
+  int32_t *tokens =
+      tokenize_all(a->cmd, model, prompt, strlen(prompt), info.add_bos, false, &n_prompt);
   int n_ctx = npulm_session_ctx(session);
   if (n_prompt == 0) cli_die(a->cmd, "%s", "the prompt is empty and the model adds no BOS token");
   if (n_prompt >= (size_t)n_ctx) {
-    fprintf(stderr, "npulm run: the prompt has %zu tokens, more than the context of %d allows "
-                    "(use -c to enlarge it, up to the model's %d)\n",
+    fprintf(stderr,
+            "npulm run: the prompt has %zu tokens, more than the context of %d allows "
+            "(use -c to enlarge it, up to the model's %d)\n",
             n_prompt, n_ctx, info.n_ctx_train);
     exit(1);
   }
@@ -275,7 +279,8 @@ static int cmd_run(struct cli_args *a) {
     print_piece(model, prev, next);
     n_gen++;
     prev = next;
-    if (npulm_session_eval(session, &next, 1, NULL, &err) != NPULM_OK) cli_die(a->cmd, "%s", err.msg);
+    if (npulm_session_eval(session, &next, 1, NULL, &err) != NPULM_OK)
+      cli_die(a->cmd, "%s", err.msg);
   }
   double t2 = cli_now();
   printf("\n");
@@ -293,8 +298,6 @@ static int cmd_run(struct cli_args *a) {
 }
 
 /* ---- compile and inspect -------------------------------------------------------------------- */
-
-
 
 /* The write progress of compile: a bar on a terminal, once writing has taken half a second (so
  * that small models, done in well under a second, print none). */
@@ -363,8 +366,9 @@ static int cmd_compile(struct cli_args *a) {
   long size = -1;
   if (f != NULL && fseek(f, 0, SEEK_END) == 0) size = ftell(f);
   if (f != NULL) fclose(f);
-  fprintf(stderr, "wrote %s (%.1f MB): loaded and compiled in %.2f s, written in %.2f s; "
-                  "'npulm inspect %s' describes it\n",
+  fprintf(stderr,
+          "wrote %s (%.1f MB): loaded and compiled in %.2f s, written in %.2f s; "
+          "'npulm inspect %s' describes it\n",
           out, (double)size / 1e6, t1 - t0, t2 - t1, out);
   npulm_model_close(model);
   return 0;
@@ -470,7 +474,6 @@ static void ppl_progress(void *user, int done, int total, double running) {
   fprintf(stderr, "[%d/%d] running PPL %.4f\n", done, total, running);
 }
 
-
 static int cmd_ppl(struct cli_args *a) {
   const char *model_path = NULL, *file = NULL;
   int n_ctx = 512, n_threads = 0;
@@ -498,11 +501,10 @@ static int cmd_ppl(struct cli_args *a) {
   struct ppl_header header = {path, file, n_ctx, n_threads, false};
   npulm_ppl_result r;
   npulm_error err;
-  npulm_status st =
-      reference ? npulm_perplexity_reference(model, text, len, n_ctx, n_threads, ppl_progress,
-                                             &header, &r, &err)
-                : npulm_perplexity(model, text, len, n_ctx, n_threads, ppl_progress, &header, &r,
-                                   &err);
+  npulm_status st = reference ? npulm_perplexity_reference(model, text, len, n_ctx, n_threads,
+                                                           ppl_progress, &header, &r, &err)
+                              : npulm_perplexity(model, text, len, n_ctx, n_threads, ppl_progress,
+                                                 &header, &r, &err);
   if (st != NPULM_OK) cli_die(a->cmd, "%s", err.msg);
   printf("Final estimate: PPL = %.4f +/- %.5f (%d chunks of %d tokens, %" PRIu64
          " tokens scored, %.2f s)\n",
@@ -604,8 +606,8 @@ static int cmd_diff(struct cli_args *a) {
     for (int i = 0; i < r->n_entries; i++) {
       const npulm_diff_entry *e = &r->entries[i];
       printf("%-24s %-9s %-4s %-4s %10.2f %12.5f\n", e->name, e->op != NULL ? e->op : "?",
-             e->backend != NULL ? e->backend : "?", e->dtype != NULL ? e->dtype : "?",
-             e->sqnr_db, e->max_abs_err);
+             e->backend != NULL ? e->backend : "?", e->dtype != NULL ? e->dtype : "?", e->sqnr_db,
+             e->max_abs_err);
     }
     printf("final logits over %d tokens: KL(reference || compiled) mean %.6f, max %.6f; "
            "top-1 agreement %.1f%%\n",
@@ -643,7 +645,8 @@ int main(int argc, char **argv) {
   }
   for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
     if (strcmp(argv[1], commands[i].name) == 0) {
-      struct cli_args a = {.argc = argc, .argv = argv, .i = 2, .cmd = argv[1], .usage = commands[i].usage};
+      struct cli_args a = {
+          .argc = argc, .argv = argv, .i = 2, .cmd = argv[1], .usage = commands[i].usage};
       return commands[i].fn(&a);
     }
   }

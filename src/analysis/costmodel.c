@@ -9,12 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/common.h"
-#include "kernels/cpu/kernels.h"
-#include "compiler/program.h"
-#include "model/model.h"
-#include "compiler/quantize.h"
 #include "backends/exec.h"
+#include "base/common.h"
+#include "compiler/program.h"
+#include "compiler/quantize.h"
+#include "kernels/cpu/kernels.h"
+#include "model/model.h"
 
 /* Sources (public figures; what is not published is marked "estimate"):
  * - Hexagon V75 / Snapdragon 8 Gen 3: ~45 int8 TOPS is the figure the trade press and Qualcomm AI
@@ -77,18 +77,16 @@ struct node_cost {
 
 /* Rates one run is costed at. */
 struct target {
-  double npu_macs;      /* NPU MAC/s for this program's arithmetic (int8, or fp16 for f32) */
-  double npu_bytes;     /* NPU DRAM bytes/s */
-  double npu_sram;      /* bytes of on-chip memory for the NPU's activations */
+  double npu_macs;         /* NPU MAC/s for this program's arithmetic (int8, or fp16 for f32) */
+  double npu_bytes;        /* NPU DRAM bytes/s */
+  double npu_sram;         /* bytes of on-chip memory for the NPU's activations */
   double npu_weight_scale; /* bytes per weight element of an FP32 program's NPU matmul, / 4 */
-  double dispatch_s;    /* per NPU subgraph */
-  bool transfers_cost;  /* crossing between the backends goes through DRAM */
+  double dispatch_s;       /* per NPU subgraph */
+  bool transfers_cost;     /* crossing between the backends goes through DRAM */
   double cpu_macs, cpu_bytes, cpu_cache; /* the host */
 };
 
-static double tensor_bytes(const struct npu_ir_tensor *t) {
-  return (double)npu_ir_tensor_bytes(t);
-}
+static double tensor_bytes(const struct npu_ir_tensor *t) { return (double)npu_ir_tensor_bytes(t); }
 
 /* The integer data of node 'i' of 'g', or NULL (an FP32 program, or a CPU node). */
 static const struct npu_qsite *node_site(const struct npu_program *p, const struct npu_graph *g,
@@ -150,7 +148,8 @@ static void node_cost(const struct npu_program *p, const struct npu_config *c,
     /* only the rows of the step's tokens are read */
     const double rows = (double)y->ne[0], cols = (double)y->ne[1];
     if (site != NULL) nc->weight_bytes = rows * (cols + 8.0);
-    else nc->weight_bytes = rows * cols * sizeof(float) * (n->backend == NPU_BE_NPU ? f32_scale : 1);
+    else
+      nc->weight_bytes = rows * cols * sizeof(float) * (n->backend == NPU_BE_NPU ? f32_scale : 1);
     nc->macs = out_elems;
     break;
   }
@@ -170,17 +169,13 @@ static void node_cost(const struct npu_program *p, const struct npu_config *c,
   case NPU_OP_ATTN: {
     /* QK and PV fused (the softmax between them is not counted as arithmetic), reading both
      * caches */
-    nc->macs = 2.0 * (double)c->n_heads * attn_positions(g->rows, pos0, n_valid) *
-               (double)c->head_dim;
+    nc->macs =
+        2.0 * (double)c->n_heads * attn_positions(g->rows, pos0, n_valid) * (double)c->head_dim;
     nc->kv_bytes = 2.0 * (double)(pos0 + n_valid) * kv_row;
     break;
   }
-  case NPU_OP_KV_WRITE:
-    nc->kv_bytes = (double)n_valid * kv_row;
-    break;
-  case NPU_OP_SOFTMAX:
-    nc->macs = (double)y->ne[0] * attn_positions(g->rows, pos0, n_valid);
-    break;
+  case NPU_OP_KV_WRITE: nc->kv_bytes = (double)n_valid * kv_row; break;
+  case NPU_OP_SOFTMAX: nc->macs = (double)y->ne[0] * attn_positions(g->rows, pos0, n_valid); break;
   case NPU_OP_SHADOW:
     if (site != NULL) {
       const double rows = (double)g->tensors[n->in[0]].ne[0], no = (double)site->n_outliers;
@@ -215,8 +210,8 @@ static double node_time(const struct target *tg, const struct npu_graph *g,
   const bool npu = n->backend == NPU_BE_NPU;
   const double sram = npu ? tg->npu_sram : tg->cpu_cache;
   const bool spills = (double)g->arena_size[n->backend] > sram;
-  const double bytes = nc->weight_bytes + nc->kv_bytes + nc->io_bytes +
-                       (spills ? nc->act_bytes : 0.0);
+  const double bytes =
+      nc->weight_bytes + nc->kv_bytes + nc->io_bytes + (spills ? nc->act_bytes : 0.0);
   const double compute = nc->macs / (npu ? tg->npu_macs : tg->cpu_macs);
   const double memory = bytes / (npu ? tg->npu_bytes : tg->cpu_bytes);
   return compute > memory ? compute : memory;
@@ -226,7 +221,8 @@ static double node_time(const struct target *tg, const struct npu_graph *g,
 static double node_dram_bytes(const struct target *tg, const struct npu_graph *g,
                               const struct npu_ir_node *n, const struct node_cost *nc) {
   const double sram = n->backend == NPU_BE_NPU ? tg->npu_sram : tg->cpu_cache;
-  const bool spills = (double)g->arena_size[n->backend] > sram || (nc->transfer && tg->transfers_cost);
+  const bool spills =
+      (double)g->arena_size[n->backend] > sram || (nc->transfer && tg->transfers_cost);
   return nc->weight_bytes + nc->kv_bytes + nc->io_bytes + (spills ? nc->act_bytes : 0.0);
 }
 
@@ -238,8 +234,8 @@ static npulm_status need_program(const npulm_model *model, npulm_error *err) {
   return NPULM_OK;
 }
 
-npulm_status npulm_decode_traffic_at(const npulm_model *model, int pos,
-                                     npulm_decode_traffic *out, npulm_error *err) {
+npulm_status npulm_decode_traffic_at(const npulm_model *model, int pos, npulm_decode_traffic *out,
+                                     npulm_error *err) {
   memset(out, 0, sizeof(*out));
   npulm_status st = need_program(model, err);
   if (st != NPULM_OK) return st;
@@ -349,9 +345,9 @@ npulm_status npulm_predict(const npulm_model *model, const npulm_npu_profile *pr
   if (host == NULL || !(host->int8_macs > 0) || !(host->f32_macs > 0) || !(host->mem_bytes > 0)) {
     return npu_fail(err, NPULM_ERR_ARG, "the host rates must be measured (npulm_roofline_measure)");
   }
-  if (profile != NULL && !(profile->int8_tops > 0 && profile->fp16_tflops > 0 &&
-                           profile->dram_gbs > 0 && profile->sram_mib >= 0 &&
-                           profile->dispatch_us >= 0)) {
+  if (profile != NULL &&
+      !(profile->int8_tops > 0 && profile->fp16_tflops > 0 && profile->dram_gbs > 0 &&
+        profile->sram_mib >= 0 && profile->dispatch_us >= 0)) {
     return npu_fail(err, NPULM_ERR_ARG, "NPU profile '%s' has a rate that is not positive",
                     profile->name != NULL ? profile->name : "?");
   }
@@ -383,8 +379,8 @@ npulm_status npulm_predict(const npulm_model *model, const npulm_npu_profile *pr
     const int32_t ns = npu_exec_plan_steps(p, 0, n_prompt, true, steps);
     if (ns < 0) goto no_graph;
     for (int32_t i = 0; i < ns; i++) {
-      predict_step(p, &model->cfg, &tg, f32_scale, steps[i].g, steps[i].pos0, steps[i].n_valid,
-                   out, &macs, &bytes);
+      predict_step(p, &model->cfg, &tg, f32_scale, steps[i].g, steps[i].pos0, steps[i].n_valid, out,
+                   &macs, &bytes);
     }
     pos = n_prompt;
   }

@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/exec.h"
 #include "base/common.h"
 #include "compiler/program.h"
 #include "ref/forward.h"
-#include "backends/exec.h"
 #include "runtime/session_internal.h"
 
 /* One named activation: the reference's value for the current token, the graph's, and the
@@ -17,8 +17,8 @@
 struct slot {
   char name[NPU_IR_NAME_MAX];
   int32_t n;
-  float *ref;       /* (n) this token's reference value */
-  float *got;       /* (n) this token's graph value (the last node that wrote it) */
+  float *ref; /* (n) this token's reference value */
+  float *got; /* (n) this token's graph value (the last node that wrote it) */
   bool have_ref, have_got;
   const char *op, *backend, *dtype;
   int32_t layer;
@@ -244,7 +244,8 @@ npulm_status npulm_diff(const npulm_model *m, const char *text, size_t len,
   npulm_status st = r && ref_logits ? NPULM_OK : npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
   if (st == NPULM_OK) st = npu_tokenize_alloc(m, text, len, true, &ids, &n, err);
   if (st == NPULM_OK) st = npulm_session_create(m, &sp, &session, err);
-  if (st == NPULM_OK && n > (size_t)npulm_session_ctx(session)) n = (size_t)npulm_session_ctx(session);
+  if (st == NPULM_OK && n > (size_t)npulm_session_ctx(session))
+    n = (size_t)npulm_session_ctx(session);
   if (st == NPULM_OK) st = npu_ref_state_init(&ref, &m->cfg, (int)(n > 0 ? n : 1), err);
   if (st != NPULM_OK) goto done;
   npu_session_observe(session, on_node, &d);

@@ -121,9 +121,8 @@ static void print_graphs(const struct npu_program *p, FILE *out) {
           "\nspecializations: %d graphs (decode, and prefill of %d chunk size%s with the logits "
           "of all rows or of the last, for each context bucket)\n",
           p->n_graphs, p->opts.n_chunks, p->opts.n_chunks == 1 ? "" : "s");
-  fprintf(out,
-          "  graph  step      rows    ctx  logits  nodes   NPU   CPU  subgraphs  transfers   "
-          "copied/step   NPU arena   CPU arena\n");
+  fprintf(out, "  graph  step      rows    ctx  logits  nodes   NPU   CPU  subgraphs  transfers   "
+               "copied/step   NPU arena   CPU arena\n");
   bool any_kv = false;
   for (int32_t i = 0; i < p->n_graphs; i++) {
     const struct npu_graph *g = &p->graphs[i];
@@ -169,10 +168,10 @@ static void print_placement(const struct npu_program *p, FILE *out) {
   int32_t total[NPU_BE_COUNT] = {0};
   for (int op = 0; op < NPU_OP_COUNT; op++) {
     if (counts[op][NPU_BE_NPU] + counts[op][NPU_BE_CPU] == 0) continue;
-    fprintf(
-        out, "  %-10s %5d  %5d%s\n", npu_op_name((enum npu_op)op), counts[op][NPU_BE_NPU],
-        counts[op][NPU_BE_CPU],
-        op == NPU_OP_TRANSFER ? "   (copies into the arena of the backend that reads them)" : "");
+    fprintf(out, "  %-10s %5d  %5d%s\n", npu_op_name((enum npu_op)op), counts[op][NPU_BE_NPU],
+            counts[op][NPU_BE_CPU],
+            op == NPU_OP_TRANSFER ? "   (copies into the arena of the backend that reads them)"
+                                  : "");
     for (int be = 0; be < NPU_BE_COUNT; be++) total[be] += counts[op][be];
   }
   fprintf(out, "  %-10s %5d  %5d\n", "total", total[NPU_BE_NPU], total[NPU_BE_CPU]);

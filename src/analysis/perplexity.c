@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "analysis/perplexity.h"
 #include "base/common.h"
 #include "model/model.h"
-#include "analysis/perplexity.h"
 
 struct ppl_job {
   const npulm_model *model;
@@ -20,8 +20,8 @@ struct ppl_job {
   int n_vocab;
   int32_t bos;
   bool reference; /* sessions run the FP32 reference forward */
-  double *nll;  /* (n_chunks) summed negative log-likelihood of each window */
-  double *nll2; /* (n_chunks) summed squares */
+  double *nll;    /* (n_chunks) summed negative log-likelihood of each window */
+  double *nll2;   /* (n_chunks) summed squares */
   bool *finished; /* (n_chunks) guarded by 'lock' */
   pthread_mutex_t lock;
   pthread_cond_t progress;
@@ -118,8 +118,11 @@ npulm_status npu_perplexity_run(const npulm_model *model, const char *text, size
                     info.n_ctx_train);
   }
   double t0 = npu_now();
-  struct ppl_job job = {.model = model, .n_ctx = n_ctx, .n_vocab = info.n_vocab,
-                        .bos = info.add_bos ? info.bos_id : -1, .reference = reference};
+  struct ppl_job job = {.model = model,
+                        .n_ctx = n_ctx,
+                        .n_vocab = info.n_vocab,
+                        .bos = info.add_bos ? info.bos_id : -1,
+                        .reference = reference};
   size_t n_tokens = 0;
   int32_t *tokens = NULL;
   st = npu_tokenize_alloc(model, text, len, info.add_bos, &tokens, &n_tokens, err);
@@ -155,7 +158,8 @@ npulm_status npu_perplexity_run(const npulm_model *model, const char *text, size
   pthread_mutex_lock(&job.lock);
   int reported = 0;
   while (n_started > 0 && reported < job.n_chunks && job.status == NPULM_OK) {
-    while (job.done == reported && job.status == NPULM_OK) pthread_cond_wait(&job.progress, &job.lock);
+    while (job.done == reported && job.status == NPULM_OK)
+      pthread_cond_wait(&job.progress, &job.lock);
     reported = job.done;
     if (progress != NULL && job.status == NPULM_OK) {
       double sum = 0.0;

@@ -16,9 +16,9 @@
 #include <unistd.h>
 
 #include "base/common.h"
+#include "base/pages.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/npu/ukernels.h"
-#include "base/pages.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -79,23 +79,23 @@ struct shared {
   struct npu_ukernels uk;
   struct npu_cpu_ukernels cpu_uk;
   int n_threads;
-  const int8_t *x;                /* (max m * k) int8 GEMM input */
-  const void *packed[N_GEMM];     /* packed weights of each shape */
-  const int32_t *mult, *shift;    /* (max n) requantization */
-  const float *fx, *fw;           /* float matmul operands */
-  uint8_t *stream;                /* (n_threads * slice) bytes */
-  int first_phase;                /* phases before it are not measured */
-  size_t slice;                   /* bytes of 'stream' each thread owns (a multiple of 64) */
+  const int8_t *x;             /* (max m * k) int8 GEMM input */
+  const void *packed[N_GEMM];  /* packed weights of each shape */
+  const int32_t *mult, *shift; /* (max n) requantization */
+  const float *fx, *fw;        /* float matmul operands */
+  uint8_t *stream;             /* (n_threads * slice) bytes */
+  int first_phase;             /* phases before it are not measured */
+  size_t slice;                /* bytes of 'stream' each thread owns (a multiple of 64) */
 };
 
 struct worker {
   struct shared *sh;
   int id;
-  int8_t *y;                /* (max m * n) */
-  float *fy;                /* (rows * n) */
+  int8_t *y;                         /* (max m * n) */
+  float *fy;                         /* (rows * n) */
   uint64_t units[PH_COUNT][WINDOWS]; /* calls or passes completed */
   double elapsed[PH_COUNT][WINDOWS];
-  uint64_t sink;            /* keeps the read loop's result alive */
+  uint64_t sink; /* keeps the read loop's result alive */
 };
 
 /* Sum of 'n' bytes at 'p' (64-byte aligned, n a multiple of 64), touching every cache line. */
@@ -233,8 +233,7 @@ static void *alloc64(size_t bytes) {
 }
 
 /* npulm_roofline_measure from phase 'first_phase' on: all of them, or the memory ones. */
-static npulm_status measure(int n_threads, int first_phase, npulm_roofline *out,
-                            npulm_error *err) {
+static npulm_status measure(int n_threads, int first_phase, npulm_roofline *out, npulm_error *err) {
   memset(out, 0, sizeof(*out));
   if (n_threads < 0 || n_threads > 1024) {
     return npu_fail(err, NPULM_ERR_ARG, "thread count %d is outside 0..1024", n_threads);
@@ -429,8 +428,7 @@ static double median(double *v, int n) {
 npulm_status npulm_roofline_pair(const double *rate, const double *mem, int n, double peak,
                                  double intensity, npulm_paired *out, npulm_error *err) {
   if (rate == NULL || mem == NULL || out == NULL || n < 1) {
-    return npu_fail(err, NPULM_ERR_ARG, "npulm_roofline_pair: a NULL array, or %d repetitions",
-                    n);
+    return npu_fail(err, NPULM_ERR_ARG, "npulm_roofline_pair: a NULL array, or %d repetitions", n);
   }
   /* NaN would pass fmin/fmax unseen and break the sort */
   bool valid = peak > 0 && intensity > 0 && isfinite(intensity);

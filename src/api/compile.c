@@ -6,12 +6,12 @@
 #include <stdlib.h>
 
 #include "base/common.h"
+#include "compiler/program.h"
+#include "compiler/quantize.h"
 #include "io/gguf.h"
 #include "io/gguf_checksum.h"
-#include "compiler/program.h"
-#include "program/program_io.h"
 #include "model/model.h"
-#include "compiler/quantize.h"
+#include "program/program_io.h"
 
 #define DEFAULT_CALIB_TOKENS 1024
 
@@ -69,9 +69,13 @@ static npulm_status parse_float_ops(const char *list, uint32_t *mask, npulm_erro
   const char *s = list;
   while (*s != '\0') {
     size_t len = strcspn(s, ",");
-    static const struct { const char *name; enum npu_op op; } ops[] = {
-        {"softmax", NPU_OP_SOFTMAX}, {"qk", NPU_OP_QK}, {"pv", NPU_OP_PV},
-        {"rmsnorm", NPU_OP_RMSNORM}};
+    static const struct {
+      const char *name;
+      enum npu_op op;
+    } ops[] = {{"softmax", NPU_OP_SOFTMAX},
+               {"qk", NPU_OP_QK},
+               {"pv", NPU_OP_PV},
+               {"rmsnorm", NPU_OP_RMSNORM}};
     bool found = false;
     for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
       if (strlen(ops[i].name) == len && strncmp(s, ops[i].name, len) == 0) {
@@ -99,7 +103,8 @@ static npulm_status quant_from_params(const npulm_compile_params *params,
     }
     if (mode < 0) {
       return npu_fail(err, NPULM_ERR_ARG,
-                      "unknown quantization '%s' (w8a8-smooth, w8a8-shadow, w8a8-naive, f32)", name);
+                      "unknown quantization '%s' (w8a8-smooth, w8a8-shadow, w8a8-naive, f32)",
+                      name);
     }
     q->mode = (enum npu_quant_mode)mode;
   }
@@ -118,16 +123,16 @@ static npulm_status quant_from_params(const npulm_compile_params *params,
 
 /* Calibrate on the given (or built-in) text and quantize 'p' in place. */
 static npulm_status quantize(const struct npulm_model *m, struct npu_program *p,
-                             const npulm_compile_params *params,
-                             const struct npu_quant_options *q, npulm_error *err) {
+                             const npulm_compile_params *params, const struct npu_quant_options *q,
+                             npulm_error *err) {
   const char *text = npu_calib_default_text;
   size_t len = strlen(npu_calib_default_text);
   if (params != NULL && params->calib_text != NULL) {
     text = params->calib_text;
     len = params->calib_len;
   }
-  int limit = params != NULL && params->calib_tokens > 0 ? params->calib_tokens
-                                                         : DEFAULT_CALIB_TOKENS;
+  int limit =
+      params != NULL && params->calib_tokens > 0 ? params->calib_tokens : DEFAULT_CALIB_TOKENS;
   size_t n = 0;
   int32_t *ids = NULL;
   npulm_status st = npu_tokenize_alloc(m, text, len, false, &ids, &n, err);
@@ -153,7 +158,8 @@ npulm_status npu_program_build(const struct npulm_model *model, const npulm_comp
   struct npu_program *p = NULL;
   *out = NULL;
   npulm_status st = options_from_params(&model->cfg, params, &o, err);
-  if (st == NPULM_OK) st = parse_float_ops(params != NULL ? params->float_ops : NULL, &o.float_ops, err);
+  if (st == NPULM_OK)
+    st = parse_float_ops(params != NULL ? params->float_ops : NULL, &o.float_ops, err);
   if (st == NPULM_OK) st = quant_from_params(params, &q, err);
   if (st == NPULM_OK) o.float_ops = npu_quant_float_ops(q.mode, o.float_ops);
   if (st == NPULM_OK) st = npu_compile(model, &o, &p, err);
@@ -205,8 +211,10 @@ npulm_status npulm_program_verify_file(const char *path, FILE *out, npulm_error 
   if (n_damaged > 0) {
     fprintf(out, "%s: %lld of %llu parts damaged\n", path, (long long)n_damaged,
             (unsigned long long)n_parts);
-    return npu_fail(err, NPULM_ERR_FORMAT, "'%s' is damaged: %lld of its %llu parts fail their "
-                    "checksums", path, (long long)n_damaged, (unsigned long long)n_parts);
+    return npu_fail(err, NPULM_ERR_FORMAT,
+                    "'%s' is damaged: %lld of its %llu parts fail their "
+                    "checksums",
+                    path, (long long)n_damaged, (unsigned long long)n_parts);
   }
   /* the bytes are as written: now everything a load checks */
   npulm_model *m = NULL;

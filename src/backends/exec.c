@@ -1,17 +1,17 @@
 /* The graph executor: resolves each node's tensors to addresses (arena, weight, KV cache, ids,
- * logits) and calls the kernel of its op: the NPU's integer kernels (src/kernels/npu/) for the NPU nodes
- * of a quantized program, the FP32 kernels for the rest. */
+ * logits) and calls the kernel of its op: the NPU's integer kernels (src/kernels/npu/) for the NPU
+ * nodes of a quantized program, the FP32 kernels for the rest. */
 #include "backends/exec.h"
 
 #include <assert.h>
 #include <math.h>
 #include <string.h>
 
-#include "base/common.h"
-#include "kernels/cpu/kernels.h"
 #include "backends/npu_emu.h"
-#include "ref/forward.h" /* npu_ref_silu */
+#include "base/common.h"
 #include "base/pool.h"
+#include "kernels/cpu/kernels.h"
+#include "ref/forward.h" /* npu_ref_silu */
 
 /* Address of tensor 'id' for this step. */
 static void *tensor_data(const struct npu_graph *g, int32_t id, const struct npu_exec_ctx *ctx) {
@@ -159,9 +159,7 @@ static void exec_rows(const struct npu_graph *g, const struct npu_ir_node *n,
   case NPU_OP_MUL: npu_f32_mul(out, a, b + (size_t)r0 * out_inner, count); return;
   case NPU_OP_SILU: npu_f32_silu(out, a, count); return;
   case NPU_OP_TRANSFER: transfer(ctx->cpu_uk, a_t, a, out_t, out, count); return;
-  case NPU_OP_ATTN:
-    attention(g, n, ctx, r0, r1);
-    return;
+  case NPU_OP_ATTN: attention(g, n, ctx, r0, r1); return;
   default: assert(!"not a row-wise op");
   }
 }
@@ -228,8 +226,8 @@ size_t npu_exec_attn_part_floats(const struct npu_config *cfg, int32_t n_ctx) {
 static void exec_key_split(const struct npu_graph *g, const struct npu_ir_node *n,
                            const struct npu_exec_ctx *ctx, struct npu_pool *pool, int threads) {
   const int32_t hd = ctx->cfg->head_dim, heads = g->tensors[n->in[0]].ne[1] / hd;
-  struct key_split ks = {.g = g, .n = n, .ctx = ctx,
-                         .len = npu_attn_len(ctx->pos0, ctx->n_valid, 0)};
+  struct key_split ks = {
+      .g = g, .n = n, .ctx = ctx, .len = npu_attn_len(ctx->pos0, ctx->n_valid, 0)};
   const int32_t n_tiles = npu_attn_tiles(ks.len);
   ks.units = n_tiles * heads;
   ks.tasks = threads < ks.units ? threads : ks.units;
@@ -285,9 +283,7 @@ static void run_node(const struct npu_graph *g, const struct npu_ir_node *n,
   case NPU_OP_GATHER:
     npu_f32_gather(out, b, (const int32_t *)(const void *)a, out_t->ne[0], out_t->ne[1]);
     return;
-  case NPU_OP_KV_WRITE:
-    npu_f32_kv_write(out, a, ctx->pos0, ctx->n_valid, a_t->ne[1]);
-    return;
+  case NPU_OP_KV_WRITE: npu_f32_kv_write(out, a, ctx->pos0, ctx->n_valid, a_t->ne[1]); return;
   case NPU_OP_LAST_ROW:
     memcpy(out, a + (size_t)(ctx->n_valid - 1) * (size_t)a_t->ne[1],
            (size_t)a_t->ne[1] * sizeof(float));
@@ -350,8 +346,8 @@ static void run_nodes(const struct npu_graph *g, int32_t first, int32_t count,
                       const struct npu_exec_ctx *ctx) {
   const struct npu_ir_node *n = &g->nodes[first];
   if (g->node_site != NULL && n->backend == NPU_BE_NPU && n->op == NPU_OP_MATMUL) {
-    npu_emu_exec_matmuls(g, first, count, ctx->prog->qsites, &ctx->prog->uk,
-                         ctx->pool[NPU_BE_NPU], ctx->arena);
+    npu_emu_exec_matmuls(g, first, count, ctx->prog->qsites, &ctx->prog->uk, ctx->pool[NPU_BE_NPU],
+                         ctx->arena);
     return;
   }
   assert(count == 1);
@@ -396,8 +392,8 @@ void npu_exec_graph(const struct npu_graph *g, const struct npu_exec_ctx *ctx) {
   for (int32_t s = 0; s < g->n_subgraphs; s++) npu_exec_subgraph(g, &g->subgraphs[s], ctx);
 }
 
-int32_t npu_exec_plan_steps(const struct npu_program *p, int32_t pos, int32_t n,
-                            bool last_logits, struct npu_step *steps_out) {
+int32_t npu_exec_plan_steps(const struct npu_program *p, int32_t pos, int32_t n, bool last_logits,
+                            struct npu_step *steps_out) {
   const struct npu_compile_options *o = &p->opts;
   int32_t largest = o->n_chunks > 0 ? o->chunks[o->n_chunks - 1] : 1;
   int32_t n_steps = 0, done = 0;
@@ -415,8 +411,8 @@ int32_t npu_exec_plan_steps(const struct npu_program *p, int32_t pos, int32_t n,
     /* a program written before graphs for generation existed computes every row's logits */
     if (g == NULL && last_logits) g = npu_program_find(p, rows, pos + done + take, false);
     if (g == NULL) return -1;
-    steps_out[n_steps++] = (struct npu_step){.g = g, .row0 = done, .pos0 = pos + done,
-                                             .n_valid = take};
+    steps_out[n_steps++] =
+        (struct npu_step){.g = g, .row0 = done, .pos0 = pos + done, .n_valid = take};
     done += take;
   }
   return n_steps;

@@ -8,8 +8,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "kernels/cpu/ukernels.h"
 #include "compiler/program.h"
+#include "kernels/cpu/ukernels.h"
 #include "model/model.h"
 
 struct npu_pool;
@@ -29,9 +29,9 @@ struct npu_exec_ctx {
   const struct npu_program *prog; /* weights: WEIGHT tensor 'ref' is prog->weights[ref].data */
   const struct npu_config *cfg;
   const struct npu_cpu_ukernels *cpu_uk; /* the float kernels chosen for this CPU */
-  const int32_t *ids; /* (g->rows) token ids, the padded rows holding any valid id */
-  int32_t pos0;       /* cache position of row 0 */
-  int32_t n_valid;    /* rows 0 .. n_valid-1 are real tokens; the rest are padding */
+  const int32_t *ids;           /* (g->rows) token ids, the padded rows holding any valid id */
+  int32_t pos0;                 /* cache position of row 0 */
+  int32_t n_valid;              /* rows 0 .. n_valid-1 are real tokens; the rest are padding */
   uint8_t *arena[NPU_BE_COUNT]; /* ACT tensor t lives at arena[t.backend] + t.offset */
   float *const *k_cache; /* (n_layers) K rows of each layer, row stride n_kv_heads * head_dim */
   float *const *v_cache; /* (n_layers) V rows, same layout */
@@ -74,7 +74,7 @@ struct npu_step {
  * token, and with 'last_logits' a graph that computes only the last real row's logits where the
  * program has one. Writes at most 'n' steps (no step is empty) and returns their number, or -1 if
  * the program has no graph for some step (then nothing is to be run). */
-int32_t npu_exec_plan_steps(const struct npu_program *p, int32_t pos, int32_t n,
-                            bool last_logits, struct npu_step *steps_out);
+int32_t npu_exec_plan_steps(const struct npu_program *p, int32_t pos, int32_t n, bool last_logits,
+                            struct npu_step *steps_out);
 
 #endif /* NPU_BACKENDS_EXEC_H */

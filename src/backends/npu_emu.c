@@ -15,8 +15,8 @@ static void *addr(const struct npu_graph *g, int32_t id, uint8_t *const arena[NP
 /* A gather whose table is the packed weights of a matmul (a tied embedding): each row is read back
  * out of the packed layout a piece at a time and requantized by the gather kernel as a one-row
  * table with that row's multiplier. */
-static void gather_packed(const struct npu_qsite *site, const struct npu_ukernels *uk,
-                          size_t rows, size_t cols, const int32_t *ids, void *y, bool wide) {
+static void gather_packed(const struct npu_qsite *site, const struct npu_ukernels *uk, size_t rows,
+                          size_t cols, const int32_t *ids, void *y, bool wide) {
   enum { PIECE = 1024 };
   int8_t row[PIECE];
   const int32_t first = 0;
@@ -49,7 +49,7 @@ static void gather_packed(const struct npu_qsite *site, const struct npu_ukernel
  * helper still finds half to take). */
 enum {
   TILE = 2 * NPU_QS8_GEMM_NR,
-  MAX_RANGES = 64,               /* threads past the 64th only help with the other loops */
+  MAX_RANGES = 64,              /* threads past the 64th only help with the other loops */
   CLAIM_MACS = 16 * TILE * 768, /* 16 tiles of a decode step at k = 768: ~400 KB of weights */
 };
 
@@ -146,8 +146,11 @@ void npu_emu_exec_matmuls(const struct npu_graph *g, int32_t first, int32_t coun
                           struct npu_pool *pool, uint8_t *const arena[NPU_BE_COUNT]) {
   const struct npu_ir_node *n = &g->nodes[first];
   const struct npu_ir_tensor *x = &g->tensors[n->in[0]];
-  struct matmul_group mg = {.uk = uk, .x = addr(g, n->in[0], arena), .rows = (size_t)x->ne[0],
-                            .k = (size_t)x->ne[1], .count = count};
+  struct matmul_group mg = {.uk = uk,
+                            .x = addr(g, n->in[0], arena),
+                            .rows = (size_t)x->ne[0],
+                            .k = (size_t)x->ne[1],
+                            .count = count};
   assert(count >= 1 && count <= NPU_MATMUL_GROUP_MAX);
   for (int32_t i = 0; i < count; i++) {
     const struct npu_ir_tensor *out = &g->tensors[n[i].out];
@@ -242,14 +245,14 @@ void npu_emu_exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
     /* q [rows, heads * hd], K copy [ctx, kv_dim] -> scores [heads, rows, ctx] */
     const struct npu_ir_tensor *q = &g->tensors[n->in[0]], *k = &g->tensors[n->in[1]];
     const int32_t heads = out->ne[0], hd = q->ne[1] / heads;
-    const struct npu_attn_shape shape = {heads, k->ne[1] / hd, hd, out->ne[1], out->ne[2], pos0,
-                                         n_valid};
+    const struct npu_attn_shape shape = {heads,      k->ne[1] / hd, hd,     out->ne[1],
+                                         out->ne[2], pos0,          n_valid};
     uk->qs8_qk_qs16(&shape, addr(g, n->in[0], arena), addr(g, n->in[1], arena), y, &site->qk);
     return;
   }
   case NPU_OP_SOFTMAX: {
-    const struct npu_attn_shape shape = {out->ne[0], out->ne[0], 1, out->ne[1], out->ne[2], pos0,
-                                         n_valid};
+    const struct npu_attn_shape shape = {out->ne[0], out->ne[0], 1,      out->ne[1],
+                                         out->ne[2], pos0,       n_valid};
     uk->qs16_softmax(&shape, addr(g, n->in[0], arena), y, &site->softmax);
     return;
   }
@@ -257,8 +260,8 @@ void npu_emu_exec_node(const struct npu_graph *g, const struct npu_ir_node *n,
     /* probabilities [heads, rows, ctx], V copy [ctx, kv_dim] -> out [rows, heads * hd] */
     const struct npu_ir_tensor *pr = &g->tensors[n->in[0]], *v = &g->tensors[n->in[1]];
     const int32_t heads = pr->ne[0], hd = out->ne[1] / heads;
-    const struct npu_attn_shape shape = {heads, v->ne[1] / hd, hd, pr->ne[1], pr->ne[2], pos0,
-                                         n_valid};
+    const struct npu_attn_shape shape = {heads,     v->ne[1] / hd, hd,     pr->ne[1],
+                                         pr->ne[2], pos0,          n_valid};
     uk->qs16_pv_qs8(&shape, addr(g, n->in[0], arena), addr(g, n->in[1], arena), y, &site->pv);
     return;
   }

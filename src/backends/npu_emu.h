@@ -6,9 +6,9 @@
 
 #include <stdint.h>
 
+#include "compiler/quantize.h"
 #include "ir/ir.h"
 #include "kernels/npu/ukernels.h"
-#include "compiler/quantize.h"
 
 struct npu_pool;
 

@@ -16,8 +16,7 @@
 
 /* Write a one-line message into 'err' (may be NULL) and return 'status', so that failure paths
  * read: return npu_fail(err, NPULM_ERR_FORMAT, "tensor '%s' ...", name); */
-npulm_status npu_fail(npulm_error *err, npulm_status status, const char *fmt, ...)
-    NPU_PRINTF(3, 4);
+npulm_status npu_fail(npulm_error *err, npulm_status status, const char *fmt, ...) NPU_PRINTF(3, 4);
 
 /* Overflow-checked arithmetic: return false (and leave '*out' unspecified) on overflow. */
 static inline bool npu_add_u64(uint64_t a, uint64_t b, uint64_t *out) {

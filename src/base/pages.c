@@ -13,8 +13,8 @@
 #if defined(MAP_ANONYMOUS)
 
 void *npu_pages_alloc(size_t size) {
-  void *p = mmap(NULL, size > 0 ? size : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                 -1, 0);
+  void *p =
+      mmap(NULL, size > 0 ? size : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   return p == MAP_FAILED ? NULL : p;
 }
 

@@ -20,8 +20,7 @@ typedef void npu_pool_task_fn(void *arg, size_t task);
 /* A pool whose loops are meant to run on 'n_threads' threads (>= 1; callers size their tasks by
  * it): the caller of npu_pool_run, 'n_helpers' threads of the pool's own (0 .. n_threads - 1), and
  * threads that lend themselves while they wait for something else (npu_pool_help). */
-npulm_status npu_pool_create(int n_threads, int n_helpers, struct npu_pool **out,
-                             npulm_error *err);
+npulm_status npu_pool_create(int n_threads, int n_helpers, struct npu_pool **out, npulm_error *err);
 
 /* Stop and join the helpers; accepts NULL. No loop may be running. */
 void npu_pool_free(struct npu_pool *pool);

@@ -43,9 +43,10 @@ npulm_status npu_compile_check_options(const struct npu_config *cfg,
   for (int32_t i = 0; i < o->n_buckets; i++) {
     if (o->buckets[i] < 1 || o->buckets[i] > cfg->n_ctx_train ||
         (i > 0 && o->buckets[i] <= o->buckets[i - 1])) {
-      return npu_fail(err, NPULM_ERR_ARG,
-                      "context buckets must be ascending and within the model's context %d (got %d)",
-                      cfg->n_ctx_train, o->buckets[i]);
+      return npu_fail(
+          err, NPULM_ERR_ARG,
+          "context buckets must be ascending and within the model's context %d (got %d)",
+          cfg->n_ctx_train, o->buckets[i]);
     }
   }
   if (o->n_chunks > 0 && o->chunks[o->n_chunks - 1] > o->buckets[o->n_buckets - 1]) {
@@ -59,9 +60,25 @@ npulm_status npu_compile_check_options(const struct npu_config *cfg,
 
 /* Fixed order: the globals, then the same twelve per layer. */
 enum { W_EMBD, W_OUT_NORM, W_OUTPUT, W_GLOBALS };
-enum { L_ATTN_NORM, L_Q, L_K, L_V, L_BQ, L_BK, L_BV, L_O, L_FFN_NORM, L_GATE, L_UP, L_DOWN, L_COUNT };
+enum {
+  L_ATTN_NORM,
+  L_Q,
+  L_K,
+  L_V,
+  L_BQ,
+  L_BK,
+  L_BV,
+  L_O,
+  L_FFN_NORM,
+  L_GATE,
+  L_UP,
+  L_DOWN,
+  L_COUNT
+};
 
-static int32_t layer_weight(int32_t layer, int32_t which) { return W_GLOBALS + layer * L_COUNT + which; }
+static int32_t layer_weight(int32_t layer, int32_t which) {
+  return W_GLOBALS + layer * L_COUNT + which;
+}
 
 npulm_status npu_weight_table(const struct npulm_model *m, struct npu_weight **out, int32_t *n,
                               npulm_error *err) {
@@ -70,12 +87,12 @@ npulm_status npu_weight_table(const struct npulm_model *m, struct npu_weight **o
   struct npu_weight *w = calloc((size_t)count, sizeof(*w));
   if (w == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
   int32_t q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
-#define SET(i, nm, data_, cols, rows_)                                                            \
-  do {                                                                                           \
-    snprintf(w[i].name, sizeof(w[i].name), "%s", nm);                                            \
-    w[i].data = (data_);                                                                         \
-    w[i].ne0 = (cols);                                                                           \
-    w[i].ne1 = (rows_);                                                                          \
+#define SET(i, nm, data_, cols, rows_)                                                             \
+  do {                                                                                             \
+    snprintf(w[i].name, sizeof(w[i].name), "%s", nm);                                              \
+    w[i].data = (data_);                                                                           \
+    w[i].ne0 = (cols);                                                                             \
+    w[i].ne1 = (rows_);                                                                            \
   } while (0)
   SET(W_EMBD, "token_embd.weight", m->w.token_embd, c->dim, c->n_vocab);
   SET(W_OUT_NORM, "output_norm.weight", m->w.output_norm, c->dim, 1);
@@ -222,7 +239,9 @@ static int32_t build_block(struct block_builder *bb, int32_t l, int32_t x) {
 npulm_status npu_build_graph(const struct npulm_model *m, const struct npu_weight *weights,
                              int32_t n_weights, int32_t rows, int32_t ctx, uint32_t float_ops,
                              bool last_logits, struct npu_graph *g, npulm_error *err) {
-  struct block_builder bb = {.c = &m->cfg, .weights = weights, .n_weights = n_weights,
+  struct block_builder bb = {.c = &m->cfg,
+                             .weights = weights,
+                             .n_weights = n_weights,
                              .fused_attention = npu_attention_fused(float_ops)};
   const struct npu_config *c = &m->cfg;
   npu_ir_builder_init(&bb.b, g, rows, ctx);

@@ -29,8 +29,7 @@ static int32_t bin_of(float v) {
 /* Upper edge of histogram bin 'b'. */
 static float bin_upper(int32_t b) {
   int octave = b / NPU_CALIB_BINS_PER_OCTAVE, frac = b % NPU_CALIB_BINS_PER_OCTAVE;
-  return ldexpf(1.0f + (float)(frac + 1) / NPU_CALIB_BINS_PER_OCTAVE,
-                octave + NPU_CALIB_MIN_EXP);
+  return ldexpf(1.0f + (float)(frac + 1) / NPU_CALIB_BINS_PER_OCTAVE, octave + NPU_CALIB_MIN_EXP);
 }
 
 /* The statistics of 'name' ('n' channels, or 0 for a per-head name whose length varies). */
@@ -134,7 +133,8 @@ npulm_status npu_calibrate(const struct npulm_model *m, const int32_t *tokens, s
   if (c.status != NPULM_OK) {
     npu_calib_free(c.calib);
     return npu_fail(err, c.status, "calibration failed: %s",
-                    c.status == NPULM_ERR_NOMEM ? "out of memory" : "inconsistent activation sizes");
+                    c.status == NPULM_ERR_NOMEM ? "out of memory"
+                                                : "inconsistent activation sizes");
   }
   c.calib->n_tokens = done;
   *out = c.calib;

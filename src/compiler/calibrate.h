@@ -22,7 +22,7 @@ struct npu_act_stats {
                                  "blk.L.kq_softmax"), whose length varies with the position */
   uint64_t count;             /* values seen */
   float min, max;
-  float *chan_absmax;         /* (n_channels), NULL when n_channels is 0 */
+  float *chan_absmax; /* (n_channels), NULL when n_channels is 0 */
   uint64_t hist[NPU_CALIB_BINS];
 };
 

@@ -49,8 +49,10 @@ npulm_status npu_partition(struct npu_graph *g, uint32_t float_ops, npulm_error 
         /* the value crosses to this backend: copy it once into this backend's arena, before
          * this node, which moves one up */
         *copy = npu_ir_add_copy(&b, src, be, NULL);
-        struct npu_ir_node transfer = {.op = NPU_OP_TRANSFER, .backend = (uint8_t)be,
-                                       .in = {src, -1, -1}, .out = *copy,
+        struct npu_ir_node transfer = {.op = NPU_OP_TRANSFER,
+                                       .backend = (uint8_t)be,
+                                       .in = {src, -1, -1},
+                                       .out = *copy,
                                        .layer = g->nodes[i].layer};
         if (npu_ir_insert_node(&b, i, &transfer) < 0) break;
         i++;

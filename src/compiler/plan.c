@@ -54,7 +54,8 @@ static uint64_t place(struct live *l, int32_t n, const struct live **scratch) {
 npulm_status npu_plan(struct npu_graph *g, npulm_error *err) {
   struct live *live = malloc((size_t)(g->n_tensors > 0 ? g->n_tensors : 1) * sizeof(*live));
   int32_t *index = malloc((size_t)(g->n_tensors > 0 ? g->n_tensors : 1) * sizeof(*index));
-  const struct live **scratch = malloc((size_t)(g->n_tensors > 0 ? g->n_tensors : 1) * sizeof(*scratch));
+  const struct live **scratch =
+      malloc((size_t)(g->n_tensors > 0 ? g->n_tensors : 1) * sizeof(*scratch));
   if (live == NULL || index == NULL || scratch == NULL) {
     free(live);
     free(index);
@@ -67,7 +68,8 @@ npulm_status npu_plan(struct npu_graph *g, npulm_error *err) {
       index[t] = -1;
       const struct npu_ir_tensor *tensor = &g->tensors[t];
       if (tensor->kind != NPU_TK_ACT || tensor->backend != be) continue;
-      uint64_t size = (npu_ir_tensor_bytes(tensor) + ARENA_ALIGN - 1) & ~(uint64_t)(ARENA_ALIGN - 1);
+      uint64_t size =
+          (npu_ir_tensor_bytes(tensor) + ARENA_ALIGN - 1) & ~(uint64_t)(ARENA_ALIGN - 1);
       index[t] = n;
       live[n++] = (struct live){.id = t, .first = -1, .last = -1, .size = size};
     }

@@ -9,8 +9,8 @@
 #include <stdint.h>
 
 #include "ir/ir.h"
-#include "model/model.h"
 #include "kernels/npu/ukernels.h"
+#include "model/model.h"
 
 #define NPU_MAX_CHUNKS 8
 #define NPU_MAX_BUCKETS 32
@@ -46,14 +46,14 @@ struct npu_program {
   uint64_t kv_bytes;     /* KV cache of a session at the largest bucket */
   /* Integer NPU (set by npu_quantize_program; quant_mode 0 = the NPU computes in FP32): the
    * integer data of each NPU operation and the quantization of each named tensor. */
-  int32_t quant_mode;    /* enum npu_quant_mode */
+  int32_t quant_mode; /* enum npu_quant_mode */
   float smooth_alpha, shadow_threshold;
   int32_t n_qsites;
   struct npu_qsite *qsites;
   int32_t n_qtensors;
   struct npu_qtensor *qtensors;
   int32_t n_owned;
-  float **owned;         /* weights the quantizer rewrote (SmoothQuant), referenced by 'weights' */
+  float **owned;          /* weights the quantizer rewrote (SmoothQuant), referenced by 'weights' */
   struct npu_ukernels uk; /* the integer kernels chosen for this CPU */
   /* true when the sites' 'packed' weights point into the mapping of the program file they were
    * loaded from (npu_program_load): npu_quant_free must not free() them. Everything else of a
@@ -125,19 +125,19 @@ const char *npu_fallback_reason(enum npu_op op, uint32_t float_ops);
  * matmul (MATMUL) counts rows * N * K; an attention matmul (QK, PV) heads * rows * ctx * head_dim
  * (the whole bucket, as the static graph computes it). */
 struct npu_mac_stats {
-  uint64_t matmul;        /* weight matmuls, all of them */
-  uint64_t matmul_npu;    /* of which on the NPU backend (FP32 or integer) */
-  uint64_t matmul_int8;   /* of which in int8 on the NPU: a quantized program's NPU matmuls, less
-                             the outlier channels' share (rows * N * n_outliers), which ... */
-  uint64_t matmul_shadow; /* ... the CPU computes in float (shadow outlier execution) */
-  uint64_t shadow_extra;  /* float MACs the CPU spends recomputing FFN outlier channels from the
-                             FFN norm output (gate and up rows: 2 * rows * n_outliers * dim) */
-  uint64_t attention;     /* QK and PV */
-  uint64_t attention_npu; /* of which on the NPU backend */
+  uint64_t matmul;         /* weight matmuls, all of them */
+  uint64_t matmul_npu;     /* of which on the NPU backend (FP32 or integer) */
+  uint64_t matmul_int8;    /* of which in int8 on the NPU: a quantized program's NPU matmuls, less
+                              the outlier channels' share (rows * N * n_outliers), which ... */
+  uint64_t matmul_shadow;  /* ... the CPU computes in float (shadow outlier execution) */
+  uint64_t shadow_extra;   /* float MACs the CPU spends recomputing FFN outlier channels from the
+                              FFN norm output (gate and up rows: 2 * rows * n_outliers * dim) */
+  uint64_t attention;      /* QK and PV */
+  uint64_t attention_npu;  /* of which on the NPU backend */
   uint64_t attention_int8; /* of which in int8 (a quantized program's NPU QK and PV) */
-  int32_t n_outliers;     /* outlier channels of the matmuls the graph runs (sum of n_outliers
-                             over its shadowed NPU matmuls) */
-  int32_t n_shadowed;     /* NPU matmuls with outlier channels */
+  int32_t n_outliers;      /* outlier channels of the matmuls the graph runs (sum of n_outliers
+                              over its shadowed NPU matmuls) */
+  int32_t n_shadowed;      /* NPU matmuls with outlier channels */
 };
 
 /* Count the MACs of one step of graph 'g' of program 'p' (either kind of program). */

@@ -6,10 +6,8 @@
 bool npu_quantize_multiplier(double real, int32_t *mult_out, int32_t *shift_out) {
   *mult_out = 0;
   *shift_out = 0;
-  if (!(real >= 0.0) || !isfinite(real))
-    return false;
-  if (real == 0.0)
-    return true;
+  if (!(real >= 0.0) || !isfinite(real)) return false;
+  if (real == 0.0) return true;
   int e;
   const double q = frexp(real, &e); /* real = q * 2^e, q in [0.5, 1) */
   if (e < -31) {
@@ -49,8 +47,7 @@ bool npu_quantize_weights_per_channel(const float *w, size_t rows, size_t cols, 
     const float *row = w + r * cols;
     float absmax = 0.0f;
     for (size_t c = 0; c < cols; c++) {
-      if (!isfinite(row[c]))
-        return false;
+      if (!isfinite(row[c])) return false;
       absmax = fmaxf(absmax, fabsf(row[c]));
     }
     const float scale = absmax / 127.0f;
@@ -69,8 +66,7 @@ bool npu_quantize_bias(const float *bias, size_t n, float x_scale, const float *
   for (size_t i = 0; i < n; i++) {
     const double s = (double)x_scale * w_scales[i];
     const double v = s > 0.0 ? round(bias[i] / s) : 0.0;
-    if (!(fabs(v) <= (double)(1 << 30)))
-      return false;
+    if (!(fabs(v) <= (double)(1 << 30))) return false;
     q_out[i] = (int32_t)v;
   }
   return true;

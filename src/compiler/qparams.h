@@ -1,8 +1,9 @@
 /* Compile-time quantization helpers: the floating-point side of the NPU contract. They turn real
- * scales into the integer (multiplier, shift) pairs of src/kernels/npu/fixedpoint.h, quantize weights per
- * output channel and activations per tensor, and build lookup tables; nothing here runs inside an
- * NPU graph. Conventions: real = scale * (q - zero_point); rounding is half away from zero
- * (roundf, as TFLite's quantize and llama.cpp's Q8_0 do), then saturation to the type's range. */
+ * scales into the integer (multiplier, shift) pairs of src/kernels/npu/fixedpoint.h, quantize
+ * weights per output channel and activations per tensor, and build lookup tables; nothing here runs
+ * inside an NPU graph. Conventions: real = scale * (q - zero_point); rounding is half away from
+ * zero (roundf, as TFLite's quantize and llama.cpp's Q8_0 do), then saturation to the type's range.
+ */
 #ifndef NPU_COMPILER_QPARAMS_H
 #define NPU_COMPILER_QPARAMS_H
 

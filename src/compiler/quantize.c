@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "base/common.h"
-#include "compiler/qparams.h"
 #include "base/pages.h"
+#include "compiler/qparams.h"
 
 /* Headroom over the calibrated magnitude for int16 tensors: text unlike the calibration text may
  * go somewhat further, and int16 has resolution to spare. */
@@ -216,7 +216,8 @@ static npulm_status smooth(const struct npulm_model *m, struct npu_program *p,
   const struct npu_graph *g = &p->graphs[0];
   int32_t widest = c->ffn_dim > c->dim ? c->ffn_dim : c->dim;
   if (c->n_heads * c->head_dim > widest) widest = c->n_heads * c->head_dim;
-  float *wmax = malloc((size_t)widest * sizeof(float)), *tmp = malloc((size_t)widest * sizeof(float));
+  float *wmax = malloc((size_t)widest * sizeof(float)),
+        *tmp = malloc((size_t)widest * sizeof(float));
   float *s = malloc((size_t)widest * sizeof(float)), *amax = malloc((size_t)widest * sizeof(float));
   npulm_status st = NPULM_OK;
   if (!wmax || !tmp || !s || !amax) {
@@ -250,7 +251,8 @@ static npulm_status smooth(const struct npulm_model *m, struct npu_program *p,
     column_absmax(&p->weights[idx[1]], tmp);
     for (int32_t i = 0; i < c->dim; i++) wmax[i] = fmaxf(wmax[i], tmp[i]);
     smooth_factors(a->chan_absmax, wmax, c->dim, alpha, s);
-    if (!divide_rows(p, idx[2], s) || !scale_columns(p, idx[0], s) || !scale_columns(p, idx[1], s)) {
+    if (!divide_rows(p, idx[2], s) || !scale_columns(p, idx[0], s) ||
+        !scale_columns(p, idx[1], s)) {
       goto nomem;
     }
     /* input of down (silu(gate) * up): fold 1/s into up's rows */
@@ -499,7 +501,8 @@ static npulm_status make_matmul(struct npu_program *p, const struct npu_graph *g
     st = npu_fail(err, NPULM_ERR_ARG, "'%s': scales out of the fixed-point range", site->name);
     goto done;
   }
-  site->gemm = (struct npu_qs8_gemm_params){.mult = site->mult, .shift = site->shift,
+  site->gemm = (struct npu_qs8_gemm_params){.mult = site->mult,
+                                            .shift = site->shift,
                                             .x_zero_point = x->q.zero_point,
                                             .y_zero_point = y->q.zero_point};
 done:
@@ -516,7 +519,8 @@ static npulm_status keep_ffn_rows(struct npu_program *p, const struct npu_graph 
                                   struct npu_qsite *site, npulm_error *err) {
   int32_t gi = weight_of(g, layer, NPU_ROLE_FFN_GATE, 1);
   int32_t ui = weight_of(g, layer, NPU_ROLE_FFN_UP, 1);
-  if (gi < 0 || ui < 0) return npu_fail(err, NPULM_ERR_ARG, "'%s': FFN weights missing", site->name);
+  if (gi < 0 || ui < 0)
+    return npu_fail(err, NPULM_ERR_ARG, "'%s': FFN weights missing", site->name);
   size_t dim = (size_t)p->weights[gi].ne0;
   site->outlier_dim = (int32_t)dim;
   site->outlier_gate = malloc((size_t)site->n_outliers * dim * sizeof(float));
@@ -549,12 +553,13 @@ static npulm_status make_gather(struct npu_program *p, const struct npu_graph *g
   npulm_status st = NPULM_OK;
   if (!scales || !site->packed || !site->mult || !site->shift) {
     st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory quantizing '%s'", site->name);
-  } else if (y == NULL || !npu_quantize_weights_per_channel(w->data, rows, cols, site->packed, scales) ||
+  } else if (y == NULL ||
+             !npu_quantize_weights_per_channel(w->data, rows, cols, site->packed, scales) ||
              !npu_quantize_multipliers(1.0f, scales, rows, y->q.scale, site->mult, site->shift)) {
     st = npu_fail(err, NPULM_ERR_ARG, "'%s': table cannot be quantized", site->name);
   } else {
-    site->gather = (struct npu_qs8_gather_params){.mult = site->mult, .shift = site->shift,
-                                                  .y_zero_point = y->q.zero_point};
+    site->gather = (struct npu_qs8_gather_params){
+        .mult = site->mult, .shift = site->shift, .y_zero_point = y->q.zero_point};
   }
   free(scales);
   return st;
@@ -572,7 +577,8 @@ static bool same_table(const struct npu_qsite *g, const struct npu_qsite *mm) {
   for (int32_t r = 0; r < g->n; r++) {
     /* a matmul with a bias cannot serve: the head of its packed block holds that bias */
     int32_t bias;
-    memcpy(&bias, (const uint8_t *)mm->packed + (size_t)(r / NR) * block_size + (size_t)(r % NR) * 4,
+    memcpy(&bias,
+           (const uint8_t *)mm->packed + (size_t)(r / NR) * block_size + (size_t)(r % NR) * 4,
            sizeof(bias));
     if (bias != 0) return false;
     for (int32_t c0 = 0; c0 < g->k; c0 += (int32_t)sizeof(row)) {
@@ -632,12 +638,11 @@ static npulm_status make_site(struct npu_program *p, const struct npu_graph *g,
     }
     return s;
   }
-  case NPU_OP_GATHER:
-    return make_gather(p, g, n, site, err);
+  case NPU_OP_GATHER: return make_gather(p, g, n, site, err);
   case NPU_OP_ADD:
     if (a && b && y &&
-        npu_qadd_params_make(a->q.scale, a->q.zero_point, b->q.scale, b->q.zero_point,
-                             y->q.scale, y->q.zero_point, y->dtype == NPU_DT_I16, &site->add) &&
+        npu_qadd_params_make(a->q.scale, a->q.zero_point, b->q.scale, b->q.zero_point, y->q.scale,
+                             y->q.zero_point, y->dtype == NPU_DT_I16, &site->add) &&
         a->dtype == y->dtype && b->dtype == y->dtype) {
       return NPULM_OK;
     }
@@ -662,8 +667,8 @@ static npulm_status make_site(struct npu_program *p, const struct npu_graph *g,
     char name[NPU_IR_NAME_MAX];
     kv_copy_name(n->layer, n->op == NPU_OP_PV, name);
     const struct npu_qtensor *kv = npu_program_qtensor(p, name);
-    if (n->op == NPU_OP_QK && a && kv && y && a->dtype == NPU_DT_I8 &&
-        kv->dtype == NPU_DT_I8 && y->dtype == NPU_DT_I16 &&
+    if (n->op == NPU_OP_QK && a && kv && y && a->dtype == NPU_DT_I8 && kv->dtype == NPU_DT_I8 &&
+        y->dtype == NPU_DT_I16 &&
         npu_qk_params_make(a->q.scale, a->q.zero_point, kv->q.scale, kv->q.zero_point, n->param,
                            y->q.scale, y->q.zero_point, &site->qk)) {
       return NPULM_OK;
@@ -714,7 +719,8 @@ static npulm_status make_site(struct npu_program *p, const struct npu_graph *g,
 
 /* The CPU float tensor a shadowed matmul's outlier channels are computed from: its input's value
  * on the CPU, or for the FFN product (made on the NPU) the FFN norm output's. */
-static int32_t shadow_source(const struct npu_graph *g, int32_t node, const struct npu_qsite *site) {
+static int32_t shadow_source(const struct npu_graph *g, int32_t node,
+                             const struct npu_qsite *site) {
   int32_t x = g->nodes[node].in[0];
   if (site->outlier_gate != NULL) {
     x = npu_ir_find_tensor(g, g->nodes[node].layer, NPU_ROLE_FFN_NORM);
@@ -747,12 +753,18 @@ static npulm_status insert_shadows(const struct npu_program *p, struct npu_ir_bu
     npu_ir_set_role(b, cpu, layer, NPU_ROLE_SHADOW);
     npu_ir_set_role(b, npu, layer, NPU_ROLE_SHADOW);
     npu_ir_set_role(b, sum, layer, NPU_ROLE_SHADOW_SUM);
-    struct npu_ir_node shadow = {.op = NPU_OP_SHADOW, .backend = NPU_BE_CPU, .in = {src, -1, -1},
-                                 .out = cpu, .layer = layer};
-    struct npu_ir_node transfer = {.op = NPU_OP_TRANSFER, .backend = NPU_BE_CPU,
-                                   .in = {cpu, -1, -1}, .out = npu, .layer = layer};
-    struct npu_ir_node add = {.op = NPU_OP_ADD, .backend = NPU_BE_NPU, .in = {out, npu, -1},
-                              .out = sum, .layer = layer};
+    struct npu_ir_node shadow = {.op = NPU_OP_SHADOW,
+                                 .backend = NPU_BE_CPU,
+                                 .in = {src, -1, -1},
+                                 .out = cpu,
+                                 .layer = layer};
+    struct npu_ir_node transfer = {.op = NPU_OP_TRANSFER,
+                                   .backend = NPU_BE_CPU,
+                                   .in = {cpu, -1, -1},
+                                   .out = npu,
+                                   .layer = layer};
+    struct npu_ir_node add = {
+        .op = NPU_OP_ADD, .backend = NPU_BE_NPU, .in = {out, npu, -1}, .out = sum, .layer = layer};
     /* shadow, transfer, the matmul, the sum */
     npu_ir_insert_node(b, i, &shadow);
     npu_ir_insert_node(b, i + 1, &transfer);
@@ -788,8 +800,11 @@ static void insert_kv_copies(struct npu_ir_builder *b) {
     /* an activation; kv_is_value still says which cache it holds */
     int32_t copy = npu_ir_add_copy(b, cache, NPU_BE_NPU, name);
     npu_ir_set_role(b, copy, layer, value ? NPU_ROLE_V_CACHE_COPY : NPU_ROLE_K_CACHE_COPY);
-    struct npu_ir_node transfer = {.op = NPU_OP_TRANSFER, .backend = NPU_BE_CPU,
-                                   .in = {cache, -1, -1}, .out = copy, .layer = layer};
+    struct npu_ir_node transfer = {.op = NPU_OP_TRANSFER,
+                                   .backend = NPU_BE_CPU,
+                                   .in = {cache, -1, -1},
+                                   .out = copy,
+                                   .layer = layer};
     if (npu_ir_insert_node(b, i, &transfer) < 0) break;
     i++;
     g->nodes[i].in[1] = copy;
@@ -800,7 +815,8 @@ static void insert_kv_copies(struct npu_ir_builder *b) {
 /* Give a graph the program's integer form: NPU tensors take their dtype and scale; the NPU's
  * classifier writes int16 logits that a CPU transfer dequantizes; every TRANSFER (quantize or
  * dequantize) runs on the CPU; then subgraphs and the plan are made again. */
-static npulm_status rewrite_graph(const struct npu_program *p, struct npu_graph *g, npulm_error *err) {
+static npulm_status rewrite_graph(const struct npu_program *p, struct npu_graph *g,
+                                  npulm_error *err) {
   struct npu_ir_builder b;
   npu_ir_builder_resume(&b, g);
   for (int32_t i = 0; i < g->n_nodes && b.status == NPULM_OK; i++) {
@@ -810,8 +826,11 @@ static npulm_status rewrite_graph(const struct npu_program *p, struct npu_graph 
     int32_t act = npu_ir_add_copy(&b, logits, NPU_BE_NPU, NULL);
     if (act < 0) break;
     g->nodes[i].out = act;
-    struct npu_ir_node transfer = {.op = NPU_OP_TRANSFER, .backend = NPU_BE_CPU,
-                                   .in = {act, -1, -1}, .out = logits, .layer = -1};
+    struct npu_ir_node transfer = {.op = NPU_OP_TRANSFER,
+                                   .backend = NPU_BE_CPU,
+                                   .in = {act, -1, -1},
+                                   .out = logits,
+                                   .layer = -1};
     npu_ir_insert_node(&b, i + 1, &transfer);
     g->n_transfers++;
   }

@@ -21,12 +21,12 @@
 
 #include <stdint.h>
 
+#include "compiler/calibrate.h"
 #include "compiler/program.h"
 #include "kernels/npu/ukernels.h"
-#include "compiler/calibrate.h"
 
 enum npu_quant_mode {
-  NPU_QUANT_F32,    /* no quantization: the NPU backend computes in FP32 (the static-graph oracle) */
+  NPU_QUANT_F32, /* no quantization: the NPU backend computes in FP32 (the static-graph oracle) */
   NPU_QUANT_NAIVE,
   NPU_QUANT_SHADOW,
   NPU_QUANT_SMOOTH,
@@ -60,19 +60,19 @@ struct npu_qsite {
   struct npu_qs8_gather_params gather;
   struct npu_qadd_params add;
   struct npu_qmul_params mul;
-  struct npu_qs8_qk_params qk;           /* attention scores (QK) */
+  struct npu_qs8_qk_params qk;            /* attention scores (QK) */
   struct npu_qs16_softmax_params softmax; /* SOFTMAX */
-  struct npu_qs16_pv_params pv;          /* attention output (PV) */
+  struct npu_qs16_pv_params pv;           /* attention output (PV) */
   struct npu_qs16_rmsnorm_params rmsnorm; /* RMSNORM: n channels, its multipliers in 'mult' */
   int8_t lut[256];
   /* shadow outliers of a matmul: input channels computed in float on the CPU */
   int32_t n_outliers;
-  int32_t *outliers;    /* (n_outliers) input channel indices */
-  float *outlier_w;     /* (n, n_outliers) the weights of those channels */
+  int32_t *outliers; /* (n_outliers) input channel indices */
+  float *outlier_w;  /* (n, n_outliers) the weights of those channels */
   /* when the input is the FFN product silu(gate) * up, which lives only on the NPU, the CPU
    * recomputes its outlier channels from the FFN norm output: gate and up rows of them */
-  float *outlier_gate;  /* (n_outliers, dim) or NULL */
-  float *outlier_up;    /* (n_outliers, dim) or NULL */
+  float *outlier_gate; /* (n_outliers, dim) or NULL */
+  float *outlier_up;   /* (n_outliers, dim) or NULL */
   int32_t outlier_dim;
 };
 

@@ -99,7 +99,7 @@ static bool have_f16c(void) {
  * a signalling NaN comes out quiet, as in llama.cpp's own x86 build, which converts with F16C
  * too): 1.5-2.3 ns a value becomes ~0.2, seconds off loading an F16 model of 1B parameters. */
 __attribute__((target("avx,f16c"))) static size_t f16_to_f32_f16c(const uint8_t *restrict src,
-                                                                 float *restrict dst, size_t n) {
+                                                                  float *restrict dst, size_t n) {
   size_t i = 0;
   for (; n - i >= 8; i += 8) {
     const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(src + 2 * i));

@@ -43,8 +43,9 @@ static size_t remaining(const struct cursor *c) { return c->size - c->pos; }
 /* Read 'n' bytes; on truncation record an error mentioning 'what'. */
 static bool read_bytes(struct cursor *c, void *dst, size_t n, const char *what) {
   if (n > remaining(c)) {
-    npu_fail(c->err, NPULM_ERR_FORMAT, "file is truncated: %s at offset %zu needs %zu bytes, %zu left",
-             what, c->pos, n, remaining(c));
+    npu_fail(c->err, NPULM_ERR_FORMAT,
+             "file is truncated: %s at offset %zu needs %zu bytes, %zu left", what, c->pos, n,
+             remaining(c));
     return false;
   }
   if (dst != NULL) memcpy(dst, c->base + c->pos, n);
@@ -104,12 +105,42 @@ static bool read_value(struct cursor *c, uint32_t type, struct npu_gguf_value *v
     v->v.u = u;
     return true;
   }
-  case NPU_GGUF_I8: { int8_t x; if (!read_bytes(c, &x, 1, key)) return false; v->v.i = x; return true; }
-  case NPU_GGUF_I16: { int16_t x; if (!read_bytes(c, &x, 2, key)) return false; v->v.i = x; return true; }
-  case NPU_GGUF_I32: { int32_t x; if (!read_bytes(c, &x, 4, key)) return false; v->v.i = x; return true; }
-  case NPU_GGUF_I64: { int64_t x; if (!read_bytes(c, &x, 8, key)) return false; v->v.i = x; return true; }
-  case NPU_GGUF_F32: { float x; if (!read_bytes(c, &x, 4, key)) return false; v->v.f = x; return true; }
-  case NPU_GGUF_F64: { double x; if (!read_bytes(c, &x, 8, key)) return false; v->v.f = x; return true; }
+  case NPU_GGUF_I8: {
+    int8_t x;
+    if (!read_bytes(c, &x, 1, key)) return false;
+    v->v.i = x;
+    return true;
+  }
+  case NPU_GGUF_I16: {
+    int16_t x;
+    if (!read_bytes(c, &x, 2, key)) return false;
+    v->v.i = x;
+    return true;
+  }
+  case NPU_GGUF_I32: {
+    int32_t x;
+    if (!read_bytes(c, &x, 4, key)) return false;
+    v->v.i = x;
+    return true;
+  }
+  case NPU_GGUF_I64: {
+    int64_t x;
+    if (!read_bytes(c, &x, 8, key)) return false;
+    v->v.i = x;
+    return true;
+  }
+  case NPU_GGUF_F32: {
+    float x;
+    if (!read_bytes(c, &x, 4, key)) return false;
+    v->v.f = x;
+    return true;
+  }
+  case NPU_GGUF_F64: {
+    double x;
+    if (!read_bytes(c, &x, 8, key)) return false;
+    v->v.f = x;
+    return true;
+  }
   case NPU_GGUF_STR: return read_str(c, &v->v.s, key);
   case NPU_GGUF_ARR: {
     struct npu_gguf_arr *a = &v->v.a;
@@ -124,7 +155,9 @@ static bool read_value(struct cursor *c, uint32_t type, struct npu_gguf_value *v
       return false;
     }
     /* The smallest an element can be: its fixed size, or a length/header for strings/arrays. */
-    size_t elem_min = a->type == NPU_GGUF_STR ? 8 : a->type == NPU_GGUF_ARR ? 12 : npu_gguf_vtype_size(a->type);
+    size_t elem_min = a->type == NPU_GGUF_STR   ? 8
+                      : a->type == NPU_GGUF_ARR ? 12
+                                                : npu_gguf_vtype_size(a->type);
     uint64_t min_bytes;
     if (!npu_mul_u64(a->n, elem_min, &min_bytes) || min_bytes > remaining(c)) {
       npu_fail(c->err, NPULM_ERR_FORMAT,
@@ -250,7 +283,8 @@ static npulm_status parse_tensor_info(struct cursor *c, struct npu_gguf_tensor *
   if (!read_str(c, &t->name, "tensor name")) return NPULM_ERR_FORMAT;
   int name_len = (int)(t->name.len < 200 ? t->name.len : 200);
   if (t->name.len == 0) {
-    return npu_fail(err, NPULM_ERR_FORMAT, "tensor %llu has an empty name", (unsigned long long)index);
+    return npu_fail(err, NPULM_ERR_FORMAT, "tensor %llu has an empty name",
+                    (unsigned long long)index);
   }
   if (!read_u32(c, &t->n_dims, "tensor dims")) return NPULM_ERR_FORMAT;
   if (t->n_dims == 0 || t->n_dims > NPU_GGUF_MAX_DIMS) {
@@ -263,8 +297,9 @@ static npulm_status parse_tensor_info(struct cursor *c, struct npu_gguf_tensor *
     if (!read_u64(c, &t->ne[d], "tensor shape")) return NPULM_ERR_FORMAT;
     if (t->ne[d] == 0 || t->ne[d] > INT64_MAX || !npu_mul_u64(t->n_elems, t->ne[d], &t->n_elems) ||
         t->n_elems > INT64_MAX) {
-      return npu_fail(err, NPULM_ERR_FORMAT, "tensor '%.*s' has an invalid shape (dimension %u = %llu)",
-                      name_len, t->name.ptr, d, (unsigned long long)t->ne[d]);
+      return npu_fail(err, NPULM_ERR_FORMAT,
+                      "tensor '%.*s' has an invalid shape (dimension %u = %llu)", name_len,
+                      t->name.ptr, d, (unsigned long long)t->ne[d]);
     }
   }
   if (!read_u32(c, &t->type, "tensor type") || !read_u64(c, &t->offset, "tensor offset")) {
@@ -525,7 +560,8 @@ npulm_status npu_gguf_get_f32(const struct npu_gguf *g, const char *key, float *
   } else {
     return wrong_type(kv, key, "a number", err);
   }
-  if (!isfinite(*out)) return npu_fail(err, NPULM_ERR_FORMAT, "metadata key '%s' is not finite", key);
+  if (!isfinite(*out))
+    return npu_fail(err, NPULM_ERR_FORMAT, "metadata key '%s' is not finite", key);
   return NPULM_OK;
 }
 
@@ -539,8 +575,8 @@ npulm_status npu_gguf_get_bool(const struct npu_gguf *g, const char *key, bool *
   return NPULM_OK;
 }
 
-npulm_status npu_gguf_get_str(const struct npu_gguf *g, const char *key,
-                              struct npu_gguf_str *out, npulm_error *err) {
+npulm_status npu_gguf_get_str(const struct npu_gguf *g, const char *key, struct npu_gguf_str *out,
+                              npulm_error *err) {
   const struct npu_gguf_kv *kv;
   npulm_status st = find_required(g, key, &kv, err);
   if (st != NPULM_OK) return st;
@@ -578,14 +614,46 @@ double npu_gguf_arr_num(const struct npu_gguf_arr *a, uint64_t i) {
   case NPU_GGUF_U8: return *p;
   case NPU_GGUF_I8: return (int8_t)*p;
   case NPU_GGUF_BOOL: return *p != 0;
-  case NPU_GGUF_U16: { uint16_t x; memcpy(&x, p, 2); return x; }
-  case NPU_GGUF_I16: { int16_t x; memcpy(&x, p, 2); return x; }
-  case NPU_GGUF_U32: { uint32_t x; memcpy(&x, p, 4); return x; }
-  case NPU_GGUF_I32: { int32_t x; memcpy(&x, p, 4); return x; }
-  case NPU_GGUF_F32: { float x; memcpy(&x, p, 4); return x; }
-  case NPU_GGUF_U64: { uint64_t x; memcpy(&x, p, 8); return (double)x; }
-  case NPU_GGUF_I64: { int64_t x; memcpy(&x, p, 8); return (double)x; }
-  case NPU_GGUF_F64: { double x; memcpy(&x, p, 8); return x; }
+  case NPU_GGUF_U16: {
+    uint16_t x;
+    memcpy(&x, p, 2);
+    return x;
+  }
+  case NPU_GGUF_I16: {
+    int16_t x;
+    memcpy(&x, p, 2);
+    return x;
+  }
+  case NPU_GGUF_U32: {
+    uint32_t x;
+    memcpy(&x, p, 4);
+    return x;
+  }
+  case NPU_GGUF_I32: {
+    int32_t x;
+    memcpy(&x, p, 4);
+    return x;
+  }
+  case NPU_GGUF_F32: {
+    float x;
+    memcpy(&x, p, 4);
+    return x;
+  }
+  case NPU_GGUF_U64: {
+    uint64_t x;
+    memcpy(&x, p, 8);
+    return (double)x;
+  }
+  case NPU_GGUF_I64: {
+    int64_t x;
+    memcpy(&x, p, 8);
+    return (double)x;
+  }
+  case NPU_GGUF_F64: {
+    double x;
+    memcpy(&x, p, 8);
+    return x;
+  }
   default: return 0; /* strings and arrays are not numbers */
   }
 }

@@ -45,9 +45,9 @@ struct npu_gguf_arr {
 struct npu_gguf_value {
   uint32_t type; /* enum npu_gguf_vtype */
   union {
-    uint64_t u;  /* U8, U16, U32, U64, BOOL */
-    int64_t i;   /* I8, I16, I32, I64 */
-    double f;    /* F32, F64 */
+    uint64_t u; /* U8, U16, U32, U64, BOOL */
+    int64_t i;  /* I8, I16, I32, I64 */
+    double f;   /* F32, F64 */
     struct npu_gguf_str s;
     struct npu_gguf_arr a;
   } v;
@@ -107,8 +107,8 @@ npulm_status npu_gguf_get_f32(const struct npu_gguf *g, const char *key, float *
                               npulm_error *err);
 npulm_status npu_gguf_get_bool(const struct npu_gguf *g, const char *key, bool *out,
                                npulm_error *err);
-npulm_status npu_gguf_get_str(const struct npu_gguf *g, const char *key,
-                              struct npu_gguf_str *out, npulm_error *err);
+npulm_status npu_gguf_get_str(const struct npu_gguf *g, const char *key, struct npu_gguf_str *out,
+                              npulm_error *err);
 /* An array; if 'elem_type' >= 0 its elements must have that type. */
 npulm_status npu_gguf_get_arr(const struct npu_gguf *g, const char *key, int elem_type,
                               struct npu_gguf_arr *out, npulm_error *err);

@@ -11,47 +11,121 @@
 #include "base/common.h"
 #include "io/gguf.h"
 #include "io/gguf_write.h"
-#include "npulm.h"
 #include "io/synth.h"
+#include "npulm.h"
 
 /* ---- Shapes --------------------------------------------------------------------------------- */
 
 static const struct npu_synth_shape shapes[] = {
     /* Tiny shapes for tests: every code path (GQA, biases, tied output) at a few hundred KB. */
-    {.name = "tiny", .arch = "llama", .title = "tiny", .dim = 64, .n_layers = 2, .n_heads = 4,
-     .n_kv_heads = 2, .ffn_dim = 160, .n_vocab = 512, .n_ctx = 256, .rope_base = 10000.0f,
+    {.name = "tiny",
+     .arch = "llama",
+     .title = "tiny",
+     .dim = 64,
+     .n_layers = 2,
+     .n_heads = 4,
+     .n_kv_heads = 2,
+     .ffn_dim = 160,
+     .n_vocab = 512,
+     .n_ctx = 256,
+     .rope_base = 10000.0f,
      .rms_eps = 1e-5f},
-    {.name = "tiny-qwen2", .arch = "qwen2", .title = "tiny-qwen2", .dim = 64, .n_layers = 2,
-     .n_heads = 4, .n_kv_heads = 1, .ffn_dim = 160, .n_vocab = 640, .n_ctx = 512,
-     .rope_base = 1000000.0f, .rms_eps = 1e-6f, .tied = true, .qkv_bias = true},
+    {.name = "tiny-qwen2",
+     .arch = "qwen2",
+     .title = "tiny-qwen2",
+     .dim = 64,
+     .n_layers = 2,
+     .n_heads = 4,
+     .n_kv_heads = 1,
+     .ffn_dim = 160,
+     .n_vocab = 640,
+     .n_ctx = 512,
+     .rope_base = 1000000.0f,
+     .rms_eps = 1e-6f,
+     .tied = true,
+     .qkv_bias = true},
     /* llama2.c TinyStories models (karpathy/tinyllamas): the classifier shares the embedding,
      * and their GGUF conversions (like ../shared/models/stories260K.gguf) have no output.weight. */
-    {.name = "stories15M", .arch = "llama", .title = "stories15M", .dim = 288, .n_layers = 6,
-     .n_heads = 6, .n_kv_heads = 6, .ffn_dim = 768, .n_vocab = 32000, .n_ctx = 256,
-     .rope_base = 10000.0f, .rms_eps = 1e-5f, .tied = true},
-    {.name = "stories110M", .arch = "llama", .title = "stories110M", .dim = 768, .n_layers = 12,
-     .n_heads = 12, .n_kv_heads = 12, .ffn_dim = 2048, .n_vocab = 32000, .n_ctx = 1024,
-     .rope_base = 10000.0f, .rms_eps = 1e-5f, .tied = true},
+    {.name = "stories15M",
+     .arch = "llama",
+     .title = "stories15M",
+     .dim = 288,
+     .n_layers = 6,
+     .n_heads = 6,
+     .n_kv_heads = 6,
+     .ffn_dim = 768,
+     .n_vocab = 32000,
+     .n_ctx = 256,
+     .rope_base = 10000.0f,
+     .rms_eps = 1e-5f,
+     .tied = true},
+    {.name = "stories110M",
+     .arch = "llama",
+     .title = "stories110M",
+     .dim = 768,
+     .n_layers = 12,
+     .n_heads = 12,
+     .n_kv_heads = 12,
+     .ffn_dim = 2048,
+     .n_vocab = 32000,
+     .n_ctx = 1024,
+     .rope_base = 10000.0f,
+     .rms_eps = 1e-5f,
+     .tied = true},
     /* HuggingFaceTB/SmolLM2-135M */
-    {.name = "smollm2-135m", .arch = "llama", .title = "SmolLM2 135M", .dim = 576,
-     .n_layers = 30, .n_heads = 9, .n_kv_heads = 3, .ffn_dim = 1536, .n_vocab = 49152,
-     .n_ctx = 8192, .rope_base = 100000.0f, .rms_eps = 1e-5f, .tied = true},
+    {.name = "smollm2-135m",
+     .arch = "llama",
+     .title = "SmolLM2 135M",
+     .dim = 576,
+     .n_layers = 30,
+     .n_heads = 9,
+     .n_kv_heads = 3,
+     .ffn_dim = 1536,
+     .n_vocab = 49152,
+     .n_ctx = 8192,
+     .rope_base = 100000.0f,
+     .rms_eps = 1e-5f,
+     .tied = true},
     /* Qwen/Qwen2.5-0.5B */
-    {.name = "qwen2.5-0.5b", .arch = "qwen2", .title = "Qwen2.5 0.5B", .dim = 896,
-     .n_layers = 24, .n_heads = 14, .n_kv_heads = 2, .ffn_dim = 4864, .n_vocab = 151936,
-     .n_ctx = 32768, .rope_base = 1000000.0f, .rms_eps = 1e-6f, .tied = true, .qkv_bias = true},
+    {.name = "qwen2.5-0.5b",
+     .arch = "qwen2",
+     .title = "Qwen2.5 0.5B",
+     .dim = 896,
+     .n_layers = 24,
+     .n_heads = 14,
+     .n_kv_heads = 2,
+     .ffn_dim = 4864,
+     .n_vocab = 151936,
+     .n_ctx = 32768,
+     .rope_base = 1000000.0f,
+     .rms_eps = 1e-6f,
+     .tied = true,
+     .qkv_bias = true},
     /* meta-llama/Llama-3.2-1B */
-    {.name = "llama-3.2-1b", .arch = "llama", .title = "Llama 3.2 1B", .dim = 2048,
-     .n_layers = 16, .n_heads = 32, .n_kv_heads = 8, .ffn_dim = 8192, .n_vocab = 128256,
-     .n_ctx = 131072, .rope_base = 500000.0f, .rms_eps = 1e-5f, .tied = true,
-     .head_dim_key = true, .rope_llama3_factor = 32.0f, .rope_low_freq_factor = 1.0f,
-     .rope_high_freq_factor = 4.0f, .rope_orig_ctx = 8192},
+    {.name = "llama-3.2-1b",
+     .arch = "llama",
+     .title = "Llama 3.2 1B",
+     .dim = 2048,
+     .n_layers = 16,
+     .n_heads = 32,
+     .n_kv_heads = 8,
+     .ffn_dim = 8192,
+     .n_vocab = 128256,
+     .n_ctx = 131072,
+     .rope_base = 500000.0f,
+     .rms_eps = 1e-5f,
+     .tied = true,
+     .head_dim_key = true,
+     .rope_llama3_factor = 32.0f,
+     .rope_low_freq_factor = 1.0f,
+     .rope_high_freq_factor = 4.0f,
+     .rope_orig_ctx = 8192},
 };
 #define N_SHAPES (sizeof(shapes) / sizeof(shapes[0]))
 
 static const char *const shape_names[N_SHAPES + 1] = {
-    "tiny", "tiny-qwen2", "stories15M", "stories110M", "smollm2-135m", "qwen2.5-0.5b",
-    "llama-3.2-1b", NULL,
+    "tiny",         "tiny-qwen2",   "stories15M",   "stories110M",
+    "smollm2-135m", "qwen2.5-0.5b", "llama-3.2-1b", NULL,
 };
 
 const char *const *npulm_synth_shapes(void) { return shape_names; }
@@ -134,9 +208,9 @@ static npulm_status make_plan(const struct npu_synth_shape *sh, const struct npu
   char name[64];
 #define ADD1(nm, n0, init) plan_add(p, o, (nm), 1, (n0), 1, (init), err)
 #define ADD2(nm, n0, n1) plan_add(p, o, (nm), 2, (n0), (n1), INIT_MATRIX, err)
-#define TRY(expr)                                                                                 \
-  do {                                                                                            \
-    if ((st = (expr)) != NPULM_OK) return st;                                                     \
+#define TRY(expr)                                                                                  \
+  do {                                                                                             \
+    if ((st = (expr)) != NPULM_OK) return st;                                                      \
   } while (0)
   TRY(ADD2("token_embd.weight", dim, sh->n_vocab));
   if (sh->rope_llama3_factor > 0.0f) TRY(ADD1("rope_freqs.weight", hd / 2, INIT_ROPE_FREQS));
@@ -255,13 +329,13 @@ static npulm_status add_vocab(struct npu_gguf_writer *w, uint32_t n_vocab, npulm
     goto done;
   }
   size_t used = 0, id = 0;
-#define PUSH(word_start, s, len, type)                                                            \
-  do {                                                                                            \
-    tokens[id] = arena + used;                                                                    \
-    used += piece(arena + used, (word_start), (s), (len));                                        \
-    types[id] = (type);                                                                           \
-    scores[id] = (type) == 1 ? -(float)(id - 259) : 0.0f;                                         \
-    id++;                                                                                         \
+#define PUSH(word_start, s, len, type)                                                             \
+  do {                                                                                             \
+    tokens[id] = arena + used;                                                                     \
+    used += piece(arena + used, (word_start), (s), (len));                                         \
+    types[id] = (type);                                                                            \
+    scores[id] = (type) == 1 ? -(float)(id - 259) : 0.0f;                                          \
+    id++;                                                                                          \
   } while (0)
   PUSH(false, "<unk>", 5, 2);
   PUSH(false, "<s>", 3, 3);

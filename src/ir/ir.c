@@ -15,11 +15,11 @@
 #define OP_WHOLE false
 
 static const struct npu_op_info op_infos[NPU_OP_COUNT] = {
-#define NPU_OP(id, nm, where, rows, site_groups, cost_class)                                      \
-  [NPU_OP_##id] = {.name = nm,                                                                    \
-                   .on_npu = OP_##where,                                                          \
-                   .rowwise = OP_##rows,                                                          \
-                   .sites = site_groups,                                                          \
+#define NPU_OP(id, nm, where, rows, site_groups, cost_class)                                       \
+  [NPU_OP_##id] = {.name = nm,                                                                     \
+                   .on_npu = OP_##where,                                                           \
+                   .rowwise = OP_##rows,                                                           \
+                   .sites = site_groups,                                                           \
                    .cost = NPU_COST_##cost_class},
 #include "ir/ops.inc"
 #undef NPU_OP
@@ -115,8 +115,12 @@ int32_t npu_ir_add_tensor(struct npu_ir_builder *b, enum npu_tensor_kind kind, e
 
 int32_t npu_ir_add_node(struct npu_ir_builder *b, enum npu_op op, int32_t in0, int32_t in1,
                         int32_t in2, int32_t out, int32_t layer, float param) {
-  struct npu_ir_node n = {.op = (uint8_t)op, .backend = NPU_BE_CPU, .in = {in0, in1, in2},
-                          .out = out, .layer = layer, .param = param};
+  struct npu_ir_node n = {.op = (uint8_t)op,
+                          .backend = NPU_BE_CPU,
+                          .in = {in0, in1, in2},
+                          .out = out,
+                          .layer = layer,
+                          .param = param};
   return npu_ir_insert_node(b, b->g->n_nodes, &n);
 }
 
@@ -260,7 +264,8 @@ int32_t npu_graph_logit_rows(const struct npu_graph *g) {
 npulm_status npu_ir_validate(const struct npu_graph *g, int32_t n_weights, int32_t n_layers,
                              npulm_error *err) {
   if (g->rows <= 0 || g->ctx <= 0 || g->rows > g->ctx) {
-    return npu_fail(err, NPULM_ERR_FORMAT, "graph has invalid rows %d / context %d", g->rows, g->ctx);
+    return npu_fail(err, NPULM_ERR_FORMAT, "graph has invalid rows %d / context %d", g->rows,
+                    g->ctx);
   }
   for (int32_t i = 0; i < g->n_tensors; i++) {
     const struct npu_ir_tensor *t = &g->tensors[i];
@@ -271,8 +276,9 @@ npulm_status npu_ir_validate(const struct npu_graph *g, int32_t n_weights, int32
     if (ok && t->kind == NPU_TK_WEIGHT) ok = t->ref >= 0 && t->ref < n_weights;
     if (ok && t->kind == NPU_TK_KV) ok = t->ref >= 0 && t->ref < n_layers;
     if (ok && t->kind == NPU_TK_INPUT_IDS) ok = t->dtype == NPU_DT_I32 && t->ne[0] == g->rows;
-    if (!ok) return npu_fail(err, NPULM_ERR_FORMAT, "graph tensor %d ('%.*s') is invalid", i,
-                             NPU_IR_NAME_MAX, t->name);
+    if (!ok)
+      return npu_fail(err, NPULM_ERR_FORMAT, "graph tensor %d ('%.*s') is invalid", i,
+                      NPU_IR_NAME_MAX, t->name);
   }
   /* every activation is written once, before any node reads it */
   uint8_t *written = calloc((size_t)g->n_tensors + 1, 1);
@@ -283,7 +289,8 @@ npulm_status npu_ir_validate(const struct npu_graph *g, int32_t n_weights, int32
     const char *why = check_node(g, i);
     for (int s = 0; s < NPU_IR_MAX_IN && why == NULL; s++) {
       int32_t id = n->in[s];
-      if (id >= 0 && g->tensors[id].kind == NPU_TK_ACT && !written[id]) why = "reads an unwritten tensor";
+      if (id >= 0 && g->tensors[id].kind == NPU_TK_ACT && !written[id])
+        why = "reads an unwritten tensor";
     }
     if (why == NULL && g->tensors[n->out].kind == NPU_TK_ACT && written[n->out]) {
       why = "writes a tensor twice";

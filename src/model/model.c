@@ -19,8 +19,8 @@ static npulm_status arch_int(const struct npu_gguf *g, const char *arch, const c
   npulm_status st = npu_gguf_get_u32(g, key, &v, err);
   if (st != NPULM_OK) return st;
   if (v == 0 || v > (uint32_t)max) {
-    return npu_fail(err, NPULM_ERR_FORMAT, "metadata key '%s' = %u is out of range (1..%d)", key,
-                    v, max);
+    return npu_fail(err, NPULM_ERR_FORMAT, "metadata key '%s' = %u is out of range (1..%d)", key, v,
+                    max);
   }
   *out = (int)v;
   return NPULM_OK;
@@ -166,8 +166,8 @@ struct unread {
 static void unread_add(struct unread *u, const char *name, uint32_t type) {
   u->n++;
   char item[160];
-  int n = snprintf(item, sizeof(item), "%s%s (%s)", u->len ? ", " : "", name,
-                   npu_ggml_type_name(type));
+  int n =
+      snprintf(item, sizeof(item), "%s%s (%s)", u->len ? ", " : "", name, npu_ggml_type_name(type));
   if (n < 0 || (size_t)n >= sizeof(u->list) - u->len) return; /* no room: counted only */
   memcpy(u->list + u->len, item, (size_t)n + 1);
   u->len += (size_t)n;
@@ -181,8 +181,7 @@ static npulm_status unread_fail(const struct unread *u, npulm_error *err) {
   if (u->n > u->listed) snprintf(more, sizeof(more), " and %d more", u->n - u->listed);
   char readable[160];
   npu_ggml_readable_types(readable, sizeof(readable));
-  return npu_fail(err, NPULM_ERR_UNSUPPORTED,
-                  "%s of types npulm does not read: %s%s (it reads %s)",
+  return npu_fail(err, NPULM_ERR_UNSUPPORTED, "%s of types npulm does not read: %s%s (it reads %s)",
                   u->n == 1 ? "a tensor" : "tensors", u->list, more, readable);
 }
 
@@ -379,8 +378,9 @@ npulm_status npu_tokenize_alloc(const struct npulm_model *m, const char *text, s
    * three byte tokens a byte, so ask again with the exact size when it does not */
   size_t cap = len + 2, n = 0;
   int32_t *ids = malloc(cap * sizeof(int32_t));
-  npulm_status st = ids == NULL ? npu_fail(err, NPULM_ERR_NOMEM, "out of memory")
-                                : npu_tok_encode(m->tok, text, len, add_bos, false, ids, cap, &n, err);
+  npulm_status st = ids == NULL
+                        ? npu_fail(err, NPULM_ERR_NOMEM, "out of memory")
+                        : npu_tok_encode(m->tok, text, len, add_bos, false, ids, cap, &n, err);
   if (st == NPULM_ERR_ARG && n > cap) {
     int32_t *bigger = realloc(ids, n * sizeof(int32_t));
     st = bigger == NULL ? npu_fail(err, NPULM_ERR_NOMEM, "out of memory")

@@ -9,8 +9,8 @@
 #include <stdint.h>
 
 #include "io/gguf.h"
-#include "npulm.h"
 #include "model/tokenizer.h"
+#include "npulm.h"
 
 enum npu_arch { NPU_ARCH_LLAMA, NPU_ARCH_QWEN2 };
 
@@ -21,12 +21,12 @@ enum npu_rope_type { NPU_ROPE_NORM, NPU_ROPE_NEOX };
 struct npu_config {
   enum npu_arch arch;
   enum npu_rope_type rope_type;
-  int dim;         /* embedding width */
+  int dim; /* embedding width */
   int n_layers;
   int n_heads;
-  int n_kv_heads;  /* < n_heads for grouped-query attention */
+  int n_kv_heads; /* < n_heads for grouped-query attention */
   int head_dim;
-  int rope_dim;    /* leading dimensions of each head that RoPE rotates (<= head_dim) */
+  int rope_dim; /* leading dimensions of each head that RoPE rotates (<= head_dim) */
   int ffn_dim;
   int n_vocab;
   int n_ctx_train;
@@ -55,11 +55,11 @@ struct npu_layer_weights {
 };
 
 struct npu_weights {
-  const float *token_embd;  /* (n_vocab, dim) */
+  const float *token_embd;          /* (n_vocab, dim) */
   struct npu_layer_weights *layers; /* (n_layers) */
-  const float *output_norm; /* (dim) */
-  const float *output;      /* (n_vocab, dim); token_embd when tied */
-  const float *rope_freqs;  /* (rope_dim / 2) frequency divisors (llama 3), or NULL */
+  const float *output_norm;         /* (dim) */
+  const float *output;              /* (n_vocab, dim); token_embd when tied */
+  const float *rope_freqs;          /* (rope_dim / 2) frequency divisors (llama 3), or NULL */
 };
 
 struct npu_program;
@@ -70,7 +70,7 @@ struct npulm_model {
   struct npu_weights w;
   struct npu_tok *tok;
   struct npu_gguf *gguf;
-  float **owned;   /* dequantized copies, freed with the model */
+  float **owned; /* dequantized copies, freed with the model */
   size_t n_owned;
   uint64_t n_params;
   bool weights_vouched; /* a program file's: its checksums held, so its weights are the ones its

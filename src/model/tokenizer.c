@@ -247,8 +247,8 @@ static npulm_status load_merges(struct npu_tok *tok, const struct npu_gguf *g, n
     int32_t left = npu_tok_lookup(tok, s, ln);
     int32_t right = npu_tok_lookup(tok, sp + 1, rn);
     if (left < 0 || right < 0) {
-      st = npu_fail(err, NPULM_ERR_FORMAT, "%s[%zu] '%.*s' names a token not in %s", KEY_MERGES,
-                    i, shown, s, KEY_TOKENS);
+      st = npu_fail(err, NPULM_ERR_FORMAT, "%s[%zu] '%.*s' names a token not in %s", KEY_MERGES, i,
+                    shown, s, KEY_TOKENS);
       goto done;
     }
     int32_t id = -1;
@@ -273,8 +273,9 @@ done:
 
 /* Token texts that end generation whatever their id (llama.cpp's list, abridged). */
 static const char *const eog_texts[] = {
-    "<|eot_id|>", "<|im_end|>",      "<|end|>", "<end_of_turn>", "<|endoftext|>",
-    "<|eom_id|>", "<|end_of_text|>", "<EOT>",   "<\uFF5Cend\u2581of\u2581sentence\uFF5C>",
+    "<|eot_id|>",      "<|im_end|>",    "<|end|>",
+    "<end_of_turn>",   "<|endoftext|>", "<|eom_id|>",
+    "<|end_of_text|>", "<EOT>",         "<\uFF5Cend\u2581of\u2581sentence\uFF5C>",
 };
 
 struct special_key {

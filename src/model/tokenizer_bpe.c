@@ -13,17 +13,17 @@
 
 #define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
 #define RE_CONTRACTIONS "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
-#define RE_LLAMA3                                                                                 \
-  RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"    \
+#define RE_LLAMA3                                                                                  \
+  RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"      \
                   "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define RE_QWEN2                                                                                  \
-  RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"         \
+#define RE_QWEN2                                                                                   \
+  RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"           \
                   "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 #define RE_UPPER "[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]"
 #define RE_LOWER "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]"
-#define RE_GPT4O                                                                                  \
-  "[^\\r\\n\\p{L}\\p{N}]?" RE_UPPER "*" RE_LOWER "+" RE_CONTRACTIONS                              \
-  "?|[^\\r\\n\\p{L}\\p{N}]?" RE_UPPER "+" RE_LOWER "*" RE_CONTRACTIONS                            \
+#define RE_GPT4O                                                                                   \
+  "[^\\r\\n\\p{L}\\p{N}]?" RE_UPPER "*" RE_LOWER "+" RE_CONTRACTIONS                               \
+  "?|[^\\r\\n\\p{L}\\p{N}]?" RE_UPPER "+" RE_LOWER "*" RE_CONTRACTIONS                             \
   "?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
 enum pre_kind {
@@ -124,9 +124,9 @@ npulm_status npu_tok_bpe_init(struct npu_tok *tok, const char *pre, size_t pre_l
   for (size_t i = 0; i < NPU_TOK_MAX_REGEX && pre_regex[kind][i] != NULL; i++) {
     int code;
     PCRE2_SIZE at;
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pre_regex[kind][i], PCRE2_ZERO_TERMINATED,
-                                   PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &code, &at,
-                                   NULL);
+    pcre2_code *re =
+        pcre2_compile((PCRE2_SPTR)pre_regex[kind][i], PCRE2_ZERO_TERMINATED,
+                      PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &code, &at, NULL);
     if (re == NULL) {
       PCRE2_UCHAR msg[120];
       pcre2_get_error_message(code, msg, sizeof(msg));
@@ -201,11 +201,10 @@ struct bpe_sym {
   int32_t id;   /* token, or -1 for a byte without one */
   int32_t prev; /* neighbours in the chain, -1 at the ends */
   int32_t next;
-  bool alive;   /* false once merged into its left neighbour */
+  bool alive; /* false once merged into its left neighbour */
 };
 
 /* A candidate merge of symbol 'left' (token 'lid') with its right neighbour 'right' ('rid'). */
-
 
 struct bpe_state {
   const struct npu_tok *tok;
@@ -221,8 +220,12 @@ static bool try_add(struct bpe_state *st, int32_t left, int32_t right) {
   if (lid < 0 || rid < 0) return true;
   const struct npu_tok_merge *m = npu_tok_find_merge(st->tok, lid, rid);
   if (m == NULL) return true;
-  struct npu_tok_bigram b = {
-      .priority = -(float)m->rank, .left = left, .right = right, .lid = lid, .rid = rid, .id = m->id};
+  struct npu_tok_bigram b = {.priority = -(float)m->rank,
+                             .left = left,
+                             .right = right,
+                             .lid = lid,
+                             .rid = rid,
+                             .id = m->id};
   return npu_tok_heap_push(st->s, &st->n_heap, b);
 }
 

@@ -10,16 +10,15 @@
 
 /* A run of the escaped text: one character at first, a token after merges. */
 struct spm_sym {
-  size_t start;   /* offset in the escaped text */
-  uint32_t n;     /* bytes; 0 once merged into the symbol on its left */
-  int32_t prev;   /* neighbours in the chain, -1 at the ends */
+  size_t start; /* offset in the escaped text */
+  uint32_t n;   /* bytes; 0 once merged into the symbol on its left */
+  int32_t prev; /* neighbours in the chain, -1 at the ends */
   int32_t next;
-  int32_t id;     /* token of the run, or -1 */
+  int32_t id; /* token of the run, or -1 */
 };
 
 /* A candidate merge of 'left' and its right neighbour 'right' into token 'id'. It is stale, and
  * skipped, unless both symbols still have the sizes they had when it was made ('size'). */
-
 
 struct spm_state {
   const struct npu_tok *tok;
@@ -37,8 +36,11 @@ static bool try_add(struct spm_state *st, int32_t left, int32_t right) {
   size_t size = (size_t)l->n + r->n;
   int32_t id = npu_tok_lookup(st->tok, st->text + l->start, size);
   if (id < 0) return true;
-  struct npu_tok_bigram b = {
-      .priority = st->tok->score[id], .left = left, .right = right, .size = (uint32_t)size, .id = id};
+  struct npu_tok_bigram b = {.priority = st->tok->score[id],
+                             .left = left,
+                             .right = right,
+                             .size = (uint32_t)size,
+                             .id = id};
   return npu_tok_heap_push(st->s, &st->n_heap, b);
 }
 

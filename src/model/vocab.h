@@ -11,8 +11,8 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-#include "npulm.h"
 #include "model/tokenizer.h"
+#include "npulm.h"
 
 /* tokenizer.ggml.token_type values (llama.cpp's LLAMA_TOKEN_TYPE_*). */
 enum npu_tok_type {
@@ -30,8 +30,8 @@ enum npu_tok_kind {
   NPU_TOK_BPE, /* tokenizer.ggml.model = "gpt2" */
 };
 
-#define NPU_TOK_MAX_REGEX 5   /* longest pre-tokenizer regex sequence */
-#define NPU_TOK_FLAG_EOG 1u   /* token ends generation */
+#define NPU_TOK_MAX_REGEX 5 /* longest pre-tokenizer regex sequence */
+#define NPU_TOK_FLAG_EOG 1u /* token ends generation */
 
 /* One merge of tokenizer.ggml.merges: the pair (left, right) of token ids becomes 'id'. */
 struct npu_tok_merge {
@@ -45,11 +45,11 @@ struct npu_tok {
   int32_t n_vocab;
   /* token i's text: pool + off[i], len[i] bytes, NUL-terminated in the pool */
   char *pool;
-  size_t *off;   /* (n_vocab) */
-  uint32_t *len; /* (n_vocab) */
-  float *score;  /* (n_vocab) SPM merge priority; 0 when the file has no scores */
-  uint8_t *type; /* (n_vocab) enum npu_tok_type */
-  uint8_t *flags;   /* (n_vocab) NPU_TOK_FLAG_* */
+  size_t *off;       /* (n_vocab) */
+  uint32_t *len;     /* (n_vocab) */
+  float *score;      /* (n_vocab) SPM merge priority; 0 when the file has no scores */
+  uint8_t *type;     /* (n_vocab) enum npu_tok_type */
+  uint8_t *flags;    /* (n_vocab) NPU_TOK_FLAG_* */
   int16_t *byte_val; /* (n_vocab) the byte a BYTE token "<0xXX>" stands for, else -1 */
   uint32_t max_len;  /* longest token text */
 

@@ -118,8 +118,8 @@
 #include <string.h>
 
 #include "compiler/program.h"
-#include "program/program_io.h"
 #include "compiler/quantize.h"
+#include "program/program_io.h"
 
 #define NPU_PROGRAM_KEY_VERSION "npulm.program.version"
 #define FILE_ALIGNMENT 64u
@@ -168,31 +168,31 @@ static inline uint32_t npu_site_record_groups(enum npu_op op) {
 
 #define INFO_RECORD(X) X(ROWS, rows, I32) X(CTX, ctx, I32) X(N_TRANSFERS, n_transfers, I32)
 
-#define TENSOR_RECORD(X)                                                                          \
-  X(KIND, kind, U8)                                                                               \
-  X(DTYPE, dtype, U8)                                                                             \
-  X(BACKEND, backend, U8)                                                                         \
-  X(KV_IS_VALUE, kv_is_value, U8)                                                                 \
-  X(NE0, ne[0], I32)                                                                              \
-  X(NE1, ne[1], I32)                                                                              \
-  X(NE2, ne[2], I32)                                                                              \
-  X(REF, ref, I32)                                                                                \
-  X(OFFSET_LO, offset, LO)                                                                        \
-  X(OFFSET_HI, offset, HI)                                                                        \
-  X(SCALE, q.scale, F32)                                                                          \
-  X(ZERO_POINT, q.zero_point, I32)                                                                \
-  X(LAYER, layer, I32)                                                                            \
+#define TENSOR_RECORD(X)                                                                           \
+  X(KIND, kind, U8)                                                                                \
+  X(DTYPE, dtype, U8)                                                                              \
+  X(BACKEND, backend, U8)                                                                          \
+  X(KV_IS_VALUE, kv_is_value, U8)                                                                  \
+  X(NE0, ne[0], I32)                                                                               \
+  X(NE1, ne[1], I32)                                                                               \
+  X(NE2, ne[2], I32)                                                                               \
+  X(REF, ref, I32)                                                                                 \
+  X(OFFSET_LO, offset, LO)                                                                         \
+  X(OFFSET_HI, offset, HI)                                                                         \
+  X(SCALE, q.scale, F32)                                                                           \
+  X(ZERO_POINT, q.zero_point, I32)                                                                 \
+  X(LAYER, layer, I32)                                                                             \
   X(ROLE, role, U8)
 
-#define NODE_RECORD(X)                                                                            \
-  X(OP, op, U8)                                                                                   \
-  X(BACKEND, backend, U8)                                                                         \
-  X(PINNED, pinned, U8)                                                                           \
-  X(IN0, in[0], I32)                                                                              \
-  X(IN1, in[1], I32)                                                                              \
-  X(IN2, in[2], I32)                                                                              \
-  X(OUT, out, I32)                                                                                \
-  X(LAYER, layer, I32)                                                                            \
+#define NODE_RECORD(X)                                                                             \
+  X(OP, op, U8)                                                                                    \
+  X(BACKEND, backend, U8)                                                                          \
+  X(PINNED, pinned, U8)                                                                            \
+  X(IN0, in[0], I32)                                                                               \
+  X(IN1, in[1], I32)                                                                               \
+  X(IN2, in[2], I32)                                                                               \
+  X(OUT, out, I32)                                                                                 \
+  X(LAYER, layer, I32)                                                                             \
   X(PARAM, param, F32)
 
 #define SUBGRAPH_RECORD(X) X(FIRST, first, I32) X(COUNT, count, I32) X(BACKEND, backend, I32)
@@ -202,14 +202,14 @@ static inline uint32_t npu_site_record_groups(enum npu_op op) {
 
 /* npulm.qsites (struct npu_qsite); a SILU site's table is in npulm.qsites.luts, LAST_ROW has
  * nothing but its op */
-#define SITE_RECORD(X)                                                                            \
+#define SITE_RECORD(X)                                                                             \
   X(OP, op, U8, SITE_GROUP_OP)                                                                     \
   X(N, n, I32, NPU_SITE_N)                                                                         \
   X(K, k, I32, NPU_SITE_TABLE)                                                                     \
   X(N_OUTLIERS, n_outliers, I32, NPU_SITE_OUTLIERS)                                                \
   X(OUTLIER_DIM, outlier_dim, I32, NPU_SITE_OUTLIERS)                                              \
-  X(GEMM_X_ZP, gemm.x_zero_point, I32, NPU_SITE_GEMM)                                            \
-  X(GEMM_Y_ZP, gemm.y_zero_point, I32, NPU_SITE_GEMM)                                            \
+  X(GEMM_X_ZP, gemm.x_zero_point, I32, NPU_SITE_GEMM)                                              \
+  X(GEMM_Y_ZP, gemm.y_zero_point, I32, NPU_SITE_GEMM)                                              \
   X(GATHER_Y_ZP, gather.y_zero_point, I32, NPU_SITE_GATHER)                                        \
   X(ADD_A_ZP, add.a_zero_point, I32, NPU_SITE_ADD)                                                 \
   X(ADD_B_ZP, add.b_zero_point, I32, NPU_SITE_ADD)                                                 \
@@ -253,14 +253,14 @@ enum npu_field_kind { FIELD_U8, FIELD_I32, FIELD_F32, FIELD_LO, FIELD_HI };
 struct npu_record_field {
   uint32_t offset; /* of the member in its struct */
   uint8_t kind;    /* enum npu_field_kind */
-  uint32_t group; /* a site field's group (see above); ALL_GROUPS for the other records */
+  uint32_t group;  /* a site field's group (see above); ALL_GROUPS for the other records */
 };
 
 /* The field indices (TENSOR_KIND, ...), the count (TENSOR_FIELDS, ...), a check of each member's
  * size and the table of each record. */
 #define FIELD_INDEX(prefix, NAME) prefix##_##NAME,
 #define FIELD_ENTRY(type, member, kind, group) {offsetof(type, member), FIELD_##kind, group},
-#define FIELD_CHECK(type, member, kind)                                                           \
+#define FIELD_CHECK(type, member, kind)                                                            \
   _Static_assert(sizeof(((type *)0)->member) == FIELD_SIZE_##kind, #type "." #member);
 
 #define INFO_INDEX(N, m, k) FIELD_INDEX(INFO, N)
@@ -340,8 +340,7 @@ static inline void npu_record_load(const struct npu_record_field *fields, int n,
       *p = (uint8_t)rec[i];
     } else if (fields[i].kind == FIELD_LO || fields[i].kind == FIELD_HI) {
       memcpy(&w, p, sizeof(w));
-      w = fields[i].kind == FIELD_LO ? (w & ~(uint64_t)UINT32_MAX) | v
-                                     : (w & UINT32_MAX) | v << 32;
+      w = fields[i].kind == FIELD_LO ? (w & ~(uint64_t)UINT32_MAX) | v : (w & UINT32_MAX) | v << 32;
       memcpy(p, &w, sizeof(w));
     } else {
       memcpy(p, &rec[i], sizeof(rec[i]));

@@ -7,10 +7,10 @@
 #include <string.h>
 
 #include "base/common.h"
-#include "io/gguf_checksum.h"
 #include "compiler/program.h"
-#include "program/program_file.h"
 #include "compiler/quantize.h"
+#include "io/gguf_checksum.h"
+#include "program/program_file.h"
 
 #define DAMAGE_NAME_MAX 112 /* "tensor '...'" with up to 96 bytes of a name */
 
@@ -231,22 +231,15 @@ static npulm_status load_tensors(const struct npu_gguf *g, int32_t gi, struct np
     struct npu_gguf_str name = names[i].v.s;
     const char *why = NULL;
     float scale = bits_f32(f[TENSOR_SCALE]);
-    if (f[TENSOR_KIND] < 0 || f[TENSOR_KIND] > NPU_TK_LOGITS)
-      why = "unknown kind";
-    else if (f[TENSOR_DTYPE] < 0 || f[TENSOR_DTYPE] >= NPU_DT_COUNT)
-      why = "unknown dtype";
-    else if (f[TENSOR_BACKEND] < 0 || f[TENSOR_BACKEND] >= NPU_BE_COUNT)
-      why = "unknown backend";
-    else if (f[TENSOR_KV_IS_VALUE] < 0 || f[TENSOR_KV_IS_VALUE] > 1)
-      why = "invalid kv_is_value";
+    if (f[TENSOR_KIND] < 0 || f[TENSOR_KIND] > NPU_TK_LOGITS) why = "unknown kind";
+    else if (f[TENSOR_DTYPE] < 0 || f[TENSOR_DTYPE] >= NPU_DT_COUNT) why = "unknown dtype";
+    else if (f[TENSOR_BACKEND] < 0 || f[TENSOR_BACKEND] >= NPU_BE_COUNT) why = "unknown backend";
+    else if (f[TENSOR_KV_IS_VALUE] < 0 || f[TENSOR_KV_IS_VALUE] > 1) why = "invalid kv_is_value";
     else if (f[TENSOR_NE0] <= 0 || f[TENSOR_NE1] <= 0 || f[TENSOR_NE2] <= 0)
       why = "non-positive dimension";
-    else if (f[TENSOR_REF] < -1)
-      why = "invalid reference";
-    else if (f[TENSOR_LAYER] < -1)
-      why = "invalid layer";
-    else if (f[TENSOR_ROLE] < 0 || f[TENSOR_ROLE] >= NPU_ROLE_COUNT)
-      why = "unknown role";
+    else if (f[TENSOR_REF] < -1) why = "invalid reference";
+    else if (f[TENSOR_LAYER] < -1) why = "invalid layer";
+    else if (f[TENSOR_ROLE] < 0 || f[TENSOR_ROLE] >= NPU_ROLE_COUNT) why = "unknown role";
     else if (!(scale > 0) || !isfinite(scale) || f[TENSOR_ZERO_POINT] < -65536 ||
              f[TENSOR_ZERO_POINT] > 65535) {
       why = "invalid quantization parameters";
@@ -279,18 +272,12 @@ static npulm_status load_nodes(const struct npu_gguf *g, int32_t gi, int32_t n_l
     int32_t f[NODE_FIELDS];
     record_at(&rec, i, NODE_FIELDS, f);
     const char *why = NULL;
-    if (f[NODE_OP] < 0 || f[NODE_OP] >= NPU_OP_COUNT)
-      why = "unknown op";
-    else if (f[NODE_BACKEND] < 0 || f[NODE_BACKEND] >= NPU_BE_COUNT)
-      why = "unknown backend";
-    else if (f[NODE_PINNED] < 0 || f[NODE_PINNED] > 1)
-      why = "invalid pinned flag";
-    else if (f[NODE_OUT] < 0 || f[NODE_OUT] >= gr->n_tensors)
-      why = "output tensor id out of range";
-    else if (f[NODE_LAYER] < -1 || f[NODE_LAYER] >= n_layers)
-      why = "layer out of range";
-    else if (!isfinite(bits_f32(f[NODE_PARAM])))
-      why = "parameter is not finite";
+    if (f[NODE_OP] < 0 || f[NODE_OP] >= NPU_OP_COUNT) why = "unknown op";
+    else if (f[NODE_BACKEND] < 0 || f[NODE_BACKEND] >= NPU_BE_COUNT) why = "unknown backend";
+    else if (f[NODE_PINNED] < 0 || f[NODE_PINNED] > 1) why = "invalid pinned flag";
+    else if (f[NODE_OUT] < 0 || f[NODE_OUT] >= gr->n_tensors) why = "output tensor id out of range";
+    else if (f[NODE_LAYER] < -1 || f[NODE_LAYER] >= n_layers) why = "layer out of range";
+    else if (!isfinite(bits_f32(f[NODE_PARAM]))) why = "parameter is not finite";
     for (int s = 0; s < NPU_IR_MAX_IN && why == NULL; s++) {
       int32_t in = f[NODE_IN0 + s];
       if (in < -1 || in >= gr->n_tensors) why = "input tensor id out of range";
@@ -415,7 +402,10 @@ static npulm_status site_tensor(const struct npu_gguf *g, const struct npu_progr
       snprintf(shape, sizeof(shape), "[%llu]", (unsigned long long)ne0);
     }
     return npu_program_site_fail(err, p, si, "tensor '%s' is not %s %s", name,
-                 type == GGML_I8 ? "I8" : type == GGML_I32 ? "I32" : "F32", shape);
+                                 type == GGML_I8    ? "I8"
+                                 : type == GGML_I32 ? "I32"
+                                                    : "F32",
+                                 shape);
   }
   *out = t;
   return NPULM_OK;
@@ -656,4 +646,3 @@ fail:
   npu_program_free(p);
   return st;
 }
-

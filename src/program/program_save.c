@@ -7,11 +7,11 @@
 
 #include "base/atomic_file.h"
 #include "base/common.h"
+#include "compiler/program.h"
+#include "compiler/quantize.h"
 #include "io/gguf_checksum.h"
 #include "io/gguf_write.h"
-#include "compiler/program.h"
 #include "program/program_file.h"
-#include "compiler/quantize.h"
 
 #define SMALL_TENSOR_BYTES (64u << 10) /* tensors below this are stored together, first */
 #define WRITE_CHUNK_BYTES (4u << 20)   /* weight bytes between progress calls */
@@ -191,17 +191,17 @@ static int32_t site_tensors(const struct npu_qsite *s, int32_t si, struct file_t
       {"outlier_w", NPU_GGML_F32, s->outlier_w, (uint64_t)s->n_outliers, (uint64_t)s->n, 4},
       {"outlier_gate", NPU_GGML_F32, s->outlier_gate, (uint64_t)s->outlier_dim,
        (uint64_t)s->n_outliers, 4},
-      {"outlier_up", NPU_GGML_F32, s->outlier_up, (uint64_t)s->outlier_dim,
-       (uint64_t)s->n_outliers, 4},
+      {"outlier_up", NPU_GGML_F32, s->outlier_up, (uint64_t)s->outlier_dim, (uint64_t)s->n_outliers,
+       4},
   };
   const uint32_t sites = npu_op_info((enum npu_op)s->op)->sites;
   const bool table = sites & NPU_SITE_TABLE;
   for (int a = 0; a < SITE_ARRAYS; a++) {
     /* the packed table and multipliers of a matmul or gather; the outlier arrays it has */
-    bool has = table ? (a == 0   ? s->table_site < 0
-                        : a < 3  ? true
-                        : a < 5  ? s->n_outliers > 0
-                                 : s->outlier_dim > 0)
+    bool has = table ? (a == 0  ? s->table_site < 0
+                        : a < 3 ? true
+                        : a < 5 ? s->n_outliers > 0
+                                : s->outlier_dim > 0)
                      : (sites & NPU_SITE_RMSNORM) && a == 1;
     if (!has) continue;
     struct file_tensor *t = &ft[n++];
@@ -356,4 +356,3 @@ fail:
   free(weight_names);
   return st;
 }
-

@@ -9,9 +9,9 @@
 
 #include "base/common.h"
 #include "compiler/program.h"
-#include "program/program_file.h"
 #include "compiler/qparams.h"
 #include "compiler/quantize.h"
+#include "program/program_file.h"
 
 #define ARENA_SLACK 4096u /* per tensor: the most alignment padding a plan may add */
 
@@ -122,14 +122,11 @@ static npulm_status verify_tensors(const struct verify_ctx *v) {
        * everything else computes in FP32 */
       bool integer = quant && t->kind == NPU_TK_ACT && t->backend == NPU_BE_NPU;
       const struct npu_qtensor *q = integer ? npu_program_qtensor(v->p, t->name) : NULL;
-      if (!integer && !f32)
-        why = "is not F32";
-      else if (integer && !is_int(t->dtype))
-        why = "is not I8 or I16 on the integer NPU";
+      if (!integer && !f32) why = "is not F32";
+      else if (integer && !is_int(t->dtype)) why = "is not I8 or I16 on the integer NPU";
       else if (integer && !zp_fits(t->dtype, t->q.zero_point))
         why = "has a zero point outside its type's range";
-      else if (integer && q == NULL)
-        why = "has no entry in the quantization table";
+      else if (integer && q == NULL) why = "has no entry in the quantization table";
       else if (integer && (q->dtype != t->dtype || !bits_equal(q->q.scale, t->q.scale) ||
                            q->q.zero_point != t->q.zero_point))
         why = "does not match its quantization table entry";
@@ -137,32 +134,26 @@ static npulm_status verify_tensors(const struct verify_ctx *v) {
         why = "has a shape that is neither [rows, n] nor [heads, rows, ctx]";
       else if (t->kind == NPU_TK_LOGITS && (t->ne[1] != c->n_vocab || t->ne[2] != 1))
         why = "is not [rows, n_vocab]";
-      else if (t->kind == NPU_TK_LOGITS && t->offset != 0)
-        why = "has an arena offset";
+      else if (t->kind == NPU_TK_LOGITS && t->offset != 0) why = "has an arena offset";
       break;
     }
     case NPU_TK_WEIGHT: {
       const struct npu_weight *w = &v->p->weights[t->ref]; /* ref checked by npu_ir_validate */
-      if (!f32)
-        why = "is not F32";
-      else if (w->data == NULL)
-        why = "refers to a weight the model does not have";
+      if (!f32) why = "is not F32";
+      else if (w->data == NULL) why = "refers to a weight the model does not have";
       else if (t->ne[0] != w->ne1 || t->ne[1] != w->ne0 || t->ne[2] != 1)
         why = "does not have its weight's shape";
-      else if (t->offset != 0)
-        why = "has an arena offset";
+      else if (t->offset != 0) why = "has an arena offset";
       break;
     }
     case NPU_TK_INPUT_IDS:
       if (t->ne[1] != 1 || t->ne[2] != 1 || t->offset != 0) why = "is not [rows] token ids";
       break;
     case NPU_TK_KV:
-      if (!f32)
-        why = "is not F32";
+      if (!f32) why = "is not F32";
       else if (t->ne[0] != g->ctx || t->ne[1] != kv_dim || t->ne[2] != 1)
         why = "is not a [ctx, kv_dim] cache";
-      else if (t->offset != 0)
-        why = "has an arena offset";
+      else if (t->offset != 0) why = "has an arena offset";
       break;
     }
     if (why == NULL && t->kind != NPU_TK_WEIGHT && t->kind != NPU_TK_KV && t->ref != -1) {
@@ -426,8 +417,9 @@ static npulm_status verify_nodes(const struct verify_ctx *v, int32_t *n_transfer
       bool want_scores =
           (op == NPU_OP_QK && s < 0) || (op == NPU_OP_PV && s == 0) || op == NPU_OP_SOFTMAX;
       bool want_cache = (op == NPU_OP_QK || op == NPU_OP_PV) && s == 1; /* a copy of a cache */
-      if (want_cache ? !is_cache_shape(g, c, t)
-                     : want_scores ? !is_scores(g, c, t) : !scores_ok && !is_rows(v, t)) {
+      if (want_cache    ? !is_cache_shape(g, c, t)
+          : want_scores ? !is_scores(g, c, t)
+                        : !scores_ok && !is_rows(v, t)) {
         why = "operand shape";
       }
     }
@@ -584,10 +576,8 @@ static int32_t coord(const uint64_t *c, int32_t m, uint64_t x) {
   int32_t lo = 0, hi = m - 1;
   while (lo < hi) {
     int32_t mid = lo + (hi - lo) / 2;
-    if (c[mid] < x)
-      lo = mid + 1;
-    else
-      hi = mid;
+    if (c[mid] < x) lo = mid + 1;
+    else hi = mid;
   }
   return lo;
 }
@@ -842,8 +832,7 @@ static npulm_status verify_site(const struct npu_program *p, int32_t i, npulm_er
     }
   }
   if (table) {
-    if (s->n < 1 || s->k < 1 ||
-        ((s->op == NPU_OP_MATMUL || owner) && s->k > NPU_QS8_GEMM_MAX_K)) {
+    if (s->n < 1 || s->k < 1 || ((s->op == NPU_OP_MATMUL || owner) && s->k > NPU_QS8_GEMM_MAX_K)) {
       return npu_program_site_fail(err, p, i, "has an invalid shape [n %d, k %d]", s->n, s->k);
     }
     uint64_t want = s->op == NPU_OP_MATMUL || owner
@@ -874,8 +863,8 @@ static npulm_status verify_site(const struct npu_program *p, int32_t i, npulm_er
     const struct npu_qs8_gemm_params *q = &s->gemm;
     if (q->mult != s->mult || q->shift != s->shift)
       return npu_program_site_fail(err, p, i, "GEMM parameters");
-    if (q->x_zero_point < INT8_MIN || q->x_zero_point > INT8_MAX ||
-        q->y_zero_point < INT16_MIN || q->y_zero_point > INT16_MAX) {
+    if (q->x_zero_point < INT8_MIN || q->x_zero_point > INT8_MAX || q->y_zero_point < INT16_MIN ||
+        q->y_zero_point > INT16_MAX) {
       return npu_program_site_fail(err, p, i, "has GEMM zero points %d, %d out of range",
                                    q->x_zero_point, q->y_zero_point);
     }
@@ -923,15 +912,14 @@ static npulm_status verify_site(const struct npu_program *p, int32_t i, npulm_er
     const struct npu_qadd_params *q = &s->add;
     if (q->left_shift < 0 || q->left_shift > 22 || !add_input_ok(q->a_mult, q->a_shift) ||
         !add_input_ok(q->b_mult, q->b_shift) || !requant_ok(q->y_mult, q->y_shift)) {
-      return npu_program_site_fail(err, p, i,
-                   "has add parameters out of range (left shift %d, multipliers %d/%d, %d/%d, "
-                   "%d/%d)",
-                   q->left_shift, q->a_mult, q->a_shift, q->b_mult, q->b_shift, q->y_mult,
-                   q->y_shift);
+      return npu_program_site_fail(
+          err, p, i,
+          "has add parameters out of range (left shift %d, multipliers %d/%d, %d/%d, "
+          "%d/%d)",
+          q->left_shift, q->a_mult, q->a_shift, q->b_mult, q->b_shift, q->y_mult, q->y_shift);
     }
-    if (q->a_zero_point < INT16_MIN || q->a_zero_point > INT16_MAX ||
-        q->b_zero_point < INT16_MIN || q->b_zero_point > INT16_MAX ||
-        q->y_zero_point < INT16_MIN || q->y_zero_point > INT16_MAX) {
+    if (q->a_zero_point < INT16_MIN || q->a_zero_point > INT16_MAX || q->b_zero_point < INT16_MIN ||
+        q->b_zero_point > INT16_MAX || q->y_zero_point < INT16_MIN || q->y_zero_point > INT16_MAX) {
       return npu_program_site_fail(err, p, i, "has add zero points out of range");
     }
     return NPULM_OK;
@@ -950,10 +938,11 @@ static npulm_status verify_site(const struct npu_program *p, int32_t i, npulm_er
     const struct npu_qs8_qk_params *q = &s->qk;
     if (!requant_ok(q->mult, q->shift) || !zp_fits(NPU_DT_I8, q->q_zero_point) ||
         !zp_fits(NPU_DT_I8, q->k_zero_point) || !zp_fits(NPU_DT_I16, q->s_zero_point)) {
-      return npu_program_site_fail(err, p, i,
-                   "has score parameters out of range (multiplier %d, shift %d, zero points "
-                   "%d, %d, %d)",
-                   q->mult, q->shift, q->q_zero_point, q->k_zero_point, q->s_zero_point);
+      return npu_program_site_fail(
+          err, p, i,
+          "has score parameters out of range (multiplier %d, shift %d, zero points "
+          "%d, %d, %d)",
+          q->mult, q->shift, q->q_zero_point, q->k_zero_point, q->s_zero_point);
     }
     return NPULM_OK;
   }
@@ -968,10 +957,11 @@ static npulm_status verify_site(const struct npu_program *p, int32_t i, npulm_er
     const struct npu_qs16_pv_params *q = &s->pv;
     if (!requant_ok(q->mult, q->shift) || !zp_fits(NPU_DT_I8, q->v_zero_point) ||
         !zp_fits(NPU_DT_I8, q->y_zero_point)) {
-      return npu_program_site_fail(err, p, i,
-                   "has weighted-value parameters out of range (multiplier %d, shift %d, zero "
-                   "points %d, %d)",
-                   q->mult, q->shift, q->v_zero_point, q->y_zero_point);
+      return npu_program_site_fail(
+          err, p, i,
+          "has weighted-value parameters out of range (multiplier %d, shift %d, zero "
+          "points %d, %d)",
+          q->mult, q->shift, q->v_zero_point, q->y_zero_point);
     }
     return NPULM_OK;
   }
@@ -979,9 +969,9 @@ static npulm_status verify_site(const struct npu_program *p, int32_t i, npulm_er
     const struct npu_qs16_rmsnorm_params *q = &s->rmsnorm;
     if (q->eps < 1 || q->eps > ((int64_t)1 << 62) || q->shift < -16 || q->shift > 46 ||
         !zp_fits(NPU_DT_I8, q->y_zero_point)) {
-      return npu_program_site_fail(err, p, i,
-                   "has norm parameters out of range (eps %lld, shift %d, zero point %d)",
-                   (long long)q->eps, q->shift, q->y_zero_point);
+      return npu_program_site_fail(
+          err, p, i, "has norm parameters out of range (eps %lld, shift %d, zero point %d)",
+          (long long)q->eps, q->shift, q->y_zero_point);
     }
     return NPULM_OK;
   }
@@ -999,12 +989,10 @@ static npulm_status verify_qtensors(const struct npu_program *p, npulm_error *er
     const char *why = NULL;
     if (memchr(t->name, '\0', sizeof(t->name)) == NULL || t->name[0] == '\0')
       why = "has an invalid name";
-    else if (!is_int(t->dtype))
-      why = "is not I8 or I16";
+    else if (!is_int(t->dtype)) why = "is not I8 or I16";
     else if (!(t->q.scale > 0.0f) || !isfinite(t->q.scale))
       why = "has a scale that is not positive and finite";
-    else if (!zp_fits(t->dtype, t->q.zero_point))
-      why = "has a zero point outside its type's range";
+    else if (!zp_fits(t->dtype, t->q.zero_point)) why = "has a zero point outside its type's range";
     for (int32_t j = 0; j < i && why == NULL; j++) {
       if (strcmp(p->qtensors[j].name, t->name) == 0) why = "is named twice";
     }
@@ -1090,8 +1078,8 @@ npulm_status npu_program_verify(const struct npulm_model *m, const struct npu_pr
                     p->n_graphs, n);
   }
   for (int32_t i = 0; i < n; i++) {
-    struct verify_ctx v = {.m = m, .p = p, .g = &p->graphs[i], .gi = i,
-                           .logit_rows = logit_rows[i], .err = err};
+    struct verify_ctx v = {
+        .m = m, .p = p, .g = &p->graphs[i], .gi = i, .logit_rows = logit_rows[i], .err = err};
     if (v.g->rows != rows[i] || v.g->ctx != ctx[i]) {
       return vfail(&v, "expected rows %d, ctx %d here", rows[i], ctx[i]);
     }

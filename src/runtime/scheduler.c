@@ -8,13 +8,14 @@
  * spins (yielding the core to anyone runnable) on an epoch counter that every change of state
  * bumps, and sleeps only when no task is running: a futex wake-up costs tens of microseconds.
  * While it spins it lends itself to the other worker's data-parallel loops (the NPU's matmuls,
- * the CPU's row-wise ops): with two cores, the idle worker is the second core of the busy one. The caller is the CPU's worker, rather than a third thread it waits for, so that
- * the end of a job wakes no one: the caller returns as soon as it sees the last task done.
- * Subgraphs alternate between the backends, so the older chunk's next subgraph always needs the
- * worker that is not running its current one. If that worker started a long subgraph of the
- * younger chunk meanwhile, the older chunk would stall behind it: a worker therefore only takes a
- * younger chunk's subgraph when its measured duration (last run of the same graph) fits in what
- * is left of the older chunk's running subgraph. */
+ * the CPU's row-wise ops): with two cores, the idle worker is the second core of the busy one. The
+ * caller is the CPU's worker, rather than a third thread it waits for, so that the end of a job
+ * wakes no one: the caller returns as soon as it sees the last task done. Subgraphs alternate
+ * between the backends, so the older chunk's next subgraph always needs the worker that is not
+ * running its current one. If that worker started a long subgraph of the younger chunk meanwhile,
+ * the older chunk would stall behind it: a worker therefore only takes a younger chunk's subgraph
+ * when its measured duration (last run of the same graph) fits in what is left of the older chunk's
+ * running subgraph. */
 #include "runtime/scheduler.h"
 
 #include <pthread.h>
@@ -40,13 +41,13 @@ struct npu_sched {
   atomic_uint epoch; /* bumped (under 'lock') at every change a waiter may be waiting for */
   /* the job in progress (NULL when idle) and its state; all guarded by 'lock' */
   const struct npu_sched_job *job;
-  int32_t chunks_done;                  /* steps 0 .. chunks_done-1 are complete */
-  int32_t progress[NPU_SCHED_SLOTS];    /* subgraphs done of the chunk in each slot */
-  bool running[NPU_SCHED_SLOTS];        /* a subgraph of the chunk in each slot is running */
-  double started[NPU_SCHED_SLOTS];      /* when it started */
+  int32_t chunks_done;               /* steps 0 .. chunks_done-1 are complete */
+  int32_t progress[NPU_SCHED_SLOTS]; /* subgraphs done of the chunk in each slot */
+  bool running[NPU_SCHED_SLOTS];     /* a subgraph of the chunk in each slot is running */
+  double started[NPU_SCHED_SLOTS];   /* when it started */
   /* accounting */
-  atomic_int n_busy;   /* workers inside a task (changed under 'lock'; read by spinning waiters) */
-  double last_change;  /* when n_busy last changed */
+  atomic_int n_busy;  /* workers inside a task (changed under 'lock'; read by spinning waiters) */
+  double last_change; /* when n_busy last changed */
   struct npu_sched_stats stats;
 };
 
@@ -66,7 +67,8 @@ static bool same_structure(const struct npu_graph *a, const struct npu_graph *b)
  * older chunk (step c-1) runs a subgraph on the other backend and needs 'be' right after it, sooner
  * than the younger subgraph would be done. Durations come from the job's measurements (0: none
  * yet, never wait). Called with the lock held. */
-static bool leave_for_older(const struct npu_sched *s, enum npu_backend be, int32_t c, int32_t sub) {
+static bool leave_for_older(const struct npu_sched *s, enum npu_backend be, int32_t c,
+                            int32_t sub) {
   const struct npu_sched_job *job = s->job;
   if (job->cost == NULL || job->cost[c][sub] <= 0.0) return false;
   int32_t old_slot = (c - 1) % NPU_SCHED_SLOTS;

@@ -9,16 +9,16 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backends/exec.h"
 #include "base/common.h"
-#include "kernels/cpu/kernels.h"
+#include "base/pages.h"
+#include "base/pool.h"
 #include "compiler/program.h"
+#include "kernels/cpu/kernels.h"
 #include "model/model.h"
 #include "ref/forward.h"
-#include "backends/exec.h"
-#include "base/pages.h"
-#include "runtime/session_internal.h"
-#include "base/pool.h"
 #include "runtime/scheduler.h"
+#include "runtime/session_internal.h"
 
 /* Context used when the caller asks for the model's own: capped so that models trained for very
  * long contexts do not allocate gigabytes of KV cache by default. */
@@ -46,23 +46,23 @@ struct npulm_session {
   const struct npu_program *prog;
   struct npu_cpu_ukernels cpu_uk; /* the float kernels chosen for this CPU */
   int32_t max_rows;
-  float *kv;         /* (n_layers, 2, n_ctx, kv_dim): K then V of each layer */
+  float *kv; /* (n_layers, 2, n_ctx, kv_dim): K then V of each layer */
   size_t kv_bytes;
-  float **k_cache;   /* (n_layers) into kv */
-  float **v_cache;   /* (n_layers) into kv */
-  float *rope_cos;   /* (n_ctx + max_rows, rope_dim / 2) */
+  float **k_cache; /* (n_layers) into kv */
+  float **v_cache; /* (n_layers) into kv */
+  float *rope_cos; /* (n_ctx + max_rows, rope_dim / 2) */
   float *rope_sin;
   float *scratch_logits; /* (max_rows, n_vocab) for steps whose rows do not all go to the caller */
   float *attn_part; /* decode attention's per-tile results (npu_exec_ctx); one attention runs at a
                        time: they are CPU nodes, and the CPU's worker runs one task at a time */
   size_t scratch_bytes;
   struct slot slots[NPU_SCHED_SLOTS];
-  size_t arena_bytes[NPU_BE_COUNT]; /* of each slot's arena of each backend */
-  struct npu_step *steps;                /* (n_ctx) the steps of the evaluation in progress */
-  const struct npu_graph **step_graphs;  /* (n_ctx) */
-  double *costs;        /* measured seconds of every subgraph of every graph (scheduler's) */
-  int32_t *cost_off;    /* (n_graphs) where each graph's durations start in 'costs' */
-  double **step_costs;  /* (n_ctx) each step's graph's durations */
+  size_t arena_bytes[NPU_BE_COUNT];     /* of each slot's arena of each backend */
+  struct npu_step *steps;               /* (n_ctx) the steps of the evaluation in progress */
+  const struct npu_graph **step_graphs; /* (n_ctx) */
+  double *costs;       /* measured seconds of every subgraph of every graph (scheduler's) */
+  int32_t *cost_off;   /* (n_graphs) where each graph's durations start in 'costs' */
+  double **step_costs; /* (n_ctx) each step's graph's durations */
   struct npu_sched *sched;
   /* each backend's data-parallel loops: its worker, the other worker while it waits, and for the
    * NPU's matmuls n_threads - 2 helpers */
@@ -138,8 +138,8 @@ static npulm_status compiled_init(struct npulm_session *s, npulm_error *err) {
   s->v_cache = calloc((size_t)c->n_layers, sizeof(*s->v_cache));
   s->rope_cos = malloc(n_rope * sizeof(float));
   s->rope_sin = malloc(n_rope * sizeof(float));
-  s->scratch_logits = alloc_pages((uint64_t)s->max_rows * (uint64_t)c->n_vocab * sizeof(float),
-                                  &s->scratch_bytes);
+  s->scratch_logits =
+      alloc_pages((uint64_t)s->max_rows * (uint64_t)c->n_vocab * sizeof(float), &s->scratch_bytes);
   s->attn_part = malloc(npu_exec_attn_part_floats(c, s->n_ctx) * sizeof(float));
   s->steps = calloc((size_t)s->n_ctx, sizeof(*s->steps));
   s->step_graphs = calloc((size_t)s->n_ctx, sizeof(*s->step_graphs));
@@ -218,8 +218,8 @@ npulm_status npulm_session_create(const npulm_model *model, const npulm_session_
     st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
     goto fail;
   }
-  st = s->reference ? npu_ref_state_init(&s->ref, &model->cfg, p.n_ctx, err)
-                    : compiled_init(s, err);
+  st =
+      s->reference ? npu_ref_state_init(&s->ref, &model->cfg, p.n_ctx, err) : compiled_init(s, err);
   if (st != NPULM_OK) goto fail;
   *session_out = s;
   return NPULM_OK;
@@ -423,8 +423,11 @@ npulm_status npulm_session_eval(npulm_session *s, const int32_t *tokens, size_t 
   s->tokens = tokens;
   s->logits_out = logits_out;
   s->n_steps = n_steps;
-  struct npu_sched_job job = {.n_steps = n_steps, .graphs = s->step_graphs,
-                              .cost = s->step_costs, .run = run_task, .user = s};
+  struct npu_sched_job job = {.n_steps = n_steps,
+                              .graphs = s->step_graphs,
+                              .cost = s->step_costs,
+                              .run = run_task,
+                              .user = s};
   npu_sched_run(s->sched, &job);
   s->tokens = NULL;
   s->logits_out = NULL;

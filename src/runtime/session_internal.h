@@ -2,8 +2,8 @@
 #ifndef NPU_RUNTIME_SESSION_INTERNAL_H
 #define NPU_RUNTIME_SESSION_INTERNAL_H
 
-#include "npulm.h"
 #include "backends/exec.h"
+#include "npulm.h"
 
 typedef void (*npu_node_observer)(void *user, const struct npu_graph *g, int32_t node,
                                   const struct npu_exec_ctx *ctx);

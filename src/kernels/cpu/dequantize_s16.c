@@ -3,6 +3,5 @@
 
 void npu_dequantize_s16__scalar(const int16_t *restrict q, size_t n, float scale,
                                 int32_t zero_point, float *restrict x_out) {
-  for (size_t i = 0; i < n; i++)
-    x_out[i] = scale * (float)(q[i] - zero_point);
+  for (size_t i = 0; i < n; i++) x_out[i] = scale * (float)(q[i] - zero_point);
 }

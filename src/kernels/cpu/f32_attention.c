@@ -32,8 +32,7 @@ void npu_f32_attention_fold(float *restrict out, const float *restrict part, int
         LOAD8(y, u + i0);
         AT_PV_FOLD(y, o, f, 0);
       }
-      for (int32_t i = i0; i < hd; i++)
-        o[i] = at_fold1(o[i], u[i], f, first);
+      for (int32_t i = i0; i < hd; i++) o[i] = at_fold1(o[i], u[i], f, first);
     }
     at_normalize(o, hd, sum);
   }
@@ -56,10 +55,8 @@ void npu_f32_softmax(float *restrict p, const float *restrict s, int32_t heads, 
         v /= sum;
         memcpy(o + j, &v, sizeof(v));
       }
-      for (; j < len; j++)
-        o[j] /= sum;
-      for (j = len; j < ctx; j++)
-        o[j] = 0.0f;
+      for (; j < len; j++) o[j] /= sum;
+      for (j = len; j < ctx; j++) o[j] = 0.0f;
     }
   }
 }

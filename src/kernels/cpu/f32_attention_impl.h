@@ -21,8 +21,7 @@ static inline __attribute__((always_inline)) void at_key_rows(const float **kj, 
                                                               const float *restrict kh,
                                                               size_t kv_cols, int32_t j0,
                                                               int32_t n) {
-  for (int l = 0; l < count; l++)
-    kj[l] = kh + (size_t)(j0 + l < n ? j0 + l : n - 1) * kv_cols;
+  for (int l = 0; l < count; l++) kj[l] = kh + (size_t)(j0 + l < n ? j0 + l : n - 1) * kv_cols;
 }
 
 /* Scores s[j] = npu_ref_dot(k_j, qt, hd) * scale of keys k_j = kh + j * kv_cols, j < n: eight keys
@@ -60,8 +59,7 @@ at_scores_generic(float *restrict s, const float *restrict qt, const float *rest
                             HSUM8(a4), HSUM8(a5), HSUM8(a6), HSUM8(a7)};
     for (int l = 0; l < 8; l++) {
       float sum = 0.0f;
-      for (int32_t i = hd8; i < hd; i++)
-        sum += kj[l][i] * qt[i];
+      for (int32_t i = hd8; i < hd; i++) sum += kj[l][i] * qt[i];
       sum += lanes[l];
       s[j0 + l] = sum * scale;
     }
@@ -92,8 +90,7 @@ at_scores_avx2(float *restrict s, const float *restrict qt, const float *restric
     __m256 r = hsum8x8(a0, a1, a2, a3, a4, a5, a6, a7);
     if (hd8 < hd) {
       float tv[8];
-      for (int l = 0; l < 8; l++)
-        tv[l] = tail_dot(kj[l], qt, hd8, hd);
+      for (int l = 0; l < 8; l++) tv[l] = tail_dot(kj[l], qt, hd8, hd);
       r = _mm256_add_ps(_mm256_loadu_ps(tv), r);
     } else {
       r = _mm256_add_ps(_mm256_setzero_ps(), r); /* 0 + sum, as the reference's '+=' */
@@ -135,10 +132,8 @@ static inline __attribute__((always_inline)) float max_of(const float *restrict 
     m8 = NPU_V8F_SELECT(v > m8, v, m8);
   }
   float m = init;
-  for (int l = 0; l < 8; l++)
-    m = m8[l] > m ? m8[l] : m;
-  for (; j < n; j++)
-    m = x[j] > m ? x[j] : m;
+  for (int l = 0; l < 8; l++) m = m8[l] > m ? m8[l] : m;
+  for (; j < n; j++) m = x[j] > m ? x[j] : m;
   return m;
 }
 
@@ -153,8 +148,7 @@ static inline __attribute__((always_inline)) float exp_sum(float *o, const float
     v -= max;
     memcpy(o + j, &v, sizeof(v));
     npu_expf8(o + j, o + j);
-    for (int l = 0; l < 8; l++)
-      sum += o[j + l];
+    for (int l = 0; l < 8; l++) sum += o[j + l];
   }
   for (; j < n; j++) {
     o[j] = npu_expf(x[j] - max);
@@ -182,8 +176,7 @@ qk_impl(float *restrict s, const float *restrict q, const float *restrict k, int
           const int32_t n = len - j0 < AT_KEYS ? len - j0 : AT_KEYS;
           const float *qt = q + (size_t)t * q_cols + (size_t)h * (size_t)hd;
 #ifdef NPU_HAVE_AVX2_CLONE
-          if (avx2)
-            at_scores_avx2(tile, qt, kt, kv_cols, hd, n, scale);
+          if (avx2) at_scores_avx2(tile, qt, kt, kv_cols, hd, n, scale);
           else
 #endif
             at_scores_generic(tile, qt, kt, kv_cols, hd, n, scale);
@@ -197,8 +190,7 @@ qk_impl(float *restrict s, const float *restrict q, const float *restrict k, int
   for (int32_t h = 0; h < heads; h++) {
     for (int32_t t = 0; t < rows; t++) {
       float *row = s + ((size_t)h * (size_t)rows + (size_t)t) * (size_t)ctx;
-      for (int32_t j = npu_attn_len(pos0, n_valid, t); j < ctx; j++)
-        row[j] = -INFINITY;
+      for (int32_t j = npu_attn_len(pos0, n_valid, t); j < ctx; j++) row[j] = -INFINITY;
     }
   }
   (void)avx2;
@@ -209,8 +201,7 @@ qk_impl(float *restrict s, const float *restrict q, const float *restrict k, int
 #define PV_ACC(NV)                                                                                 \
   do {                                                                                             \
     npu_v8f a_[NV];                                                                                \
-    for (int v_ = 0; v_ < (NV); v_++)                                                              \
-      a_[v_] = (npu_v8f){0};                                                                       \
+    for (int v_ = 0; v_ < (NV); v_++) a_[v_] = (npu_v8f){0};                                       \
     for (int32_t j = 0; j < len; j++) {                                                            \
       const float pj = pr[j];                                                                      \
       const float *vj = vh + (size_t)j * kv_cols + i0;                                             \
@@ -236,15 +227,12 @@ pv_impl(float *restrict out, const float *restrict p, const float *restrict v, i
       const float *vh = v + (size_t)(h / group) * (size_t)hd;
       float *o = out + (size_t)t * q_cols + (size_t)h * (size_t)hd;
       int32_t i0 = 0;
-      while (i0 + 32 <= hd)
-        PV_ACC(4);
-      while (i0 + 8 <= hd)
-        PV_ACC(1);
+      while (i0 + 32 <= hd) PV_ACC(4);
+      while (i0 + 8 <= hd) PV_ACC(1);
       /* a head dim that is not a multiple of 8 */
       for (int32_t i = i0; i < hd; i++) {
         float acc = 0.0f;
-        for (int32_t j = 0; j < len; j++)
-          acc += pr[j] * vh[(size_t)j * kv_cols + (size_t)i];
+        for (int32_t j = 0; j < len; j++) acc += pr[j] * vh[(size_t)j * kv_cols + (size_t)i];
         o[i] = acc;
       }
     }
@@ -356,8 +344,7 @@ static inline __attribute__((always_inline)) void at_pv(float *restrict o, const
   /* a head dim that is not a multiple of 8 */
   for (int32_t i = i0; i < hd; i++) {
     float u = 0.0f;
-    for (int32_t j = 0; j < n; j++)
-      u += p[j] * vt[(size_t)j * kv_cols + (size_t)i];
+    for (int32_t j = 0; j < n; j++) u += p[j] * vt[(size_t)j * kv_cols + (size_t)i];
     o[i] = at_fold1(o[i], u, f, first);
   }
 }
@@ -416,8 +403,7 @@ static inline __attribute__((always_inline)) void at_normalize(float *restrict o
     x /= sum;
     memcpy(o + i, &x, sizeof(x));
   }
-  for (; i < hd; i++)
-    o[i] /= sum;
+  for (; i < hd; i++) o[i] /= sum;
 }
 
 /* Blocks of up to AT_PAIRS (query head, row) pairs of one KV head walk the keys a tile at a time,
@@ -472,8 +458,7 @@ at_impl(float *restrict out, const float *restrict q, const float *restrict k,
               const int32_t pair = (h - h0) * bt + (t - t0);
               const size_t at = (size_t)t * q_cols + (size_t)h * (size_t)hd;
 #ifdef NPU_HAVE_AVX2_CLONE
-              if (avx2)
-                at_scores_avx2(s, q + at, kt, kv_cols, hd, n, scale);
+              if (avx2) at_scores_avx2(s, q + at, kt, kv_cols, hd, n, scale);
               else
 #endif
                 at_scores_generic(s, q + at, kt, kv_cols, hd, n, scale);
@@ -509,8 +494,7 @@ at_tiles_impl(float *restrict part, const float *restrict q, const float *restri
     const float *kt = k + (size_t)j0 * kv_cols + kv_off, *qh = q + (size_t)h * (size_t)hd;
     float *r = part + (size_t)u * stride;
 #ifdef NPU_HAVE_AVX2_CLONE
-    if (avx2)
-      at_scores_avx2(s, qh, kt, kv_cols, hd, n, scale);
+    if (avx2) at_scores_avx2(s, qh, kt, kv_cols, hd, n, scale);
     else
 #endif
       at_scores_generic(s, qh, kt, kv_cols, hd, n, scale);

@@ -23,8 +23,7 @@ hsum8x8(__m256 a0, __m256 a1, __m256 a2, __m256 a3, __m256 a4, __m256 a5, __m256
 static inline float tail_dot(const float *restrict w, const float *restrict x, int32_t k8,
                              int32_t k) {
   float sum = 0.0f;
-  for (int32_t i = k8; i < k; i++)
-    sum += w[i] * x[i];
+  for (int32_t i = k8; i < k; i++) sum += w[i] * x[i];
   return sum;
 }
 

@@ -5,8 +5,7 @@
 #define MM_FINISH(dst, acc, wrow, xrow, o)                                                         \
   do {                                                                                             \
     float sum_ = 0.0f;                                                                             \
-    for (int32_t i_ = k8; i_ < k; i_++)                                                            \
-      sum_ += (wrow)[i_] * (xrow)[i_];                                                             \
+    for (int32_t i_ = k8; i_ < k; i_++) sum_ += (wrow)[i_] * (xrow)[i_];                           \
     sum_ += HSUM8(acc);                                                                            \
     (dst) = bias != NULL ? sum_ + bias[o] : sum_;                                                  \
   } while (0)

@@ -56,8 +56,7 @@ npu_f32_matmul__avx2(float *restrict out, const float *restrict x, const float *
         __m256 a6 = row_dot(w0 + 6 * ks, x0, k8), a7 = row_dot(w0 + 7 * ks, x0, k8);
         __m256 r = hsum8x8(a0, a1, a2, a3, a4, a5, a6, a7);
         if (k8 < k) {
-          for (int q = 0; q < 8; q++)
-            tv[q] = tail_dot(w0 + (size_t)q * ks, x0, k8, k);
+          for (int q = 0; q < 8; q++) tv[q] = tail_dot(w0 + (size_t)q * ks, x0, k8, k);
           r = _mm256_add_ps(_mm256_loadu_ps(tv), r);
         } else {
           r = _mm256_add_ps(_mm256_setzero_ps(), r);

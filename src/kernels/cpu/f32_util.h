@@ -14,8 +14,8 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "kernels/cpu/kernels.h"
 #include "base/expf.h" /* npu_expf: the exponential that defines attention; npu_v8f */
+#include "kernels/cpu/kernels.h"
 
 /* Loads through memcpy: no alignment is assumed, and no vector crosses a call boundary. */
 #define LOAD8(v, p) memcpy(&(v), (p), sizeof(npu_v8f))

@@ -40,8 +40,7 @@ static void sum_squares(float *restrict ss, const float *restrict x, int32_t n_r
   for (int32_t r = 0; r < n_rows; r++) {
     const float *xr = x + (size_t)r * (size_t)cols;
     float acc = 0.0f;
-    for (int32_t i = 0; i < cols; i++)
-      acc += xr[i] * xr[i];
+    for (int32_t i = 0; i < cols; i++) acc += xr[i] * xr[i];
     ss[r] = acc;
   }
 }
@@ -64,8 +63,7 @@ void npu_f32_rmsnorm(float *restrict out, const float *restrict x, const float *
         xv = xv * scale * wv;
         memcpy(o + i, &xv, sizeof(xv));
       }
-      for (; i < cols; i++)
-        o[i] = xr[i] * scale * w[i];
+      for (; i < cols; i++) o[i] = xr[i] * scale * w[i];
     }
   }
 }
@@ -80,8 +78,7 @@ void npu_f32_kv_write(float *restrict cache, const float *restrict x, int32_t po
 uint32_t npu_touch_lines(const void *p, size_t bytes) {
   const uint8_t *b = p;
   uint32_t sum = 0;
-  for (size_t i = 0; i < bytes; i += 64)
-    sum += b[i];
+  for (size_t i = 0; i < bytes; i += 64) sum += b[i];
   return sum;
 }
 
@@ -98,8 +95,7 @@ uint32_t npu_touch_lines(const void *p, size_t bytes) {
       va = va OP vb;                                                                               \
       memcpy(out + i, &va, sizeof(va));                                                            \
     }                                                                                              \
-    for (; i < n; i++)                                                                             \
-      out[i] = a[i] OP b[i];                                                                       \
+    for (; i < n; i++) out[i] = a[i] OP b[i];                                                      \
   } while (0)
 
 void npu_f32_add(float *restrict out, const float *restrict a, const float *restrict b, size_t n) {
@@ -111,6 +107,5 @@ void npu_f32_mul(float *restrict out, const float *restrict a, const float *rest
 }
 
 void npu_f32_silu(float *restrict out, const float *restrict x, size_t n) {
-  for (size_t i = 0; i < n; i++)
-    out[i] = npu_ref_silu(x[i]);
+  for (size_t i = 0; i < n; i++) out[i] = npu_ref_silu(x[i]);
 }

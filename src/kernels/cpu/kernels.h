@@ -13,9 +13,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/model.h"
 #include "kernels/cpu/ukernels.h" /* the kernels with several variants: matmul, RoPE, attention */
-#include "ref/forward.h"  /* NPU_REF_ATTN_TILE: the tiles that define attention */
+#include "model/model.h"
+#include "ref/forward.h" /* NPU_REF_ATTN_TILE: the tiles that define attention */
 
 /* Attention of row 't' of a step starting at cache position 'pos0' with 'n_valid' real rows sees
  * cache positions 0 .. len-1: causal (j <= pos0 + t), and never past the step's real tokens, so

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "base/isa.h"   /* NPU_ISA_*, npu_isa_detect */
+#include "base/isa.h"    /* NPU_ISA_*, npu_isa_detect */
 #include "model/model.h" /* struct npu_config */
 
 /* out[t, n] = sum_i x[t, i] * w[n, i] (+ bias[n]): x [rows, k], w [n, k], out [rows, n]; bias may

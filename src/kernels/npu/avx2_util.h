@@ -57,8 +57,7 @@ NPU_INLINE_AVX2 __m256i npu_avx2_sat_shl(__m256i x, __m256i left) {
 /* npu_requantize() on 8 lanes: floor((sat_shl(acc) * mult + 2^(30 + right)) / 2^(31 + right)),
  * as floor(. / 2^32) (the high half of the 64-bit sum) then an arithmetic shift by right - 1. */
 NPU_INLINE_AVX2 __m256i npu_avx2_requantize(__m256i acc, const struct npu_avx2_rq *rq) {
-  if (rq->has_left)
-    acc = npu_avx2_sat_shl(acc, rq->left);
+  if (rq->has_left) acc = npu_avx2_sat_shl(acc, rq->left);
   const __m256i pe = _mm256_add_epi64(_mm256_mul_epi32(acc, rq->mult_even), rq->round_even);
   const __m256i po =
       _mm256_add_epi64(_mm256_mul_epi32(_mm256_srli_epi64(acc, 32), rq->mult_odd), rq->round_odd);

@@ -27,16 +27,12 @@ NPU_INLINE_AVX2 void gather(size_t n_ids, const int32_t *restrict ids, size_t n_
       const __m256i q0 = npu_avx2_add_zp(npu_avx2_requantize(_mm256_cvtepi8_epi32(v), &rq), yzp);
       const __m256i q1 = npu_avx2_add_zp(
           npu_avx2_requantize(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)), &rq), yzp);
-      if (out16)
-        _mm256_storeu_si256((__m256i *)(y16 + c), npu_avx2_pack_s16(q0, q1));
-      else
-        _mm_storeu_si128((__m128i *)(y8 + c), npu_avx2_pack_s8(q0, q1));
+      if (out16) _mm256_storeu_si256((__m256i *)(y16 + c), npu_avx2_pack_s16(q0, q1));
+      else _mm_storeu_si128((__m128i *)(y8 + c), npu_avx2_pack_s8(q0, q1));
     }
     for (; c < cols; c++) {
-      if (out16)
-        y16[c] = npu_requantize_s16(row[c], p->mult[r], p->shift[r], p->y_zero_point);
-      else
-        y8[c] = npu_requantize_s8(row[c], p->mult[r], p->shift[r], p->y_zero_point);
+      if (out16) y16[c] = npu_requantize_s16(row[c], p->mult[r], p->shift[r], p->y_zero_point);
+      else y8[c] = npu_requantize_s8(row[c], p->mult[r], p->shift[r], p->y_zero_point);
     }
   }
   (void)n_rows;

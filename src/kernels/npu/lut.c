@@ -2,6 +2,5 @@
 #include "kernels/npu/ukernels.h"
 
 void npu_x8_lut__scalar(size_t n, const int8_t *x, int8_t *y, const int8_t *restrict table) {
-  for (size_t i = 0; i < n; i++)
-    y[i] = table[x[i] + 128];
+  for (size_t i = 0; i < n; i++) y[i] = table[x[i] + 128];
 }

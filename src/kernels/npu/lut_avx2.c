@@ -15,8 +15,7 @@ NPU_TARGET_AVX2 void npu_x8_lut__avx2(size_t n, const int8_t *x, int8_t *y,
   for (int b = 0; b < 16; b++) {
     /* v[b] = T_b ^ v[max(0, b-7)] ^ ... ^ v[b-1], T_b = table[16b .. 16b + 15]. */
     __m256i t = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(table + 16 * b)));
-    for (int j = b - 7 > 0 ? b - 7 : 0; j < b; j++)
-      t = _mm256_xor_si256(t, v[j]);
+    for (int j = b - 7 > 0 ? b - 7 : 0; j < b; j++) t = _mm256_xor_si256(t, v[j]);
     v[b] = t;
   }
   const __m256i bias = _mm256_set1_epi8(INT8_MIN);
@@ -35,8 +34,7 @@ NPU_TARGET_AVX2 void npu_x8_lut__avx2(size_t n, const int8_t *x, int8_t *y,
     }
     _mm256_storeu_si256((__m256i *)(y + i), r);
   }
-  for (; i < n; i++)
-    y[i] = table[x[i] + 128];
+  for (; i < n; i++) y[i] = table[x[i] + 128];
 }
 
 #endif /* __x86_64__ */

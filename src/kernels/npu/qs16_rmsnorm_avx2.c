@@ -68,8 +68,7 @@ NPU_INLINE_AVX2 int64_t sum_squares(const int16_t *x, size_t n) {
   const __m256i acc = _mm256_add_epi64(acc0, acc1);
   const __m128i a = _mm_add_epi64(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
   int64_t sum = _mm_cvtsi128_si64(a) + _mm_extract_epi64(a, 1);
-  for (; i < n; i++)
-    sum += (int32_t)x[i] * x[i];
+  for (; i < n; i++) sum += (int32_t)x[i] * x[i];
   return sum;
 }
 
@@ -117,8 +116,7 @@ npu_qs16_rmsnorm_qs8__avx2(size_t rows, size_t cols, const int16_t *restrict x, 
       _mm_storel_epi64((__m128i *)(yt + c), npu_avx2_pack_s8(y0, y0));
       c += 8;
     }
-    for (; c < cols; c++)
-      yt[c] = npu_rmsnorm_elem(xt[c], r, s, mult[c], zp);
+    for (; c < cols; c++) yt[c] = npu_rmsnorm_elem(xt[c], r, s, mult[c], zp);
   }
 }
 

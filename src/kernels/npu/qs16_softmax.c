@@ -43,8 +43,7 @@ const int32_t npu_exp2_q30[256] = {
 /* Bit width of x > 0: x < 2^r. */
 static int32_t bit_width(int32_t x) {
   int32_t r = 0;
-  while (r < 31 && (x >> r) != 0)
-    r++;
+  while (r < 31 && (x >> r) != 0) r++;
   return r;
 }
 
@@ -61,8 +60,7 @@ void npu_qs16_softmax__scalar(const struct npu_attn_shape *restrict shape,
       const int32_t len = npu_attn_len_of(shape, t), r = bit_width(len);
       assert(len < (1 << 24));
       int32_t m = x[0];
-      for (int32_t j = 1; j < len; j++)
-        m = x[j] > m ? x[j] : m;
+      for (int32_t j = 1; j < len; j++) m = x[j] > m ? x[j] : m;
       /* exponentials, relative to the maximum, in Q(30 - r); they sum to less than 2^30 */
       int32_t sum = 0;
       for (int32_t j = 0; j < len; j++) {
@@ -80,8 +78,7 @@ void npu_qs16_softmax__scalar(const struct npu_attn_shape *restrict shape,
         const int64_t q = (e * inv + ((int64_t)1 << (shift - 1))) >> shift;
         y[j] = (int16_t)(q < INT16_MAX ? q : INT16_MAX);
       }
-      for (int32_t j = len; j < ctx; j++)
-        y[j] = 0;
+      for (int32_t j = len; j < ctx; j++) y[j] = 0;
     }
   }
 }

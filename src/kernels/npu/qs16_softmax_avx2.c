@@ -29,8 +29,7 @@ static inline int32_t exp1(int32_t x, int32_t m, int32_t r,
 
 static int32_t bit_width(int32_t x) {
   int32_t r = 0;
-  while (r < 31 && (x >> r) != 0)
-    r++;
+  while (r < 31 && (x >> r) != 0) r++;
   return r;
 }
 
@@ -61,8 +60,7 @@ NPU_TARGET_AVX2 void npu_qs16_softmax__avx2(const struct npu_attn_shape *restric
         m8 = _mm_max_epi16(m8, _mm_srli_epi32(m8, 16));
         m = (int16_t)_mm_cvtsi128_si32(m8);
       }
-      for (; j < len; j++)
-        m = x[j] > m ? x[j] : m;
+      for (; j < len; j++) m = x[j] > m ? x[j] : m;
       /* the sum of the exponentials */
       const __m256i mv = _mm256_set1_epi32(m), rv = _mm256_set1_epi32(r);
       __m256i acc = _mm256_setzero_si256();
@@ -74,8 +72,7 @@ NPU_TARGET_AVX2 void npu_qs16_softmax__avx2(const struct npu_attn_shape *restric
       a4 = _mm_add_epi32(a4, _mm_shuffle_epi32(a4, 0x4E));
       a4 = _mm_add_epi32(a4, _mm_shuffle_epi32(a4, 0xB1));
       int32_t sum = _mm_cvtsi128_si32(a4);
-      for (; j < len; j++)
-        sum += exp1(x[j], m, r, params);
+      for (; j < len; j++) sum += exp1(x[j], m, r, params);
       /* normalize */
       const int64_t inv = ((int64_t)1 << (60 - r)) / sum;
       const int32_t shift = 45 - r;
@@ -100,10 +97,8 @@ NPU_TARGET_AVX2 void npu_qs16_softmax__avx2(const struct npu_attn_shape *restric
         y[j] = (int16_t)(q < INT16_MAX ? q : INT16_MAX);
       }
       const __m256i zero = _mm256_setzero_si256();
-      for (; j + 16 <= ctx; j += 16)
-        _mm256_storeu_si256((__m256i *)(y + j), zero);
-      for (; j < ctx; j++)
-        y[j] = 0;
+      for (; j + 16 <= ctx; j += 16) _mm256_storeu_si256((__m256i *)(y + j), zero);
+      for (; j < ctx; j++) y[j] = 0;
     }
   }
 }

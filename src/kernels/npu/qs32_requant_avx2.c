@@ -33,8 +33,7 @@ NPU_TARGET_AVX2 void npu_qs32_requant_qs8__avx2(size_t n, const int32_t *restric
     requant16(acc + i, mult + i, shift + i, zp, &q0, &q1);
     _mm_storeu_si128((__m128i *)(y + i), npu_avx2_pack_s8(q0, q1));
   }
-  for (; i < n; i++)
-    y[i] = npu_requantize_s8(acc[i], mult[i], shift[i], zero_point);
+  for (; i < n; i++) y[i] = npu_requantize_s8(acc[i], mult[i], shift[i], zero_point);
 }
 
 NPU_TARGET_AVX2 void npu_qs32_requant_qs16__avx2(size_t n, const int32_t *restrict acc,
@@ -49,8 +48,7 @@ NPU_TARGET_AVX2 void npu_qs32_requant_qs16__avx2(size_t n, const int32_t *restri
     requant16(acc + i, mult + i, shift + i, zp, &q0, &q1);
     _mm256_storeu_si256((__m256i *)(y + i), npu_avx2_pack_s16(q0, q1));
   }
-  for (; i < n; i++)
-    y[i] = npu_requantize_s16(acc[i], mult[i], shift[i], zero_point);
+  for (; i < n; i++) y[i] = npu_requantize_s16(acc[i], mult[i], shift[i], zero_point);
 }
 
 #endif /* __x86_64__ */

@@ -32,8 +32,7 @@ static inline void gemm_scalar(size_t m, size_t n_begin, size_t n_end, size_t k,
       memcpy(acc, bias, sizeof(acc));
       for (size_t g = 0; g < groups; g++) {
         int32_t xg[KR] = {0}; /* x - zx for k = 4g .. 4g+3; 0 past k (zero weights there) */
-        for (size_t t = 0; t < KR && g * KR + t < k; t++)
-          xg[t] = xi[g * KR + t] - zx;
+        for (size_t t = 0; t < KR && g * KR + t < k; t++) xg[t] = xi[g * KR + t] - zx;
         const int8_t *wg = w + g * NR * KR;
         for (size_t j = 0; j < NR; j++)
           acc[j] += xg[0] * wg[j * KR] + xg[1] * wg[j * KR + 1] + xg[2] * wg[j * KR + 2] +

@@ -46,34 +46,25 @@ NPU_INLINE_AVX2 void gemm_tile(const int mr, size_t k, const int8_t *restrict x,
     const __m256i w1 = _mm256_loadu_si256((const __m256i *)(w + 32));
     w += NR * KR;
     GEMM_STEP(a00, a01, npu_gemm_load_word(x0 + kk), w0, w1);
-    if (mr > 1)
-      GEMM_STEP(a10, a11, npu_gemm_load_word(x1 + kk), w0, w1);
-    if (mr > 2)
-      GEMM_STEP(a20, a21, npu_gemm_load_word(x2 + kk), w0, w1);
-    if (mr > 3)
-      GEMM_STEP(a30, a31, npu_gemm_load_word(x3 + kk), w0, w1);
+    if (mr > 1) GEMM_STEP(a10, a11, npu_gemm_load_word(x1 + kk), w0, w1);
+    if (mr > 2) GEMM_STEP(a20, a21, npu_gemm_load_word(x2 + kk), w0, w1);
+    if (mr > 3) GEMM_STEP(a30, a31, npu_gemm_load_word(x3 + kk), w0, w1);
   }
   if (kk < k) {
     const size_t rem = k - kk;
     const __m256i w0 = _mm256_loadu_si256((const __m256i *)w);
     const __m256i w1 = _mm256_loadu_si256((const __m256i *)(w + 32));
     GEMM_STEP(a00, a01, npu_gemm_load_tail(x0 + kk, rem), w0, w1);
-    if (mr > 1)
-      GEMM_STEP(a10, a11, npu_gemm_load_tail(x1 + kk, rem), w0, w1);
-    if (mr > 2)
-      GEMM_STEP(a20, a21, npu_gemm_load_tail(x2 + kk, rem), w0, w1);
-    if (mr > 3)
-      GEMM_STEP(a30, a31, npu_gemm_load_tail(x3 + kk, rem), w0, w1);
+    if (mr > 1) GEMM_STEP(a10, a11, npu_gemm_load_tail(x1 + kk, rem), w0, w1);
+    if (mr > 2) GEMM_STEP(a20, a21, npu_gemm_load_tail(x2 + kk, rem), w0, w1);
+    if (mr > 3) GEMM_STEP(a30, a31, npu_gemm_load_tail(x3 + kk, rem), w0, w1);
   }
   const size_t esize = out16 ? sizeof(int16_t) : sizeof(int8_t);
   uint8_t *yb = y;
   npu_gemm_store_row(a00, a01, c, yzp, out16, yb, nc);
-  if (mr > 1)
-    npu_gemm_store_row(a10, a11, c, yzp, out16, yb + 1 * y_stride * esize, nc);
-  if (mr > 2)
-    npu_gemm_store_row(a20, a21, c, yzp, out16, yb + 2 * y_stride * esize, nc);
-  if (mr > 3)
-    npu_gemm_store_row(a30, a31, c, yzp, out16, yb + 3 * y_stride * esize, nc);
+  if (mr > 1) npu_gemm_store_row(a10, a11, c, yzp, out16, yb + 1 * y_stride * esize, nc);
+  if (mr > 2) npu_gemm_store_row(a20, a21, c, yzp, out16, yb + 2 * y_stride * esize, nc);
+  if (mr > 3) npu_gemm_store_row(a30, a31, c, yzp, out16, yb + 3 * y_stride * esize, nc);
 }
 
 NPU_INLINE_AVX2 void gemm_avx2(size_t m, size_t n_begin, size_t n_end, size_t k,
@@ -108,8 +99,7 @@ NPU_INLINE_AVX2 void gemm_avx2(size_t m, size_t n_begin, size_t n_end, size_t k,
       gemm_tile(1, k, x + i * x_stride, x_stride, &c, yzp, out16, yn + i * y_stride * esize,
                 y_stride, nc);
       break;
-    default:
-      break;
+    default: break;
     }
   }
 }

@@ -119,10 +119,8 @@ NPU_INLINE_VNNI void gemm_tile(const int mr, const int nb, size_t k, const int8_
 #define TAIL_WORD(p) npu_gemm_load_tail((p) + kk, k - kk)
   const size_t kfull = k / KR * KR;
   size_t kk = 0, off = 0;
-  for (; kk < kfull; kk += KR, off += NR * KR)
-    TILE_STEP(FULL_WORD);
-  if (kk < k)
-    TILE_STEP(TAIL_WORD);
+  for (; kk < kfull; kk += KR, off += NR * KR) TILE_STEP(FULL_WORD);
+  if (kk < k) TILE_STEP(TAIL_WORD);
 #undef TILE_STEP
 #undef FULL_WORD
 #undef TAIL_WORD
@@ -161,10 +159,8 @@ NPU_INLINE_VNNI void gemv_block(size_t k, const int8_t *restrict x, const struct
     GEMV_GROUP(c0, c1, npu_gemm_load_word(x + kk + 2 * KR), w + 2 * NR * KR);
     GEMV_GROUP(d0, d1, npu_gemm_load_word(x + kk + 3 * KR), w + 3 * NR * KR);
   }
-  for (; kk < kfull; kk += KR, w += NR * KR)
-    GEMV_GROUP(a0, a1, npu_gemm_load_word(x + kk), w);
-  if (kk < k)
-    GEMV_GROUP(a0, a1, npu_gemm_load_tail(x + kk, k - kk), w);
+  for (; kk < kfull; kk += KR, w += NR * KR) GEMV_GROUP(a0, a1, npu_gemm_load_word(x + kk), w);
+  if (kk < k) GEMV_GROUP(a0, a1, npu_gemm_load_tail(x + kk, k - kk), w);
   a0 = _mm256_add_epi32(_mm256_add_epi32(a0, b0), _mm256_add_epi32(c0, d0));
   a1 = _mm256_add_epi32(_mm256_add_epi32(a1, b1), _mm256_add_epi32(c1, d1));
   npu_gemm_store_row(a0, a1, c, yzp, out16, y, nc);
@@ -189,8 +185,7 @@ NPU_INLINE_VNNI void gemm_vnni(size_t m, size_t n_begin, size_t n_end, size_t k,
                                const void *restrict w_packed, void *restrict y, size_t y_stride,
                                const struct npu_qs8_gemm_params *restrict p, int out16) {
   const size_t block_size = npu_gemm_block_size(k, n_begin, p);
-  if (m == 0)
-    return;
+  if (m == 0) return;
   const size_t esize = out16 ? sizeof(int16_t) : sizeof(int8_t);
   const __m256i x_offset = _mm256_set1_epi32(p->x_zero_point + 128);
   const __m256i yzp = _mm256_set1_epi32(p->y_zero_point);
@@ -222,10 +217,8 @@ NPU_INLINE_VNNI void gemm_vnni(size_t m, size_t n_begin, size_t n_end, size_t k,
       const size_t mr = m - i < MR ? m - i : MR;
       const int8_t *xi = x + i * x_stride;
       uint8_t *yi = yn + i * y_stride * esize;
-      if (nb == 2)
-        gemm_tile_rows(mr, 2, k, xi, x_stride, c, nc_last, yzp, out16, yi, y_stride);
-      else
-        gemm_tile_rows(mr, 1, k, xi, x_stride, c, nc_last, yzp, out16, yi, y_stride);
+      if (nb == 2) gemm_tile_rows(mr, 2, k, xi, x_stride, c, nc_last, yzp, out16, yi, y_stride);
+      else gemm_tile_rows(mr, 1, k, xi, x_stride, c, nc_last, yzp, out16, yi, y_stride);
     }
   }
 }

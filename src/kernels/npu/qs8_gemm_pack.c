@@ -17,8 +17,7 @@ size_t npu_qs8_gemm_packed_size(size_t n, size_t k) {
 bool npu_qs8_gemm_pack(size_t n, size_t k, const int8_t *restrict w, const int32_t *restrict bias,
                        void *restrict packed_out) {
   enum { NR = NPU_QS8_GEMM_NR, KR = NPU_QS8_GEMM_KR };
-  if (k == 0 || k > NPU_QS8_GEMM_MAX_K)
-    return false;
+  if (k == 0 || k > NPU_QS8_GEMM_MAX_K) return false;
   const size_t kp = gemm_kp(k);
   uint8_t *block = packed_out;
   for (size_t n0 = 0; n0 < n; n0 += NR) {
@@ -29,14 +28,12 @@ bool npu_qs8_gemm_pack(size_t n, size_t k, const int8_t *restrict w, const int32
       const int8_t *row = w + (n0 + j) * k;
       int32_t sum = 0;
       for (size_t kk = 0; kk < k; kk++) {
-        if (row[kk] == INT8_MIN)
-          return false;
+        if (row[kk] == INT8_MIN) return false;
         sum += row[kk];
         wq[(kk / KR) * NR * KR + j * KR + kk % KR] = row[kk];
       }
       const int32_t b = bias != NULL ? bias[n0 + j] : 0;
-      if (b > (1 << 30) || b < -(1 << 30))
-        return false;
+      if (b > (1 << 30) || b < -(1 << 30)) return false;
       head[j] = b;
       head[NR + j] = sum;
     }

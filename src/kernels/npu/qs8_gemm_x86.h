@@ -78,17 +78,14 @@ NPU_INLINE_AVX2 void npu_gemm_block_setup(const uint8_t *block, size_t n0, size_
 
 /* 16 int32 (q0: elements 0..7, q1: 8..15) saturated to int8 or, with out16, int16 at dst. */
 NPU_INLINE_AVX2 void npu_gemm_store16(void *dst, __m256i q0, __m256i q1, int out16) {
-  if (out16)
-    _mm256_storeu_si256((__m256i *)dst, npu_avx2_pack_s16(q0, q1));
-  else
-    _mm_storeu_si128((__m128i *)dst, npu_avx2_pack_s8(q0, q1));
+  if (out16) _mm256_storeu_si256((__m256i *)dst, npu_avx2_pack_s16(q0, q1));
+  else _mm_storeu_si128((__m128i *)dst, npu_avx2_pack_s8(q0, q1));
 }
 
 /* Requantize one row of 16 channels (acc0: 0..7, acc1: 8..15) with block b's constants, add the
  * output zero point, saturate and store the first nc (1..16) as int8 or, with out16, int16. */
-NPU_INLINE_AVX2 void npu_gemm_store_row(__m256i acc0, __m256i acc1,
-                                        const struct npu_gemm_block *b, __m256i yzp, int out16,
-                                        void *y, size_t nc) {
+NPU_INLINE_AVX2 void npu_gemm_store_row(__m256i acc0, __m256i acc1, const struct npu_gemm_block *b,
+                                        __m256i yzp, int out16, void *y, size_t nc) {
   const __m256i q0 = npu_avx2_add_zp(npu_avx2_requantize(acc0, &b->rq0), yzp);
   const __m256i q1 = npu_avx2_add_zp(npu_avx2_requantize(acc1, &b->rq1), yzp);
   if (nc == NPU_QS8_GEMM_NR) {

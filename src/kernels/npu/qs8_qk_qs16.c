@@ -26,8 +26,7 @@ void npu_qs8_qk_qs16__scalar(const struct npu_attn_shape *restrict shape, const 
           acc += (qt[i] - p->q_zero_point) * (kj[i] - p->k_zero_point);
         row[j] = npu_requantize_s16(acc, p->mult, p->shift, p->s_zero_point);
       }
-      for (int32_t j = len; j < ctx; j++)
-        row[j] = NPU_ATTN_MASKED;
+      for (int32_t j = len; j < ctx; j++) row[j] = NPU_ATTN_MASKED;
     }
   }
 }

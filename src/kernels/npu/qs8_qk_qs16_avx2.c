@@ -37,8 +37,7 @@ NPU_INLINE_AVX2 __m256i dot_partial(const int16_t *qw, const int8_t *kj, int32_t
   }
   if (i < hd) {
     int32_t rest = 0;
-    for (; i < hd; i++)
-      rest += qw[i] * (kj[i] - zk);
+    for (; i < hd; i++) rest += qw[i] * (kj[i] - zk);
     acc = _mm256_add_epi32(acc, _mm256_zextsi128_si256(_mm_cvtsi32_si128(rest)));
   }
   return acc;
@@ -85,8 +84,7 @@ NPU_TARGET_AVX2 void npu_qs8_qk_qs16__avx2(const struct npu_attn_shape *restrict
       const int8_t *qt = q + (size_t)t * q_cols + (size_t)h * (size_t)hd;
       int16_t *row = s + ((size_t)h * (size_t)rows + (size_t)t) * (size_t)ctx;
       const int32_t len = npu_attn_len_of(shape, t);
-      for (int32_t i = 0; i < hd; i++)
-        qw[i] = (int16_t)(qt[i] - p->q_zero_point);
+      for (int32_t i = 0; i < hd; i++) qw[i] = (int16_t)(qt[i] - p->q_zero_point);
       int32_t j = 0;
       for (; j + 8 <= len; j += 8) {
         __m256i a[8];
@@ -101,10 +99,8 @@ NPU_TARGET_AVX2 void npu_qs8_qk_qs16__avx2(const struct npu_attn_shape *restrict
             hsum1(dot_partial(qw, kh + (size_t)j * kv_cols, hd, zk16, p->k_zero_point));
         row[j] = npu_requantize_s16(acc, p->mult, p->shift, p->s_zero_point);
       }
-      for (; j + 16 <= ctx; j += 16)
-        _mm256_storeu_si256((__m256i *)(row + j), masked);
-      for (; j < ctx; j++)
-        row[j] = NPU_ATTN_MASKED;
+      for (; j + 16 <= ctx; j += 16) _mm256_storeu_si256((__m256i *)(row + j), masked);
+      for (; j < ctx; j++) row[j] = NPU_ATTN_MASKED;
     }
   }
 }

@@ -1,8 +1,9 @@
 /* The NPU's integer microkernels: one function type per family, the parameter structs, the weight
  * packing API, and the choice of the best variant for this CPU. The variants themselves
- * (npu_<family>__scalar, __avx2, later __neon) are listed once in src/kernels/npu/ukernels.inc, which feeds
- * the declarations below, the dispatch in ukernels.c and the tests. Integer-only by contract:
- * requantization is src/kernels/npu/fixedpoint.h. Kernels never allocate and keep no state. */
+ * (npu_<family>__scalar, __avx2, later __neon) are listed once in src/kernels/npu/ukernels.inc,
+ * which feeds the declarations below, the dispatch in ukernels.c and the tests. Integer-only by
+ * contract: requantization is src/kernels/npu/fixedpoint.h. Kernels never allocate and keep no
+ * state. */
 #ifndef NPU_KERNELS_NPU_UKERNELS_H
 #define NPU_KERNELS_NPU_UKERNELS_H
 
@@ -92,8 +93,8 @@ typedef void npu_qs32_requant_qs16_fn(size_t n, const int32_t *restrict acc,
  * Valid ranges: input multipliers at most 0.5 (a_shift <= -1, or 0 with a_mult <= 2^30; same for
  * b); |x - zero_point| * 2^left_shift < 2^30 for every input (int8: left_shift <= 22, 20 is
  * TFLite's; int16: left_shift <= 14), so |ta + tb| < 2^30 never overflows; y_* as in
- * fixedpoint.h. Make the params with npu_qadd_params_make() (src/compiler/qparams.h). y may be a or b
- * (in place); no other overlap. */
+ * fixedpoint.h. Make the params with npu_qadd_params_make() (src/compiler/qparams.h). y may be a or
+ * b (in place); no other overlap. */
 struct npu_qadd_params {
   int32_t a_zero_point, b_zero_point;
   int32_t left_shift;
@@ -205,7 +206,7 @@ static inline int32_t npu_attn_len_of(const struct npu_attn_shape *shape, int32_
 
 struct npu_qs8_qk_params {
   int32_t q_zero_point, k_zero_point;
-  int32_t mult, shift; /* fixedpoint.h ranges */
+  int32_t mult, shift;  /* fixedpoint.h ranges */
   int32_t s_zero_point; /* [-32768, 32767] */
 };
 

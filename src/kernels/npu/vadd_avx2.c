@@ -39,8 +39,7 @@ NPU_TARGET_AVX2 void npu_qs8_vadd__avx2(size_t n, const int8_t *a, const int8_t 
              _mm256_cvtepi8_epi32(_mm_srli_si128(vb, 8)), za, zb, left, &rqa, &rqb, &rqy, yzp);
     _mm_storeu_si128((__m128i *)(y + i), npu_avx2_pack_s8(y0, y1));
   }
-  if (i < n)
-    npu_qs8_vadd__scalar(n - i, a + i, b + i, y + i, params);
+  if (i < n) npu_qs8_vadd__scalar(n - i, a + i, b + i, y + i, params);
 }
 
 NPU_TARGET_AVX2 void npu_qs16_vadd__avx2(size_t n, const int16_t *a, const int16_t *b, int16_t *y,
@@ -58,8 +57,7 @@ NPU_TARGET_AVX2 void npu_qs16_vadd__avx2(size_t n, const int16_t *a, const int16
                             &rqa, &rqb, &rqy, yzp);
     _mm256_storeu_si256((__m256i *)(y + i), npu_avx2_pack_s16(y0, y1));
   }
-  if (i < n)
-    npu_qs16_vadd__scalar(n - i, a + i, b + i, y + i, params);
+  if (i < n) npu_qs16_vadd__scalar(n - i, a + i, b + i, y + i, params);
 }
 
 #endif /* __x86_64__ */

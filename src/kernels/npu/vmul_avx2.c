@@ -28,8 +28,7 @@ NPU_TARGET_AVX2 void npu_qs8_vmul__avx2(size_t n, const int8_t *a, const int8_t 
     const __m256i y1 = npu_avx2_add_zp(npu_avx2_requantize(p1, &rq), yzp);
     _mm_storeu_si128((__m128i *)(y + i), npu_avx2_pack_s8(y0, y1));
   }
-  if (i < n)
-    npu_qs8_vmul__scalar(n - i, a + i, b + i, y + i, p);
+  if (i < n) npu_qs8_vmul__scalar(n - i, a + i, b + i, y + i, p);
 }
 
 NPU_TARGET_AVX2 void npu_qs16_vmul__avx2(size_t n, const int16_t *a, const int16_t *b, int16_t *y,
@@ -50,8 +49,7 @@ NPU_TARGET_AVX2 void npu_qs16_vmul__avx2(size_t n, const int16_t *a, const int16
     const __m256i y1 = npu_avx2_add_zp(npu_avx2_requantize(p1, &rq), yzp);
     _mm256_storeu_si256((__m256i *)(y + i), npu_avx2_pack_s16(y0, y1));
   }
-  if (i < n)
-    npu_qs16_vmul__scalar(n - i, a + i, b + i, y + i, p);
+  if (i < n) npu_qs16_vmul__scalar(n - i, a + i, b + i, y + i, p);
 }
 
 #endif /* __x86_64__ */
