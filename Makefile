@@ -3,6 +3,7 @@
 # `make CLANG=1` builds everything (library, CLI, tests, benchmarks, fuzz harnesses) with clang and
 # its warnings on a variable read before it is set on some path, as errors, in build-clang/.
 # `make TSAN=1 test` runs the tests under ThreadSanitizer (clang) in build-tsan/.
+# `make format` applies .clang-format to every C file; `make format-check` fails on any that differs.
 
 BUILD := build
 OPT := -O2 -g
@@ -37,7 +38,8 @@ OBJS := $(SRCS:%.c=$(BUILD)/%.o)
 TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TESTS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test tests clean fuzz fuzz-program fuzz-run fuzz-run-gguf fuzz-run-program bench
+.PHONY: all test tests clean fuzz fuzz-program fuzz-run fuzz-run-gguf fuzz-run-program bench \
+        format format-check
 all: $(BUILD)/npulm
 
 $(BUILD)/libnpulm.a: $(OBJS)
@@ -137,6 +139,15 @@ fuzz-run-gguf fuzz-run-program: fuzz-run-%: $(FUZZ)/fuzz_% $(FUZZ)/seeds/%
 
 clean:
 	rm -rf build build-san build-clang build-tsan $(FUZZ)
+
+# Every C file of the repository in .clang-format's style: `make format` rewrites them in place,
+# `make format-check` (CI) lists each file that differs and fails.
+FORMAT_FILES = $(shell git ls-files '*.c' '*.h' '*.inc' 2>/dev/null || \
+  find include src tools tests bench fuzz -name '*.[ch]' -o -name '*.inc')
+format:
+	clang-format -i $(FORMAT_FILES)
+format-check:
+	@clang-format --dry-run --Werror $(FORMAT_FILES) && echo "$(words $(FORMAT_FILES)) files formatted as .clang-format says"
 
 -include $(OBJS:.o=.d) $(TESTS:=.d) $(BENCHES:=.d) $(TOOL_OBJS:.o=.d) $(FUZZ_OBJS:.o=.d) \
   $(FUZZERS:$(FUZZ)/%=$(FUZZ)/obj/fuzz/%.d)
