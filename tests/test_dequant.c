@@ -1,6 +1,7 @@
 /* GGUF block formats: every tensor of every file in ../shared/data/quant (written by llama.cpp's
  * llama-quantize) dequantized by npulm must hash to llama.cpp's own dequantization, bit for bit
- * (expected.json: SHA-256 of the F32 bytes, first values, sum); the llama.cpp mixes open as models
+ * (expected.json: SHA-256 of the F32 bytes, first values, sum); every type npulm writes quantizes
+ * the golden F32 model to llama-quantize's bytes; the llama.cpp mixes open as models
  * and run; hostile block tensors and unsupported types are one-line errors. */
 #include <math.h>
 #include <stdlib.h>
@@ -134,6 +135,72 @@ static void test_golden_digests(void **state) {
     if (npu_ggml_type_to_f32(t) != NULL && !(seen & (1ull << t)))
       fail_msg("no golden tensor of type %s", npu_ggml_type_name(t));
   }
+}
+
+/* Every type npulm writes: each tensor llama-quantize stored in that type in golden-TYPE.gguf is
+ * the golden F32 model's tensor quantized by npulm, byte for byte (llama.cpp's quantize_row_*_ref,
+ * which llama-quantize uses without an importance matrix). */
+static void test_golden_quantize(void **state) {
+  (void)state;
+  struct npu_gguf *f32 = NULL;
+  npulm_error err = {{0}};
+  const char *path = test_shared_path(QUANT_DIR "golden-f32.gguf");
+  TEST_REQUIRE_FILE(path);
+  if (npu_gguf_open(path, &f32, &err) != NPULM_OK) fail_msg("%s: %s", path, err.msg);
+  int n_types = 0;
+  for (uint32_t type = 0; type < 64; type++) {
+    const npu_ggml_from_f32_fn quantize = npu_ggml_type_from_f32(type);
+    if (quantize == NULL || type == NPU_GGML_F32) continue;
+    uint32_t block, block_bytes;
+    assert_true(npu_ggml_type_size(type, &block, &block_bytes));
+    char rel[256];
+    snprintf(rel, sizeof(rel), QUANT_DIR "golden-%s.gguf", npu_ggml_type_name(type));
+    struct npu_gguf *g = NULL;
+    path = test_shared_path(rel);
+    if (npu_gguf_open(path, &g, &err) != NPULM_OK) fail_msg("%s: %s", path, err.msg);
+    size_t n_checked = 0, bad_tensors = 0;
+    for (uint64_t i = 0; i < f32->n_tensors; i++) {
+      const struct npu_gguf_tensor *src = &f32->tensors[i];
+      assert_int_equal(src->type, NPU_GGML_F32);
+      char name[128];
+      snprintf(name, sizeof(name), "%.*s", (int)src->name.len, src->name.ptr);
+      const struct npu_gguf_tensor *want = npu_gguf_find_tensor(g, name);
+      if (want == NULL) fail_msg("%s: no tensor %s", rel, name);
+      if (src->n_dims < 2) { /* norms stay F32 */
+        assert_int_equal(want->type, NPU_GGML_F32);
+        continue;
+      }
+      if (want->type != type) fail_msg("%s: %s is not %s", rel, name, npu_ggml_type_name(type));
+      assert_int_equal(want->n_elems, src->n_elems);
+      assert_int_equal(src->n_elems % block, 0);
+      const size_t n_blocks = (size_t)(src->n_elems / block);
+      assert_int_equal(want->nbytes, n_blocks * block_bytes);
+      uint8_t *got = malloc(n_blocks * block_bytes);
+      assert_non_null(got);
+      quantize(src->data, got, n_blocks);
+      const uint8_t *ref = want->data;
+      size_t bad_blocks = 0, first_bad = 0;
+      for (size_t b = 0; b < n_blocks; b++) {
+        if (memcmp(got + b * block_bytes, ref + b * block_bytes, block_bytes) != 0) {
+          if (bad_blocks++ == 0) first_bad = b;
+        }
+      }
+      if (bad_blocks > 0) {
+        print_message("%s: %s: %zu of %zu blocks differ from llama-quantize's, first %zu\n", rel,
+                      name, bad_blocks, n_blocks, first_bad);
+        bad_tensors++;
+      }
+      free(got);
+      n_checked++;
+    }
+    print_message("%s: %zu matrices quantized, %zu differ\n", rel, n_checked, bad_tensors);
+    assert_true(n_checked > 0);
+    assert_int_equal(bad_tensors, 0);
+    npu_gguf_close(g);
+    n_types++;
+  }
+  npu_gguf_close(f32);
+  assert_true(n_types >= 2); /* at least Q4_0 and Q8_0 */
 }
 
 /* The logits (n_vocab, malloc'd) after 'n' tokens of 'm' in a session of the reference forward
@@ -439,6 +506,7 @@ static void test_two_unsupported_named(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_golden_digests),
+      cmocka_unit_test(test_golden_quantize),
       cmocka_unit_test(test_f16_rows_exact),
       cmocka_unit_test(test_mixed_models_run),
       cmocka_unit_test(test_hostile_block_tensors),

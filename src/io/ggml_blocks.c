@@ -403,24 +403,88 @@ void npu_ggml_tq2_0_to_f32(const uint8_t *restrict src, float *restrict dst, siz
   }
 }
 
+/* ---- Quantizers ----------------------------------------------------------------------------- */
+
+static inline void wr_u16(uint8_t *p, uint16_t v) {
+  p[0] = (uint8_t)v;
+  p[1] = (uint8_t)(v >> 8);
+}
+
+void npu_ggml_f32_from_f32(const float *restrict src, uint8_t *restrict dst, size_t n_blocks) {
+  memcpy(dst, src, n_blocks * sizeof(float));
+}
+
+void npu_ggml_f16_from_f32(const float *restrict src, uint8_t *restrict dst, size_t n_blocks) {
+  for (size_t i = 0; i < n_blocks; i++) wr_u16(dst + 2 * i, npu_f32_to_f16(src[i]));
+}
+
+/* ggml's GGML_FP32_TO_BF16: a NaN keeps its sign and top payload bits and is made quiet; every
+ * other value (infinities included) rounds to nearest even. */
+void npu_ggml_bf16_from_f32(const float *restrict src, uint8_t *restrict dst, size_t n_blocks) {
+  for (size_t i = 0; i < n_blocks; i++) {
+    uint32_t u;
+    memcpy(&u, &src[i], sizeof(u));
+    const uint16_t h = (u & 0x7fffffffu) > 0x7f800000u
+                           ? (uint16_t)((u >> 16) | 64u)
+                           : (uint16_t)((u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
+    wr_u16(dst + 2 * i, h);
+  }
+}
+
+/* Q4_0 as quantize_row_q4_0_ref: the scale maps the value of largest magnitude to -8 (so its sign
+ * picks which end of [-8, 7] is used to the full); q = x / d + 8 rounded half up, as a truncation
+ * of x * id + 8.5, capped at 15 (x * id >= -8 by construction, so no lower clamp is needed). */
+void npu_ggml_q4_0_from_f32(const float *restrict src, uint8_t *restrict dst, size_t n_blocks) {
+  for (size_t b = 0; b < n_blocks; b++, src += 32, dst += 18) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; j++) {
+      if (amax < fabsf(src[j])) { /* the first of equal magnitudes wins, as in ggml */
+        amax = fabsf(src[j]);
+        max = src[j];
+      }
+    }
+    const float d = max / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    wr_u16(dst, npu_f32_to_f16(d));
+    for (int j = 0; j < 16; j++) {
+      const int q0 = (int)(src[j] * id + 8.5f), q1 = (int)(src[j + 16] * id + 8.5f);
+      dst[2 + j] = (uint8_t)((q0 < 15 ? q0 : 15) | (q1 < 15 ? q1 : 15) << 4);
+    }
+  }
+}
+
+/* Q8_0 as quantize_row_q8_0_ref: d = max|x| / 127, q = roundf(x * (1/d)) (half away from zero),
+ * within [-127, 127] by construction. */
+void npu_ggml_q8_0_from_f32(const float *restrict src, uint8_t *restrict dst, size_t n_blocks) {
+  for (size_t b = 0; b < n_blocks; b++, src += 32, dst += NPU_Q8_0_BLOCK_BYTES) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++) amax = amax > fabsf(src[j]) ? amax : fabsf(src[j]);
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    wr_u16(dst, npu_f32_to_f16(d));
+    for (int j = 0; j < 32; j++) dst[2 + j] = (uint8_t)(int8_t)roundf(src[j] * id);
+  }
+}
+
 /* ---- The type table ------------------------------------------------------------------------- */
 
 struct ggml_type_traits {
   const char *name;
-  uint32_t block;            /* values per block */
-  uint32_t nbytes;           /* bytes per block */
-  npu_ggml_to_f32_fn to_f32; /* NULL: npulm does not read it */
+  uint32_t block;                /* values per block */
+  uint32_t nbytes;               /* bytes per block */
+  npu_ggml_to_f32_fn to_f32;     /* NULL: npulm does not read it */
+  npu_ggml_from_f32_fn from_f32; /* NULL: npulm does not write it */
 };
 
 /* Indexed by ggml type id; ids ggml has retired have no name. */
 static const struct ggml_type_traits ggml_types[] = {
-    [0] = {"F32", 1, 4, npu_ggml_f32_to_f32},
-    [1] = {"F16", 1, 2, npu_ggml_f16_to_f32},
-    [2] = {"Q4_0", 32, 18, npu_ggml_q4_0_to_f32},
+    [0] = {"F32", 1, 4, npu_ggml_f32_to_f32, npu_ggml_f32_from_f32},
+    [1] = {"F16", 1, 2, npu_ggml_f16_to_f32, npu_ggml_f16_from_f32},
+    [2] = {"Q4_0", 32, 18, npu_ggml_q4_0_to_f32, npu_ggml_q4_0_from_f32},
     [3] = {"Q4_1", 32, 20, npu_ggml_q4_1_to_f32},
     [6] = {"Q5_0", 32, 22, npu_ggml_q5_0_to_f32},
     [7] = {"Q5_1", 32, 24, npu_ggml_q5_1_to_f32},
-    [8] = {"Q8_0", 32, 34, npu_ggml_q8_0_to_f32},
+    [8] = {"Q8_0", 32, 34, npu_ggml_q8_0_to_f32, npu_ggml_q8_0_from_f32},
     [9] = {"Q8_1", 32, 36, NULL},
     [10] = {"Q2_K", 256, 84, npu_ggml_q2_k_to_f32},
     [11] = {"Q3_K", 256, 110, npu_ggml_q3_k_to_f32},
@@ -442,7 +506,7 @@ static const struct ggml_type_traits ggml_types[] = {
     [27] = {"I64", 1, 8, NULL},
     [28] = {"F64", 1, 8, NULL},
     [29] = {"IQ1_M", 256, 56, NULL},
-    [30] = {"BF16", 1, 2, npu_ggml_bf16_to_f32},
+    [30] = {"BF16", 1, 2, npu_ggml_bf16_to_f32, npu_ggml_bf16_from_f32},
     [34] = {"TQ1_0", 256, 54, npu_ggml_tq1_0_to_f32},
     [35] = {"TQ2_0", 256, 66, npu_ggml_tq2_0_to_f32},
     [39] = {"MXFP4", 32, 17, NULL},
@@ -464,14 +528,22 @@ npu_ggml_to_f32_fn npu_ggml_type_to_f32(uint32_t type) {
   return type < GGML_TYPE_COUNT ? ggml_types[type].to_f32 : NULL;
 }
 
-void npu_ggml_readable_types(char *buf, size_t cap) {
+npu_ggml_from_f32_fn npu_ggml_type_from_f32(uint32_t type) {
+  return type < GGML_TYPE_COUNT ? ggml_types[type].from_f32 : NULL;
+}
+
+/* The names of the types with a dequantizer ('writable' false) or a quantizer (true). */
+static void list_types(char *buf, size_t cap, bool writable) {
   size_t len = 0;
   if (cap == 0) return;
   buf[0] = '\0';
   for (uint32_t t = 0; t < GGML_TYPE_COUNT; t++) {
-    if (ggml_types[t].to_f32 == NULL) continue;
+    if (writable ? ggml_types[t].from_f32 == NULL : ggml_types[t].to_f32 == NULL) continue;
     int n = snprintf(buf + len, cap - len, "%s%s", len ? ", " : "", ggml_types[t].name);
     if (n < 0 || (size_t)n >= cap - len) return; /* truncated */
     len += (size_t)n;
   }
 }
+
+void npu_ggml_readable_types(char *buf, size_t cap) { list_types(buf, cap, false); }
+void npu_ggml_writable_types(char *buf, size_t cap) { list_types(buf, cap, true); }

@@ -386,7 +386,7 @@ done:
 
 /* ---- Weights -------------------------------------------------------------------------------- */
 
-#define CHUNK_ELEMS 65536 /* values generated per step: a multiple of the Q8_0 block */
+#define CHUNK_ELEMS 65536 /* values generated per step: a multiple of every block size */
 #define PROGRESS_BYTES (8u << 20)
 
 /* Llama 3 rope frequency factors (LlamaModel.generate_extra_tensors in convert_hf_to_gguf.py). */
@@ -433,8 +433,10 @@ static npulm_status write_weights(struct npu_gguf_writer *w, const struct npu_sy
   const struct npu_synth_tensor view = {
       .name = t->name, .n_dims = t->n_dims, .ne = {t->ne[0], t->ne[1]}, .type = t->type};
   const bool poke = o->poke_tensor != NULL && strcmp(o->poke_tensor, t->name) == 0;
-  if (t->type != NPU_GGML_F32 && t->type != NPU_GGML_F16 && t->type != NPU_GGML_Q8_0) {
-    /* a type npulm does not run (tests of its refusal): zero bytes */
+  const npu_ggml_from_f32_fn quantize = npu_ggml_type_from_f32(t->type);
+  uint32_t block = 1, block_bytes = 4;
+  if (quantize == NULL || !npu_ggml_type_size(t->type, &block, &block_bytes)) {
+    /* a type npulm does not write (tests of the reader's refusal): zero bytes */
     memset(bytes, 0, CHUNK_ELEMS * sizeof(float));
     for (uint64_t left = npu_gguf_writer_tensor_nbytes(w, index); left > 0;) {
       size_t n = left < CHUNK_ELEMS * sizeof(float) ? (size_t)left : CHUNK_ELEMS * sizeof(float);
@@ -462,31 +464,16 @@ static npulm_status write_weights(struct npu_gguf_writer *w, const struct npu_sy
                                          : 0.02f * r;
       }
     }
-    size_t nbytes;
-    switch (t->type) {
-    case NPU_GGML_F16:
-      for (size_t i = 0; i < n; i++) {
-        uint16_t h = npu_f32_to_f16(vals[i]);
-        memcpy(bytes + 2 * i, &h, 2);
-      }
-      nbytes = 2 * n;
-      break;
-    case NPU_GGML_Q8_0:
-      npu_q8_0_quantize_row(vals, bytes, n);
-      nbytes = n / NPU_Q8_0_BLOCK * NPU_Q8_0_BLOCK_BYTES;
-      break;
-    default:
-      memcpy(bytes, vals, 4 * n);
-      nbytes = 4 * n;
-      break;
-    }
+    assert(n % block == 0); /* chunks and rows are whole blocks (ne[0] % block == 0) */
+    quantize(vals, bytes, n / block);
+    const size_t nbytes = n / block * block_bytes;
     if (poke && o->poke_at >= done && o->poke_at < done + n) {
       size_t at = (size_t)(o->poke_at - done);
-      if (t->type == NPU_GGML_F16) {
+      if (t->type == NPU_GGML_F16 || t->type == NPU_GGML_BF16) {
         uint16_t bits = (uint16_t)o->poke_bits;
         memcpy(bytes + 2 * at, &bits, 2);
       } else {
-        assert(t->type == NPU_GGML_F32); /* a Q8_0 element has no bits of its own */
+        assert(t->type == NPU_GGML_F32); /* a block type's element has no bits of its own */
         memcpy(bytes + 4 * at, &o->poke_bits, 4);
       }
     }

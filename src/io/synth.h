@@ -54,7 +54,7 @@ typedef void (*npu_synth_fill_fn)(void *user, const struct npu_synth_tensor *t, 
 /* How to write a shape, and what to break in it. Zero-initialize: every zero field is the
  * default (F32 matrices, seed 0, synth's random weights, nothing broken). */
 struct npu_synth_options {
-  uint32_t type2d; /* ggml type of the 2-D weights: F32, F16, Q8_0 (another: zero bytes) */
+  uint32_t type2d; /* ggml type of the 2-D weights: one ggml_blocks.c writes (another: zeros) */
   uint64_t seed;
   npu_synth_fill_fn fill; /* NULL: seeded normal weights of realistic scale */
   void *user;             /* given to 'fill' */
@@ -66,7 +66,7 @@ struct npu_synth_options {
   const char *wide_tensor; /* declare this tensor 32 elements wider in ne[0] */
   const char *poke_tensor; /* after conversion, overwrite element 'poke_at' of this tensor... */
   uint64_t poke_at;
-  uint32_t poke_bits; /* ...with these F32 bits, or the low 16 as F16 bits in an F16 tensor */
+  uint32_t poke_bits; /* ...with these F32 bits, or the low 16 in an F16 or BF16 tensor */
   bool no_tensors;    /* metadata and vocabulary only, as llama.cpp's ggml-vocab-*.gguf files */
 };
 
