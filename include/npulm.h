@@ -320,8 +320,11 @@ void npulm_diff_free(npulm_diff_report *report); /* accepts NULL */
 const char *const *npulm_synth_shapes(void);
 
 /* Write a GGUF with the tensor shapes and metadata of 'shape', seeded random weights of realistic
- * scale and a synthetic SentencePiece tokenizer. 'type' is "f32", "f16" or "q8_0" (norms stay
- * F32). 'progress' (may be NULL) is called as tensor data is written. */
+ * scale and a synthetic SentencePiece tokenizer. 'type' is the matrices' type: "f32", "f16",
+ * "bf16", "q4_0" or "q8_0" (any case), quantized as llama-quantize does; norms stay F32. Another
+ * type is NPULM_ERR_ARG, its message listing the accepted ones. The weights are made and written in
+ * chunks: memory use does not grow with the shape. 'progress' (may be NULL) is called as tensor
+ * data is written. */
 npulm_status npulm_synth(const char *shape, uint64_t seed, const char *type, const char *path,
                          npulm_progress_fn progress, void *user, npulm_error *err);
 

@@ -105,9 +105,12 @@ static void test_shape_names(void **state) {
   assert_non_null(strstr(err.msg, "stories15M"));
   assert_non_null(strstr(err.msg, "llama-3.2-1b"));
   memset(err.msg, 0, sizeof(err.msg));
-  assert_int_equal(npulm_synth("tiny", 1, "q4_0", path, NULL, NULL, &err), NPULM_ERR_ARG);
-  assert_non_null(strstr(err.msg, "q4_0"));
-  assert_non_null(strstr(err.msg, "q8_0"));
+  assert_int_equal(npulm_synth("tiny", 1, "q4_k", path, NULL, NULL, &err), NPULM_ERR_ARG);
+  assert_null(strchr(err.msg, '\n'));
+  const char *accepted[] = {"'q4_k'", "f32", "f16", "bf16", "q4_0", "q8_0"};
+  for (size_t i = 0; i < sizeof(accepted) / sizeof(accepted[0]); i++) {
+    if (strstr(err.msg, accepted[i]) == NULL) fail_msg("'%s' lacks %s", err.msg, accepted[i]);
+  }
   assert_int_not_equal(access(path, F_OK), 0);
   char bad[600];
   snprintf(bad, sizeof(bad), "%s.missing-dir/x.gguf", path);
@@ -234,6 +237,53 @@ static void test_tiny_qwen2_f16(void **state) {
   unlink(path);
 }
 
+/* Q4_0, Q8_0 (the type named in capitals) and BF16 matrices: the file says so, the norms and biases
+ * stay the F32 file's, and every matrix is the F32 file's (same seed) through the type's quantizer
+ * (tests/test_dequant.c checks those against llama-quantize). */
+static void test_tiny_block_types(void **state) {
+  (void)state;
+  char ref_path[512], path[512];
+  tmp_path(ref_path, sizeof(ref_path), "tiny-f32.gguf");
+  synth_ok("tiny-qwen2", 5, "f32", ref_path);
+  struct npu_gguf *ref = NULL;
+  npulm_error err = {{0}};
+  assert_int_equal(npu_gguf_open(ref_path, &ref, &err), NPULM_OK);
+  const struct {
+    const char *name;
+    uint32_t type, file_type, block, block_bytes;
+  } types[] = {{"q4_0", NPU_GGML_Q4_0, 2, 32, 18},
+               {"Q8_0", NPU_GGML_Q8_0, 7, 32, 34},
+               {"bf16", NPU_GGML_BF16, 32, 1, 2}};
+  for (size_t k = 0; k < sizeof(types) / sizeof(types[0]); k++) {
+    tmp_path(path, sizeof(path), types[k].name);
+    synth_ok("tiny-qwen2", 5, types[k].name, path);
+    struct npu_gguf *g = NULL;
+    assert_int_equal(npu_gguf_open(path, &g, &err), NPULM_OK);
+    assert_int_equal(get_u32(g, "general.file_type"), types[k].file_type);
+    assert_int_equal(g->n_tensors, ref->n_tensors);
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+      const struct npu_gguf_tensor *t = &g->tensors[i], *r = &ref->tensors[i];
+      assert_true(t->n_elems == r->n_elems && t->n_dims == r->n_dims);
+      if (t->n_dims == 1) {
+        assert_int_equal(t->type, NPU_GGML_F32);
+        assert_memory_equal(t->data, r->data, (size_t)t->nbytes);
+        continue;
+      }
+      assert_int_equal(t->type, types[k].type);
+      const size_t n_blocks = (size_t)(t->n_elems / types[k].block);
+      uint8_t *want = malloc(n_blocks * types[k].block_bytes);
+      assert_non_null(want);
+      npu_ggml_type_from_f32(t->type)(r->data, want, n_blocks);
+      assert_memory_equal(t->data, want, n_blocks * types[k].block_bytes);
+      free(want);
+    }
+    npu_gguf_close(g);
+    unlink(path);
+  }
+  npu_gguf_close(ref);
+  unlink(ref_path);
+}
+
 struct progress_log {
   int calls;
   uint64_t last_done;
@@ -310,8 +360,8 @@ static void test_stories15m(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_shape_names),    cmocka_unit_test(test_tiny_llama_q8_0),
-      cmocka_unit_test(test_tiny_qwen2_f16), cmocka_unit_test(test_deterministic),
-      cmocka_unit_test(test_stories15m),
+      cmocka_unit_test(test_tiny_qwen2_f16), cmocka_unit_test(test_tiny_block_types),
+      cmocka_unit_test(test_deterministic),  cmocka_unit_test(test_stories15m),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -3,10 +3,12 @@
  * scale and a synthetic SentencePiece vocabulary. They exist for speed work (npulm vs llama.cpp
  * on the same file); accuracy is measured on trained models. */
 #include <assert.h>
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/common.h"
 #include "io/gguf.h"
@@ -243,9 +245,11 @@ static npulm_status make_plan(const struct npu_synth_shape *sh, const struct npu
 /* llama.cpp's general.file_type (enum llama_ftype) for the majority type. */
 static uint32_t file_type_of(uint32_t type2d) {
   switch (type2d) {
-  case NPU_GGML_F16: return 1;  /* MOSTLY_F16 */
-  case NPU_GGML_Q8_0: return 7; /* MOSTLY_Q8_0 */
-  default: return 0;            /* ALL_F32 */
+  case NPU_GGML_F16: return 1;   /* MOSTLY_F16 */
+  case NPU_GGML_Q4_0: return 2;  /* MOSTLY_Q4_0 */
+  case NPU_GGML_Q8_0: return 7;  /* MOSTLY_Q8_0 */
+  case NPU_GGML_BF16: return 32; /* MOSTLY_BF16 */
+  default: return 0;             /* ALL_F32 */
   }
 }
 
@@ -535,16 +539,22 @@ npulm_status npulm_synth(const char *shape, uint64_t seed, const char *type, con
     return npu_fail(err, NPULM_ERR_ARG, "unknown synthetic shape '%s' (known: %s)",
                     shape ? shape : "(null)", names);
   }
+  /* The weight types are the ones ggml_blocks.c has a quantizer for, by their lowercase names. */
   struct npu_synth_options o = {.seed = seed, .progress = progress, .progress_user = user};
-  if (type != NULL && strcmp(type, "f32") == 0) {
-    o.type2d = NPU_GGML_F32;
-  } else if (type != NULL && strcmp(type, "f16") == 0) {
-    o.type2d = NPU_GGML_F16;
-  } else if (type != NULL && strcmp(type, "q8_0") == 0) {
-    o.type2d = NPU_GGML_Q8_0;
-  } else {
-    return npu_fail(err, NPULM_ERR_ARG, "unknown weight type '%s' (known: f32, f16, q8_0)",
-                    type ? type : "(null)");
+  bool known = false;
+  for (uint32_t t = 0; t < 64 && type != NULL && !known; t++) {
+    const char *name = npu_ggml_type_name(t);
+    if (name != NULL && npu_ggml_type_from_f32(t) != NULL && strcasecmp(name, type) == 0) {
+      o.type2d = t;
+      known = true;
+    }
+  }
+  if (!known) {
+    char names[160];
+    npu_ggml_writable_types(names, sizeof(names));
+    for (char *c = names; *c != '\0'; c++) *c = (char)tolower((unsigned char)*c);
+    return npu_fail(err, NPULM_ERR_ARG, "unknown weight type '%s' (known: %s)",
+                    type ? type : "(null)", names);
   }
 
   if (path == NULL || path[0] == '\0') return npu_fail(err, NPULM_ERR_ARG, "no output path");
