@@ -7,6 +7,7 @@
 #include "test_util.h"
 
 #include "io/gguf.h"
+#include "io/synth.h"
 #include "npulm.h"
 
 static void tmp_path(char *buf, size_t cap, const char *name) {
@@ -90,8 +91,9 @@ static void tensor_stats(const struct npu_gguf *g, const char *name, double *mea
 static void test_shape_names(void **state) {
   (void)state;
   const char *const *names = npulm_synth_shapes();
-  const char *required[] = {"stories15M", "stories110M", "smollm2-135m", "qwen2.5-0.5b",
-                            "llama-3.2-1b"};
+  const char *required[] = {"stories15M",   "stories110M",  "smollm2-135m",
+                            "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b",
+                            "llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b"};
   for (size_t r = 0; r < sizeof(required) / sizeof(required[0]); r++) {
     bool found = false;
     for (size_t i = 0; names[i] != NULL; i++) found = found || strcmp(names[i], required[r]) == 0;
@@ -117,6 +119,34 @@ static void test_shape_names(void **state) {
   memset(err.msg, 0, sizeof(err.msg));
   assert_int_equal(npulm_synth("tiny", 1, "f32", bad, NULL, NULL, &err), NPULM_ERR_IO);
   assert_non_null(strstr(err.msg, bad));
+}
+
+/* The real shapes' parameter counts (every tensor synth writes, rope_freqs included) are within
+ * 1% of the published ones (the model cards' "Number of Parameters"; Hugging Face's count of the
+ * safetensors). Only the table is read: the big shapes take minutes and gigabytes to write. */
+static void test_shape_table(void **state) {
+  (void)state;
+  const struct {
+    const char *name;
+    double params;
+  } published[] = {
+      {"stories15M", 15.2e6},   {"stories110M", 110e6},   {"smollm2-135m", 135e6},
+      {"qwen2.5-0.5b", 0.49e9}, {"qwen2.5-1.5b", 1.54e9}, {"qwen2.5-7b", 7.61e9},
+      {"llama-3.2-1b", 1.24e9}, {"llama-3.2-3b", 3.21e9}, {"llama-3.1-8b", 8.03e9},
+  };
+  for (size_t i = 0; i < sizeof(published) / sizeof(published[0]); i++) {
+    const struct npu_synth_shape *sh = npu_synth_shape_find(published[i].name);
+    if (sh == NULL) fail_msg("shape %s is missing", published[i].name);
+    const double n = (double)npu_synth_n_params(sh);
+    print_message("%-14s %14.0f parameters\n", published[i].name, n);
+    if (fabs(n / published[i].params - 1.0) > 0.01) {
+      fail_msg("%s: %.0f parameters, published %.3g", published[i].name, n, published[i].params);
+    }
+  }
+  /* Every listed name has a table row. */
+  for (const char *const *s = npulm_synth_shapes(); *s != NULL; s++) {
+    if (npu_synth_shape_find(*s) == NULL) fail_msg("listed shape %s has no row", *s);
+  }
 }
 
 static void test_tiny_llama_q8_0(void **state) {
@@ -359,9 +389,10 @@ static void test_stories15m(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_shape_names),    cmocka_unit_test(test_tiny_llama_q8_0),
-      cmocka_unit_test(test_tiny_qwen2_f16), cmocka_unit_test(test_tiny_block_types),
-      cmocka_unit_test(test_deterministic),  cmocka_unit_test(test_stories15m),
+      cmocka_unit_test(test_shape_names),      cmocka_unit_test(test_shape_table),
+      cmocka_unit_test(test_tiny_llama_q8_0),  cmocka_unit_test(test_tiny_qwen2_f16),
+      cmocka_unit_test(test_tiny_block_types), cmocka_unit_test(test_deterministic),
+      cmocka_unit_test(test_stories15m),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -122,12 +122,83 @@ static const struct npu_synth_shape shapes[] = {
      .rope_low_freq_factor = 1.0f,
      .rope_high_freq_factor = 4.0f,
      .rope_orig_ctx = 8192},
+    /* The bigger shapes, from each model's config.json on Hugging Face (hidden_size,
+     * num_hidden_layers, num_attention_heads, num_key_value_heads, intermediate_size, vocab_size,
+     * max_position_embeddings, rope_theta, rms_norm_eps, tie_word_embeddings, rope_scaling). Write
+     * them as q4_0 or q8_0: as F32 they take 6-32 GB. */
+    /* meta-llama/Llama-3.2-3B: 3.21B parameters */
+    {.name = "llama-3.2-3b",
+     .arch = "llama",
+     .title = "Llama 3.2 3B",
+     .dim = 3072,
+     .n_layers = 28,
+     .n_heads = 24,
+     .n_kv_heads = 8,
+     .ffn_dim = 8192,
+     .n_vocab = 128256,
+     .n_ctx = 131072,
+     .rope_base = 500000.0f,
+     .rms_eps = 1e-5f,
+     .tied = true,
+     .head_dim_key = true,
+     .rope_llama3_factor = 32.0f,
+     .rope_low_freq_factor = 1.0f,
+     .rope_high_freq_factor = 4.0f,
+     .rope_orig_ctx = 8192},
+    /* meta-llama/Llama-3.1-8B: 8.03B parameters; a separate output matrix. (Its first config.json
+     * had no "head_dim"; the current one says 128, as dim / heads does.) */
+    {.name = "llama-3.1-8b",
+     .arch = "llama",
+     .title = "Llama 3.1 8B",
+     .dim = 4096,
+     .n_layers = 32,
+     .n_heads = 32,
+     .n_kv_heads = 8,
+     .ffn_dim = 14336,
+     .n_vocab = 128256,
+     .n_ctx = 131072,
+     .rope_base = 500000.0f,
+     .rms_eps = 1e-5f,
+     .head_dim_key = true,
+     .rope_llama3_factor = 8.0f,
+     .rope_low_freq_factor = 1.0f,
+     .rope_high_freq_factor = 4.0f,
+     .rope_orig_ctx = 8192},
+    /* Qwen/Qwen2.5-1.5B: 1.54B parameters (context 131072: the base model's; -Instruct's is 32K) */
+    {.name = "qwen2.5-1.5b",
+     .arch = "qwen2",
+     .title = "Qwen2.5 1.5B",
+     .dim = 1536,
+     .n_layers = 28,
+     .n_heads = 12,
+     .n_kv_heads = 2,
+     .ffn_dim = 8960,
+     .n_vocab = 151936,
+     .n_ctx = 131072,
+     .rope_base = 1000000.0f,
+     .rms_eps = 1e-6f,
+     .tied = true,
+     .qkv_bias = true},
+    /* Qwen/Qwen2.5-7B: 7.61B parameters, untied output, the vocabulary padded to 152064 */
+    {.name = "qwen2.5-7b",
+     .arch = "qwen2",
+     .title = "Qwen2.5 7B",
+     .dim = 3584,
+     .n_layers = 28,
+     .n_heads = 28,
+     .n_kv_heads = 4,
+     .ffn_dim = 18944,
+     .n_vocab = 152064,
+     .n_ctx = 131072,
+     .rope_base = 1000000.0f,
+     .rms_eps = 1e-6f,
+     .qkv_bias = true},
 };
 #define N_SHAPES (sizeof(shapes) / sizeof(shapes[0]))
 
 static const char *const shape_names[N_SHAPES + 1] = {
-    "tiny",         "tiny-qwen2",   "stories15M",   "stories110M",
-    "smollm2-135m", "qwen2.5-0.5b", "llama-3.2-1b", NULL,
+    "tiny",         "tiny-qwen2",   "stories15M",   "stories110M",  "smollm2-135m", "qwen2.5-0.5b",
+    "llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "qwen2.5-1.5b", "qwen2.5-7b",   NULL,
 };
 
 const char *const *npulm_synth_shapes(void) { return shape_names; }
@@ -238,6 +309,18 @@ static npulm_status make_plan(const struct npu_synth_shape *sh, const struct npu
 #undef ADD2
 #undef TRY
   return NPULM_OK;
+}
+
+uint64_t npu_synth_n_params(const struct npu_synth_shape *sh) {
+  const struct npu_synth_options o = {0};
+  struct plan p = {0};
+  npulm_error err;
+  uint64_t n = 0;
+  if (make_plan(sh, &o, &p, &err) == NPULM_OK) {
+    for (size_t i = 0; i < p.n; i++) n += p.t[i].ne[0] * p.t[i].ne[1];
+  }
+  free(p.t);
+  return n;
 }
 
 /* ---- Metadata ------------------------------------------------------------------------------- */

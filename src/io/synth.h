@@ -38,6 +38,9 @@ struct npu_synth_shape {
 /* The named shape 'name' (npulm_synth_shapes lists them), or NULL. */
 const struct npu_synth_shape *npu_synth_shape_find(const char *name);
 
+/* The number of weights of 'sh' (the elements of every tensor it writes), or 0 out of memory. */
+uint64_t npu_synth_n_params(const struct npu_synth_shape *sh);
+
 /* A tensor as the fill hook sees it. 1-D tensors (norms, biases, rope factors) are always F32. */
 struct npu_synth_tensor {
   const char *name;
