@@ -203,6 +203,39 @@ static void test_golden_quantize(void **state) {
   assert_true(n_types >= 2); /* at least Q4_0 and Q8_0 */
 }
 
+/* Edge cases the golden model may not reach. Q4_0: the value of largest magnitude sets the sign of
+ * d and lands on -8 (nibble 0); its opposite number would be +8, which is capped at nibble 15; a
+ * block of zeros has d = -0 (0 / -8, as in llama.cpp) and nibbles 8. Q8_0: q = roundf(x * (1/d))
+ * as llama.cpp computes it, which differs from roundf(x / d) on the value below (5.5 against
+ * 5.49999952). */
+static void test_quantize_edges(void **state) {
+  (void)state;
+  float x[64] = {0};
+  x[0] = 4.0f;   /* largest magnitude, positive: d = -0.5 */
+  x[1] = -4.0f;  /* -4 * (1 / -0.5) + 8.5 = 16.5: capped at 15 */
+  x[17] = 1.0f;  /* 1 * -2 + 8.5 = 6.5: 6 */
+  x[18] = -0.3f; /* 0.6 + 8.5 = 9.1: 9 */
+  uint8_t q[2 * 18];
+  npu_ggml_q4_0_from_f32(x, q, 2);
+  assert_int_equal(q[0] | q[1] << 8, npu_f32_to_f16(-0.5f));
+  assert_int_equal(q[2 + 0], 0x80);             /* values 0 (nibble 0) and 16 (zero: 8) */
+  assert_int_equal(q[2 + 1], 0x6f);             /* values 1 (capped 15) and 17 (6) */
+  assert_int_equal(q[2 + 2], 0x98);             /* values 2 (zero: 8) and 18 (9) */
+  assert_int_equal(q[18] | q[19] << 8, 0x8000); /* the zero block: d = -0 */
+  for (int j = 0; j < 16; j++) assert_int_equal(q[20 + j], 0x88);
+
+  const uint32_t a_bits = 0x3f9e442cu, x_bits = 0x3d5b5464u; /* 1.23645544, 0.053547278 */
+  float y[32] = {0};
+  memcpy(&y[0], &a_bits, 4);
+  memcpy(&y[1], &x_bits, 4);
+  y[2] = -y[1];
+  uint8_t q8[NPU_Q8_0_BLOCK_BYTES];
+  npu_ggml_q8_0_from_f32(y, q8, 1);
+  assert_int_equal((int8_t)q8[2], 127);
+  assert_int_equal((int8_t)q8[3], 6); /* x * (1/d) = 5.5 rounds away from zero; x / d gives 5 */
+  assert_int_equal((int8_t)q8[4], -6);
+}
+
 /* The logits (n_vocab, malloc'd) after 'n' tokens of 'm' in a session of the reference forward
  * or of the compiled FP32 graphs. */
 static float *eval_logits(const npulm_model *m, bool reference, const int32_t *tokens, size_t n,
@@ -507,6 +540,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_golden_digests),
       cmocka_unit_test(test_golden_quantize),
+      cmocka_unit_test(test_quantize_edges),
       cmocka_unit_test(test_f16_rows_exact),
       cmocka_unit_test(test_mixed_models_run),
       cmocka_unit_test(test_hostile_block_tensors),
