@@ -321,7 +321,8 @@ const char *const *npulm_synth_shapes(void);
 
 /* Write a GGUF with the tensor shapes and metadata of 'shape', seeded random weights of realistic
  * scale and a synthetic SentencePiece tokenizer. 'type' is the matrices' type: "f32", "f16",
- * "bf16", "q4_0" or "q8_0" (any case), quantized as llama-quantize does; norms stay F32. Another
+ * "bf16", "q4_0", "q8_0" or "q4_k" (any case), quantized as llama-quantize does (q4_k: for shapes
+ * whose rows are whole 256-value blocks, NPULM_ERR_ARG otherwise); norms stay F32. Another
  * type is NPULM_ERR_ARG, its message listing the accepted ones. The weights are made and written in
  * chunks: memory use does not grow with the shape. 'progress' (may be NULL) is called as tensor
  * data is written. */

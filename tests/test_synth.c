@@ -7,6 +7,7 @@
 #include "test_util.h"
 
 #include "io/gguf.h"
+#include "io/gguf_write.h"
 #include "io/synth.h"
 #include "npulm.h"
 
@@ -107,12 +108,15 @@ static void test_shape_names(void **state) {
   assert_non_null(strstr(err.msg, "stories15M"));
   assert_non_null(strstr(err.msg, "llama-3.2-1b"));
   memset(err.msg, 0, sizeof(err.msg));
-  assert_int_equal(npulm_synth("tiny", 1, "q4_k", path, NULL, NULL, &err), NPULM_ERR_ARG);
+  assert_int_equal(npulm_synth("tiny", 1, "q6_k", path, NULL, NULL, &err), NPULM_ERR_ARG);
   assert_null(strchr(err.msg, '\n'));
-  const char *accepted[] = {"'q4_k'", "f32", "f16", "bf16", "q4_0", "q8_0"};
+  const char *accepted[] = {"'q6_k'", "f32", "f16", "bf16", "q4_0", "q8_0", "q4_k"};
   for (size_t i = 0; i < sizeof(accepted) / sizeof(accepted[0]); i++) {
     if (strstr(err.msg, accepted[i]) == NULL) fail_msg("'%s' lacks %s", err.msg, accepted[i]);
   }
+  memset(err.msg, 0, sizeof(err.msg)); /* Q4_K's blocks are 256 values, tiny's rows 64 */
+  assert_int_equal(npulm_synth("tiny", 1, "q4_k", path, NULL, NULL, &err), NPULM_ERR_ARG);
+  assert_non_null(strstr(err.msg, "256"));
   assert_int_not_equal(access(path, F_OK), 0);
   char bad[600];
   snprintf(bad, sizeof(bad), "%s.missing-dir/x.gguf", path);
@@ -314,6 +318,54 @@ static void test_tiny_block_types(void **state) {
   unlink(ref_path);
 }
 
+/* Q4_K on a shape whose rows are whole 256-value blocks (written in memory): the matrices are the
+ * F32 image's (same seed) through the Q4_K quantizer; general.file_type is llama.cpp's Q4_K_M. */
+static void test_q4_k_custom_shape(void **state) {
+  (void)state;
+  const struct npu_synth_shape sh = {.arch = "llama",
+                                     .title = "q4k",
+                                     .dim = 256,
+                                     .n_layers = 1,
+                                     .n_heads = 4,
+                                     .n_kv_heads = 2,
+                                     .ffn_dim = 512,
+                                     .n_vocab = 300,
+                                     .n_ctx = 64,
+                                     .rope_base = 10000.0f,
+                                     .rms_eps = 1e-5f};
+  void *image[2];
+  struct npu_gguf *g[2];
+  const uint32_t types[2] = {NPU_GGML_F32, NPU_GGML_Q4_K};
+  npulm_error err = {{0}};
+  for (int k = 0; k < 2; k++) {
+    const struct npu_synth_options o = {.type2d = types[k], .seed = 9};
+    struct npu_gguf_writer *w = NULL;
+    size_t size;
+    assert_int_equal(npu_gguf_writer_open_memory(&w, &err), NPULM_OK);
+    assert_int_equal(npu_synth_write(w, &sh, &o, &err), NPULM_OK);
+    assert_int_equal(npu_gguf_writer_finish(w, &err), NPULM_OK);
+    assert_int_equal(npu_gguf_writer_take_memory(w, &image[k], &size, &err), NPULM_OK);
+    npu_gguf_writer_free(w);
+    assert_int_equal(npu_gguf_open_memory(image[k], size, &g[k], &err), NPULM_OK);
+  }
+  assert_int_equal(get_u32(g[1], "general.file_type"), 15);
+  for (uint64_t i = 0; i < g[1]->n_tensors; i++) {
+    const struct npu_gguf_tensor *t = &g[1]->tensors[i], *r = &g[0]->tensors[i];
+    if (t->n_dims == 1) continue;
+    assert_int_equal(t->type, NPU_GGML_Q4_K);
+    const size_t n_blocks = (size_t)(t->n_elems / 256);
+    uint8_t *want = malloc(n_blocks * 144);
+    assert_non_null(want);
+    npu_ggml_q4_k_from_f32(r->data, want, n_blocks);
+    assert_memory_equal(t->data, want, n_blocks * 144);
+    free(want);
+  }
+  for (int k = 0; k < 2; k++) {
+    npu_gguf_close(g[k]);
+    free(image[k]);
+  }
+}
+
 struct progress_log {
   int calls;
   uint64_t last_done;
@@ -391,8 +443,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_shape_names),      cmocka_unit_test(test_shape_table),
       cmocka_unit_test(test_tiny_llama_q8_0),  cmocka_unit_test(test_tiny_qwen2_f16),
-      cmocka_unit_test(test_tiny_block_types), cmocka_unit_test(test_deterministic),
-      cmocka_unit_test(test_stories15m),
+      cmocka_unit_test(test_tiny_block_types), cmocka_unit_test(test_q4_k_custom_shape),
+      cmocka_unit_test(test_deterministic),    cmocka_unit_test(test_stories15m),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -466,6 +466,141 @@ void npu_ggml_q8_0_from_f32(const float *restrict src, uint8_t *restrict dst, si
   }
 }
 
+/* ggml's nearest_int: round half to even through the float adder (|v| <= 4194303). */
+static inline int nearest_int(float v) {
+  const float biased = v + 12582912.0f; /* 1.5 * 2^23: the integer lands in the low mantissa */
+  int32_t bits;
+  memcpy(&bits, &biased, sizeof(bits));
+  return (bits & 0x007fffff) - 0x00400000;
+}
+
+/* ggml's make_qkx2_quants (no MAD): scale and min (returned, and -min in '*neg_min_out') of the
+ * 'n' values 'x' on levels 0..nmax, weighted, minimizing the weighted squared error over the plain
+ * range fit and 'nstep' + 1 trial scales (nmax + rmin + rdelta * is) / (max - min), each refined
+ * by weighted least squares; the levels go to 'L' ('Laux' is scratch of n). */
+static float make_qkx2_quants(int n, int nmax, const float *restrict x,
+                              const float *restrict weights, uint8_t *restrict L,
+                              float *restrict neg_min_out, uint8_t *restrict Laux, float rmin,
+                              float rdelta, int nstep) {
+  float min = x[0], max = x[0];
+  float sum_w = weights[0];
+  float sum_x = sum_w * x[0];
+  for (int i = 1; i < n; i++) {
+    if (x[i] < min) min = x[i];
+    if (x[i] > max) max = x[i];
+    const float w = weights[i];
+    sum_w += w;
+    sum_x += w * x[i];
+  }
+  if (min > 0) min = 0;
+  if (max == min) {
+    memset(L, 0, (size_t)n);
+    *neg_min_out = -min;
+    return 0.0f;
+  }
+  float iscale = (float)nmax / (max - min);
+  float scale = 1 / iscale;
+  float best_err = 0;
+  for (int i = 0; i < n; i++) {
+    const int l = nearest_int(iscale * (x[i] - min));
+    L[i] = (uint8_t)(l < 0 ? 0 : l > nmax ? nmax : l);
+    const float diff = scale * (float)L[i] + min - x[i];
+    best_err += weights[i] * (diff * diff);
+  }
+  for (int is = 0; is <= nstep; is++) {
+    iscale = (rmin + rdelta * (float)is + (float)nmax) / (max - min);
+    float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+    for (int i = 0; i < n; i++) {
+      int l = nearest_int(iscale * (x[i] - min));
+      l = l < 0 ? 0 : l > nmax ? nmax : l;
+      Laux[i] = (uint8_t)l;
+      const float w = weights[i];
+      sum_l += w * (float)l;
+      sum_l2 += w * (float)l * (float)l;
+      sum_xl += w * (float)l * x[i];
+    }
+    const float D = sum_w * sum_l2 - sum_l * sum_l;
+    if (D > 0) {
+      float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+      float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+      if (this_min > 0) {
+        this_min = 0;
+        this_scale = sum_xl / sum_l2;
+      }
+      float err = 0;
+      for (int i = 0; i < n; i++) {
+        const float diff = this_scale * (float)Laux[i] + this_min - x[i];
+        err += weights[i] * (diff * diff);
+      }
+      if (err < best_err) {
+        memcpy(L, Laux, (size_t)n);
+        best_err = err;
+        scale = this_scale;
+        min = this_min;
+      }
+    }
+  }
+  *neg_min_out = -min;
+  return scale;
+}
+
+/* Q4_K as quantize_row_q4_K_ref: per sub-block of 32, weights av + |x| (av = rms of the
+ * sub-block) and make_qkx2_quants(15, rmin -1, rdelta 0.1, 20 steps); the 8 scales and mins on
+ * 6 bits against the largest of each (d = max scale / 63, dmin = max min / 63); then every value
+ * requantized with the stored (f16-rounded) d * scale and dmin * min. */
+void npu_ggml_q4_k_from_f32(const float *restrict src, uint8_t *restrict dst, size_t n_blocks) {
+  for (size_t b = 0; b < n_blocks; b++, src += 256, dst += 144) {
+    uint8_t L[256], Laux[32];
+    float weights[32], mins[8], scales[8];
+    float max_scale = 0, max_min = 0; /* the min is subtracted: scales are never negative */
+    for (int j = 0; j < 8; j++) {
+      const float *x = src + 32 * j;
+      float sum_x2 = 0;
+      for (int l = 0; l < 32; l++) sum_x2 += x[l] * x[l];
+      const float av_x = sqrtf(sum_x2 / 32);
+      for (int l = 0; l < 32; l++) weights[l] = av_x + fabsf(x[l]);
+      scales[j] = make_qkx2_quants(32, 15, x, weights, L + 32 * j, &mins[j], Laux, -1.0f, 0.1f, 20);
+      if (scales[j] > max_scale) max_scale = scales[j];
+      if (mins[j] > max_min) max_min = mins[j];
+    }
+    const float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
+    const float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
+    uint8_t *sc = dst + 4;
+    for (int j = 0; j < 8; j++) {
+      uint8_t ls = (uint8_t)nearest_int(inv_scale * scales[j]);
+      uint8_t lm = (uint8_t)nearest_int(inv_min * mins[j]);
+      ls = ls < 63 ? ls : 63;
+      lm = lm < 63 ? lm : 63;
+      if (j < 4) {
+        sc[j] = ls;
+        sc[j + 4] = lm;
+      } else { /* low nibbles in byte j + 4, the top 2 bits over bytes j - 4 and j */
+        sc[j + 4] = (uint8_t)((ls & 0xf) | (lm & 0xf) << 4);
+        sc[j - 4] |= (uint8_t)((ls >> 4) << 6);
+        sc[j] |= (uint8_t)((lm >> 4) << 6);
+      }
+    }
+    wr_u16(dst, npu_f32_to_f16(max_scale / 63.0f));
+    wr_u16(dst + 2, npu_f32_to_f16(max_min / 63.0f));
+    const float d_all = rd_f16(dst), dmin_all = rd_f16(dst + 2);
+    for (int j = 0; j < 8; j++) {
+      int s, m;
+      k4_scale_min(sc, j, &s, &m);
+      const float d = d_all * (float)s;
+      if (d == 0.0f) continue; /* keeps make_qkx2_quants' levels, as ggml does */
+      const float dm = dmin_all * (float)m;
+      for (int i = 0; i < 32; i++) {
+        const int l = nearest_int((src[32 * j + i] + dm) / d);
+        L[32 * j + i] = (uint8_t)(l < 0 ? 0 : l > 15 ? 15 : l);
+      }
+    }
+    uint8_t *qs = dst + 16;
+    for (int j = 0; j < 256; j += 64, qs += 32) {
+      for (int l = 0; l < 32; l++) qs[l] = (uint8_t)(L[j + l] | L[j + l + 32] << 4);
+    }
+  }
+}
+
 /* ---- The type table ------------------------------------------------------------------------- */
 
 struct ggml_type_traits {
@@ -488,7 +623,7 @@ static const struct ggml_type_traits ggml_types[] = {
     [9] = {"Q8_1", 32, 36, NULL},
     [10] = {"Q2_K", 256, 84, npu_ggml_q2_k_to_f32},
     [11] = {"Q3_K", 256, 110, npu_ggml_q3_k_to_f32},
-    [12] = {"Q4_K", 256, 144, npu_ggml_q4_k_to_f32},
+    [12] = {"Q4_K", 256, 144, npu_ggml_q4_k_to_f32, npu_ggml_q4_k_from_f32},
     [13] = {"Q5_K", 256, 176, npu_ggml_q5_k_to_f32},
     [14] = {"Q6_K", 256, 210, npu_ggml_q6_k_to_f32},
     [15] = {"Q8_K", 256, 292, NULL},

@@ -331,6 +331,7 @@ static uint32_t file_type_of(uint32_t type2d) {
   case NPU_GGML_F16: return 1;   /* MOSTLY_F16 */
   case NPU_GGML_Q4_0: return 2;  /* MOSTLY_Q4_0 */
   case NPU_GGML_Q8_0: return 7;  /* MOSTLY_Q8_0 */
+  case NPU_GGML_Q4_K: return 15; /* MOSTLY_Q4_K_M, as llama-quantize --pure Q4_K_M writes */
   case NPU_GGML_BF16: return 32; /* MOSTLY_BF16 */
   default: return 0;             /* ALL_F32 */
   }
@@ -640,6 +641,14 @@ npulm_status npulm_synth(const char *shape, uint64_t seed, const char *type, con
                     type ? type : "(null)", names);
   }
 
+  /* Rows are dim (and heads * head_dim = dim) or ffn_dim long; block types need whole blocks. */
+  uint32_t block, block_bytes;
+  npu_ggml_type_size(o.type2d, &block, &block_bytes);
+  if (sh->dim % block != 0 || sh->ffn_dim % block != 0) {
+    return npu_fail(err, NPULM_ERR_ARG,
+                    "weight type '%s' packs %u values a block: shape '%s' has rows of %u and %u",
+                    type, block, sh->name, sh->dim, sh->ffn_dim);
+  }
   if (path == NULL || path[0] == '\0') return npu_fail(err, NPULM_ERR_ARG, "no output path");
 
   struct npu_gguf_writer *w = NULL;
