@@ -108,9 +108,9 @@ static void test_shape_names(void **state) {
   assert_non_null(strstr(err.msg, "stories15M"));
   assert_non_null(strstr(err.msg, "llama-3.2-1b"));
   memset(err.msg, 0, sizeof(err.msg));
-  assert_int_equal(npulm_synth("tiny", 1, "q6_k", path, NULL, NULL, &err), NPULM_ERR_ARG);
+  assert_int_equal(npulm_synth("tiny", 1, "q5_k", path, NULL, NULL, &err), NPULM_ERR_ARG);
   assert_null(strchr(err.msg, '\n'));
-  const char *accepted[] = {"'q6_k'", "f32", "f16", "bf16", "q4_0", "q8_0", "q4_k"};
+  const char *accepted[] = {"'q5_k'", "f32", "f16", "bf16", "q4_0", "q8_0", "q4_k", "q6_k"};
   for (size_t i = 0; i < sizeof(accepted) / sizeof(accepted[0]); i++) {
     if (strstr(err.msg, accepted[i]) == NULL) fail_msg("'%s' lacks %s", err.msg, accepted[i]);
   }
@@ -318,12 +318,13 @@ static void test_tiny_block_types(void **state) {
   unlink(ref_path);
 }
 
-/* Q4_K on a shape whose rows are whole 256-value blocks (written in memory): the matrices are the
- * F32 image's (same seed) through the Q4_K quantizer; general.file_type is llama.cpp's Q4_K_M. */
-static void test_q4_k_custom_shape(void **state) {
+/* The K types on a shape whose rows are whole 256-value blocks (written in memory): the matrices
+ * are the F32 image's (same seed) through the type's quantizer; general.file_type is llama.cpp's
+ * (Q4_K_M for Q4_K, as llama-quantize --pure Q4_K_M writes). */
+static void test_k_types_custom_shape(void **state) {
   (void)state;
   const struct npu_synth_shape sh = {.arch = "llama",
-                                     .title = "q4k",
+                                     .title = "k-types",
                                      .dim = 256,
                                      .n_layers = 1,
                                      .n_heads = 4,
@@ -333,12 +334,15 @@ static void test_q4_k_custom_shape(void **state) {
                                      .n_ctx = 64,
                                      .rope_base = 10000.0f,
                                      .rms_eps = 1e-5f};
-  void *image[2];
-  struct npu_gguf *g[2];
-  const uint32_t types[2] = {NPU_GGML_F32, NPU_GGML_Q4_K};
+  const struct {
+    uint32_t type, file_type, block_bytes;
+  } types[] = {{NPU_GGML_F32, 0, 4 * 256}, {NPU_GGML_Q4_K, 15, 144}, {NPU_GGML_Q6_K, 18, 210}};
+  enum { N = sizeof(types) / sizeof(types[0]) };
+  void *image[N];
+  struct npu_gguf *g[N];
   npulm_error err = {{0}};
-  for (int k = 0; k < 2; k++) {
-    const struct npu_synth_options o = {.type2d = types[k], .seed = 9};
+  for (int k = 0; k < N; k++) {
+    const struct npu_synth_options o = {.type2d = types[k].type, .seed = 9};
     struct npu_gguf_writer *w = NULL;
     size_t size;
     assert_int_equal(npu_gguf_writer_open_memory(&w, &err), NPULM_OK);
@@ -347,20 +351,22 @@ static void test_q4_k_custom_shape(void **state) {
     assert_int_equal(npu_gguf_writer_take_memory(w, &image[k], &size, &err), NPULM_OK);
     npu_gguf_writer_free(w);
     assert_int_equal(npu_gguf_open_memory(image[k], size, &g[k], &err), NPULM_OK);
+    assert_int_equal(get_u32(g[k], "general.file_type"), types[k].file_type);
   }
-  assert_int_equal(get_u32(g[1], "general.file_type"), 15);
-  for (uint64_t i = 0; i < g[1]->n_tensors; i++) {
-    const struct npu_gguf_tensor *t = &g[1]->tensors[i], *r = &g[0]->tensors[i];
-    if (t->n_dims == 1) continue;
-    assert_int_equal(t->type, NPU_GGML_Q4_K);
-    const size_t n_blocks = (size_t)(t->n_elems / 256);
-    uint8_t *want = malloc(n_blocks * 144);
-    assert_non_null(want);
-    npu_ggml_q4_k_from_f32(r->data, want, n_blocks);
-    assert_memory_equal(t->data, want, n_blocks * 144);
-    free(want);
+  for (int k = 1; k < N; k++) {
+    for (uint64_t i = 0; i < g[k]->n_tensors; i++) {
+      const struct npu_gguf_tensor *t = &g[k]->tensors[i], *r = &g[0]->tensors[i];
+      if (t->n_dims == 1) continue;
+      assert_int_equal(t->type, types[k].type);
+      const size_t n_blocks = (size_t)(t->n_elems / 256), nbytes = n_blocks * types[k].block_bytes;
+      uint8_t *want = malloc(nbytes);
+      assert_non_null(want);
+      npu_ggml_type_from_f32(t->type)(r->data, want, n_blocks);
+      assert_memory_equal(t->data, want, nbytes);
+      free(want);
+    }
   }
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < N; k++) {
     npu_gguf_close(g[k]);
     free(image[k]);
   }
@@ -443,7 +449,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_shape_names),      cmocka_unit_test(test_shape_table),
       cmocka_unit_test(test_tiny_llama_q8_0),  cmocka_unit_test(test_tiny_qwen2_f16),
-      cmocka_unit_test(test_tiny_block_types), cmocka_unit_test(test_q4_k_custom_shape),
+      cmocka_unit_test(test_tiny_block_types), cmocka_unit_test(test_k_types_custom_shape),
       cmocka_unit_test(test_deterministic),    cmocka_unit_test(test_stories15m),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -132,7 +132,7 @@ static const char *const usage_ppl =
     CLI_COMPILE_OPTIONS_HELP;
 
 static const char *const usage_synth =
-    "usage: npulm synth --shape NAME [--seed S] [--type f32|f16|bf16|q4_0|q8_0|q4_k] -o FILE.gguf\n"
+    "usage: npulm synth --shape NAME [--seed S] [--type TYPE] -o FILE.gguf\n"
     "\n"
     "Write a GGUF with the exact tensor shapes and metadata of a real model, seeded random\n"
     "weights of realistic scale and a synthetic tokenizer: for speed work (llama.cpp loads it\n"
@@ -140,9 +140,9 @@ static const char *const usage_synth =
     "\n"
     "  --shape NAME       one of the shapes listed below\n"
     "  --seed S           weight seed (default 1); the same seed writes the same file\n"
-    "  --type T           the matrices' type: f32 (default), f16, bf16, q4_0, q8_0 or q4_k\n"
-    "                     (quantized as llama-quantize quantizes, bit for bit; q4_k needs rows of\n"
-    "                     whole 256-value blocks: stories110M, llama-*, qwen2.5-1.5b and -7b);\n"
+    "  --type TYPE        the matrices' type: f32 (default), f16, bf16, q4_0, q8_0, q4_k or q6_k\n"
+    "                     (quantized as llama-quantize quantizes, bit for bit; q4_k and q6_k need\n"
+    "                     rows of whole 256-value blocks: stories110M, llama-*, qwen2.5-1.5b, -7b);\n"
     "                     norms stay f32. Weights are made and written in chunks: memory stays\n"
     "                     small at every shape\n"
     "  -o, --output FILE  where to write\n";

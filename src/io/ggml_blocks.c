@@ -601,6 +601,101 @@ void npu_ggml_q4_k_from_f32(const float *restrict src, uint8_t *restrict dst, si
   }
 }
 
+/* ggml's make_qx_quants with rmse_type 1 and no importance weights: a signed scale for the 'n'
+ * values 'x' on levels -nmax..nmax-1 (stored biased by nmax in 'L'), weighted by x^2: the fit
+ * that maps the value of largest magnitude to -nmax, then 18 nearby trial scales
+ * -(nmax + 0.1 * is) / max, keeping the least-squares scale of the best. */
+static float make_qx_quants(int n, int nmax, const float *restrict x, uint8_t *restrict L) {
+  float max = 0, amax = 0;
+  for (int i = 0; i < n; i++) {
+    const float ax = fabsf(x[i]);
+    if (ax > amax) {
+      amax = ax;
+      max = x[i];
+    }
+  }
+  if (amax < 1e-15f) { /* GROUP_MAX_EPS: all zero */
+    memset(L, 0, (size_t)n);
+    return 0.0f;
+  }
+  float iscale = (float)-nmax / max;
+  float sumlx = 0, suml2 = 0;
+  for (int i = 0; i < n; i++) {
+    int l = nearest_int(iscale * x[i]);
+    l = l < -nmax ? -nmax : l > nmax - 1 ? nmax - 1 : l;
+    L[i] = (uint8_t)(l + nmax);
+    const float w = x[i] * x[i];
+    sumlx += w * x[i] * (float)l;
+    suml2 += w * (float)l * (float)l;
+  }
+  float scale = suml2 != 0.0f ? sumlx / suml2 : 0.0f;
+  float best = scale * sumlx;
+  for (int is = -9; is <= 9; is++) {
+    if (is == 0) continue;
+    iscale = -((float)nmax + 0.1f * (float)is) / max;
+    sumlx = suml2 = 0;
+    for (int i = 0; i < n; i++) {
+      int l = nearest_int(iscale * x[i]);
+      l = l < -nmax ? -nmax : l > nmax - 1 ? nmax - 1 : l;
+      const float w = x[i] * x[i];
+      sumlx += w * x[i] * (float)l;
+      suml2 += w * (float)l * (float)l;
+    }
+    if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+      for (int i = 0; i < n; i++) {
+        const int l = nearest_int(iscale * x[i]);
+        L[i] = (uint8_t)(nmax + (l < -nmax ? -nmax : l > nmax - 1 ? nmax - 1 : l));
+      }
+      scale = sumlx / suml2;
+      best = scale * sumlx;
+    }
+  }
+  return scale;
+}
+
+/* Q6_K as quantize_row_q6_K_ref: a signed scale per 16 values (make_qx_quants, levels -32..31);
+ * the 16 scales on int8 against the one of largest magnitude (d = its scale / -128); then every
+ * value requantized with the stored d * scale. A block whose scales are all ~0 is all zero. */
+void npu_ggml_q6_k_from_f32(const float *restrict src, uint8_t *restrict dst, size_t n_blocks) {
+  for (size_t b = 0; b < n_blocks; b++, src += 256, dst += 210) {
+    uint8_t L[256];
+    float scales[16], max_scale = 0, max_abs_scale = 0;
+    for (int ib = 0; ib < 16; ib++) {
+      scales[ib] = make_qx_quants(16, 32, src + 16 * ib, L + 16 * ib);
+      if (fabsf(scales[ib]) > max_abs_scale) {
+        max_abs_scale = fabsf(scales[ib]);
+        max_scale = scales[ib];
+      }
+    }
+    memset(dst, 0, 210);
+    if (max_abs_scale < 1e-15f) continue; /* GROUP_MAX_EPS: d = 0, all zero */
+    uint8_t *ql = dst, *qh = dst + 128, *sc = dst + 192;
+    const float iscale = -128.0f / max_scale;
+    wr_u16(dst + 208, npu_f32_to_f16(1 / iscale));
+    for (int ib = 0; ib < 16; ib++) {
+      const int l = nearest_int(iscale * scales[ib]);
+      sc[ib] = (uint8_t)(int8_t)(l < 127 ? l : 127);
+    }
+    const float d_all = rd_f16(dst + 208);
+    for (int j = 0; j < 16; j++) {
+      const float d = d_all * (float)(int8_t)sc[j];
+      if (d == 0.0f) continue; /* keeps make_qx_quants' levels, as ggml does */
+      for (int i = 0; i < 16; i++) {
+        const int l = nearest_int(src[16 * j + i] / d);
+        L[16 * j + i] = (uint8_t)((l < -32 ? -32 : l > 31 ? 31 : l) + 32);
+      }
+    }
+    for (int j = 0; j < 256; j += 128, ql += 64, qh += 32) {
+      for (int l = 0; l < 32; l++) {
+        const uint8_t *q = L + j + l;
+        ql[l] = (uint8_t)((q[0] & 0xf) | (q[64] & 0xf) << 4);
+        ql[l + 32] = (uint8_t)((q[32] & 0xf) | (q[96] & 0xf) << 4);
+        qh[l] = (uint8_t)(q[0] >> 4 | (q[32] >> 4) << 2 | (q[64] >> 4) << 4 | (q[96] >> 4) << 6);
+      }
+    }
+  }
+}
+
 /* ---- The type table ------------------------------------------------------------------------- */
 
 struct ggml_type_traits {
@@ -625,7 +720,7 @@ static const struct ggml_type_traits ggml_types[] = {
     [11] = {"Q3_K", 256, 110, npu_ggml_q3_k_to_f32, NULL},
     [12] = {"Q4_K", 256, 144, npu_ggml_q4_k_to_f32, npu_ggml_q4_k_from_f32},
     [13] = {"Q5_K", 256, 176, npu_ggml_q5_k_to_f32, NULL},
-    [14] = {"Q6_K", 256, 210, npu_ggml_q6_k_to_f32, NULL},
+    [14] = {"Q6_K", 256, 210, npu_ggml_q6_k_to_f32, npu_ggml_q6_k_from_f32},
     [15] = {"Q8_K", 256, 292, NULL, NULL},
     [16] = {"IQ2_XXS", 256, 66, NULL, NULL},
     [17] = {"IQ2_XS", 256, 74, NULL, NULL},

@@ -97,5 +97,6 @@ void npu_ggml_bf16_from_f32(const float *restrict src, uint8_t *restrict dst, si
 void npu_ggml_q4_0_from_f32(const float *restrict src, uint8_t *restrict dst, size_t n_blocks);
 void npu_ggml_q8_0_from_f32(const float *restrict src, uint8_t *restrict dst, size_t n_blocks);
 void npu_ggml_q4_k_from_f32(const float *restrict src, uint8_t *restrict dst, size_t n_blocks);
+void npu_ggml_q6_k_from_f32(const float *restrict src, uint8_t *restrict dst, size_t n_blocks);
 
 #endif /* NPU_IO_GGML_BLOCKS_H */

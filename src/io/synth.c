@@ -332,6 +332,7 @@ static uint32_t file_type_of(uint32_t type2d) {
   case NPU_GGML_Q4_0: return 2;  /* MOSTLY_Q4_0 */
   case NPU_GGML_Q8_0: return 7;  /* MOSTLY_Q8_0 */
   case NPU_GGML_Q4_K: return 15; /* MOSTLY_Q4_K_M, as llama-quantize --pure Q4_K_M writes */
+  case NPU_GGML_Q6_K: return 18; /* MOSTLY_Q6_K */
   case NPU_GGML_BF16: return 32; /* MOSTLY_BF16 */
   default: return 0;             /* ALL_F32 */
   }
