@@ -203,6 +203,54 @@ static void test_golden_quantize(void **state) {
   assert_true(n_types >= 2); /* at least Q4_0 and Q8_0 */
 }
 
+/* synth's q4_0 is llama-quantize's Q4_0 mix: on the golden model's shape (rows of 256 and 512, the
+ * embedding tied), every tensor has the type it has in mixed-Q4_0.gguf (the embedding Q6_K). */
+static void test_synth_q4_0_is_the_mix(void **state) {
+  (void)state;
+  const char *path = test_shared_path(QUANT_DIR "mixed-Q4_0.gguf");
+  TEST_REQUIRE_FILE(path);
+  struct npu_gguf *mix = NULL, *g = NULL;
+  npulm_error err = {{0}};
+  if (npu_gguf_open(path, &mix, &err) != NPULM_OK) fail_msg("%s: %s", path, err.msg);
+  const struct npu_synth_shape sh = {.arch = "llama",
+                                     .title = "golden",
+                                     .dim = 256,
+                                     .n_layers = 1,
+                                     .n_heads = 4,
+                                     .n_kv_heads = 4,
+                                     .ffn_dim = 512,
+                                     .n_vocab = 512,
+                                     .n_ctx = 64,
+                                     .rope_base = 10000.0f,
+                                     .rms_eps = 1e-5f,
+                                     .tied = true};
+  const struct npu_synth_options o = {.type2d = NPU_GGML_Q4_0};
+  struct npu_gguf_writer *w = NULL;
+  void *image;
+  size_t size;
+  assert_int_equal(npu_gguf_writer_open_memory(&w, &err), NPULM_OK);
+  assert_int_equal(npu_synth_write(w, &sh, &o, &err), NPULM_OK);
+  assert_int_equal(npu_gguf_writer_finish(w, &err), NPULM_OK);
+  assert_int_equal(npu_gguf_writer_take_memory(w, &image, &size, &err), NPULM_OK);
+  npu_gguf_writer_free(w);
+  assert_int_equal(npu_gguf_open_memory(image, size, &g, &err), NPULM_OK);
+  assert_int_equal(g->n_tensors, mix->n_tensors);
+  for (uint64_t i = 0; i < mix->n_tensors; i++) {
+    const struct npu_gguf_tensor *want = &mix->tensors[i];
+    char name[128];
+    snprintf(name, sizeof(name), "%.*s", (int)want->name.len, want->name.ptr);
+    const struct npu_gguf_tensor *t = npu_gguf_find_tensor(g, name);
+    if (t == NULL) fail_msg("synth wrote no %s", name);
+    if (t->type != want->type) {
+      fail_msg("%s: synth's %s, llama-quantize's %s", name, npu_ggml_type_name(t->type),
+               npu_ggml_type_name(want->type));
+    }
+  }
+  npu_gguf_close(g);
+  free(image);
+  npu_gguf_close(mix);
+}
+
 /* Edge cases the golden model may not reach. Q4_0: the value of largest magnitude sets the sign of
  * d and lands on -8 (nibble 0); its opposite number would be +8, which is capped at nibble 15; a
  * block of zeros has d = -0 (0 / -8, as in llama.cpp) and nibbles 8. Q8_0: q = roundf(x * (1/d))
@@ -541,6 +589,7 @@ int main(void) {
       cmocka_unit_test(test_golden_digests),
       cmocka_unit_test(test_golden_quantize),
       cmocka_unit_test(test_quantize_edges),
+      cmocka_unit_test(test_synth_q4_0_is_the_mix),
       cmocka_unit_test(test_f16_rows_exact),
       cmocka_unit_test(test_mixed_models_run),
       cmocka_unit_test(test_hostile_block_tensors),

@@ -271,9 +271,25 @@ static void test_tiny_qwen2_f16(void **state) {
   unlink(path);
 }
 
+/* Tensor 't' holds the F32 tensor 'r' through the quantizer of its type. */
+static void expect_quantized(const struct npu_gguf_tensor *t, const struct npu_gguf_tensor *r) {
+  uint32_t block, block_bytes;
+  assert_true(npu_ggml_type_size(t->type, &block, &block_bytes));
+  assert_int_equal(r->type, NPU_GGML_F32);
+  assert_int_equal(t->n_elems, r->n_elems);
+  const size_t n_blocks = (size_t)(t->n_elems / block), nbytes = n_blocks * block_bytes;
+  assert_int_equal(t->nbytes, nbytes);
+  uint8_t *want = malloc(nbytes);
+  assert_non_null(want);
+  npu_ggml_type_from_f32(t->type)(r->data, want, n_blocks);
+  assert_memory_equal(t->data, want, nbytes);
+  free(want);
+}
+
 /* Q4_0, Q8_0 (the type named in capitals) and BF16 matrices: the file says so, the norms and biases
  * stay the F32 file's, and every matrix is the F32 file's (same seed) through the type's quantizer
- * (tests/test_dequant.c checks those against llama-quantize). */
+ * (tests/test_dequant.c checks those against llama-quantize); Q4_0 as llama-quantize's Q4_0 mix,
+ * the classifier (here the tied embedding, rows of 64) in Q8_0. */
 static void test_tiny_block_types(void **state) {
   (void)state;
   char ref_path[512], path[512];
@@ -284,10 +300,10 @@ static void test_tiny_block_types(void **state) {
   assert_int_equal(npu_gguf_open(ref_path, &ref, &err), NPULM_OK);
   const struct {
     const char *name;
-    uint32_t type, file_type, block, block_bytes;
-  } types[] = {{"q4_0", NPU_GGML_Q4_0, 2, 32, 18},
-               {"Q8_0", NPU_GGML_Q8_0, 7, 32, 34},
-               {"bf16", NPU_GGML_BF16, 32, 1, 2}};
+    uint32_t type, file_type, classifier_type; /* the tied token_embd: Q4_0's mix makes it Q8_0 */
+  } types[] = {{"q4_0", NPU_GGML_Q4_0, 2, NPU_GGML_Q8_0},
+               {"Q8_0", NPU_GGML_Q8_0, 7, NPU_GGML_Q8_0},
+               {"bf16", NPU_GGML_BF16, 32, NPU_GGML_BF16}};
   for (size_t k = 0; k < sizeof(types) / sizeof(types[0]); k++) {
     tmp_path(path, sizeof(path), types[k].name);
     synth_ok("tiny-qwen2", 5, types[k].name, path);
@@ -303,13 +319,9 @@ static void test_tiny_block_types(void **state) {
         assert_memory_equal(t->data, r->data, (size_t)t->nbytes);
         continue;
       }
-      assert_int_equal(t->type, types[k].type);
-      const size_t n_blocks = (size_t)(t->n_elems / types[k].block);
-      uint8_t *want = malloc(n_blocks * types[k].block_bytes);
-      assert_non_null(want);
-      npu_ggml_type_from_f32(t->type)(r->data, want, n_blocks);
-      assert_memory_equal(t->data, want, n_blocks * types[k].block_bytes);
-      free(want);
+      const bool classifier = npu_gguf_str_eq(t->name, "token_embd.weight");
+      assert_int_equal(t->type, classifier ? types[k].classifier_type : types[k].type);
+      expect_quantized(t, r);
     }
     npu_gguf_close(g);
     unlink(path);
@@ -318,9 +330,10 @@ static void test_tiny_block_types(void **state) {
   unlink(ref_path);
 }
 
-/* The K types on a shape whose rows are whole 256-value blocks (written in memory): the matrices
- * are the F32 image's (same seed) through the type's quantizer; general.file_type is llama.cpp's
- * (Q4_K_M for Q4_K, as llama-quantize --pure Q4_K_M writes). */
+/* The K types, and Q4_0's mix, on a shape whose rows are whole 256-value blocks (written in
+ * memory): the matrices are the F32 image's (same seed) through the type's quantizer, Q4_0's
+ * classifier (output.weight) in Q6_K; general.file_type is llama.cpp's (Q4_K_M for Q4_K, as
+ * llama-quantize --pure Q4_K_M writes). */
 static void test_k_types_custom_shape(void **state) {
   (void)state;
   const struct npu_synth_shape sh = {.arch = "llama",
@@ -335,8 +348,11 @@ static void test_k_types_custom_shape(void **state) {
                                      .rope_base = 10000.0f,
                                      .rms_eps = 1e-5f};
   const struct {
-    uint32_t type, file_type, block_bytes;
-  } types[] = {{NPU_GGML_F32, 0, 4 * 256}, {NPU_GGML_Q4_K, 15, 144}, {NPU_GGML_Q6_K, 18, 210}};
+    uint32_t type, file_type, classifier_type; /* output.weight: Q4_0's mix makes it Q6_K */
+  } types[] = {{NPU_GGML_F32, 0, NPU_GGML_F32},
+               {NPU_GGML_Q4_K, 15, NPU_GGML_Q4_K},
+               {NPU_GGML_Q6_K, 18, NPU_GGML_Q6_K},
+               {NPU_GGML_Q4_0, 2, NPU_GGML_Q6_K}};
   enum { N = sizeof(types) / sizeof(types[0]) };
   void *image[N];
   struct npu_gguf *g[N];
@@ -357,13 +373,9 @@ static void test_k_types_custom_shape(void **state) {
     for (uint64_t i = 0; i < g[k]->n_tensors; i++) {
       const struct npu_gguf_tensor *t = &g[k]->tensors[i], *r = &g[0]->tensors[i];
       if (t->n_dims == 1) continue;
-      assert_int_equal(t->type, types[k].type);
-      const size_t n_blocks = (size_t)(t->n_elems / 256), nbytes = n_blocks * types[k].block_bytes;
-      uint8_t *want = malloc(nbytes);
-      assert_non_null(want);
-      npu_ggml_type_from_f32(t->type)(r->data, want, n_blocks);
-      assert_memory_equal(t->data, want, nbytes);
-      free(want);
+      const bool classifier = npu_gguf_str_eq(t->name, "output.weight");
+      assert_int_equal(t->type, classifier ? types[k].classifier_type : types[k].type);
+      expect_quantized(t, r);
     }
   }
   for (int k = 0; k < N; k++) {

@@ -143,8 +143,9 @@ static const char *const usage_synth =
     "  --type TYPE        the matrices' type: f32 (default), f16, bf16, q4_0, q8_0, q4_k or q6_k\n"
     "                     (quantized as llama-quantize quantizes, bit for bit; q4_k and q6_k need\n"
     "                     rows of whole 256-value blocks: stories110M, llama-*, qwen2.5-1.5b, -7b);\n"
-    "                     norms stay f32. Weights are made and written in chunks: memory stays\n"
-    "                     small at every shape\n"
+    "                     norms stay f32; q4_0 is llama.cpp's Q4_0 mix, its classifier in q6_k\n"
+    "                     (q8_0 where rows are not 256-value blocks). Weights are made and written\n"
+    "                     in chunks: memory stays small at every shape\n"
     "  -o, --output FILE  where to write\n";
 /* clang-format on */
 

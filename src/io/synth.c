@@ -272,7 +272,15 @@ static npulm_status plan_add(struct plan *p, const struct npu_synth_options *o, 
   return NPULM_OK;
 }
 
-/* Every tensor of 'sh' in file order, 2-D weights of ggml type 'o->type2d'. */
+/* The classifier's type (output.weight, or token_embd.weight when the output is tied to it) in a
+ * file whose matrices are 'type2d', as llama-quantize's Q4_0 mix (llama_tensor_get_type) picks it:
+ * Q6_K, or Q8_0 where its rows ('ne0') are not whole 256-value blocks. Other types: unchanged. */
+static uint32_t classifier_type(uint32_t type2d, uint64_t ne0) {
+  if (type2d != NPU_GGML_Q4_0) return type2d;
+  return ne0 % NPU_QK_K == 0 ? NPU_GGML_Q6_K : NPU_GGML_Q8_0;
+}
+
+/* Every tensor of 'sh' in file order, 2-D weights of ggml type 'o->type2d' but the classifier. */
 static npulm_status make_plan(const struct npu_synth_shape *sh, const struct npu_synth_options *o,
                               struct plan *p, npulm_error *err) {
   const uint64_t dim = sh->dim, hd = sh->dim / sh->n_heads;
@@ -286,6 +294,9 @@ static npulm_status make_plan(const struct npu_synth_shape *sh, const struct npu
     if ((st = (expr)) != NPULM_OK) return st;                                                      \
   } while (0)
   TRY(ADD2("token_embd.weight", dim, sh->n_vocab));
+  if (sh->tied && p->n > 0 && strcmp(p->t[p->n - 1].name, "token_embd.weight") == 0) {
+    p->t[p->n - 1].type = classifier_type(o->type2d, p->t[p->n - 1].ne[0]);
+  }
   if (sh->rope_llama3_factor > 0.0f) TRY(ADD1("rope_freqs.weight", hd / 2, INIT_ROPE_FREQS));
   for (uint32_t l = 0; l < sh->n_layers; l++) {
 #define BLK(suffix) (snprintf(name, sizeof(name), "blk.%u." suffix, l), name)
@@ -304,7 +315,12 @@ static npulm_status make_plan(const struct npu_synth_shape *sh, const struct npu
 #undef BLK
   }
   TRY(ADD1("output_norm.weight", dim, INIT_NORM));
-  if (!sh->tied) TRY(ADD2("output.weight", dim, sh->n_vocab));
+  if (!sh->tied) {
+    TRY(ADD2("output.weight", dim, sh->n_vocab));
+    if (p->n > 0 && strcmp(p->t[p->n - 1].name, "output.weight") == 0) {
+      p->t[p->n - 1].type = classifier_type(o->type2d, p->t[p->n - 1].ne[0]);
+    }
+  }
 #undef ADD1
 #undef ADD2
 #undef TRY
