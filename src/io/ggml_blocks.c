@@ -4,7 +4,9 @@
  * dequantize_row_*: its output must match llama.cpp's bit for bit (tests/test_dequant.c checks
  * SHA-256 digests of llama.cpp's own output). The build's -ffp-contract=off keeps 'a * b - c'
  * two roundings, as ggml's reference C code is written. All plain C, laid out so that the compiler
- * vectorizes the value loops, except F16 rows, which use F16C where the CPU has it. */
+ * vectorizes the value loops, except F16 rows, which use F16C where the CPU has it. The quantizers
+ * (F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q6_K) follow llama.cpp's quantize_row_*_ref the same way, and
+ * test_dequant.c checks their bytes against llama-quantize's files. */
 #include "io/ggml_blocks.h"
 
 #include <math.h>

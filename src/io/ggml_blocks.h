@@ -88,9 +88,9 @@ void npu_ggml_tq2_0_to_f32(const uint8_t *restrict src, float *restrict dst, siz
  * F16: round to nearest even (ggml_fp32_to_fp16_row). BF16: round to nearest even, a NaN kept
  * quiet (ggml_fp32_to_bf16_row_ref). Q4_0: d = (the value of largest magnitude, with its sign) /
  * -8, q = min(15, trunc(x * (1/d) + 8.5)). Q8_0: d = max|x| / 127, q = roundf(x * (1/d)). A block
- * of zeros has all q at the zero point and d = 0 (-0 in Q4_0: 0 / -8). Q4_K: quantize_row_q4_K_ref,
- * a weighted search for each sub-block's scale and min (make_qkx2_quants), described at the code.
- */
+ * of zeros has all q at the zero point and d = 0 (-0 in Q4_0: 0 / -8). Q4_K and Q6_K:
+ * quantize_row_q4_K_ref and quantize_row_q6_K_ref, searches for each sub-block's scale (and min),
+ * described at the code. */
 void npu_ggml_f32_from_f32(const float *restrict src, uint8_t *restrict dst, size_t n_blocks);
 void npu_ggml_f16_from_f32(const float *restrict src, uint8_t *restrict dst, size_t n_blocks);
 void npu_ggml_bf16_from_f32(const float *restrict src, uint8_t *restrict dst, size_t n_blocks);

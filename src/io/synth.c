@@ -643,7 +643,7 @@ npulm_status npulm_synth(const char *shape, uint64_t seed, const char *type, con
   /* The weight types are the ones ggml_blocks.c has a quantizer for, by their lowercase names. */
   struct npu_synth_options o = {.seed = seed, .progress = progress, .progress_user = user};
   bool known = false;
-  for (uint32_t t = 0; t < 64 && type != NULL && !known; t++) {
+  for (uint32_t t = 0; t < 64 && type != NULL && !known; t++) { /* ggml's type ids are < 64 */
     const char *name = npu_ggml_type_name(t);
     if (name != NULL && npu_ggml_type_from_f32(t) != NULL && strcasecmp(name, type) == 0) {
       o.type2d = t;

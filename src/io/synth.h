@@ -57,7 +57,10 @@ typedef void (*npu_synth_fill_fn)(void *user, const struct npu_synth_tensor *t, 
 /* How to write a shape, and what to break in it. Zero-initialize: every zero field is the
  * default (F32 matrices, seed 0, synth's random weights, nothing broken). */
 struct npu_synth_options {
-  uint32_t type2d; /* ggml type of the 2-D weights: one ggml_blocks.c writes (another: zeros) */
+  /* ggml type of the 2-D weights: one ggml_blocks.c writes (another: zero bytes). Q4_0 is
+   * llama-quantize's Q4_0 mix: the classifier in Q6_K, or Q8_0 where its rows are not 256-blocks.
+   */
+  uint32_t type2d;
   uint64_t seed;
   npu_synth_fill_fn fill; /* NULL: seeded normal weights of realistic scale */
   void *user;             /* given to 'fill' */
