@@ -129,7 +129,7 @@ static void write_tensor_data(struct npu_gguf_writer *w, uint32_t type, npulm_er
   npu_gguf_writer_write_data(w, bytes, n, err);
   /* the matrix: 64 values */
   if (type == NPU_GGML_Q8_0) {
-    npu_q8_0_quantize_row(v, bytes, 64);
+    npu_ggml_q8_0_from_f32(v, bytes, 64 / NPU_Q8_0_BLOCK);
     n = 64 / NPU_Q8_0_BLOCK * NPU_Q8_0_BLOCK_BYTES;
   } else if (type == NPU_GGML_F16 || type == NPU_GGML_BF16) {
     for (int i = 0; i < 64; i++) {

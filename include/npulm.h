@@ -320,8 +320,13 @@ void npulm_diff_free(npulm_diff_report *report); /* accepts NULL */
 const char *const *npulm_synth_shapes(void);
 
 /* Write a GGUF with the tensor shapes and metadata of 'shape', seeded random weights of realistic
- * scale and a synthetic SentencePiece tokenizer. 'type' is "f32", "f16" or "q8_0" (norms stay
- * F32). 'progress' (may be NULL) is called as tensor data is written. */
+ * scale and a synthetic SentencePiece tokenizer. 'type' is the matrices' type: "f32", "f16",
+ * "bf16", "q4_0", "q8_0", "q4_k" or "q6_k" (any case), quantized as llama-quantize does; norms stay
+ * F32, and "q4_0" is its Q4_0 mix (the classifier in Q6_K, or Q8_0 where its rows are not whole
+ * 256-value blocks). The K types need shapes whose rows are whole 256-value blocks. Another type,
+ * or a K type on another shape, is NPULM_ERR_ARG, its message naming the accepted types or the row
+ * length. The weights are made and written in chunks: memory use does not grow with the shape.
+ * 'progress' (may be NULL) is called as tensor data is written. */
 npulm_status npulm_synth(const char *shape, uint64_t seed, const char *type, const char *path,
                          npulm_progress_fn progress, void *user, npulm_error *err);
 

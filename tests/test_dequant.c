@@ -1,6 +1,7 @@
 /* GGUF block formats: every tensor of every file in ../shared/data/quant (written by llama.cpp's
  * llama-quantize) dequantized by npulm must hash to llama.cpp's own dequantization, bit for bit
- * (expected.json: SHA-256 of the F32 bytes, first values, sum); the llama.cpp mixes open as models
+ * (expected.json: SHA-256 of the F32 bytes, first values, sum); every type npulm writes quantizes
+ * the golden F32 model to llama-quantize's bytes; the llama.cpp mixes open as models
  * and run; hostile block tensors and unsupported types are one-line errors. */
 #include <math.h>
 #include <stdlib.h>
@@ -134,6 +135,153 @@ static void test_golden_digests(void **state) {
     if (npu_ggml_type_to_f32(t) != NULL && !(seen & (1ull << t)))
       fail_msg("no golden tensor of type %s", npu_ggml_type_name(t));
   }
+}
+
+/* Every type npulm writes: each tensor llama-quantize stored in that type in golden-TYPE.gguf is
+ * the golden F32 model's tensor quantized by npulm, byte for byte (llama.cpp's quantize_row_*_ref,
+ * which llama-quantize uses without an importance matrix). */
+static void test_golden_quantize(void **state) {
+  (void)state;
+  struct npu_gguf *f32 = NULL;
+  npulm_error err = {{0}};
+  const char *path = test_shared_path(QUANT_DIR "golden-f32.gguf");
+  TEST_REQUIRE_FILE(path);
+  if (npu_gguf_open(path, &f32, &err) != NPULM_OK) fail_msg("%s: %s", path, err.msg);
+  int n_types = 0;
+  for (uint32_t type = 0; type < 64; type++) {
+    const npu_ggml_from_f32_fn quantize = npu_ggml_type_from_f32(type);
+    if (quantize == NULL || type == NPU_GGML_F32) continue;
+    uint32_t block, block_bytes;
+    assert_true(npu_ggml_type_size(type, &block, &block_bytes));
+    char rel[256];
+    snprintf(rel, sizeof(rel), QUANT_DIR "golden-%s.gguf", npu_ggml_type_name(type));
+    struct npu_gguf *g = NULL;
+    path = test_shared_path(rel);
+    if (npu_gguf_open(path, &g, &err) != NPULM_OK) fail_msg("%s: %s", path, err.msg);
+    size_t n_checked = 0, bad_tensors = 0;
+    for (uint64_t i = 0; i < f32->n_tensors; i++) {
+      const struct npu_gguf_tensor *src = &f32->tensors[i];
+      assert_int_equal(src->type, NPU_GGML_F32);
+      char name[128];
+      snprintf(name, sizeof(name), "%.*s", (int)src->name.len, src->name.ptr);
+      const struct npu_gguf_tensor *want = npu_gguf_find_tensor(g, name);
+      if (want == NULL) fail_msg("%s: no tensor %s", rel, name);
+      if (src->n_dims < 2) { /* norms stay F32 */
+        assert_int_equal(want->type, NPU_GGML_F32);
+        continue;
+      }
+      if (want->type != type) fail_msg("%s: %s is not %s", rel, name, npu_ggml_type_name(type));
+      assert_int_equal(want->n_elems, src->n_elems);
+      assert_int_equal(src->n_elems % block, 0);
+      const size_t n_blocks = (size_t)(src->n_elems / block);
+      assert_int_equal(want->nbytes, n_blocks * block_bytes);
+      uint8_t *got = malloc(n_blocks * block_bytes);
+      assert_non_null(got);
+      quantize(src->data, got, n_blocks);
+      const uint8_t *ref = want->data;
+      size_t bad_blocks = 0, first_bad = 0;
+      for (size_t b = 0; b < n_blocks; b++) {
+        if (memcmp(got + b * block_bytes, ref + b * block_bytes, block_bytes) != 0) {
+          if (bad_blocks++ == 0) first_bad = b;
+        }
+      }
+      if (bad_blocks > 0) {
+        print_message("%s: %s: %zu of %zu blocks differ from llama-quantize's, first %zu\n", rel,
+                      name, bad_blocks, n_blocks, first_bad);
+        bad_tensors++;
+      }
+      free(got);
+      n_checked++;
+    }
+    print_message("%s: %zu matrices quantized, %zu differ\n", rel, n_checked, bad_tensors);
+    assert_true(n_checked > 0);
+    assert_int_equal(bad_tensors, 0);
+    npu_gguf_close(g);
+    n_types++;
+  }
+  npu_gguf_close(f32);
+  assert_true(n_types >= 2); /* at least Q4_0 and Q8_0 */
+}
+
+/* synth's q4_0 is llama-quantize's Q4_0 mix: on the golden model's shape (rows of 256 and 512, the
+ * embedding tied), every tensor has the type it has in mixed-Q4_0.gguf (the embedding Q6_K). */
+static void test_synth_q4_0_is_the_mix(void **state) {
+  (void)state;
+  const char *path = test_shared_path(QUANT_DIR "mixed-Q4_0.gguf");
+  TEST_REQUIRE_FILE(path);
+  struct npu_gguf *mix = NULL, *g = NULL;
+  npulm_error err = {{0}};
+  if (npu_gguf_open(path, &mix, &err) != NPULM_OK) fail_msg("%s: %s", path, err.msg);
+  const struct npu_synth_shape sh = {.arch = "llama",
+                                     .title = "golden",
+                                     .dim = 256,
+                                     .n_layers = 1,
+                                     .n_heads = 4,
+                                     .n_kv_heads = 4,
+                                     .ffn_dim = 512,
+                                     .n_vocab = 512,
+                                     .n_ctx = 64,
+                                     .rope_base = 10000.0f,
+                                     .rms_eps = 1e-5f,
+                                     .tied = true};
+  const struct npu_synth_options o = {.type2d = NPU_GGML_Q4_0};
+  struct npu_gguf_writer *w = NULL;
+  void *image;
+  size_t size;
+  assert_int_equal(npu_gguf_writer_open_memory(&w, &err), NPULM_OK);
+  assert_int_equal(npu_synth_write(w, &sh, &o, &err), NPULM_OK);
+  assert_int_equal(npu_gguf_writer_finish(w, &err), NPULM_OK);
+  assert_int_equal(npu_gguf_writer_take_memory(w, &image, &size, &err), NPULM_OK);
+  npu_gguf_writer_free(w);
+  assert_int_equal(npu_gguf_open_memory(image, size, &g, &err), NPULM_OK);
+  assert_int_equal(g->n_tensors, mix->n_tensors);
+  for (uint64_t i = 0; i < mix->n_tensors; i++) {
+    const struct npu_gguf_tensor *want = &mix->tensors[i];
+    char name[128];
+    snprintf(name, sizeof(name), "%.*s", (int)want->name.len, want->name.ptr);
+    const struct npu_gguf_tensor *t = npu_gguf_find_tensor(g, name);
+    if (t == NULL) fail_msg("synth wrote no %s", name);
+    if (t->type != want->type) {
+      fail_msg("%s: synth's %s, llama-quantize's %s", name, npu_ggml_type_name(t->type),
+               npu_ggml_type_name(want->type));
+    }
+  }
+  npu_gguf_close(g);
+  free(image);
+  npu_gguf_close(mix);
+}
+
+/* Edge cases the golden model may not reach. Q4_0: the value of largest magnitude sets the sign of
+ * d and lands on -8 (nibble 0); its opposite number would be +8, which is capped at nibble 15; a
+ * block of zeros has d = -0 (0 / -8, as in llama.cpp) and nibbles 8. Q8_0: q = roundf(x * (1/d))
+ * as llama.cpp computes it, which differs from roundf(x / d) on the value below (5.5 against
+ * 5.49999952). */
+static void test_quantize_edges(void **state) {
+  (void)state;
+  float x[64] = {0};
+  x[0] = 4.0f;   /* largest magnitude, positive: d = -0.5 */
+  x[1] = -4.0f;  /* -4 * (1 / -0.5) + 8.5 = 16.5: capped at 15 */
+  x[17] = 1.0f;  /* 1 * -2 + 8.5 = 6.5: 6 */
+  x[18] = -0.3f; /* 0.6 + 8.5 = 9.1: 9 */
+  uint8_t q[2 * 18];
+  npu_ggml_q4_0_from_f32(x, q, 2);
+  assert_int_equal(q[0] | q[1] << 8, npu_f32_to_f16(-0.5f));
+  assert_int_equal(q[2 + 0], 0x80);             /* values 0 (nibble 0) and 16 (zero: 8) */
+  assert_int_equal(q[2 + 1], 0x6f);             /* values 1 (capped 15) and 17 (6) */
+  assert_int_equal(q[2 + 2], 0x98);             /* values 2 (zero: 8) and 18 (9) */
+  assert_int_equal(q[18] | q[19] << 8, 0x8000); /* the zero block: d = -0 */
+  for (int j = 0; j < 16; j++) assert_int_equal(q[20 + j], 0x88);
+
+  const uint32_t a_bits = 0x3f9e442cu, x_bits = 0x3d5b5464u; /* 1.23645544, 0.053547278 */
+  float y[32] = {0};
+  memcpy(&y[0], &a_bits, 4);
+  memcpy(&y[1], &x_bits, 4);
+  y[2] = -y[1];
+  uint8_t q8[NPU_Q8_0_BLOCK_BYTES];
+  npu_ggml_q8_0_from_f32(y, q8, 1);
+  assert_int_equal((int8_t)q8[2], 127);
+  assert_int_equal((int8_t)q8[3], 6); /* x * (1/d) = 5.5 rounds away from zero; x / d gives 5 */
+  assert_int_equal((int8_t)q8[4], -6);
 }
 
 /* The logits (n_vocab, malloc'd) after 'n' tokens of 'm' in a session of the reference forward
@@ -439,6 +587,9 @@ static void test_two_unsupported_named(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_golden_digests),
+      cmocka_unit_test(test_golden_quantize),
+      cmocka_unit_test(test_quantize_edges),
+      cmocka_unit_test(test_synth_q4_0_is_the_mix),
       cmocka_unit_test(test_f16_rows_exact),
       cmocka_unit_test(test_mixed_models_run),
       cmocka_unit_test(test_hostile_block_tensors),

@@ -127,7 +127,7 @@ static void small_valid_file(void **data_out, size_t *size_out, size_t *end_out)
   float fc[64];
   for (int i = 0; i < 64; i++) fc[i] = sinf((float)i);
   uint8_t qc[2 * NPU_Q8_0_BLOCK_BYTES];
-  npu_q8_0_quantize_row(fc, qc, 64);
+  npu_ggml_q8_0_from_f32(fc, qc, 2);
   npu_gguf_writer_write_tensor(w, 0, fa, &err);
   npu_gguf_writer_write_tensor(w, 1, fb, &err);
   assert_int_equal(npu_gguf_writer_write_tensor(w, 2, qc, &err), NPULM_OK);
@@ -495,7 +495,7 @@ static void test_q8_0_quantize(void **state) {
   float x[64] = {0};
   for (int i = 0; i < 32; i++) x[i] = (float)(i - 16) * 0.25f; /* amax = 4 at i = 0 */
   uint8_t q[2 * NPU_Q8_0_BLOCK_BYTES];
-  npu_q8_0_quantize_row(x, q, 64);
+  npu_ggml_q8_0_from_f32(x, q, 2);
   uint16_t h;
   memcpy(&h, q, 2);
   assert_int_equal(h, npu_f32_to_f16(4.0f / 127.0f));
@@ -526,7 +526,7 @@ static void test_tensor_to_f32_accuracy(void **state) {
     bits += 0x7fffu + ((bits >> 16) & 1u); /* round to nearest even */
     bf16[i] = (uint16_t)(bits >> 16);
   }
-  npu_q8_0_quantize_row(ref, q8, N);
+  npu_ggml_q8_0_from_f32(ref, q8, N / NPU_Q8_0_BLOCK);
   struct npu_gguf_writer *w = NULL;
   npulm_error err = {{0}};
   assert_int_equal(npu_gguf_writer_open_memory(&w, &err), NPULM_OK);

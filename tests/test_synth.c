@@ -7,6 +7,8 @@
 #include "test_util.h"
 
 #include "io/gguf.h"
+#include "io/gguf_write.h"
+#include "io/synth.h"
 #include "npulm.h"
 
 static void tmp_path(char *buf, size_t cap, const char *name) {
@@ -90,8 +92,9 @@ static void tensor_stats(const struct npu_gguf *g, const char *name, double *mea
 static void test_shape_names(void **state) {
   (void)state;
   const char *const *names = npulm_synth_shapes();
-  const char *required[] = {"stories15M", "stories110M", "smollm2-135m", "qwen2.5-0.5b",
-                            "llama-3.2-1b"};
+  const char *required[] = {"stories15M",   "stories110M",  "smollm2-135m",
+                            "qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b",
+                            "llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b"};
   for (size_t r = 0; r < sizeof(required) / sizeof(required[0]); r++) {
     bool found = false;
     for (size_t i = 0; names[i] != NULL; i++) found = found || strcmp(names[i], required[r]) == 0;
@@ -105,15 +108,49 @@ static void test_shape_names(void **state) {
   assert_non_null(strstr(err.msg, "stories15M"));
   assert_non_null(strstr(err.msg, "llama-3.2-1b"));
   memset(err.msg, 0, sizeof(err.msg));
-  assert_int_equal(npulm_synth("tiny", 1, "q4_0", path, NULL, NULL, &err), NPULM_ERR_ARG);
-  assert_non_null(strstr(err.msg, "q4_0"));
-  assert_non_null(strstr(err.msg, "q8_0"));
+  assert_int_equal(npulm_synth("tiny", 1, "q5_k", path, NULL, NULL, &err), NPULM_ERR_ARG);
+  assert_null(strchr(err.msg, '\n'));
+  const char *accepted[] = {"'q5_k'", "f32", "f16", "bf16", "q4_0", "q8_0", "q4_k", "q6_k"};
+  for (size_t i = 0; i < sizeof(accepted) / sizeof(accepted[0]); i++) {
+    if (strstr(err.msg, accepted[i]) == NULL) fail_msg("'%s' lacks %s", err.msg, accepted[i]);
+  }
+  memset(err.msg, 0, sizeof(err.msg)); /* Q4_K's blocks are 256 values, tiny's rows 64 */
+  assert_int_equal(npulm_synth("tiny", 1, "q4_k", path, NULL, NULL, &err), NPULM_ERR_ARG);
+  assert_non_null(strstr(err.msg, "256"));
   assert_int_not_equal(access(path, F_OK), 0);
   char bad[600];
   snprintf(bad, sizeof(bad), "%s.missing-dir/x.gguf", path);
   memset(err.msg, 0, sizeof(err.msg));
   assert_int_equal(npulm_synth("tiny", 1, "f32", bad, NULL, NULL, &err), NPULM_ERR_IO);
   assert_non_null(strstr(err.msg, bad));
+}
+
+/* The real shapes' parameter counts (every tensor synth writes, rope_freqs included) are within
+ * 1% of the published ones (the model cards' "Number of Parameters"; Hugging Face's count of the
+ * safetensors). Only the table is read: the big shapes take minutes and gigabytes to write. */
+static void test_shape_table(void **state) {
+  (void)state;
+  const struct {
+    const char *name;
+    double params;
+  } published[] = {
+      {"stories15M", 15.2e6},   {"stories110M", 110e6},   {"smollm2-135m", 135e6},
+      {"qwen2.5-0.5b", 0.49e9}, {"qwen2.5-1.5b", 1.54e9}, {"qwen2.5-7b", 7.61e9},
+      {"llama-3.2-1b", 1.24e9}, {"llama-3.2-3b", 3.21e9}, {"llama-3.1-8b", 8.03e9},
+  };
+  for (size_t i = 0; i < sizeof(published) / sizeof(published[0]); i++) {
+    const struct npu_synth_shape *sh = npu_synth_shape_find(published[i].name);
+    if (sh == NULL) fail_msg("shape %s is missing", published[i].name);
+    const double n = (double)npu_synth_n_params(sh);
+    print_message("%-14s %14.0f parameters\n", published[i].name, n);
+    if (fabs(n / published[i].params - 1.0) > 0.01) {
+      fail_msg("%s: %.0f parameters, published %.3g", published[i].name, n, published[i].params);
+    }
+  }
+  /* Every listed name has a table row. */
+  for (const char *const *s = npulm_synth_shapes(); *s != NULL; s++) {
+    if (npu_synth_shape_find(*s) == NULL) fail_msg("listed shape %s has no row", *s);
+  }
 }
 
 static void test_tiny_llama_q8_0(void **state) {
@@ -234,6 +271,119 @@ static void test_tiny_qwen2_f16(void **state) {
   unlink(path);
 }
 
+/* Tensor 't' holds the F32 tensor 'r' through the quantizer of its type. */
+static void expect_quantized(const struct npu_gguf_tensor *t, const struct npu_gguf_tensor *r) {
+  uint32_t block, block_bytes;
+  assert_true(npu_ggml_type_size(t->type, &block, &block_bytes));
+  assert_int_equal(r->type, NPU_GGML_F32);
+  assert_int_equal(t->n_elems, r->n_elems);
+  const size_t n_blocks = (size_t)(t->n_elems / block), nbytes = n_blocks * block_bytes;
+  assert_int_equal(t->nbytes, nbytes);
+  uint8_t *want = malloc(nbytes);
+  assert_non_null(want);
+  npu_ggml_type_from_f32(t->type)(r->data, want, n_blocks);
+  assert_memory_equal(t->data, want, nbytes);
+  free(want);
+}
+
+/* Q4_0, Q8_0 (the type named in capitals) and BF16 matrices: the file says so, the norms and biases
+ * stay the F32 file's, and every matrix is the F32 file's (same seed) through the type's quantizer
+ * (tests/test_dequant.c checks those against llama-quantize); Q4_0 as llama-quantize's Q4_0 mix,
+ * the classifier (here the tied embedding, rows of 64) in Q8_0. */
+static void test_tiny_block_types(void **state) {
+  (void)state;
+  char ref_path[512], path[512];
+  tmp_path(ref_path, sizeof(ref_path), "tiny-f32.gguf");
+  synth_ok("tiny-qwen2", 5, "f32", ref_path);
+  struct npu_gguf *ref = NULL;
+  npulm_error err = {{0}};
+  assert_int_equal(npu_gguf_open(ref_path, &ref, &err), NPULM_OK);
+  const struct {
+    const char *name;
+    uint32_t type, file_type, classifier_type; /* the tied token_embd: Q4_0's mix makes it Q8_0 */
+  } types[] = {{"q4_0", NPU_GGML_Q4_0, 2, NPU_GGML_Q8_0},
+               {"Q8_0", NPU_GGML_Q8_0, 7, NPU_GGML_Q8_0},
+               {"bf16", NPU_GGML_BF16, 32, NPU_GGML_BF16}};
+  for (size_t k = 0; k < sizeof(types) / sizeof(types[0]); k++) {
+    tmp_path(path, sizeof(path), types[k].name);
+    synth_ok("tiny-qwen2", 5, types[k].name, path);
+    struct npu_gguf *g = NULL;
+    assert_int_equal(npu_gguf_open(path, &g, &err), NPULM_OK);
+    assert_int_equal(get_u32(g, "general.file_type"), types[k].file_type);
+    assert_int_equal(g->n_tensors, ref->n_tensors);
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+      const struct npu_gguf_tensor *t = &g->tensors[i], *r = &ref->tensors[i];
+      assert_true(t->n_elems == r->n_elems && t->n_dims == r->n_dims);
+      if (t->n_dims == 1) {
+        assert_int_equal(t->type, NPU_GGML_F32);
+        assert_memory_equal(t->data, r->data, (size_t)t->nbytes);
+        continue;
+      }
+      const bool classifier = npu_gguf_str_eq(t->name, "token_embd.weight");
+      assert_int_equal(t->type, classifier ? types[k].classifier_type : types[k].type);
+      expect_quantized(t, r);
+    }
+    npu_gguf_close(g);
+    unlink(path);
+  }
+  npu_gguf_close(ref);
+  unlink(ref_path);
+}
+
+/* The K types, and Q4_0's mix, on a shape whose rows are whole 256-value blocks (written in
+ * memory): the matrices are the F32 image's (same seed) through the type's quantizer, Q4_0's
+ * classifier (output.weight) in Q6_K; general.file_type is llama.cpp's (Q4_K_M for Q4_K, as
+ * llama-quantize --pure Q4_K_M writes). */
+static void test_k_types_custom_shape(void **state) {
+  (void)state;
+  const struct npu_synth_shape sh = {.arch = "llama",
+                                     .title = "k-types",
+                                     .dim = 256,
+                                     .n_layers = 1,
+                                     .n_heads = 4,
+                                     .n_kv_heads = 2,
+                                     .ffn_dim = 512,
+                                     .n_vocab = 300,
+                                     .n_ctx = 64,
+                                     .rope_base = 10000.0f,
+                                     .rms_eps = 1e-5f};
+  const struct {
+    uint32_t type, file_type, classifier_type; /* output.weight: Q4_0's mix makes it Q6_K */
+  } types[] = {{NPU_GGML_F32, 0, NPU_GGML_F32},
+               {NPU_GGML_Q4_K, 15, NPU_GGML_Q4_K},
+               {NPU_GGML_Q6_K, 18, NPU_GGML_Q6_K},
+               {NPU_GGML_Q4_0, 2, NPU_GGML_Q6_K}};
+  enum { N = sizeof(types) / sizeof(types[0]) };
+  void *image[N];
+  struct npu_gguf *g[N];
+  npulm_error err = {{0}};
+  for (int k = 0; k < N; k++) {
+    const struct npu_synth_options o = {.type2d = types[k].type, .seed = 9};
+    struct npu_gguf_writer *w = NULL;
+    size_t size;
+    assert_int_equal(npu_gguf_writer_open_memory(&w, &err), NPULM_OK);
+    assert_int_equal(npu_synth_write(w, &sh, &o, &err), NPULM_OK);
+    assert_int_equal(npu_gguf_writer_finish(w, &err), NPULM_OK);
+    assert_int_equal(npu_gguf_writer_take_memory(w, &image[k], &size, &err), NPULM_OK);
+    npu_gguf_writer_free(w);
+    assert_int_equal(npu_gguf_open_memory(image[k], size, &g[k], &err), NPULM_OK);
+    assert_int_equal(get_u32(g[k], "general.file_type"), types[k].file_type);
+  }
+  for (int k = 1; k < N; k++) {
+    for (uint64_t i = 0; i < g[k]->n_tensors; i++) {
+      const struct npu_gguf_tensor *t = &g[k]->tensors[i], *r = &g[0]->tensors[i];
+      if (t->n_dims == 1) continue;
+      const bool classifier = npu_gguf_str_eq(t->name, "output.weight");
+      assert_int_equal(t->type, classifier ? types[k].classifier_type : types[k].type);
+      expect_quantized(t, r);
+    }
+  }
+  for (int k = 0; k < N; k++) {
+    npu_gguf_close(g[k]);
+    free(image[k]);
+  }
+}
+
 struct progress_log {
   int calls;
   uint64_t last_done;
@@ -309,9 +459,10 @@ static void test_stories15m(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_shape_names),    cmocka_unit_test(test_tiny_llama_q8_0),
-      cmocka_unit_test(test_tiny_qwen2_f16), cmocka_unit_test(test_deterministic),
-      cmocka_unit_test(test_stories15m),
+      cmocka_unit_test(test_shape_names),      cmocka_unit_test(test_shape_table),
+      cmocka_unit_test(test_tiny_llama_q8_0),  cmocka_unit_test(test_tiny_qwen2_f16),
+      cmocka_unit_test(test_tiny_block_types), cmocka_unit_test(test_k_types_custom_shape),
+      cmocka_unit_test(test_deterministic),    cmocka_unit_test(test_stories15m),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

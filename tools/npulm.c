@@ -132,7 +132,7 @@ static const char *const usage_ppl =
     CLI_COMPILE_OPTIONS_HELP;
 
 static const char *const usage_synth =
-    "usage: npulm synth --shape NAME [--seed S] [--type f32|f16|q8_0] -o FILE.gguf\n"
+    "usage: npulm synth --shape NAME [--seed S] [--type TYPE] -o FILE.gguf\n"
     "\n"
     "Write a GGUF with the exact tensor shapes and metadata of a real model, seeded random\n"
     "weights of realistic scale and a synthetic tokenizer: for speed work (llama.cpp loads it\n"
@@ -140,7 +140,12 @@ static const char *const usage_synth =
     "\n"
     "  --shape NAME       one of the shapes listed below\n"
     "  --seed S           weight seed (default 1); the same seed writes the same file\n"
-    "  --type T           f32 (default), f16 or q8_0 for the matrices; norms stay f32\n"
+    "  --type TYPE        the matrices' type: f32 (default), f16, bf16, q4_0, q8_0, q4_k or q6_k\n"
+    "                     (quantized as llama-quantize quantizes, bit for bit; q4_k and q6_k need\n"
+    "                     rows of whole 256-value blocks: stories110M, llama-*, qwen2.5-1.5b, -7b);\n"
+    "                     norms stay f32; q4_0 is llama.cpp's Q4_0 mix, its classifier in q6_k\n"
+    "                     (q8_0 where rows are not 256-value blocks). Weights are made and written\n"
+    "                     in chunks: memory stays small at every shape\n"
     "  -o, --output FILE  where to write\n";
 /* clang-format on */
 

@@ -4,7 +4,9 @@
  * dequantize_row_*: its output must match llama.cpp's bit for bit (tests/test_dequant.c checks
  * SHA-256 digests of llama.cpp's own output). The build's -ffp-contract=off keeps 'a * b - c'
  * two roundings, as ggml's reference C code is written. All plain C, laid out so that the compiler
- * vectorizes the value loops, except F16 rows, which use F16C where the CPU has it. */
+ * vectorizes the value loops, except F16 rows, which use F16C where the CPU has it. The quantizers
+ * (F32, F16, BF16, Q4_0, Q8_0, Q4_K, Q6_K) follow llama.cpp's quantize_row_*_ref the same way, and
+ * test_dequant.c checks their bytes against llama-quantize's files. */
 #include "io/ggml_blocks.h"
 
 #include <math.h>
@@ -403,49 +405,343 @@ void npu_ggml_tq2_0_to_f32(const uint8_t *restrict src, float *restrict dst, siz
   }
 }
 
+/* ---- Quantizers ----------------------------------------------------------------------------- */
+
+static inline void wr_u16(uint8_t *p, uint16_t v) {
+  p[0] = (uint8_t)v;
+  p[1] = (uint8_t)(v >> 8);
+}
+
+void npu_ggml_f32_from_f32(const float *restrict src, uint8_t *restrict dst, size_t n_blocks) {
+  memcpy(dst, src, n_blocks * sizeof(float));
+}
+
+void npu_ggml_f16_from_f32(const float *restrict src, uint8_t *restrict dst, size_t n_blocks) {
+  for (size_t i = 0; i < n_blocks; i++) wr_u16(dst + 2 * i, npu_f32_to_f16(src[i]));
+}
+
+/* ggml's GGML_FP32_TO_BF16: a NaN keeps its sign and top payload bits and is made quiet; every
+ * other value (infinities included) rounds to nearest even. */
+void npu_ggml_bf16_from_f32(const float *restrict src, uint8_t *restrict dst, size_t n_blocks) {
+  for (size_t i = 0; i < n_blocks; i++) {
+    uint32_t u;
+    memcpy(&u, &src[i], sizeof(u));
+    const uint16_t h = (u & 0x7fffffffu) > 0x7f800000u
+                           ? (uint16_t)((u >> 16) | 64u)
+                           : (uint16_t)((u + (0x7fffu + ((u >> 16) & 1u))) >> 16);
+    wr_u16(dst + 2 * i, h);
+  }
+}
+
+/* Q4_0 as quantize_row_q4_0_ref: the scale maps the value of largest magnitude to -8 (so its sign
+ * picks which end of [-8, 7] is used to the full); q = x / d + 8 rounded half up, as a truncation
+ * of x * id + 8.5, capped at 15 (x * id >= -8 by construction, so no lower clamp is needed). */
+void npu_ggml_q4_0_from_f32(const float *restrict src, uint8_t *restrict dst, size_t n_blocks) {
+  for (size_t b = 0; b < n_blocks; b++, src += 32, dst += 18) {
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; j++) {
+      if (amax < fabsf(src[j])) { /* the first of equal magnitudes wins, as in ggml */
+        amax = fabsf(src[j]);
+        max = src[j];
+      }
+    }
+    const float d = max / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    wr_u16(dst, npu_f32_to_f16(d));
+    for (int j = 0; j < 16; j++) {
+      const int q0 = (int)(src[j] * id + 8.5f), q1 = (int)(src[j + 16] * id + 8.5f);
+      dst[2 + j] = (uint8_t)((q0 < 15 ? q0 : 15) | (q1 < 15 ? q1 : 15) << 4);
+    }
+  }
+}
+
+/* Q8_0 as quantize_row_q8_0_ref: d = max|x| / 127, q = roundf(x * (1/d)) (half away from zero),
+ * within [-127, 127] by construction. */
+void npu_ggml_q8_0_from_f32(const float *restrict src, uint8_t *restrict dst, size_t n_blocks) {
+  for (size_t b = 0; b < n_blocks; b++, src += 32, dst += NPU_Q8_0_BLOCK_BYTES) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++) amax = amax > fabsf(src[j]) ? amax : fabsf(src[j]);
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    wr_u16(dst, npu_f32_to_f16(d));
+    for (int j = 0; j < 32; j++) dst[2 + j] = (uint8_t)(int8_t)roundf(src[j] * id);
+  }
+}
+
+/* ggml's nearest_int: round half to even through the float adder (|v| <= 4194303). */
+static inline int nearest_int(float v) {
+  const float biased = v + 12582912.0f; /* 1.5 * 2^23: the integer lands in the low mantissa */
+  int32_t bits;
+  memcpy(&bits, &biased, sizeof(bits));
+  return (bits & 0x007fffff) - 0x00400000;
+}
+
+/* ggml's make_qkx2_quants (no MAD): scale and min (returned, and -min in '*neg_min_out') of the
+ * 'n' values 'x' on levels 0..nmax, weighted, minimizing the weighted squared error over the plain
+ * range fit and 'nstep' + 1 trial scales (nmax + rmin + rdelta * is) / (max - min), each refined
+ * by weighted least squares; the levels go to 'L' ('Laux' is scratch of n). */
+static float make_qkx2_quants(int n, int nmax, const float *restrict x,
+                              const float *restrict weights, uint8_t *restrict L,
+                              float *restrict neg_min_out, uint8_t *restrict Laux, float rmin,
+                              float rdelta, int nstep) {
+  float min = x[0], max = x[0];
+  float sum_w = weights[0];
+  float sum_x = sum_w * x[0];
+  for (int i = 1; i < n; i++) {
+    if (x[i] < min) min = x[i];
+    if (x[i] > max) max = x[i];
+    const float w = weights[i];
+    sum_w += w;
+    sum_x += w * x[i];
+  }
+  if (min > 0) min = 0;
+  if (max == min) {
+    memset(L, 0, (size_t)n);
+    *neg_min_out = -min;
+    return 0.0f;
+  }
+  float iscale = (float)nmax / (max - min);
+  float scale = 1 / iscale;
+  float best_err = 0;
+  for (int i = 0; i < n; i++) {
+    const int l = nearest_int(iscale * (x[i] - min));
+    L[i] = (uint8_t)(l < 0 ? 0 : l > nmax ? nmax : l);
+    const float diff = scale * (float)L[i] + min - x[i];
+    best_err += weights[i] * (diff * diff);
+  }
+  for (int is = 0; is <= nstep; is++) {
+    iscale = (rmin + rdelta * (float)is + (float)nmax) / (max - min);
+    float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+    for (int i = 0; i < n; i++) {
+      int l = nearest_int(iscale * (x[i] - min));
+      l = l < 0 ? 0 : l > nmax ? nmax : l;
+      Laux[i] = (uint8_t)l;
+      const float w = weights[i];
+      sum_l += w * (float)l;
+      sum_l2 += w * (float)l * (float)l;
+      sum_xl += w * (float)l * x[i];
+    }
+    const float D = sum_w * sum_l2 - sum_l * sum_l;
+    if (D > 0) {
+      float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+      float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+      if (this_min > 0) {
+        this_min = 0;
+        this_scale = sum_xl / sum_l2;
+      }
+      float err = 0;
+      for (int i = 0; i < n; i++) {
+        const float diff = this_scale * (float)Laux[i] + this_min - x[i];
+        err += weights[i] * (diff * diff);
+      }
+      if (err < best_err) {
+        memcpy(L, Laux, (size_t)n);
+        best_err = err;
+        scale = this_scale;
+        min = this_min;
+      }
+    }
+  }
+  *neg_min_out = -min;
+  return scale;
+}
+
+/* Q4_K as quantize_row_q4_K_ref: per sub-block of 32, weights av + |x| (av = rms of the
+ * sub-block) and make_qkx2_quants(15, rmin -1, rdelta 0.1, 20 steps); the 8 scales and mins on
+ * 6 bits against the largest of each (d = max scale / 63, dmin = max min / 63); then every value
+ * requantized with the stored (f16-rounded) d * scale and dmin * min. */
+void npu_ggml_q4_k_from_f32(const float *restrict src, uint8_t *restrict dst, size_t n_blocks) {
+  for (size_t b = 0; b < n_blocks; b++, src += 256, dst += 144) {
+    uint8_t L[256], Laux[32];
+    float weights[32], mins[8], scales[8];
+    float max_scale = 0, max_min = 0; /* the min is subtracted: scales are never negative */
+    for (int j = 0; j < 8; j++) {
+      const float *x = src + 32 * j;
+      float sum_x2 = 0;
+      for (int l = 0; l < 32; l++) sum_x2 += x[l] * x[l];
+      const float av_x = sqrtf(sum_x2 / 32);
+      for (int l = 0; l < 32; l++) weights[l] = av_x + fabsf(x[l]);
+      scales[j] = make_qkx2_quants(32, 15, x, weights, L + 32 * j, &mins[j], Laux, -1.0f, 0.1f, 20);
+      if (scales[j] > max_scale) max_scale = scales[j];
+      if (mins[j] > max_min) max_min = mins[j];
+    }
+    const float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
+    const float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
+    uint8_t *sc = dst + 4;
+    for (int j = 0; j < 8; j++) {
+      uint8_t ls = (uint8_t)nearest_int(inv_scale * scales[j]);
+      uint8_t lm = (uint8_t)nearest_int(inv_min * mins[j]);
+      ls = ls < 63 ? ls : 63;
+      lm = lm < 63 ? lm : 63;
+      if (j < 4) {
+        sc[j] = ls;
+        sc[j + 4] = lm;
+      } else { /* low nibbles in byte j + 4, the top 2 bits over bytes j - 4 and j */
+        sc[j + 4] = (uint8_t)((ls & 0xf) | (lm & 0xf) << 4);
+        sc[j - 4] |= (uint8_t)((ls >> 4) << 6);
+        sc[j] |= (uint8_t)((lm >> 4) << 6);
+      }
+    }
+    wr_u16(dst, npu_f32_to_f16(max_scale / 63.0f));
+    wr_u16(dst + 2, npu_f32_to_f16(max_min / 63.0f));
+    const float d_all = rd_f16(dst), dmin_all = rd_f16(dst + 2);
+    for (int j = 0; j < 8; j++) {
+      int s, m;
+      k4_scale_min(sc, j, &s, &m);
+      const float d = d_all * (float)s;
+      if (d == 0.0f) continue; /* keeps make_qkx2_quants' levels, as ggml does */
+      const float dm = dmin_all * (float)m;
+      for (int i = 0; i < 32; i++) {
+        const int l = nearest_int((src[32 * j + i] + dm) / d);
+        L[32 * j + i] = (uint8_t)(l < 0 ? 0 : l > 15 ? 15 : l);
+      }
+    }
+    uint8_t *qs = dst + 16;
+    for (int j = 0; j < 256; j += 64, qs += 32) {
+      for (int l = 0; l < 32; l++) qs[l] = (uint8_t)(L[j + l] | L[j + l + 32] << 4);
+    }
+  }
+}
+
+/* ggml's make_qx_quants with rmse_type 1 and no importance weights: a signed scale for the 'n'
+ * values 'x' on levels -nmax..nmax-1 (stored biased by nmax in 'L'), weighted by x^2: the fit
+ * that maps the value of largest magnitude to -nmax, then 18 nearby trial scales
+ * -(nmax + 0.1 * is) / max, keeping the least-squares scale of the best. */
+static float make_qx_quants(int n, int nmax, const float *restrict x, uint8_t *restrict L) {
+  float max = 0, amax = 0;
+  for (int i = 0; i < n; i++) {
+    const float ax = fabsf(x[i]);
+    if (ax > amax) {
+      amax = ax;
+      max = x[i];
+    }
+  }
+  if (amax < 1e-15f) { /* GROUP_MAX_EPS: all zero */
+    memset(L, 0, (size_t)n);
+    return 0.0f;
+  }
+  float iscale = (float)-nmax / max;
+  float sumlx = 0, suml2 = 0;
+  for (int i = 0; i < n; i++) {
+    int l = nearest_int(iscale * x[i]);
+    l = l < -nmax ? -nmax : l > nmax - 1 ? nmax - 1 : l;
+    L[i] = (uint8_t)(l + nmax);
+    const float w = x[i] * x[i];
+    sumlx += w * x[i] * (float)l;
+    suml2 += w * (float)l * (float)l;
+  }
+  float scale = suml2 != 0.0f ? sumlx / suml2 : 0.0f;
+  float best = scale * sumlx;
+  for (int is = -9; is <= 9; is++) {
+    if (is == 0) continue;
+    iscale = -((float)nmax + 0.1f * (float)is) / max;
+    sumlx = suml2 = 0;
+    for (int i = 0; i < n; i++) {
+      int l = nearest_int(iscale * x[i]);
+      l = l < -nmax ? -nmax : l > nmax - 1 ? nmax - 1 : l;
+      const float w = x[i] * x[i];
+      sumlx += w * x[i] * (float)l;
+      suml2 += w * (float)l * (float)l;
+    }
+    if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+      for (int i = 0; i < n; i++) {
+        const int l = nearest_int(iscale * x[i]);
+        L[i] = (uint8_t)(nmax + (l < -nmax ? -nmax : l > nmax - 1 ? nmax - 1 : l));
+      }
+      scale = sumlx / suml2;
+      best = scale * sumlx;
+    }
+  }
+  return scale;
+}
+
+/* Q6_K as quantize_row_q6_K_ref: a signed scale per 16 values (make_qx_quants, levels -32..31);
+ * the 16 scales on int8 against the one of largest magnitude (d = its scale / -128); then every
+ * value requantized with the stored d * scale. A block whose scales are all ~0 is all zero. */
+void npu_ggml_q6_k_from_f32(const float *restrict src, uint8_t *restrict dst, size_t n_blocks) {
+  for (size_t b = 0; b < n_blocks; b++, src += 256, dst += 210) {
+    uint8_t L[256];
+    float scales[16], max_scale = 0, max_abs_scale = 0;
+    for (int ib = 0; ib < 16; ib++) {
+      scales[ib] = make_qx_quants(16, 32, src + 16 * ib, L + 16 * ib);
+      if (fabsf(scales[ib]) > max_abs_scale) {
+        max_abs_scale = fabsf(scales[ib]);
+        max_scale = scales[ib];
+      }
+    }
+    memset(dst, 0, 210);
+    if (max_abs_scale < 1e-15f) continue; /* GROUP_MAX_EPS: d = 0, all zero */
+    uint8_t *ql = dst, *qh = dst + 128, *sc = dst + 192;
+    const float iscale = -128.0f / max_scale;
+    wr_u16(dst + 208, npu_f32_to_f16(1 / iscale));
+    for (int ib = 0; ib < 16; ib++) {
+      const int l = nearest_int(iscale * scales[ib]);
+      sc[ib] = (uint8_t)(int8_t)(l < 127 ? l : 127);
+    }
+    const float d_all = rd_f16(dst + 208);
+    for (int j = 0; j < 16; j++) {
+      const float d = d_all * (float)(int8_t)sc[j];
+      if (d == 0.0f) continue; /* keeps make_qx_quants' levels, as ggml does */
+      for (int i = 0; i < 16; i++) {
+        const int l = nearest_int(src[16 * j + i] / d);
+        L[16 * j + i] = (uint8_t)((l < -32 ? -32 : l > 31 ? 31 : l) + 32);
+      }
+    }
+    for (int j = 0; j < 256; j += 128, ql += 64, qh += 32) {
+      for (int l = 0; l < 32; l++) {
+        const uint8_t *q = L + j + l;
+        ql[l] = (uint8_t)((q[0] & 0xf) | (q[64] & 0xf) << 4);
+        ql[l + 32] = (uint8_t)((q[32] & 0xf) | (q[96] & 0xf) << 4);
+        qh[l] = (uint8_t)(q[0] >> 4 | (q[32] >> 4) << 2 | (q[64] >> 4) << 4 | (q[96] >> 4) << 6);
+      }
+    }
+  }
+}
+
 /* ---- The type table ------------------------------------------------------------------------- */
 
 struct ggml_type_traits {
   const char *name;
-  uint32_t block;            /* values per block */
-  uint32_t nbytes;           /* bytes per block */
-  npu_ggml_to_f32_fn to_f32; /* NULL: npulm does not read it */
+  uint32_t block;                /* values per block */
+  uint32_t nbytes;               /* bytes per block */
+  npu_ggml_to_f32_fn to_f32;     /* NULL: npulm does not read it */
+  npu_ggml_from_f32_fn from_f32; /* NULL: npulm does not write it */
 };
 
 /* Indexed by ggml type id; ids ggml has retired have no name. */
 static const struct ggml_type_traits ggml_types[] = {
-    [0] = {"F32", 1, 4, npu_ggml_f32_to_f32},
-    [1] = {"F16", 1, 2, npu_ggml_f16_to_f32},
-    [2] = {"Q4_0", 32, 18, npu_ggml_q4_0_to_f32},
-    [3] = {"Q4_1", 32, 20, npu_ggml_q4_1_to_f32},
-    [6] = {"Q5_0", 32, 22, npu_ggml_q5_0_to_f32},
-    [7] = {"Q5_1", 32, 24, npu_ggml_q5_1_to_f32},
-    [8] = {"Q8_0", 32, 34, npu_ggml_q8_0_to_f32},
-    [9] = {"Q8_1", 32, 36, NULL},
-    [10] = {"Q2_K", 256, 84, npu_ggml_q2_k_to_f32},
-    [11] = {"Q3_K", 256, 110, npu_ggml_q3_k_to_f32},
-    [12] = {"Q4_K", 256, 144, npu_ggml_q4_k_to_f32},
-    [13] = {"Q5_K", 256, 176, npu_ggml_q5_k_to_f32},
-    [14] = {"Q6_K", 256, 210, npu_ggml_q6_k_to_f32},
-    [15] = {"Q8_K", 256, 292, NULL},
-    [16] = {"IQ2_XXS", 256, 66, NULL},
-    [17] = {"IQ2_XS", 256, 74, NULL},
-    [18] = {"IQ3_XXS", 256, 98, NULL},
-    [19] = {"IQ1_S", 256, 50, NULL},
-    [20] = {"IQ4_NL", 32, 18, npu_ggml_iq4_nl_to_f32},
-    [21] = {"IQ3_S", 256, 110, NULL},
-    [22] = {"IQ2_S", 256, 82, NULL},
-    [23] = {"IQ4_XS", 256, 136, npu_ggml_iq4_xs_to_f32},
-    [24] = {"I8", 1, 1, NULL},
-    [25] = {"I16", 1, 2, NULL},
-    [26] = {"I32", 1, 4, NULL},
-    [27] = {"I64", 1, 8, NULL},
-    [28] = {"F64", 1, 8, NULL},
-    [29] = {"IQ1_M", 256, 56, NULL},
-    [30] = {"BF16", 1, 2, npu_ggml_bf16_to_f32},
-    [34] = {"TQ1_0", 256, 54, npu_ggml_tq1_0_to_f32},
-    [35] = {"TQ2_0", 256, 66, npu_ggml_tq2_0_to_f32},
-    [39] = {"MXFP4", 32, 17, NULL},
+    [0] = {"F32", 1, 4, npu_ggml_f32_to_f32, npu_ggml_f32_from_f32},
+    [1] = {"F16", 1, 2, npu_ggml_f16_to_f32, npu_ggml_f16_from_f32},
+    [2] = {"Q4_0", 32, 18, npu_ggml_q4_0_to_f32, npu_ggml_q4_0_from_f32},
+    [3] = {"Q4_1", 32, 20, npu_ggml_q4_1_to_f32, NULL},
+    [6] = {"Q5_0", 32, 22, npu_ggml_q5_0_to_f32, NULL},
+    [7] = {"Q5_1", 32, 24, npu_ggml_q5_1_to_f32, NULL},
+    [8] = {"Q8_0", 32, 34, npu_ggml_q8_0_to_f32, npu_ggml_q8_0_from_f32},
+    [9] = {"Q8_1", 32, 36, NULL, NULL},
+    [10] = {"Q2_K", 256, 84, npu_ggml_q2_k_to_f32, NULL},
+    [11] = {"Q3_K", 256, 110, npu_ggml_q3_k_to_f32, NULL},
+    [12] = {"Q4_K", 256, 144, npu_ggml_q4_k_to_f32, npu_ggml_q4_k_from_f32},
+    [13] = {"Q5_K", 256, 176, npu_ggml_q5_k_to_f32, NULL},
+    [14] = {"Q6_K", 256, 210, npu_ggml_q6_k_to_f32, npu_ggml_q6_k_from_f32},
+    [15] = {"Q8_K", 256, 292, NULL, NULL},
+    [16] = {"IQ2_XXS", 256, 66, NULL, NULL},
+    [17] = {"IQ2_XS", 256, 74, NULL, NULL},
+    [18] = {"IQ3_XXS", 256, 98, NULL, NULL},
+    [19] = {"IQ1_S", 256, 50, NULL, NULL},
+    [20] = {"IQ4_NL", 32, 18, npu_ggml_iq4_nl_to_f32, NULL},
+    [21] = {"IQ3_S", 256, 110, NULL, NULL},
+    [22] = {"IQ2_S", 256, 82, NULL, NULL},
+    [23] = {"IQ4_XS", 256, 136, npu_ggml_iq4_xs_to_f32, NULL},
+    [24] = {"I8", 1, 1, NULL, NULL},
+    [25] = {"I16", 1, 2, NULL, NULL},
+    [26] = {"I32", 1, 4, NULL, NULL},
+    [27] = {"I64", 1, 8, NULL, NULL},
+    [28] = {"F64", 1, 8, NULL, NULL},
+    [29] = {"IQ1_M", 256, 56, NULL, NULL},
+    [30] = {"BF16", 1, 2, npu_ggml_bf16_to_f32, npu_ggml_bf16_from_f32},
+    [34] = {"TQ1_0", 256, 54, npu_ggml_tq1_0_to_f32, NULL},
+    [35] = {"TQ2_0", 256, 66, npu_ggml_tq2_0_to_f32, NULL},
+    [39] = {"MXFP4", 32, 17, NULL, NULL},
 };
 #define GGML_TYPE_COUNT (sizeof(ggml_types) / sizeof(ggml_types[0]))
 
@@ -464,14 +760,22 @@ npu_ggml_to_f32_fn npu_ggml_type_to_f32(uint32_t type) {
   return type < GGML_TYPE_COUNT ? ggml_types[type].to_f32 : NULL;
 }
 
-void npu_ggml_readable_types(char *buf, size_t cap) {
+npu_ggml_from_f32_fn npu_ggml_type_from_f32(uint32_t type) {
+  return type < GGML_TYPE_COUNT ? ggml_types[type].from_f32 : NULL;
+}
+
+/* The names of the types with a dequantizer ('writable' false) or a quantizer (true). */
+static void list_types(char *buf, size_t cap, bool writable) {
   size_t len = 0;
   if (cap == 0) return;
   buf[0] = '\0';
   for (uint32_t t = 0; t < GGML_TYPE_COUNT; t++) {
-    if (ggml_types[t].to_f32 == NULL) continue;
+    if (writable ? ggml_types[t].from_f32 == NULL : ggml_types[t].to_f32 == NULL) continue;
     int n = snprintf(buf + len, cap - len, "%s%s", len ? ", " : "", ggml_types[t].name);
     if (n < 0 || (size_t)n >= cap - len) return; /* truncated */
     len += (size_t)n;
   }
 }
+
+void npu_ggml_readable_types(char *buf, size_t cap) { list_types(buf, cap, false); }
+void npu_ggml_writable_types(char *buf, size_t cap) { list_types(buf, cap, true); }

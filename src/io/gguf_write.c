@@ -3,7 +3,6 @@
 #include "io/gguf_write.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -611,26 +610,4 @@ npulm_status npu_gguf_writer_take_memory(struct npu_gguf_writer *w, void **data_
   *size_out = w->mem.size;
   w->mem = (struct npu_gguf_buf){0};
   return NPULM_OK;
-}
-
-/* ---- Q8_0 ----------------------------------------------------------------------------------- */
-
-void npu_q8_0_quantize_row(const float *src, void *dst, size_t n) {
-  uint8_t *out = dst;
-  for (size_t b = 0; b < n / NPU_Q8_0_BLOCK; b++) {
-    const float *x = src + b * NPU_Q8_0_BLOCK;
-    uint8_t *block = out + b * NPU_Q8_0_BLOCK_BYTES;
-    float amax = 0.0f;
-    for (int j = 0; j < NPU_Q8_0_BLOCK; j++) {
-      float a = fabsf(x[j]);
-      if (a > amax) amax = a;
-    }
-    float d = amax / 127.0f;
-    uint16_t h = npu_f32_to_f16(d);
-    memcpy(block, &h, 2);
-    for (int j = 0; j < NPU_Q8_0_BLOCK; j++) {
-      float q = d != 0.0f ? roundf(x[j] / d) : 0.0f;
-      block[2 + j] = (uint8_t)(int8_t)(q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q);
-    }
-  }
 }

@@ -1,7 +1,6 @@
 /* GGUF v3 writer: metadata of every value type, tensor infos with 'general.alignment' padding, and
  * tensor data streamed in declaration order, to a file (any size) or to a growable memory buffer
- * (tests that then corrupt bytes). Also Q8_0 quantization of float rows. Spec: ggml/docs/gguf.md.
- */
+ * (tests that then corrupt bytes). Spec: ggml/docs/gguf.md. Quantizers are in ggml_blocks.h. */
 #ifndef NPU_IO_GGUF_WRITE_H
 #define NPU_IO_GGUF_WRITE_H
 
@@ -127,15 +126,5 @@ npulm_status npu_gguf_writer_finish(struct npu_gguf_writer *w, npulm_error *err)
 /* In memory mode after finish: hand over the image (free it with free()). */
 npulm_status npu_gguf_writer_take_memory(struct npu_gguf_writer *w, void **data_out,
                                          size_t *size_out, npulm_error *err);
-
-/* ---- Quantization ------------------------------------------------------------------------- */
-
-/* Bytes of one Q8_0 block: f16 scale 'd' + 32 int8 values. */
-#define NPU_Q8_0_BLOCK_BYTES (2 + NPU_Q8_0_BLOCK)
-
-/* Quantize 'n' floats (a multiple of 32) to Q8_0 as llama.cpp's converter (gguf-py) does: per
- * block of 32, d = max|x| / 127 stored as f16, q[i] = round-half-away(x[i] / d) (0 when d = 0).
- * Writes n / 32 * 34 bytes at 'dst'. Non-finite inputs are the caller's problem. */
-void npu_q8_0_quantize_row(const float *src, void *dst, size_t n);
 
 #endif /* NPU_IO_GGUF_WRITE_H */

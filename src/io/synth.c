@@ -3,10 +3,12 @@
  * scale and a synthetic SentencePiece vocabulary. They exist for speed work (npulm vs llama.cpp
  * on the same file); accuracy is measured on trained models. */
 #include <assert.h>
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/common.h"
 #include "io/gguf.h"
@@ -120,12 +122,83 @@ static const struct npu_synth_shape shapes[] = {
      .rope_low_freq_factor = 1.0f,
      .rope_high_freq_factor = 4.0f,
      .rope_orig_ctx = 8192},
+    /* The bigger shapes, from each model's config.json on Hugging Face (hidden_size,
+     * num_hidden_layers, num_attention_heads, num_key_value_heads, intermediate_size, vocab_size,
+     * max_position_embeddings, rope_theta, rms_norm_eps, tie_word_embeddings, rope_scaling). Write
+     * them as q4_0 or q8_0: as F32 they take 6-32 GB. */
+    /* meta-llama/Llama-3.2-3B: 3.21B parameters */
+    {.name = "llama-3.2-3b",
+     .arch = "llama",
+     .title = "Llama 3.2 3B",
+     .dim = 3072,
+     .n_layers = 28,
+     .n_heads = 24,
+     .n_kv_heads = 8,
+     .ffn_dim = 8192,
+     .n_vocab = 128256,
+     .n_ctx = 131072,
+     .rope_base = 500000.0f,
+     .rms_eps = 1e-5f,
+     .tied = true,
+     .head_dim_key = true,
+     .rope_llama3_factor = 32.0f,
+     .rope_low_freq_factor = 1.0f,
+     .rope_high_freq_factor = 4.0f,
+     .rope_orig_ctx = 8192},
+    /* meta-llama/Llama-3.1-8B: 8.03B parameters; a separate output matrix. (Its first config.json
+     * had no "head_dim"; the current one says 128, as dim / heads does.) */
+    {.name = "llama-3.1-8b",
+     .arch = "llama",
+     .title = "Llama 3.1 8B",
+     .dim = 4096,
+     .n_layers = 32,
+     .n_heads = 32,
+     .n_kv_heads = 8,
+     .ffn_dim = 14336,
+     .n_vocab = 128256,
+     .n_ctx = 131072,
+     .rope_base = 500000.0f,
+     .rms_eps = 1e-5f,
+     .head_dim_key = true,
+     .rope_llama3_factor = 8.0f,
+     .rope_low_freq_factor = 1.0f,
+     .rope_high_freq_factor = 4.0f,
+     .rope_orig_ctx = 8192},
+    /* Qwen/Qwen2.5-1.5B: 1.54B parameters (context 131072: the base model's; -Instruct's is 32K) */
+    {.name = "qwen2.5-1.5b",
+     .arch = "qwen2",
+     .title = "Qwen2.5 1.5B",
+     .dim = 1536,
+     .n_layers = 28,
+     .n_heads = 12,
+     .n_kv_heads = 2,
+     .ffn_dim = 8960,
+     .n_vocab = 151936,
+     .n_ctx = 131072,
+     .rope_base = 1000000.0f,
+     .rms_eps = 1e-6f,
+     .tied = true,
+     .qkv_bias = true},
+    /* Qwen/Qwen2.5-7B: 7.61B parameters, untied output, the vocabulary padded to 152064 */
+    {.name = "qwen2.5-7b",
+     .arch = "qwen2",
+     .title = "Qwen2.5 7B",
+     .dim = 3584,
+     .n_layers = 28,
+     .n_heads = 28,
+     .n_kv_heads = 4,
+     .ffn_dim = 18944,
+     .n_vocab = 152064,
+     .n_ctx = 131072,
+     .rope_base = 1000000.0f,
+     .rms_eps = 1e-6f,
+     .qkv_bias = true},
 };
 #define N_SHAPES (sizeof(shapes) / sizeof(shapes[0]))
 
 static const char *const shape_names[N_SHAPES + 1] = {
-    "tiny",         "tiny-qwen2",   "stories15M",   "stories110M",
-    "smollm2-135m", "qwen2.5-0.5b", "llama-3.2-1b", NULL,
+    "tiny",         "tiny-qwen2",   "stories15M",   "stories110M",  "smollm2-135m", "qwen2.5-0.5b",
+    "llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "qwen2.5-1.5b", "qwen2.5-7b",   NULL,
 };
 
 const char *const *npulm_synth_shapes(void) { return shape_names; }
@@ -199,7 +272,15 @@ static npulm_status plan_add(struct plan *p, const struct npu_synth_options *o, 
   return NPULM_OK;
 }
 
-/* Every tensor of 'sh' in file order, 2-D weights of ggml type 'o->type2d'. */
+/* The classifier's type (output.weight, or token_embd.weight when the output is tied to it) in a
+ * file whose matrices are 'type2d', as llama-quantize's Q4_0 mix (llama_tensor_get_type) picks it:
+ * Q6_K, or Q8_0 where its rows ('ne0') are not whole 256-value blocks. Other types: unchanged. */
+static uint32_t classifier_type(uint32_t type2d, uint64_t ne0) {
+  if (type2d != NPU_GGML_Q4_0) return type2d;
+  return ne0 % NPU_QK_K == 0 ? NPU_GGML_Q6_K : NPU_GGML_Q8_0;
+}
+
+/* Every tensor of 'sh' in file order, 2-D weights of ggml type 'o->type2d' but the classifier. */
 static npulm_status make_plan(const struct npu_synth_shape *sh, const struct npu_synth_options *o,
                               struct plan *p, npulm_error *err) {
   const uint64_t dim = sh->dim, hd = sh->dim / sh->n_heads;
@@ -213,6 +294,9 @@ static npulm_status make_plan(const struct npu_synth_shape *sh, const struct npu
     if ((st = (expr)) != NPULM_OK) return st;                                                      \
   } while (0)
   TRY(ADD2("token_embd.weight", dim, sh->n_vocab));
+  if (sh->tied && p->n > 0 && strcmp(p->t[p->n - 1].name, "token_embd.weight") == 0) {
+    p->t[p->n - 1].type = classifier_type(o->type2d, p->t[p->n - 1].ne[0]);
+  }
   if (sh->rope_llama3_factor > 0.0f) TRY(ADD1("rope_freqs.weight", hd / 2, INIT_ROPE_FREQS));
   for (uint32_t l = 0; l < sh->n_layers; l++) {
 #define BLK(suffix) (snprintf(name, sizeof(name), "blk.%u." suffix, l), name)
@@ -231,11 +315,28 @@ static npulm_status make_plan(const struct npu_synth_shape *sh, const struct npu
 #undef BLK
   }
   TRY(ADD1("output_norm.weight", dim, INIT_NORM));
-  if (!sh->tied) TRY(ADD2("output.weight", dim, sh->n_vocab));
+  if (!sh->tied) {
+    TRY(ADD2("output.weight", dim, sh->n_vocab));
+    if (p->n > 0 && strcmp(p->t[p->n - 1].name, "output.weight") == 0) {
+      p->t[p->n - 1].type = classifier_type(o->type2d, p->t[p->n - 1].ne[0]);
+    }
+  }
 #undef ADD1
 #undef ADD2
 #undef TRY
   return NPULM_OK;
+}
+
+uint64_t npu_synth_n_params(const struct npu_synth_shape *sh) {
+  const struct npu_synth_options o = {0};
+  struct plan p = {0};
+  npulm_error err;
+  uint64_t n = 0;
+  if (make_plan(sh, &o, &p, &err) == NPULM_OK) {
+    for (size_t i = 0; i < p.n; i++) n += p.t[i].ne[0] * p.t[i].ne[1];
+  }
+  free(p.t);
+  return n;
 }
 
 /* ---- Metadata ------------------------------------------------------------------------------- */
@@ -243,9 +344,13 @@ static npulm_status make_plan(const struct npu_synth_shape *sh, const struct npu
 /* llama.cpp's general.file_type (enum llama_ftype) for the majority type. */
 static uint32_t file_type_of(uint32_t type2d) {
   switch (type2d) {
-  case NPU_GGML_F16: return 1;  /* MOSTLY_F16 */
-  case NPU_GGML_Q8_0: return 7; /* MOSTLY_Q8_0 */
-  default: return 0;            /* ALL_F32 */
+  case NPU_GGML_F16: return 1;   /* MOSTLY_F16 */
+  case NPU_GGML_Q4_0: return 2;  /* MOSTLY_Q4_0 */
+  case NPU_GGML_Q8_0: return 7;  /* MOSTLY_Q8_0 */
+  case NPU_GGML_Q4_K: return 15; /* MOSTLY_Q4_K_M, as llama-quantize --pure Q4_K_M writes */
+  case NPU_GGML_Q6_K: return 18; /* MOSTLY_Q6_K */
+  case NPU_GGML_BF16: return 32; /* MOSTLY_BF16 */
+  default: return 0;             /* ALL_F32 */
   }
 }
 
@@ -386,7 +491,7 @@ done:
 
 /* ---- Weights -------------------------------------------------------------------------------- */
 
-#define CHUNK_ELEMS 65536 /* values generated per step: a multiple of the Q8_0 block */
+#define CHUNK_ELEMS 65536 /* values generated per step: a multiple of every block size */
 #define PROGRESS_BYTES (8u << 20)
 
 /* Llama 3 rope frequency factors (LlamaModel.generate_extra_tensors in convert_hf_to_gguf.py). */
@@ -433,8 +538,10 @@ static npulm_status write_weights(struct npu_gguf_writer *w, const struct npu_sy
   const struct npu_synth_tensor view = {
       .name = t->name, .n_dims = t->n_dims, .ne = {t->ne[0], t->ne[1]}, .type = t->type};
   const bool poke = o->poke_tensor != NULL && strcmp(o->poke_tensor, t->name) == 0;
-  if (t->type != NPU_GGML_F32 && t->type != NPU_GGML_F16 && t->type != NPU_GGML_Q8_0) {
-    /* a type npulm does not run (tests of its refusal): zero bytes */
+  const npu_ggml_from_f32_fn quantize = npu_ggml_type_from_f32(t->type);
+  uint32_t block = 1, block_bytes = 4;
+  if (quantize == NULL || !npu_ggml_type_size(t->type, &block, &block_bytes)) {
+    /* a type npulm does not write (tests of the reader's refusal): zero bytes */
     memset(bytes, 0, CHUNK_ELEMS * sizeof(float));
     for (uint64_t left = npu_gguf_writer_tensor_nbytes(w, index); left > 0;) {
       size_t n = left < CHUNK_ELEMS * sizeof(float) ? (size_t)left : CHUNK_ELEMS * sizeof(float);
@@ -462,31 +569,16 @@ static npulm_status write_weights(struct npu_gguf_writer *w, const struct npu_sy
                                          : 0.02f * r;
       }
     }
-    size_t nbytes;
-    switch (t->type) {
-    case NPU_GGML_F16:
-      for (size_t i = 0; i < n; i++) {
-        uint16_t h = npu_f32_to_f16(vals[i]);
-        memcpy(bytes + 2 * i, &h, 2);
-      }
-      nbytes = 2 * n;
-      break;
-    case NPU_GGML_Q8_0:
-      npu_q8_0_quantize_row(vals, bytes, n);
-      nbytes = n / NPU_Q8_0_BLOCK * NPU_Q8_0_BLOCK_BYTES;
-      break;
-    default:
-      memcpy(bytes, vals, 4 * n);
-      nbytes = 4 * n;
-      break;
-    }
+    assert(n % block == 0); /* chunks and rows are whole blocks (ne[0] % block == 0) */
+    quantize(vals, bytes, n / block);
+    const size_t nbytes = n / block * block_bytes;
     if (poke && o->poke_at >= done && o->poke_at < done + n) {
       size_t at = (size_t)(o->poke_at - done);
-      if (t->type == NPU_GGML_F16) {
+      if (t->type == NPU_GGML_F16 || t->type == NPU_GGML_BF16) {
         uint16_t bits = (uint16_t)o->poke_bits;
         memcpy(bytes + 2 * at, &bits, 2);
       } else {
-        assert(t->type == NPU_GGML_F32); /* a Q8_0 element has no bits of its own */
+        assert(t->type == NPU_GGML_F32); /* a block type's element has no bits of its own */
         memcpy(bytes + 4 * at, &o->poke_bits, 4);
       }
     }
@@ -548,18 +640,32 @@ npulm_status npulm_synth(const char *shape, uint64_t seed, const char *type, con
     return npu_fail(err, NPULM_ERR_ARG, "unknown synthetic shape '%s' (known: %s)",
                     shape ? shape : "(null)", names);
   }
+  /* The weight types are the ones ggml_blocks.c has a quantizer for, by their lowercase names. */
   struct npu_synth_options o = {.seed = seed, .progress = progress, .progress_user = user};
-  if (type != NULL && strcmp(type, "f32") == 0) {
-    o.type2d = NPU_GGML_F32;
-  } else if (type != NULL && strcmp(type, "f16") == 0) {
-    o.type2d = NPU_GGML_F16;
-  } else if (type != NULL && strcmp(type, "q8_0") == 0) {
-    o.type2d = NPU_GGML_Q8_0;
-  } else {
-    return npu_fail(err, NPULM_ERR_ARG, "unknown weight type '%s' (known: f32, f16, q8_0)",
-                    type ? type : "(null)");
+  bool known = false;
+  for (uint32_t t = 0; t < 64 && type != NULL && !known; t++) { /* ggml's type ids are < 64 */
+    const char *name = npu_ggml_type_name(t);
+    if (name != NULL && npu_ggml_type_from_f32(t) != NULL && strcasecmp(name, type) == 0) {
+      o.type2d = t;
+      known = true;
+    }
+  }
+  if (!known) {
+    char names[160];
+    npu_ggml_writable_types(names, sizeof(names));
+    for (char *c = names; *c != '\0'; c++) *c = (char)tolower((unsigned char)*c);
+    return npu_fail(err, NPULM_ERR_ARG, "unknown weight type '%s' (known: %s)",
+                    type ? type : "(null)", names);
   }
 
+  /* Rows are dim (and heads * head_dim = dim) or ffn_dim long; block types need whole blocks. */
+  uint32_t block, block_bytes;
+  npu_ggml_type_size(o.type2d, &block, &block_bytes);
+  if (sh->dim % block != 0 || sh->ffn_dim % block != 0) {
+    return npu_fail(err, NPULM_ERR_ARG,
+                    "weight type '%s' packs %u values a block: shape '%s' has rows of %u and %u",
+                    type, block, sh->name, sh->dim, sh->ffn_dim);
+  }
   if (path == NULL || path[0] == '\0') return npu_fail(err, NPULM_ERR_ARG, "no output path");
 
   struct npu_gguf_writer *w = NULL;

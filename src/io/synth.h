@@ -38,6 +38,9 @@ struct npu_synth_shape {
 /* The named shape 'name' (npulm_synth_shapes lists them), or NULL. */
 const struct npu_synth_shape *npu_synth_shape_find(const char *name);
 
+/* The number of weights of 'sh' (the elements of every tensor it writes), or 0 out of memory. */
+uint64_t npu_synth_n_params(const struct npu_synth_shape *sh);
+
 /* A tensor as the fill hook sees it. 1-D tensors (norms, biases, rope factors) are always F32. */
 struct npu_synth_tensor {
   const char *name;
@@ -54,7 +57,10 @@ typedef void (*npu_synth_fill_fn)(void *user, const struct npu_synth_tensor *t, 
 /* How to write a shape, and what to break in it. Zero-initialize: every zero field is the
  * default (F32 matrices, seed 0, synth's random weights, nothing broken). */
 struct npu_synth_options {
-  uint32_t type2d; /* ggml type of the 2-D weights: F32, F16, Q8_0 (another: zero bytes) */
+  /* ggml type of the 2-D weights: one ggml_blocks.c writes (another: zero bytes). Q4_0 is
+   * llama-quantize's Q4_0 mix: the classifier in Q6_K, or Q8_0 where its rows are not 256-blocks.
+   */
+  uint32_t type2d;
   uint64_t seed;
   npu_synth_fill_fn fill; /* NULL: seeded normal weights of realistic scale */
   void *user;             /* given to 'fill' */
@@ -66,7 +72,7 @@ struct npu_synth_options {
   const char *wide_tensor; /* declare this tensor 32 elements wider in ne[0] */
   const char *poke_tensor; /* after conversion, overwrite element 'poke_at' of this tensor... */
   uint64_t poke_at;
-  uint32_t poke_bits; /* ...with these F32 bits, or the low 16 as F16 bits in an F16 tensor */
+  uint32_t poke_bits; /* ...with these F32 bits, or the low 16 in an F16 or BF16 tensor */
   bool no_tensors;    /* metadata and vocabulary only, as llama.cpp's ggml-vocab-*.gguf files */
 };
 

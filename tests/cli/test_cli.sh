@@ -163,4 +163,6 @@ for c in run compile inspect tokenize ppl synth; do
   check "$c --help" "$bin" "$c" --help
 done
 fails "synth: unknown shape" "shape" "$bin" synth --shape nonesuch -o "$tmp/x.gguf"
+fails "synth: unknown type lists the accepted ones" "q5_k.*f16.*q4_0.*q8_0.*q4_k.*q6_k" "$bin" \
+  synth --shape tiny --type q5_k -o "$tmp/x.gguf"
 echo "1..$n"
