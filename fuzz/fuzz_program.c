@@ -7,7 +7,8 @@
  *
  * Build: `make fuzz-program` (the harness, and its seeds in build-fuzz/seeds/program/). Seeds:
  * `NPULM_FUZZ_SEEDS=DIR build-fuzz/fuzz_program` writes small program files of a micro model, one
- * of each quantization mode and one with attention on the integer NPU, into DIR and exits; then
+ * of each quantization mode, one with attention on the integer NPU and one with the float copy of
+ * every weight (--keep-float), into DIR and exits; then
  * `build-fuzz/fuzz_program CORPUS DIR -max_len=131072` (see README.md). */
 #define _GNU_SOURCE /* memfd_create */
 #include <stdint.h>
@@ -130,9 +131,11 @@ static npulm_model *open_micro_model(void) {
 }
 
 /* Compile, calibrate and quantize the micro model for 'mode' with the precision policy
- * 'float_ops' (as npu_quant_float_ops widens it for the mode) and save it as DIR/micro-NAME.npu. */
+ * 'float_ops' (as npu_quant_float_ops widens it for the mode) and save it as DIR/micro-NAME.npu:
+ * with the float copy of every weight if 'keep_float', else (an integer program) only those the
+ * CPU reads. */
 static void write_seed(const char *dir, const char *name, enum npu_quant_mode mode,
-                       uint32_t float_ops) {
+                       uint32_t float_ops, bool keep_float) {
   npulm_model *m = open_micro_model();
   npulm_error err;
   struct npu_compile_options o;
@@ -158,6 +161,7 @@ static void write_seed(const char *dir, const char *name, enum npu_quant_mode mo
     die("quantize", &err);
   }
   free(ids);
+  p->keep_float = keep_float;
   m->program = p;
   char path[512];
   snprintf(path, sizeof(path), "%s/micro-%s.npu", dir, name);
@@ -181,10 +185,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     mkdir(seeds, 0755);
     for (int mode = 0; mode < NPU_QUANT_MODE_COUNT; mode++) {
       const char *name = npu_quant_mode_name((enum npu_quant_mode)mode);
-      write_seed(seeds, name, (enum npu_quant_mode)mode, NPU_DEFAULT_FLOAT_OPS);
+      write_seed(seeds, name, (enum npu_quant_mode)mode, NPU_DEFAULT_FLOAT_OPS, false);
     }
     /* attention's QK, SOFTMAX and PV on the integer NPU */
-    write_seed(seeds, "w8a8-naive-int-attention", NPU_QUANT_NAIVE, 0);
+    write_seed(seeds, "w8a8-naive-int-attention", NPU_QUANT_NAIVE, 0, false);
+    /* every float weight as well (compile --keep-float) */
+    write_seed(seeds, "w8a8-shadow-keep-float", NPU_QUANT_SHADOW, NPU_DEFAULT_FLOAT_OPS, true);
     exit(0);
   }
   g_null = fopen("/dev/null", "w");

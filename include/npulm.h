@@ -105,9 +105,13 @@ typedef struct npulm_compile_params {
   const char *float_ops;
   const char *calib_text; /* calibration text (NULL: a built-in text) */
   size_t calib_len;
-  int calib_tokens;           /* use at most this many tokens of it (0: 1024) */
-  float smooth_alpha;         /* SmoothQuant strength (0: 0.5) */
-  float shadow_threshold;     /* outlier channel: absmax > this x the median channel's (0: 6) */
+  int calib_tokens;       /* use at most this many tokens of it (0: 1024) */
+  float smooth_alpha;     /* SmoothQuant strength (0: 0.5) */
+  float shadow_threshold; /* outlier channel: absmax > this x the median channel's (0: 6) */
+  /* A program file saved from an integer program holds, besides the NPU's int8 data, only the
+   * float weights the CPU reads: it cannot run the reference forward nor be compiled again (the
+   * GGUF model can). true: it holds every float weight as well, as FP32 programs always do. */
+  bool keep_float;
   npulm_progress_fn progress; /* calibration progress in tokens (may be NULL) */
   void *progress_user;
 } npulm_compile_params;

@@ -210,22 +210,38 @@ static void assert_graphs_equal(const struct npu_graph *a, const struct npu_grap
   }
 }
 
+/* Program 'b' loaded from the file program 'a' was saved to: the same, but for the float weights
+ * a lean file (an integer program's, without keep_float) leaves out: exactly those that no node
+ * reads in float (a tied output is held with the embedding). */
 static void assert_programs_equal(const struct npu_program *a, const struct npu_program *b) {
   assert_memory_equal(&a->opts, &b->opts, sizeof(a->opts));
   assert_int_equal(a->n_graphs, b->n_graphs);
   for (int32_t i = 0; i < a->n_graphs; i++) assert_graphs_equal(&a->graphs[i], &b->graphs[i]);
   assert_int_equal(a->n_weights, b->n_weights);
+  const bool lean = a->quant_mode != NPU_QUANT_F32 && !a->keep_float;
+  bool *reads = calloc((size_t)a->n_weights + 1, sizeof(*reads));
+  assert_non_null(reads);
+  npu_program_float_weights(a, reads);
+  bool all_held = true;
   for (int32_t i = 0; i < a->n_weights; i++) {
     const struct npu_weight *x = &a->weights[i], *y = &b->weights[i];
     assert_string_equal(x->name, y->name);
     assert_int_equal(x->ne0, y->ne0);
     assert_int_equal(x->ne1, y->ne1);
-    assert_int_equal(x->data == NULL, y->data == NULL);
-    if (x->data != NULL) {
+    bool read = reads[i];
+    for (int32_t j = 0; j < a->n_weights; j++) {
+      read |= reads[j] && strcmp(a->weights[j].name, x->name) == 0;
+    }
+    assert_int_equal(x->data == NULL || (lean && !read), y->data == NULL);
+    all_held &= x->data == NULL || y->data != NULL;
+    if (y->data != NULL) {
       assert_memory_equal(x->data, y->data, (size_t)x->ne0 * (size_t)x->ne1 * sizeof(float));
     }
   }
-  assert_int_equal(a->weight_bytes, b->weight_bytes);
+  free(reads);
+  assert_int_equal(b->keep_float, all_held);
+  if (all_held) assert_int_equal(a->weight_bytes, b->weight_bytes);
+  if (!all_held) assert_true(b->weight_bytes < a->weight_bytes);
   assert_int_equal(a->kv_bytes, b->kv_bytes);
 }
 
@@ -781,7 +797,8 @@ static void test_hostile_version_and_keys(void **state) {
   assert_int_equal(open_bytes(&im, im.data, im.size, &err), NPULM_OK);
 
   size_t v = value_at(&im, "npulm.program.version");
-  expect_patch(&im, "version 7", v, 7, NPULM_ERR_UNSUPPORTED, "version 7");
+  expect_patch(&im, "version 8", v, 8, NPULM_ERR_UNSUPPORTED, "version 8");
+  expect_patch(&im, "version 6", v, 6, NPULM_ERR_UNSUPPORTED, "recompile");
   expect_patch(&im, "version 5", v, 5, NPULM_ERR_UNSUPPORTED, "recompile");
   expect_patch(&im, "version 4", v, 4, NPULM_ERR_UNSUPPORTED, "recompile");
   expect_patch(&im, "version 3", v, 3, NPULM_ERR_UNSUPPORTED, "recompile");
@@ -798,7 +815,8 @@ static void test_hostile_version_and_keys(void **state) {
                         "npulm.graph.2.arena_size",   "npulm.graph.3.tensors",
                         "npulm.graph.0.tensor_names", "npulm.graph.1.nodes",
                         "npulm.graph.2.subgraphs",    "llama.block_count",
-                        "tokenizer.ggml.tokens",      "npulm.quant.mode"};
+                        "tokenizer.ggml.tokens",      "npulm.quant.mode",
+                        "npulm.weights.float"};
   for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
     const struct npu_gguf_kv *kv = image_kv(&im, keys[i]);
     uint8_t *copy = malloc(im.size);
@@ -1290,6 +1308,143 @@ static void test_round_trip_quantized_tiny(void **state) {
   }
 }
 
+/* What needs the float model refuses a lean program file in one line that names --keep-float. */
+static void expect_no_float(npulm_status st, const npulm_error *err) {
+  if (st != NPULM_ERR_UNSUPPORTED || strstr(err->msg, "no float copy") == NULL ||
+      strstr(err->msg, "--keep-float") == NULL || strchr(err->msg, '\n') != NULL) {
+    fail_msg("status %d, '%s' (wanted a refusal for want of float weights)", st, err->msg);
+  }
+}
+
+/* The index of weight 'name' in npulm.weights of 'im'. */
+static int32_t weight_index(const struct image *im, const char *name) {
+  const struct npu_gguf_arr *a = &image_kv(im, "npulm.weights")->val.v.a;
+  struct npu_gguf_value *v = malloc((size_t)a->n * sizeof(*v));
+  assert_non_null(v);
+  npu_gguf_arr_values(a, v);
+  int32_t at = -1;
+  for (uint64_t i = 0; i < a->n && at < 0; i++)
+    at = npu_gguf_str_eq(v[i].v.s, name) ? (int32_t)i : -1;
+  free(v);
+  if (at < 0) fail_msg("no weight '%s' in npulm.weights", name);
+  return at;
+}
+
+/* An integer program file holds the float weights the CPU reads (here w8a8-shadow's norms) and
+ * not the matrices only the integer NPU reads; with keep_float (--keep-float) it holds them all.
+ * Both run alike; what needs the float model refuses the lean one cleanly; and a lean file whose
+ * list of held weights lies is refused. */
+static void test_lean_program(void **state) {
+  (void)state;
+  char *src = tmp_path(), *lean = tmp_path(), *full = tmp_path();
+  struct tiny t = {.n_layers = 2, .untied = true};
+  write_tiny(src, &t);
+  npulm_model *m = open_ok(src);
+  struct npu_compile_options o;
+  small_options(m, &o);
+  quantize_ok(m, &o, NPU_QUANT_SHADOW, 2.0f);
+  save_ok(m, lean);
+  m->program->keep_float = true;
+  save_ok(m, full);
+  m->program->keep_float = false;
+  npulm_model *a = open_ok(lean), *b = open_ok(full);
+  assert_false(a->program->keep_float);
+  assert_true(b->program->keep_float);
+  assert_true(a->n_omitted > 0);
+  assert_int_equal(b->n_omitted, 0);
+  assert_programs_equal(m->program, a->program);
+  assert_models_equal(m, a);
+  assert_models_equal(b, a);
+  /* the norms the CPU reads are held; the matrices are not, nor the untied classifier */
+  assert_non_null(a->w.layers[0].attn_norm);
+  assert_null(a->w.layers[0].wq);
+  assert_null(a->w.output);
+  assert_false(a->cfg.tied_output);
+  size_t n_lean, n_full;
+  uint8_t *bytes = test_read_file(lean, &n_lean);
+  free(bytes);
+  bytes = test_read_file(full, &n_full);
+  free(bytes);
+  assert_true(n_lean < n_full);
+  /* the same logits */
+  size_t n1, n2;
+  float *l1 = eval_logits(a, &n1), *l2 = eval_logits(b, &n2);
+  assert_int_equal(n1, n2);
+  assert_memory_equal(l1, l2, n1 * sizeof(float));
+  free(l1);
+  free(l2);
+  /* what needs the float weights refuses the lean one; the full one has them */
+  npulm_error err = {{0}};
+  npulm_session_params sp = npulm_session_default_params();
+  sp.reference = true;
+  sp.n_ctx = 16;
+  npulm_session *s = NULL;
+  expect_no_float(npulm_session_create(a, &sp, &s, &err), &err);
+  assert_null(s);
+  assert_int_equal(npulm_session_create(b, &sp, &s, &err), NPULM_OK);
+  npulm_session_free(s);
+  expect_no_float(npulm_model_compile(a, NULL, &err), &err);
+  assert_non_null(a->program); /* the model keeps the program it had */
+  npulm_diff_report *r = NULL;
+  expect_no_float(npulm_diff(a, "Once upon", 9, &r, &err), &err);
+  assert_null(r);
+  const char *text = "Once upon a time there was a dog. Once upon a time there was a cat.";
+  npulm_ppl_result pr;
+  expect_no_float(npulm_perplexity_reference(a, text, strlen(text), 4, 1, NULL, NULL, &pr, &err),
+                  &err);
+  npulm_model_close(a);
+  npulm_model_close(b);
+  npulm_model_close(m);
+
+  /* a lean file whose npulm.weights.float lies */
+  struct image im = {.path = tmp_path()};
+  im.data = test_read_file(lean, &im.size);
+  assert_int_equal(npu_gguf_open_memory(im.data, im.size, &im.g, &err), NPULM_OK);
+  const size_t flags = value_at(&im, "npulm.weights.float");
+  const int32_t norm = weight_index(&im, "blk.1.attn_norm.weight");
+  const int32_t wq = weight_index(&im, "blk.1.attn_q.weight");
+  assert_int_equal(im.data[flags + (size_t)norm], 1);
+  assert_int_equal(im.data[flags + (size_t)wq], 2);
+  uint8_t *copy = malloc(im.size);
+  assert_non_null(copy);
+  const struct {
+    const char *what;
+    int32_t weight;
+    uint8_t flag;
+    bool rename; /* rename the weight's tensor away */
+    npulm_status want;
+    const char *needle;
+  } cases[] = {
+      /* a weight a CPU node reads, removed and listed as not held: no node may read it */
+      {"needed weight left out", norm, 2, true, NPULM_ERR_FORMAT,
+       "reads weight 'blk.1.attn_norm.weight' in float"},
+      {"needed weight listed absent", norm, 0, true, NPULM_ERR_FORMAT,
+       "missing tensor 'blk.1.attn_norm.weight'"},
+      {"held weight listed not held", norm, 2, false, NPULM_ERR_FORMAT, "held in int8 only"},
+      {"left-out weight listed held", wq, 1, false, NPULM_ERR_FORMAT, "blk.1.attn_q.weight"},
+      {"unknown flag", wq, 3, false, NPULM_ERR_FORMAT, "npulm.weights.float"},
+  };
+  const struct npu_gguf_tensor *nt = npu_gguf_find_tensor(im.g, "blk.1.attn_norm.weight");
+  assert_non_null(nt);
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    memcpy(copy, im.data, im.size);
+    copy[flags + (size_t)cases[i].weight] = cases[i].flag;
+    if (cases[i].rename) copy[(const uint8_t *)nt->name.ptr - im.data] = 'X';
+    npulm_status st = open_bytes(&im, copy, im.size, &err);
+    if (st != cases[i].want || strstr(err.msg, cases[i].needle) == NULL) {
+      fail_msg("%s: status %d, '%s' (wanted '%s')", cases[i].what, st, err.msg, cases[i].needle);
+    }
+  }
+  free(copy);
+  image_free(&im);
+  unlink(src);
+  unlink(lean);
+  unlink(full);
+  free(src);
+  free(lean);
+  free(full);
+}
+
 /* A small w8a8-shadow program of stories260K (one prefill size, one bucket) and where its parts
  * are: sites by kind, graph 0's nodes by kind. */
 struct qimage {
@@ -1318,6 +1473,7 @@ static bool qimage_load(struct qimage *q) {
   o.n_buckets = 1;
   o.buckets[0] = 64;
   quantize_ok(m, &o, NPU_QUANT_SHADOW, 3.0f);
+  m->program->keep_float = true; /* every F32 weight, as the tests of damage expect */
   im->path = tmp_path();
   save_ok(m, im->path);
   const struct npu_program *p = m->program;
@@ -2015,6 +2171,7 @@ static void test_small_tensors_first(void **state) {
   struct npu_compile_options o;
   small_options(m, &o);
   quantize_ok(m, &o, NPU_QUANT_NAIVE, 0.0f);
+  m->program->keep_float = true; /* so that the file holds large F32 matrices */
   char *path = tmp_path();
   save_ok(m, path);
   struct npu_gguf *g = NULL;
@@ -2222,6 +2379,7 @@ int main(void) {
       cmocka_unit_test(test_ir_shape_overflow),
       cmocka_unit_test(test_round_trip_quantized),
       cmocka_unit_test(test_round_trip_quantized_tiny),
+      cmocka_unit_test(test_lean_program),
       cmocka_unit_test(test_hostile_quant),
       cmocka_unit_test(test_hostile_quant_sweep),
       cmocka_unit_test(test_attention_on_npu),

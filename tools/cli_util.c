@@ -132,6 +132,8 @@ bool cli_compile_option(struct cli_args *a, npulm_compile_params *cp, bool ctx_i
     cp->smooth_alpha = cli_opt_float(a);
   } else if (cli_is_opt(o, NULL, "--shadow-threshold")) {
     cp->shadow_threshold = cli_opt_float(a);
+  } else if (cli_is_opt(o, NULL, "--keep-float")) {
+    cp->keep_float = true;
   } else if (cli_is_opt(o, NULL, "--calib")) {
     free((char *)cp->calib_text);
     cp->calib_text = cli_read_file(a->cmd, cli_opt_value(a), &cp->calib_len);

@@ -22,7 +22,10 @@
   "  --shadow-threshold T  outlier channel: calibrated max above T x the median (default 6)\n"     \
   "  --chunks LIST      prefill chunk sizes, ascending, comma-separated (default 16,64,128)\n"     \
   "  --buckets LIST     context buckets, ascending (default: powers of two from 128 up to the\n"   \
-  "                     model's context, which is always the last)\n"
+  "                     model's context, which is always the last)\n"                              \
+  "  --keep-float       the program file also holds the float copy of the NPU's matrices, so\n"    \
+  "                     that --reference, diff and recompiling work from it (default: an\n"        \
+  "                     integer program holds only their int8 form)\n"
 
 /* A command's arguments: argv[1] is the command, 'i' the option being parsed. */
 struct cli_args {

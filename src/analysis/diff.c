@@ -242,6 +242,7 @@ npulm_status npulm_diff(const npulm_model *m, const char *text, size_t len,
   size_t n = 0;
   npulm_session_params sp = {.n_ctx = 0, .n_threads = 1, .reference = false};
   npulm_status st = r && ref_logits ? NPULM_OK : npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  if (st == NPULM_OK) st = npu_model_check_float(m, "diff (it runs the reference forward)", err);
   if (st == NPULM_OK) st = npu_tokenize_alloc(m, text, len, true, &ids, &n, err);
   if (st == NPULM_OK) st = npulm_session_create(m, &sp, &session, err);
   if (st == NPULM_OK && n > (size_t)npulm_session_ctx(session))

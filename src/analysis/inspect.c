@@ -2,6 +2,7 @@
  * each op runs and why some fall back to the CPU, how it is quantized and how much of its
  * arithmetic runs in int8, and the memory it needs. Also npu_program_mac_stats. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/common.h"
@@ -193,16 +194,32 @@ static void print_placement(const struct npu_program *p, FILE *out) {
 static void print_memory(const struct npulm_model *m, const struct npu_program *p, FILE *out) {
   const struct npu_config *c = &m->cfg;
   char b0[32], b1[32];
+  /* the float weights the executor reads (an integer NPU reads its int8 data instead): the same
+   * whether the program was compiled in memory or loaded from a file with or without the float
+   * copy of the NPU's matrices */
+  bool *reads = calloc((size_t)p->n_weights + 1, sizeof(*reads));
   int32_t n_tensors = 0;
-  for (int32_t i = 0; i < p->n_weights; i++) {
-    bool seen = p->weights[i].data == NULL;
-    for (int32_t j = 0; j < i && !seen; j++) seen = p->weights[j].data == p->weights[i].data;
-    n_tensors += !seen;
+  uint64_t bytes = 0;
+  bool shared = false; /* the tied output's table is read in float */
+  if (reads != NULL) npu_program_float_weights(p, reads);
+  for (int32_t i = 0; i < p->n_weights && reads != NULL; i++) {
+    const struct npu_weight *w = &p->weights[i];
+    bool seen = !reads[i] || w->data == NULL;
+    for (int32_t j = 0; j < i && !seen; j++) {
+      seen = reads[j] && strcmp(p->weights[j].name, w->name) == 0;
+      shared |= seen;
+    }
+    if (seen) continue;
+    n_tensors++;
+    bytes += (uint64_t)w->ne0 * (uint64_t)w->ne1 * sizeof(float);
   }
+  free(reads);
+  const bool integer = p->quant_mode != NPU_QUANT_F32;
   fprintf(out, "\nmemory:\n");
-  fprintf(out, "  weights    %s F32 in %d tensors%s\n",
-          human_bytes(p->weight_bytes, b0, sizeof(b0)), n_tensors,
-          c->tied_output ? " (the output layer shares the token embedding)" : "");
+  fprintf(out, "  weights    %s F32 in %d tensors%s%s\n", human_bytes(bytes, b0, sizeof(b0)),
+          n_tensors, integer ? " read in float by the CPU (the NPU's: int8, below)" : "",
+          c->tied_output && (shared || !integer) ? " (the output layer shares the token embedding)"
+                                                 : "");
   int32_t max_ctx = p->opts.buckets[p->opts.n_buckets - 1];
   fprintf(out,
           "  KV cache   %s F32 at context %d (%d layers x K and V x %d positions x %d values)\n",

@@ -110,6 +110,9 @@ npulm_status npu_perplexity_run(const npulm_model *model, const char *text, size
                                 void *user, npulm_ppl_result *result_out, npulm_error *err) {
   memset(result_out, 0, sizeof(*result_out));
   npulm_status st = npu_config_check_weights(&model->cfg, err);
+  if (st == NPULM_OK && reference) {
+    st = npu_model_check_float(model, "the reference forward (--reference)", err);
+  }
   if (st != NPULM_OK) return st;
   npulm_model_info info;
   npulm_model_get_info(model, &info);

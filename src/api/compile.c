@@ -168,6 +168,7 @@ npulm_status npu_program_build(const struct npulm_model *model, const npulm_comp
     npu_program_free(p);
     return st;
   }
+  p->keep_float = p->quant_mode == NPU_QUANT_F32 || (params != NULL && params->keep_float);
   *out = p;
   return NPULM_OK;
 }

@@ -29,6 +29,10 @@ npulm_status npulm_model_open(const char *path, npulm_model **model_out, npulm_e
     goto fail;
   }
   m->weights_vouched = is_program;
+  /* a lean program file holds no float copy of the matrices only the integer NPU reads */
+  if (is_program && (st = npu_program_file_omitted(m->gguf, &m->omitted, &m->n_omitted, err))) {
+    goto fail;
+  }
   if ((st = npu_model_read(m, err)) ||
       (is_program && (st = npu_program_load(m, &m->program, err)))) {
     goto fail;

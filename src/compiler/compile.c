@@ -16,6 +16,25 @@ void npu_program_free(struct npu_program *p) {
   free(p);
 }
 
+_Static_assert(NPU_QUANT_F32 == 0, "npu_node_reads_float names NPU_QUANT_F32 as 0");
+
+void npu_program_float_weights(const struct npu_program *p, bool *reads_out) {
+  for (int32_t i = 0; i < p->n_weights; i++) reads_out[i] = false;
+  for (int32_t gi = 0; gi < p->n_graphs; gi++) {
+    const struct npu_graph *g = &p->graphs[gi];
+    for (int32_t i = 0; i < g->n_nodes; i++) {
+      const struct npu_ir_node *n = &g->nodes[i];
+      if (!npu_node_reads_float(p, n)) continue;
+      for (int s = 0; s < NPU_IR_MAX_IN; s++) {
+        const struct npu_ir_tensor *t = n->in[s] >= 0 ? &g->tensors[n->in[s]] : NULL;
+        if (t != NULL && t->kind == NPU_TK_WEIGHT && t->ref >= 0 && t->ref < p->n_weights) {
+          reads_out[t->ref] = true;
+        }
+      }
+    }
+  }
+}
+
 /* Bytes of the distinct weights (a tied output shares the embedding's). */
 static uint64_t weight_bytes(const struct npu_weight *w, int32_t n) {
   uint64_t total = 0;
@@ -32,6 +51,7 @@ npulm_status npu_compile(const struct npulm_model *m, const struct npu_compile_o
   *out = NULL;
   const struct npu_config *c = &m->cfg;
   npulm_status st = npu_config_check_weights(c, err);
+  if (st == NPULM_OK) st = npu_model_check_float(m, "compiling", err);
   if (st == NPULM_OK) st = npu_compile_check_options(c, o, err);
   if (st != NPULM_OK) return st;
   struct npu_program *p = calloc(1, sizeof(*p));

@@ -53,7 +53,11 @@ struct npu_program {
   int32_t n_qtensors;
   struct npu_qtensor *qtensors;
   int32_t n_owned;
-  float **owned;          /* weights the quantizer rewrote (SmoothQuant), referenced by 'weights' */
+  float **owned; /* weights the quantizer rewrote (SmoothQuant), referenced by 'weights' */
+  /* Its program file holds every float weight, also those only the integer NPU reads (compile
+   * --keep-float; a loaded program: its file did); else only those npu_program_float_weights
+   * names. An FP32 program always holds them all. */
+  bool keep_float;
   struct npu_ukernels uk; /* the integer kernels chosen for this CPU */
   /* true when the sites' 'packed' weights point into the mapping of the program file they were
    * loaded from (npu_program_load): npu_quant_free must not free() them. Everything else of a
@@ -78,6 +82,18 @@ npulm_status npu_compile_check_options(const struct npu_config *cfg,
  * returned array (n entries) points into the model; free it with free(). */
 npulm_status npu_weight_table(const struct npulm_model *m, struct npu_weight **out, int32_t *n,
                               npulm_error *err);
+
+/* Whether the executor reads node 'n' of program 'p' in float: every node of an FP32 program,
+ * the CPU's of an integer one (an integer NPU node reads its site's integer data instead of its
+ * weights). */
+static inline bool npu_node_reads_float(const struct npu_program *p, const struct npu_ir_node *n) {
+  return p->quant_mode == 0 /* NPU_QUANT_F32 */ || n->backend != NPU_BE_NPU;
+}
+
+/* Which weights the executor reads in float: 'reads_out[i]' (for i < p->n_weights) is set when a
+ * node of some graph that npu_node_reads_float has weight i as an input. A program file holds
+ * these; the others, read only by the integer NPU, it may leave out (keep_float). */
+void npu_program_float_weights(const struct npu_program *p, bool *reads_out);
 
 /* What npulm_model_compile does, without touching the model: compile with 'params' (NULL: the
  * defaults), then calibrate and quantize as they ask. */

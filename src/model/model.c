@@ -121,6 +121,23 @@ npulm_status npu_config_check_weights(const struct npu_config *cfg, npulm_error 
   return npu_fail(err, NPULM_ERR_ARG, "the model was opened for its vocabulary only: no weights");
 }
 
+npulm_status npu_model_check_float(const struct npulm_model *m, const char *what,
+                                   npulm_error *err) {
+  if (m->n_omitted == 0) return NPULM_OK;
+  return npu_fail(err, NPULM_ERR_UNSUPPORTED,
+                  "%s needs the float weights, and this program file holds no float copy of the "
+                  "NPU's matrices (compiled without --keep-float): pass the GGUF model instead "
+                  "(-m MODEL.gguf), or compile with --keep-float",
+                  what);
+}
+
+bool npu_model_omits(const struct npulm_model *m, const char *name) {
+  for (int32_t i = 0; i < m->n_omitted; i++) {
+    if (strcmp(m->omitted[i], name) == 0) return true;
+  }
+  return false;
+}
+
 /* ---- Weights -------------------------------------------------------------------------------- */
 
 /* The index of the first of x[0 .. n) that is NaN or infinite, or n if none. Whole blocks have
@@ -195,6 +212,10 @@ static npulm_status load_tensor(struct npulm_model *m, struct unread *u, const c
                                 npulm_error *err) {
   *out = NULL;
   const struct npu_gguf_tensor *t = npu_gguf_find_tensor(m->gguf, name);
+  if (t == NULL && npu_model_omits(m, name)) {
+    m->n_params += ne0 * (ne1 ? ne1 : 1); /* the model has it; its file holds no float copy */
+    return NPULM_OK;
+  }
   if (t == NULL) {
     return required ? npu_fail(err, NPULM_ERR_FORMAT, "missing tensor '%s'", name) : NPULM_OK;
   }
@@ -280,8 +301,9 @@ static npulm_status load_all(struct npulm_model *m, struct unread *u, npulm_erro
     return st;
   }
   /* an absent output.weight ties the output to the embedding (one of a type npulm does not read
-   * is present, and named) */
-  c->tied_output = npu_gguf_find_tensor(m->gguf, "output.weight") == NULL;
+   * is present, and named; one a lean program file omits is the model's own) */
+  c->tied_output = npu_gguf_find_tensor(m->gguf, "output.weight") == NULL &&
+                   !npu_model_omits(m, "output.weight");
   if (c->tied_output) m->w.output = m->w.token_embd;
   for (int l = 0; l < c->n_layers; l++) {
     if ((st = load_layer(m, u, l, err)) != NPULM_OK) return st;
@@ -292,11 +314,15 @@ static npulm_status load_all(struct npulm_model *m, struct unread *u, npulm_erro
 static npulm_status load_weights(struct npulm_model *m, npulm_error *err) {
   struct npu_config *c = &m->cfg;
   const struct npu_gguf_tensor *embd = npu_gguf_find_tensor(m->gguf, "token_embd.weight");
-  if (embd == NULL) return npu_fail(err, NPULM_ERR_FORMAT, "missing tensor 'token_embd.weight'");
-  if (embd->n_dims != 2 || embd->ne[1] > (1u << 24)) {
+  if (embd == NULL && npu_model_omits(m, "token_embd.weight")) {
+    c->n_vocab = npu_tok_n_vocab(m->tok); /* a lean program file's: the tokenizer's count */
+  } else if (embd == NULL) {
+    return npu_fail(err, NPULM_ERR_FORMAT, "missing tensor 'token_embd.weight'");
+  } else if (embd->n_dims != 2 || embd->ne[1] > (1u << 24)) {
     return npu_fail(err, NPULM_ERR_FORMAT, "tensor 'token_embd.weight' has an invalid shape");
+  } else {
+    c->n_vocab = (int)embd->ne[1];
   }
-  c->n_vocab = (int)embd->ne[1];
   if (c->n_vocab != npu_tok_n_vocab(m->tok)) {
     return npu_fail(err, NPULM_ERR_FORMAT,
                     "token_embd.weight has %d rows but the tokenizer has %d tokens", c->n_vocab,
@@ -336,6 +362,8 @@ npulm_status npu_model_read_vocab(struct npulm_model *m, npulm_error *err) {
 
 void npu_model_release(struct npulm_model *m) {
   for (size_t i = 0; i < m->n_owned; i++) free(m->owned[i]);
+  for (int32_t i = 0; i < m->n_omitted; i++) free(m->omitted[i]);
+  free(m->omitted);
   free(m->owned);
   free(m->w.layers);
   npu_tok_free(m->tok);

@@ -75,6 +75,12 @@ struct npulm_model {
   uint64_t n_params;
   bool weights_vouched; /* a program file's: its checksums held, so its weights are the ones its
                            compile read from a model whose every weight was found finite */
+  /* The weights of the model that its file holds no float copy of: a lean program file's (an
+   * integer program compiled without --keep-float), whose NPU runs them from the int8 form its
+   * program holds. Set before npu_model_read (from the program file's weight list), which leaves
+   * their views NULL; NULL and 0 for every other model. Freed with the model. */
+  char **omitted;
+  int32_t n_omitted;
 };
 
 /* Tokenize all of 'text' into a malloc'd array (free it with free()), sized as the text needs. */
@@ -85,6 +91,14 @@ npulm_status npu_tokenize_alloc(const struct npulm_model *m, const char *text, s
  * Weights are checked finite unless 'm->weights_vouched'. On failure 'm' holds what was read so
  * far, for npu_model_release. */
 npulm_status npu_model_read(struct npulm_model *m, npulm_error *err);
+
+/* Whether the file of 'm' holds no float copy of weight 'name' (it is in m->omitted). */
+bool npu_model_omits(const struct npulm_model *m, const char *name);
+
+/* NPULM_ERR_UNSUPPORTED if 'm' lacks the float copy of weights it has ('m->n_omitted' > 0: a
+ * lean program file): what needs the float model ('what': "the reference forward", "compiling",
+ * ...) checks this first, so that it refuses in one line instead of reading a NULL view. */
+npulm_status npu_model_check_float(const struct npulm_model *m, const char *what, npulm_error *err);
 
 /* Read only the tokenizer of 'm->gguf' (and the name): a model with no weights (cfg.vocab_only). */
 npulm_status npu_model_read_vocab(struct npulm_model *m, npulm_error *err);

@@ -5,25 +5,36 @@
  * memory plan, weights and, for an integer NPU, every NPU operation's integer data — as one
  * mmap-able file, read back as hostile input.
  *
- * Format, version 6. A program file is a GGUF v3 file (ggml/docs/gguf.md), so the bounds-checked
+ * Format, version 7. A program file is a GGUF v3 file (ggml/docs/gguf.md), so the bounds-checked
  * GGUF reader parses it, the model loader and the tokenizer read it unchanged, and the float
- * weights are used in place from the mapping. It is written whole or not at all (a temporary
- * file renamed into place) and every byte of it is checksummed (gguf_checksum.h). It holds:
+ * weights it holds are used in place from the mapping. It is written whole or not at all (a
+ * temporary file renamed into place) and every byte of it is checksummed (gguf_checksum.h). It
+ * holds:
  *
  *   general.alignment          u32   64: every tensor's data starts on a cache line
  *   (the source model's metadata, value for value and in its order: general.*, {arch}.*,
  *    tokenizer.ggml.*; except general.alignment, the npulm.* keys of an earlier program, and
  *    general.file_type, which becomes 0 = all F32 where the source has it)
- *   npulm.program.version      u32   6; any other value is refused (NPULM_ERR_UNSUPPORTED: version
+ *   npulm.program.version      u32   7; any other value is refused (NPULM_ERR_UNSUPPORTED: version
  *                                    1 files, FP32 only, version 2 files, without attention on
  *                                    the integer NPU, version 3 files, without its RMSNorm,
- *                                    version 4 files, without checksums, and version 5 files,
- *                                    without tensor roles, must be recompiled)
+ *                                    version 4 files, without checksums, version 5 files,
+ *                                    without tensor roles, and version 6 files, with every float
+ *                                    weight and no npulm.weights.float, must be recompiled)
  *   npulm.compile.chunks       i32[] prefill chunk sizes, ascending (may be empty)
  *   npulm.compile.buckets      i32[] context buckets, ascending
  *   npulm.compile.float_ops    u32   ops the precision policy keeps in float: bits 1 << enum npu_op
  *   npulm.weights              str[] npu_weight_table's names in its order (a weight the model
  *                                    lacks, such as an absent bias, is listed all the same)
+ *   npulm.weights.float        u8[]  per name of npulm.weights, whether the file holds that weight
+ *                                    as an F32 tensor: 0 the model lacks it, 1 held, 2 not held:
+ *                                    an integer program compiled without --keep-float leaves out
+ *                                    the weights that only its integer NPU nodes read (their int8
+ *                                    form is in the sites). The model is read without them (NULL
+ *                                    views), and loading refuses a file in which a node the
+ *                                    executor runs in float (every node of an FP32 program, the
+ *                                    CPU's of an integer one) reads one; the reference forward
+ *                                    and compiling refuse such a model (the GGUF has them)
  *   npulm.graph.count          u32   graphs: rows 1, then each chunk size, each with every bucket
  *                                    >= rows, in that order (as npu_compile makes them)
  *   npulm.graph.G.info         i32[3] rows, ctx, n_transfers            (G = 0 .. count - 1)
@@ -68,8 +79,9 @@
  *                                    are checked when the file is opened, before any other key
  *                                    but the version is read (npu_program_file_check).
  *
- *   tensors: every weight the model reads, under its GGUF name and shape, as F32 (a tied output
- *   is stored once, as token_embd.weight; a SmoothQuant program stores its smoothed weights);
+ *   tensors: every weight of npulm.weights.float 1, under its GGUF name and shape, as F32 (a tied
+ *   output is stored once, as token_embd.weight; a SmoothQuant program stores its smoothed
+ *   weights), and rope_freqs.weight where the model has it;
  *   then for each site S (0 .. n_sites - 1), those of its arrays it has:
  *     npulm.qsite.S.packed     I8  [packed_size]  matmul: npu_qs8_gemm_pack's layout of [n, k];
  *                                                 gather: the int8 table [n rows, k]

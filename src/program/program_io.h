@@ -9,7 +9,7 @@
 #include "compiler/program.h"
 #include "io/gguf.h"
 
-#define NPU_PROGRAM_VERSION 6 /* 'npulm.program.version' this build writes and reads */
+#define NPU_PROGRAM_VERSION 7 /* 'npulm.program.version' this build writes and reads */
 #define NPU_PROGRAM_CHECKSUMS "npulm.checksums" /* their key (gguf_checksum.h) */
 
 /* Whether 'g' is a program file: '*is_program' is set when it has 'npulm.program.version'. A
@@ -27,6 +27,13 @@ typedef void (*npu_damage_fn)(void *user, const char *what, uint64_t begin, uint
  * not a program file of this version or its checksums are missing or do not cover the file. */
 npulm_status npu_program_file_damage(const struct npu_gguf *g, npu_damage_fn damaged, void *user,
                                      int64_t *n_damaged, npulm_error *err);
+
+/* The weights of the model that program file 'g' (accepted by npu_program_file_check) holds no
+ * float copy of (npulm.weights.float: only the integer NPU reads them, from its int8 data): a
+ * malloc'd array of '*n_out' malloc'd names (NULL and 0 if none), for the model reader
+ * (struct npulm_model's 'omitted'). NPULM_ERR_FORMAT if the list is malformed. */
+npulm_status npu_program_file_omitted(const struct npu_gguf *g, char ***names_out, int32_t *n_out,
+                                      npulm_error *err);
 
 /* Read the program stored in 'm->gguf' (a program file whose model 'm' is otherwise loaded): the
  * compile options, the weight-name list (which must equal npu_weight_table's), and every graph,

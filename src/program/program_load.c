@@ -200,6 +200,100 @@ static npulm_status check_weight_names(const struct npu_gguf *g, const struct np
   return st;
 }
 
+/* The npulm.weights.float values (program_file.h), one per name of npulm.weights, each checked
+ * (the names are checked against the weight table later, by check_weight_names). */
+enum { WEIGHT_ABSENT = 0, WEIGHT_HELD = 1, WEIGHT_INT8_ONLY = 2 };
+static npulm_status get_weight_flags(const struct npu_gguf *g, struct npu_gguf_arr *names,
+                                     struct npu_gguf_arr *flags, npulm_error *err) {
+  npulm_status st;
+  if ((st = npu_gguf_get_arr(g, "npulm.weights", NPU_GGUF_STR, names, err)) != NPULM_OK ||
+      (st = npu_gguf_get_arr(g, "npulm.weights.float", NPU_GGUF_U8, flags, err)) != NPULM_OK) {
+    return st;
+  }
+  if (flags->n != names->n || names->n > INT32_MAX / 4) {
+    return npu_fail(err, NPULM_ERR_FORMAT, "'npulm.weights.float' has %llu values for %llu weights",
+                    (unsigned long long)flags->n, (unsigned long long)names->n);
+  }
+  for (uint64_t i = 0; i < flags->n; i++) {
+    if (flags->data[i] > WEIGHT_INT8_ONLY) {
+      return npu_fail(err, NPULM_ERR_FORMAT, "'npulm.weights.float' value %llu is %u",
+                      (unsigned long long)i, flags->data[i]);
+    }
+  }
+  return NPULM_OK;
+}
+
+npulm_status npu_program_file_omitted(const struct npu_gguf *g, char ***names_out, int32_t *n_out,
+                                      npulm_error *err) {
+  *names_out = NULL;
+  *n_out = 0;
+  struct npu_gguf_arr names, flags;
+  npulm_status st = get_weight_flags(g, &names, &flags, err);
+  if (st != NPULM_OK) return st;
+  int32_t n = 0;
+  for (uint64_t i = 0; i < flags.n; i++) n += flags.data[i] == WEIGHT_INT8_ONLY;
+  if (n == 0) return NPULM_OK;
+  struct npu_gguf_value *values = malloc((size_t)names.n * sizeof(*values));
+  char **out = calloc((size_t)n, sizeof(*out));
+  if (values == NULL || out == NULL) {
+    free(values);
+    free(out);
+    return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  }
+  npu_gguf_arr_values(&names, values);
+  int32_t k = 0;
+  for (uint64_t i = 0; i < names.n && st == NPULM_OK; i++) {
+    if (flags.data[i] != WEIGHT_INT8_ONLY) continue;
+    struct npu_gguf_str s = values[i].v.s;
+    if (s.len >= sizeof(((struct npu_weight *)0)->name) ||
+        memchr(s.ptr, '\0', (size_t)s.len) != NULL) {
+      st = npu_fail(err, NPULM_ERR_FORMAT, "'npulm.weights': name %llu is invalid",
+                    (unsigned long long)i);
+    } else if ((out[k] = malloc((size_t)s.len + 1)) == NULL) {
+      st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+    } else {
+      memcpy(out[k], s.ptr, (size_t)s.len);
+      out[k++][s.len] = '\0';
+    }
+  }
+  free(values);
+  if (st != NPULM_OK) {
+    for (int32_t i = 0; i < k; i++) free(out[i]);
+    free(out);
+    return st;
+  }
+  *names_out = out;
+  *n_out = k;
+  return NPULM_OK;
+}
+
+/* Whether the file holds each weight of the table as its npulm.weights.float says: a weight the
+ * model lacks has no view, one held a view, one held in int8 only no view (the model was read
+ * with npu_program_file_omitted's names: npu_program_verify checks that no node reads it in
+ * float). Sets p->keep_float when the file holds every weight the model has. */
+static npulm_status check_weight_flags(const struct npu_gguf *g, struct npu_program *p,
+                                       npulm_error *err) {
+  struct npu_gguf_arr names, flags;
+  npulm_status st = get_weight_flags(g, &names, &flags, err);
+  if (st != NPULM_OK) return st;
+  p->keep_float = true;
+  for (int32_t i = 0; i < p->n_weights && (uint64_t)i < flags.n; i++) {
+    const uint8_t f = flags.data[i];
+    const bool has = p->weights[i].data != NULL;
+    if (has != (f == WEIGHT_HELD)) {
+      return npu_fail(err, NPULM_ERR_FORMAT,
+                      "program weight %d ('%s') is listed as %s but the file %s", i,
+                      p->weights[i].name,
+                      f == WEIGHT_HELD     ? "held"
+                      : f == WEIGHT_ABSENT ? "absent from the model"
+                                           : "held in int8 only",
+                      has ? "holds it as a float tensor" : "holds no float tensor of it");
+    }
+    p->keep_float &= f != WEIGHT_INT8_ONLY;
+  }
+  return NPULM_OK;
+}
+
 /* Decode the tensor records and names of graph 'gi' into 'gr'. */
 static npulm_status load_tensors(const struct npu_gguf *g, int32_t gi, struct npu_graph *gr,
                                  npulm_error *err) {
@@ -616,7 +710,8 @@ npulm_status npu_program_load(const struct npulm_model *m, struct npu_program **
     goto fail;
   }
   if ((st = npu_weight_table(m, &p->weights, &p->n_weights, err)) != NPULM_OK ||
-      (st = check_weight_names(g, p, err)) != NPULM_OK) {
+      (st = check_weight_names(g, p, err)) != NPULM_OK ||
+      (st = check_weight_flags(g, p, err)) != NPULM_OK) {
     goto fail;
   }
   uint32_t count;

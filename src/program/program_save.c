@@ -142,14 +142,36 @@ struct file_tensor {
   uint64_t bytes;
 };
 
-/* Every weight the model reads, each once: the weight table's (a tied output shares the
- * embedding's name) and the llama 3 RoPE frequencies. Shapes as in the source file. */
+/* The npulm.weights.float value of each weight of the table (WEIGHT_*): whether the file holds
+ * it. An integer program holds only the weights the executor reads in float unless it keeps them
+ * all (keep_float); a tied output, listed under the embedding's name, is held when the embedding
+ * is. A model read from a lean file has no view of what that file left out: left out again. */
+enum { WEIGHT_ABSENT = 0, WEIGHT_HELD = 1, WEIGHT_INT8_ONLY = 2 };
+static void weight_flags(const struct npulm_model *m, const struct npu_program *p,
+                         const bool *reads, uint8_t *flags) {
+  const bool all = p->keep_float || p->quant_mode == NPU_QUANT_F32;
+  for (int32_t i = 0; i < p->n_weights; i++) {
+    bool held = all || reads[i];
+    for (int32_t j = 0; j < p->n_weights && !held; j++) {
+      held = reads[j] && strcmp(p->weights[j].name, p->weights[i].name) == 0;
+    }
+    if (p->weights[i].data == NULL) {
+      flags[i] = npu_model_omits(m, p->weights[i].name) ? WEIGHT_INT8_ONLY : WEIGHT_ABSENT;
+    } else {
+      flags[i] = held ? WEIGHT_HELD : WEIGHT_INT8_ONLY;
+    }
+  }
+}
+
+/* Every weight the file holds ('flags', weight_flags), each once: the weight table's (a tied
+ * output shares the embedding's name) and the llama 3 RoPE frequencies. Shapes as in the source
+ * file. */
 static int32_t file_weights(const struct npulm_model *m, const struct npu_program *p,
-                            struct file_tensor *fw) {
+                            const uint8_t *flags, struct file_tensor *fw) {
   int32_t n = 0;
   for (int32_t i = 0; i < p->n_weights; i++) {
     const struct npu_weight *w = &p->weights[i];
-    bool seen = w->data == NULL;
+    bool seen = flags[i] != WEIGHT_HELD;
     for (int32_t j = 0; j < n && !seen; j++) seen = strcmp(fw[j].name, w->name) == 0;
     if (seen) continue;
     fw[n] = (struct file_tensor){.name = w->name,
@@ -280,8 +302,10 @@ npulm_status npu_program_save(const struct npulm_model *m, const struct npu_prog
   struct file_tensor *ft = calloc(cap, sizeof(*ft));
   int32_t *order = calloc(cap, sizeof(*order)); /* the order the tensors are written in */
   const char **weight_names = calloc((size_t)p->n_weights + 1, sizeof(*weight_names));
+  bool *reads = calloc((size_t)p->n_weights + 1, sizeof(*reads));
+  uint8_t *flags = calloc((size_t)p->n_weights + 1, sizeof(*flags));
   npulm_status st;
-  if (ft == NULL || order == NULL || weight_names == NULL) {
+  if (ft == NULL || order == NULL || weight_names == NULL || reads == NULL || flags == NULL) {
     st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
     goto fail;
   }
@@ -298,6 +322,8 @@ npulm_status npu_program_save(const struct npulm_model *m, const struct npu_prog
 
   /* the program */
   for (int32_t i = 0; i < p->n_weights; i++) weight_names[i] = p->weights[i].name;
+  npu_program_float_weights(p, reads);
+  weight_flags(m, p, reads, flags);
   npu_gguf_writer_add_u32(w, NPU_PROGRAM_KEY_VERSION, NPU_PROGRAM_VERSION);
   npu_gguf_writer_add_checksums(w, NPU_PROGRAM_CHECKSUMS);
   npu_gguf_writer_add_arr(w, "npulm.compile.chunks", NPU_GGUF_I32, p->opts.chunks,
@@ -306,6 +332,7 @@ npulm_status npu_program_save(const struct npulm_model *m, const struct npu_prog
                           (size_t)p->opts.n_buckets);
   npu_gguf_writer_add_u32(w, "npulm.compile.float_ops", p->opts.float_ops);
   npu_gguf_writer_add_arr_str(w, "npulm.weights", weight_names, (size_t)p->n_weights);
+  npu_gguf_writer_add_arr(w, "npulm.weights.float", NPU_GGUF_U8, flags, (size_t)p->n_weights);
   npu_gguf_writer_add_u32(w, "npulm.graph.count", (uint32_t)p->n_graphs);
   for (int32_t i = 0; i < p->n_graphs; i++) {
     if ((st = add_graph(w, i, &p->graphs[i], err)) != NPULM_OK) goto fail;
@@ -313,7 +340,7 @@ npulm_status npu_program_save(const struct npulm_model *m, const struct npu_prog
   if ((st = add_quant(w, p, err)) != NPULM_OK) goto fail;
 
   /* the weights, then the sites' arrays */
-  int32_t n_ft = file_weights(m, p, ft);
+  int32_t n_ft = file_weights(m, p, flags, ft);
   for (int32_t i = 0; i < p->n_qsites && p->quant_mode != NPU_QUANT_F32; i++) {
     n_ft = site_tensors(&p->qsites[i], i, ft, n_ft);
   }
@@ -354,5 +381,7 @@ fail:
   free(ft);
   free(order);
   free(weight_names);
+  free(reads);
+  free(flags);
   return st;
 }

@@ -44,7 +44,8 @@ struct verify_ctx {
   const struct npu_program *p;
   const struct npu_graph *g;
   int32_t gi;
-  int32_t logit_rows; /* g->rows, or 1 for a graph for generation (checked before use) */
+  int32_t logit_rows;  /* g->rows, or 1 for a graph for generation (checked before use) */
+  const bool *omitted; /* per weight: the model's file holds no float copy of it (a lean one) */
   npulm_error *err;
 };
 
@@ -140,7 +141,8 @@ static npulm_status verify_tensors(const struct verify_ctx *v) {
     case NPU_TK_WEIGHT: {
       const struct npu_weight *w = &v->p->weights[t->ref]; /* ref checked by npu_ir_validate */
       if (!f32) why = "is not F32";
-      else if (w->data == NULL) why = "refers to a weight the model does not have";
+      else if (w->data == NULL && !v->omitted[t->ref])
+        why = "refers to a weight the model does not have"; /* a lean file's: verify_nodes */
       else if (t->ne[0] != w->ne1 || t->ne[1] != w->ne0 || t->ne[2] != 1)
         why = "does not have its weight's shape";
       else if (t->offset != 0) why = "has an arena offset";
@@ -480,6 +482,16 @@ static npulm_status verify_nodes(const struct verify_ctx *v, int32_t *n_transfer
         why = check_int_node(v, i, detail, sizeof(detail));
       } else if (op != NPU_OP_SHADOW && g->node_site[i] != -1) {
         why = "is a CPU node linked to integer data";
+      }
+    }
+    /* what the executor reads in float it reads from the weight's view: one the file holds */
+    for (int s = 0; s < NPU_IR_MAX_IN && why == NULL && npu_node_reads_float(v->p, n); s++) {
+      const struct npu_ir_tensor *t = n->in[s] >= 0 ? &g->tensors[n->in[s]] : NULL;
+      if (t != NULL && t->kind == NPU_TK_WEIGHT && v->p->weights[t->ref].data == NULL) {
+        snprintf(detail, sizeof(detail),
+                 "reads weight '%.64s' in float, but the program file holds no float copy of it",
+                 v->p->weights[t->ref].name);
+        why = detail;
       }
     }
     if (why != NULL) {
@@ -1041,6 +1053,37 @@ static npulm_status verify_graph(const struct verify_ctx *v) {
   return verify_plan(v);
 }
 
+/* Every graph: the specializations the options ask for, each verified whole. */
+static npulm_status verify_graphs(const struct npulm_model *m, const struct npu_program *p,
+                                  const bool *omitted, npulm_error *err) {
+  npulm_status st;
+  enum { MAX_GRAPHS = (1 + 2 * NPU_MAX_CHUNKS) * NPU_MAX_BUCKETS };
+  int32_t rows[MAX_GRAPHS], ctx[MAX_GRAPHS], logit_rows[MAX_GRAPHS];
+  bool for_generation = p->n_graphs != npu_program_graph_shapes(&p->opts, false, NULL, NULL, NULL);
+  int32_t n = npu_program_graph_shapes(&p->opts, for_generation, rows, ctx, logit_rows);
+  if (p->n_graphs != n) {
+    return npu_fail(err, NPULM_ERR_FORMAT, "program has %d graphs but its options make %d",
+                    p->n_graphs, n);
+  }
+  for (int32_t i = 0; i < n; i++) {
+    struct verify_ctx v = {.m = m,
+                           .p = p,
+                           .g = &p->graphs[i],
+                           .gi = i,
+                           .logit_rows = logit_rows[i],
+                           .omitted = omitted,
+                           .err = err};
+    if (v.g->rows != rows[i] || v.g->ctx != ctx[i]) {
+      return vfail(&v, "expected rows %d, ctx %d here", rows[i], ctx[i]);
+    }
+    if (npu_graph_logit_rows(v.g) != logit_rows[i]) {
+      return vfail(&v, "expected logits for %d rows here", logit_rows[i]);
+    }
+    if ((st = verify_graph(&v)) != NPULM_OK) return st;
+  }
+  return NPULM_OK;
+}
+
 npulm_status npu_program_verify(const struct npulm_model *m, const struct npu_program *p,
                                 npulm_error *err) {
   npulm_error inner;
@@ -1069,24 +1112,12 @@ npulm_status npu_program_verify(const struct npulm_model *m, const struct npu_pr
   if (!same)
     return npu_fail(err, NPULM_ERR_FORMAT, "program weight table does not match the model");
   if ((st = verify_quant(p, err)) != NPULM_OK) return st;
-  enum { MAX_GRAPHS = (1 + 2 * NPU_MAX_CHUNKS) * NPU_MAX_BUCKETS };
-  int32_t rows[MAX_GRAPHS], ctx[MAX_GRAPHS], logit_rows[MAX_GRAPHS];
-  bool for_generation = p->n_graphs != npu_program_graph_shapes(&p->opts, false, NULL, NULL, NULL);
-  int32_t n = npu_program_graph_shapes(&p->opts, for_generation, rows, ctx, logit_rows);
-  if (p->n_graphs != n) {
-    return npu_fail(err, NPULM_ERR_FORMAT, "program has %d graphs but its options make %d",
-                    p->n_graphs, n);
+  bool *omitted = calloc((size_t)p->n_weights + 1, sizeof(*omitted));
+  if (omitted == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  for (int32_t i = 0; i < p->n_weights && m->n_omitted > 0; i++) {
+    omitted[i] = npu_model_omits(m, p->weights[i].name);
   }
-  for (int32_t i = 0; i < n; i++) {
-    struct verify_ctx v = {
-        .m = m, .p = p, .g = &p->graphs[i], .gi = i, .logit_rows = logit_rows[i], .err = err};
-    if (v.g->rows != rows[i] || v.g->ctx != ctx[i]) {
-      return vfail(&v, "expected rows %d, ctx %d here", rows[i], ctx[i]);
-    }
-    if (npu_graph_logit_rows(v.g) != logit_rows[i]) {
-      return vfail(&v, "expected logits for %d rows here", logit_rows[i]);
-    }
-    if ((st = verify_graph(&v)) != NPULM_OK) return st;
-  }
-  return NPULM_OK;
+  st = verify_graphs(m, p, omitted, err);
+  free(omitted);
+  return st;
 }

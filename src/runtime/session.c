@@ -188,6 +188,10 @@ npulm_status npulm_session_create(const npulm_model *model, const npulm_session_
   *session_out = NULL;
   npulm_session_params p = params != NULL ? *params : npulm_session_default_params();
   int n_ctx_train = model->cfg.n_ctx_train;
+  if (p.reference) {
+    npulm_status st = npu_model_check_float(model, "the reference forward (--reference)", err);
+    if (st != NPULM_OK) return st;
+  }
   if (p.n_ctx < 0) return npu_fail(err, NPULM_ERR_ARG, "context length %d is negative", p.n_ctx);
   if (p.n_ctx > n_ctx_train) {
     return npu_fail(err, NPULM_ERR_ARG, "context length %d exceeds the model's %d", p.n_ctx,

@@ -130,10 +130,27 @@ ppl_same() { a=$("$bin" ppl -m "$model" -f "$shared/data/tinystories-valid.txt" 
   [ -n "$a" ] && [ "$a" = "$b" ]; }
 check "ppl: a program file gives the same perplexity as its GGUF" ppl_same
 # (w8a8-smooth stores its smoothed weights, so compiling a smooth program again smooths anew)
-recompile() { "$bin" compile -m "$model" -o "$tmp/naive.npu" --quant w8a8-naive --chunks 16,64 --ctx 128,512 2>/dev/null &&
-  "$bin" compile -m "$tmp/naive.npu" -o "$tmp/again.npu" --quant w8a8-naive --chunks 16,64 --ctx 128,512 2>/dev/null &&
+recompile() { "$bin" compile -m "$model" -o "$tmp/naive.npu" --quant w8a8-naive --chunks 16,64 --ctx 128,512 --keep-float 2>/dev/null &&
+  "$bin" compile -m "$tmp/naive.npu" -o "$tmp/again.npu" --quant w8a8-naive --chunks 16,64 --ctx 128,512 --keep-float 2>/dev/null &&
   cmp -s "$tmp/naive.npu" "$tmp/again.npu"; }
-check "compile: recompiling a program file writes the same bytes" recompile
+check "compile: recompiling a program file compiled with --keep-float writes the same bytes" recompile
+# an integer program file holds no float copy of the NPU's matrices (unless --keep-float): smaller,
+# the same text and perplexity; what needs the float model refuses it in one line
+lean_same() { "$bin" compile -m "$model" -o "$tmp/lean.npu" --quant w8a8-naive --chunks 16,64 --ctx 128,512 2>/dev/null &&
+  [ "$(wc -c <"$tmp/lean.npu")" -lt "$(wc -c <"$tmp/naive.npu")" ] &&
+  a=$("$bin" run -m "$tmp/naive.npu" -p "Once upon a time" -n 40 --temp 0 2>/dev/null) &&
+  b=$("$bin" run -m "$tmp/lean.npu" -p "Once upon a time" -n 40 --temp 0 2>/dev/null) && [ -n "$a" ] && [ "$a" = "$b" ] &&
+  a=$("$bin" ppl -m "$tmp/naive.npu" -f "$shared/data/tinystories-valid.txt" -c 128 -t 2 2>/dev/null | sed 's/, [0-9.]* s)$//') &&
+  b=$("$bin" ppl -m "$tmp/lean.npu" -f "$shared/data/tinystories-valid.txt" -c 128 -t 2 2>/dev/null | sed 's/, [0-9.]* s)$//') &&
+  [ -n "$a" ] && [ "$a" = "$b" ] && "$bin" verify "$tmp/lean.npu" >/dev/null && "$bin" verify "$tmp/naive.npu" >/dev/null; }
+check "compile: a program file without --keep-float is smaller and runs the same" lean_same
+fails "run --reference: a program file without the float weights" "no float copy.*--keep-float" "$bin" run -m "$tmp/lean.npu" --reference -p x -n 2
+fails "ppl --reference: a program file without the float weights" "no float copy.*--keep-float" "$bin" ppl -m "$tmp/lean.npu" --reference -f "$shared/data/tinystories-valid.txt" -c 128
+fails "diff: a program file without the float weights" "no float copy.*--keep-float" "$bin" diff -m "$tmp/lean.npu" -p "Once upon"
+fails "compile: recompiling a program file without the float weights" "no float copy.*--keep-float" "$bin" compile -m "$tmp/lean.npu" -o "$tmp/x.npu"
+fails "inspect: compiling a program file without the float weights" "no float copy.*--keep-float" "$bin" inspect -m "$tmp/lean.npu" --quant f32
+keep_reference() { "$bin" run -m "$tmp/naive.npu" --reference -p "Once upon a time" -n 8 --temp 0 >/dev/null 2>&1; }
+check "run --reference: a program file compiled with --keep-float" keep_reference
 fails "compile: no output file" "pass -o" "$bin" compile -m "$model"
 fails "compile: malformed list" "not a list" "$bin" compile -m "$model" -o "$tmp/x.npu" --chunks 32,abc
 fails "compile: empty list entry" "not a list" "$bin" compile -m "$model" -o "$tmp/x.npu" --ctx 128,,256
@@ -148,14 +165,14 @@ head -c 3000 "$npu" >"$tmp/trunc.npu"
 fails "inspect: program file cut in its metadata" "does not fit in the file" "$bin" inspect "$tmp/trunc.npu"
 head -c $(($(wc -c <"$npu") - 1000)) "$npu" >"$tmp/trunc.npu"
 fails "run: program file cut in its weights" "outside the" "$bin" run -m "$tmp/trunc.npu" -p x
-# a program file from a newer npulm: npulm.program.version = 7; from an older one: 5 (the
+# a program file from a newer npulm: npulm.program.version = 8; from an older one: 6 (the
 # version is checked before the checksums, so that an old or new file says what it is)
-cp "$npu" "$tmp/v7.npu"
-at=$(grep -obUa "npulm.program.version" "$tmp/v7.npu" | head -1 | cut -d: -f1)
-printf '\007' | dd of="$tmp/v7.npu" bs=1 seek=$((at + 21 + 4)) conv=notrunc 2>/dev/null
-fails "run: program file of a newer version" "version 7 is not supported" "$bin" run -m "$tmp/v7.npu" -p x
-printf '\005' | dd of="$tmp/v7.npu" bs=1 seek=$((at + 21 + 4)) conv=notrunc 2>/dev/null
-fails "run: program file of an older version" "version 5 is not supported.*recompile" "$bin" run -m "$tmp/v7.npu" -p x
+cp "$npu" "$tmp/v8.npu"
+at=$(grep -obUa "npulm.program.version" "$tmp/v8.npu" | head -1 | cut -d: -f1)
+printf '\010' | dd of="$tmp/v8.npu" bs=1 seek=$((at + 21 + 4)) conv=notrunc 2>/dev/null
+fails "run: program file of a newer version" "version 8 is not supported" "$bin" run -m "$tmp/v8.npu" -p x
+printf '\006' | dd of="$tmp/v8.npu" bs=1 seek=$((at + 21 + 4)) conv=notrunc 2>/dev/null
+fails "run: program file of an older version" "version 6 is not supported.*recompile" "$bin" run -m "$tmp/v8.npu" -p x
 usage_lists() { "$bin" --help | grep -q "^  compile" && "$bin" --help | grep -q "^  inspect"; }
 check "usage lists compile and inspect" usage_lists
 
