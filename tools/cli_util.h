@@ -1,6 +1,6 @@
 /* Helpers the npulm CLI commands share: option parsing that fails with one line on stderr and
  * exit status 1, the model path, the compile options of a GGUF model, and a clock. Used by the
- * commands (npulm.c, bench.c). */
+ * commands (main.c, bench.c). */
 #ifndef NPULM_TOOLS_CLI_UTIL_H
 #define NPULM_TOOLS_CLI_UTIL_H
 

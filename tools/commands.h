@@ -1,4 +1,4 @@
-/* The npulm commands that live in their own files; tools/npulm.c dispatches to them. Each takes
+/* The npulm commands that live in their own files; tools/main.c dispatches to them. Each takes
  * the whole command line (argv[1] is the command's name) and returns the exit status. */
 #ifndef NPULM_TOOLS_COMMANDS_H
 #define NPULM_TOOLS_COMMANDS_H
