@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/common.h"
+#include "kernels/cpu/ukernels.h"
 #include "ref/forward.h"
 
 struct collector {
@@ -69,26 +70,32 @@ static struct npu_act_stats *find_or_add(struct collector *c, const char *name, 
   return s;
 }
 
-static void observe(void *user, int layer, const char *what, const float *v, int n) {
-  struct collector *c = user;
+/* Fold 'n' values of activation 'name' (channels chan0 .. chan0 + n - 1 of its 'channels', or a
+ * per-head one: channels 0) into its statistics. */
+static void accumulate(struct collector *c, const char *name, int32_t channels, int32_t chan0,
+                       const float *v, int n) {
   if (c->status != NPULM_OK) return;
-  char name[NPU_IR_NAME_MAX];
-  if (layer >= 0) snprintf(name, sizeof(name), "blk.%d.%s", layer, what);
-  else snprintf(name, sizeof(name), "%s", what);
-  int32_t channels = npu_ref_per_head(what) ? 0 : n;
   struct npu_act_stats *s = find_or_add(c, name, channels);
   if (s == NULL || s->n_channels != channels) {
     c->status = s == NULL ? NPULM_ERR_NOMEM : NPULM_ERR_ARG;
     return;
   }
+  float *absmax = channels > 0 ? s->chan_absmax + chan0 : NULL;
   for (int i = 0; i < n; i++) {
     float x = v[i], a = fabsf(x);
     if (x < s->min) s->min = x;
     if (x > s->max) s->max = x;
-    if (channels > 0 && a > s->chan_absmax[i]) s->chan_absmax[i] = a;
+    if (absmax != NULL && a > absmax[i]) absmax[i] = a;
     s->hist[bin_of(x)]++;
   }
   s->count += (uint64_t)n;
+}
+
+static void observe(void *user, int layer, const char *what, const float *v, int n) {
+  char name[NPU_IR_NAME_MAX];
+  if (layer >= 0) snprintf(name, sizeof(name), "blk.%d.%s", layer, what);
+  else snprintf(name, sizeof(name), "%s", what);
+  accumulate(user, name, npu_ref_per_head(what) ? 0 : n, 0, v, n);
 }
 
 void npu_calib_free(struct npu_calib *c) {
@@ -98,47 +105,204 @@ void npu_calib_free(struct npu_calib *c) {
   free(c);
 }
 
-npulm_status npu_calibrate(const struct npulm_model *m, const int32_t *tokens, size_t n_tokens,
-                           int32_t window, int32_t bos, npulm_progress_fn progress, void *user,
-                           struct npu_calib **out, npulm_error *err) {
+/* ---- Runs ----------------------------------------------------------------------------------- */
+
+struct npu_calib_run {
+  struct npu_config cfg;
+  struct collector c;
+  struct npu_ref_state state; /* one window's rows at a time */
+  struct npu_pool *pool;
+  struct npu_cpu_ukernels uk;
+  size_t n_rows;     /* rows of all windows, one after another */
+  int32_t *ids;      /* (n_rows) their tokens */
+  int32_t n_windows; /* windows, each from position 0 */
+  int32_t *win_rows; /* (n_windows) rows of each */
+  float *x;          /* (n_rows, dim) the residual stream after the steps so far */
+};
+
+/* One pool task of a matmul: a range of its rows. */
+struct matmul_job {
+  const struct npu_calib_run *run;
+  float *out;
+  const float *w, *bias, *x;
+  int n_in, n_out, rows, rows_per_task;
+};
+
+static void matmul_task(void *arg, size_t task) {
+  const struct matmul_job *j = arg;
+  int r0 = (int)task * j->rows_per_task;
+  int r1 = r0 + j->rows_per_task < j->rows ? r0 + j->rows_per_task : j->rows;
+  if (r0 >= r1) return;
+  j->run->uk.f32_matmul(j->out + (size_t)r0 * (size_t)j->n_out, j->x + (size_t)r0 * (size_t)j->n_in,
+                        j->w, j->bias, r1 - r0, j->n_in, j->n_out);
+}
+
+/* npu_ref_matmul_fn: the CPU kernels' float matmul (the reference's bits), its rows cut across
+ * the pool's threads. */
+static void run_matmul(void *user, float *out, const float *w, const float *bias, const float *x,
+                       int n_in, int n_out, int rows) {
+  const struct npu_calib_run *r = user;
+  int tasks = npu_pool_threads(r->pool);
+  struct matmul_job j = {r, out, w, bias, x, n_in, n_out, rows, (rows + tasks - 1) / tasks};
+  npu_pool_run(r->pool, (size_t)tasks, matmul_task, &j);
+}
+
+void npu_calib_run_free(struct npu_calib_run *r) {
+  if (r == NULL) return;
+  npu_calib_free(r->c.calib);
+  npu_ref_state_free(&r->state);
+  free(r->ids);
+  free(r->win_rows);
+  free(r->x);
+  free(r);
+}
+
+const struct npu_calib *npu_calib_run_stats(const struct npu_calib_run *r) { return r->c.calib; }
+
+npulm_status npu_calib_run_create(const struct npu_config *cfg, const int32_t *tokens,
+                                  size_t n_tokens, int32_t window, int32_t bos,
+                                  struct npu_pool *pool, struct npu_calib_run **out,
+                                  npulm_error *err) {
   *out = NULL;
   if (n_tokens == 0 || window < 2) {
     return npu_fail(err, NPULM_ERR_ARG, "calibration needs text and a window of at least 2 tokens");
   }
-  struct collector c = {.last = -1, .status = NPULM_OK};
-  struct npu_ref_state state;
-  c.calib = calloc(1, sizeof(*c.calib));
-  float *logits = malloc((size_t)m->cfg.n_vocab * sizeof(float));
-  npulm_status st = c.calib == NULL || logits == NULL
+  struct npu_calib_run *r = calloc(1, sizeof(*r));
+  if (r == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  r->cfg = *cfg;
+  r->pool = pool;
+  r->c = (struct collector){.last = -1, .status = NPULM_OK};
+  npu_cpu_ukernels_select(npu_isa_detect(), &r->uk);
+  /* the windows: BOS first, as the model saw it in training, then up to 'window' rows in all */
+  const size_t per_window = (size_t)window - (bos >= 0);
+  const size_t n_windows = (n_tokens + per_window - 1) / per_window;
+  r->n_rows = n_tokens + (bos >= 0 ? n_windows : 0);
+  r->c.calib = calloc(1, sizeof(*r->c.calib));
+  r->ids = malloc(r->n_rows * sizeof(int32_t));
+  r->win_rows = malloc(n_windows * sizeof(int32_t));
+  r->x = malloc(r->n_rows * (size_t)cfg->dim * sizeof(float));
+  npulm_status st = !r->c.calib || !r->ids || !r->win_rows || !r->x
                         ? npu_fail(err, NPULM_ERR_NOMEM, "out of memory")
-                        : npu_ref_state_init(&state, &m->cfg, window, err);
+                        : npu_ref_state_init_rows(&r->state, cfg, window, window, err);
   if (st != NPULM_OK) {
-    free(logits);
-    npu_calib_free(c.calib);
+    npu_calib_run_free(r);
     return st;
   }
-  struct npu_ref_observer obs = {.fn = observe, .user = &c};
-  size_t done = 0;
-  while (done < n_tokens && c.status == NPULM_OK) {
-    /* one window from an empty cache; BOS first, as the model saw it in training */
-    int pos = 0;
-    if (bos >= 0) npu_ref_forward(m, &state, bos, pos++, logits, &obs);
-    for (; pos < window && done < n_tokens; pos++, done++) {
-      npu_ref_forward(m, &state, tokens[done], pos, logits, &obs);
-    }
-    if (progress != NULL) progress(user, done, n_tokens);
+  r->state.matmul = run_matmul;
+  r->state.matmul_user = r;
+  size_t row = 0, done = 0;
+  for (size_t w = 0; w < n_windows; w++) {
+    size_t first = row;
+    if (bos >= 0) r->ids[row++] = bos;
+    for (size_t i = 0; i < per_window && done < n_tokens; i++) r->ids[row++] = tokens[done++];
+    r->win_rows[w] = (int32_t)(row - first);
   }
-  npu_ref_state_free(&state);
-  free(logits);
-  if (c.status != NPULM_OK) {
-    npu_calib_free(c.calib);
-    return npu_fail(err, c.status, "calibration failed: %s",
-                    c.status == NPULM_ERR_NOMEM ? "out of memory"
-                                                : "inconsistent activation sizes");
-  }
-  c.calib->n_tokens = done;
-  *out = c.calib;
+  r->n_windows = (int32_t)n_windows;
+  r->c.calib->n_tokens = n_tokens;
+  *out = r;
   return NPULM_OK;
+}
+
+/* The run's first failure to gather statistics, as an error. */
+static npulm_status run_status(const struct npu_calib_run *r, npulm_error *err) {
+  if (r->c.status == NPULM_OK) return NPULM_OK;
+  return npu_fail(err, r->c.status, "calibration failed: %s",
+                  r->c.status == NPULM_ERR_NOMEM ? "out of memory"
+                                                 : "inconsistent activation sizes");
+}
+
+npulm_status npu_calib_embed(struct npu_calib_run *r, npu_calib_rows_fn *embd, void *user,
+                             npulm_error *err) {
+  const size_t dim = (size_t)r->cfg.dim;
+  for (size_t i = 0; i < r->n_rows; i++) {
+    const float *row;
+    npulm_status st = embd(user, r->ids[i], 1, r->x + i * dim, &row, err);
+    if (st != NPULM_OK) return st;
+    if (row != r->x + i * dim) memcpy(r->x + i * dim, row, dim * sizeof(float));
+    observe(&r->c, -1, "embd", row, (int)dim);
+  }
+  return run_status(r, err);
+}
+
+npulm_status npu_calib_layer(struct npu_calib_run *r, const struct npu_layer_weights *lw,
+                             const float *rope_freqs, int layer, npulm_error *err) {
+  const size_t dim = (size_t)r->cfg.dim;
+  const struct npu_ref_observer obs = {.fn = observe, .user = &r->c};
+  float *x = r->x;
+  for (int32_t w = 0; w < r->n_windows; w++) {
+    const size_t n = (size_t)r->win_rows[w];
+    memcpy(r->state.x, x, n * dim * sizeof(float));
+    npu_ref_block(&r->cfg, lw, rope_freqs, &r->state, layer, 0, (int)n, &obs);
+    memcpy(x, r->state.x, n * dim * sizeof(float));
+    x += n * dim;
+  }
+  return run_status(r, err);
+}
+
+npulm_status npu_calib_head(struct npu_calib_run *r, const float *output_norm,
+                            npu_calib_rows_fn *output, void *user, npulm_error *err) {
+  /* vocabulary rows per block: the block's weights and logits stay tens of MB at every size */
+  enum { VOCAB_BLOCK = 2048 };
+  const int dim = r->cfg.dim, n_vocab = r->cfg.n_vocab;
+  for (size_t i = 0; i < r->n_rows; i++) {
+    float *x = r->x + i * (size_t)dim;
+    npu_ref_rmsnorm(x, x, output_norm, dim, r->cfg.rms_eps);
+    observe(&r->c, -1, "output_norm", x, dim);
+  }
+  const int block = n_vocab < VOCAB_BLOCK ? n_vocab : VOCAB_BLOCK;
+  float *w = malloc((size_t)block * (size_t)dim * sizeof(float));
+  float *logits = malloc(r->n_rows * (size_t)block * sizeof(float));
+  npulm_status st = w && logits ? NPULM_OK : npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  for (int v0 = 0; v0 < n_vocab && st == NPULM_OK; v0 += block) {
+    const int nb = n_vocab - v0 < block ? n_vocab - v0 : block;
+    const float *rows;
+    if ((st = output(user, v0, nb, w, &rows, err)) != NPULM_OK) break;
+    run_matmul(r, logits, rows, NULL, r->x, dim, nb, (int)r->n_rows);
+    for (size_t i = 0; i < r->n_rows; i++) {
+      accumulate(&r->c, "logits", n_vocab, v0, logits + i * (size_t)nb, nb);
+    }
+  }
+  free(w);
+  free(logits);
+  return st != NPULM_OK ? st : run_status(r, err);
+}
+
+/* npu_calib_rows_fn over a matrix in memory ('user': its rows, of 'cols' floats). */
+struct matrix {
+  const float *data;
+  int64_t cols;
+};
+
+static npulm_status matrix_rows(void *user, int64_t row0, int64_t n_rows, float *scratch,
+                                const float **rows_out, npulm_error *err) {
+  (void)n_rows, (void)scratch, (void)err;
+  const struct matrix *m = user;
+  *rows_out = m->data + row0 * m->cols;
+  return NPULM_OK;
+}
+
+npulm_status npu_calibrate(const struct npulm_model *m, const int32_t *tokens, size_t n_tokens,
+                           int32_t window, int32_t bos, npulm_progress_fn progress, void *user,
+                           struct npu_calib **out, npulm_error *err) {
+  *out = NULL;
+  const struct npu_config *c = &m->cfg;
+  struct npu_calib_run *r = NULL;
+  struct matrix embd = {m->w.token_embd, c->dim}, output = {m->w.output, c->dim};
+  npulm_status st = npu_config_check_weights(c, err);
+  if (st == NPULM_OK) st = npu_calib_run_create(c, tokens, n_tokens, window, bos, NULL, &r, err);
+  if (st == NPULM_OK) st = npu_calib_embed(r, matrix_rows, &embd, err);
+  for (int l = 0; l < c->n_layers && st == NPULM_OK; l++) {
+    st = npu_calib_layer(r, &m->w.layers[l], m->w.rope_freqs, l, err);
+    if (progress != NULL) progress(user, (uint64_t)l + 1, (uint64_t)c->n_layers + 1);
+  }
+  if (st == NPULM_OK) st = npu_calib_head(r, m->w.output_norm, matrix_rows, &output, err);
+  if (st == NPULM_OK) {
+    if (progress != NULL) progress(user, (uint64_t)c->n_layers + 1, (uint64_t)c->n_layers + 1);
+    *out = r->c.calib;
+    r->c.calib = NULL;
+  }
+  npu_calib_run_free(r);
+  return st;
 }
 
 const struct npu_act_stats *npu_calib_find(const struct npu_calib *c, const char *name) {

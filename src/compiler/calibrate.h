@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "base/pool.h"
 #include "ir/ir.h"
 #include "model/model.h"
 
@@ -32,8 +33,43 @@ struct npu_calib {
   uint64_t n_tokens;
 };
 
-/* Run the reference over 'tokens' in windows of at most 'window' tokens (each starting a fresh
- * KV cache, with BOS first if 'bos' >= 0) and gather statistics. */
+/* A calibration run: the windows of the calibration text (at most 'window' tokens each, every one
+ * from an empty KV cache with BOS first if 'bos' >= 0) taken through the FP32 reference a layer
+ * at a time: the embedding of all their rows, then each block over all of them, then the head.
+ * Between two steps only the residual stream of the rows is kept, so a layer's weights are all
+ * that must be in memory while it runs, and the statistics are those of npu_ref_forward token by
+ * token (bit for bit: the blocks are npu_ref_block, their matmuls the CPU kernels' float matmul,
+ * which has the reference's bits, cut across the threads of 'pool'). */
+struct npu_calib_run;
+
+/* 'pool' may be NULL (one thread); it must outlive the run. */
+npulm_status npu_calib_run_create(const struct npu_config *cfg, const int32_t *tokens,
+                                  size_t n_tokens, int32_t window, int32_t bos,
+                                  struct npu_pool *pool, struct npu_calib_run **out,
+                                  npulm_error *err);
+void npu_calib_run_free(struct npu_calib_run *r); /* accepts NULL */
+
+/* The statistics gathered so far (owned by the run). */
+const struct npu_calib *npu_calib_run_stats(const struct npu_calib_run *r);
+
+/* Rows [row0, row0 + n_rows) of a weight matrix as floats: at '*rows_out', in 'scratch' (room for
+ * n_rows rows) or wherever they already are. */
+typedef npulm_status npu_calib_rows_fn(void *user, int64_t row0, int64_t n_rows, float *scratch,
+                                       const float **rows_out, npulm_error *err);
+
+/* The first step: each row's token embedding, read from the table by 'embd' ("embd"). */
+npulm_status npu_calib_embed(struct npu_calib_run *r, npu_calib_rows_fn *embd, void *user,
+                             npulm_error *err);
+/* Block 'layer' over every row (its activations, "blk.L.*"); blocks go in order. */
+npulm_status npu_calib_layer(struct npu_calib_run *r, const struct npu_layer_weights *lw,
+                             const float *rope_freqs, int layer, npulm_error *err);
+/* The last step: the output norm ("output_norm") and the logits ("logits"), the classifier
+ * read by 'output' a block of rows at a time. */
+npulm_status npu_calib_head(struct npu_calib_run *r, const float *output_norm,
+                            npu_calib_rows_fn *output, void *user, npulm_error *err);
+
+/* The whole run over model 'm' (its weights all read): embedding, blocks, head. Progress in
+ * layers. */
 npulm_status npu_calibrate(const struct npulm_model *m, const int32_t *tokens, size_t n_tokens,
                            int32_t window, int32_t bos, npulm_progress_fn progress, void *user,
                            struct npu_calib **out, npulm_error *err);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "base/common.h"
+#include "base/pages.h"
 
 #define GGUF_MAGIC 0x46554747u /* "GGUF" read as a little-endian u32 */
 #define GGUF_DEFAULT_ALIGNMENT 32u
@@ -661,6 +662,20 @@ double npu_gguf_arr_num(const struct npu_gguf_arr *a, uint64_t i) {
 /* ---- Tensor data to float ------------------------------------------------------------------- */
 
 npulm_status npu_gguf_tensor_to_f32(const struct npu_gguf_tensor *t, float *dst, npulm_error *err) {
+  return npu_gguf_tensor_rows_to_f32(t, 0, t->ne[0] ? t->n_elems / t->ne[0] : 0, dst, err);
+}
+
+/* Bytes of one row (ne[0] values) of 't', whose type has a known block size. */
+static uint64_t row_bytes(const struct npu_gguf_tensor *t) {
+  uint32_t block, block_bytes;
+  npu_ggml_type_size(t->type, &block, &block_bytes);
+  /* the reader checked ne[0] % block == 0 and nbytes == n_elems / block * block_bytes */
+  assert(t->ne[0] % block == 0 && t->nbytes == t->n_elems / block * block_bytes);
+  return t->ne[0] / block * block_bytes;
+}
+
+npulm_status npu_gguf_tensor_rows_to_f32(const struct npu_gguf_tensor *t, uint64_t row0,
+                                         uint64_t n_rows, float *dst, npulm_error *err) {
   npu_ggml_to_f32_fn to_f32 = npu_ggml_type_to_f32(t->type);
   if (to_f32 == NULL) {
     char readable[160];
@@ -672,8 +687,13 @@ npulm_status npu_gguf_tensor_to_f32(const struct npu_gguf_tensor *t, float *dst,
   }
   uint32_t block, block_bytes;
   npu_ggml_type_size(t->type, &block, &block_bytes);
-  /* the reader checked ne[0] % block == 0 and nbytes == n_elems / block * block_bytes */
-  assert(t->n_elems % block == 0 && t->nbytes == t->n_elems / block * block_bytes);
-  to_f32(t->data, dst, (size_t)(t->n_elems / block));
+  assert((row0 + n_rows) * t->ne[0] <= t->n_elems);
+  const uint8_t *src = (const uint8_t *)t->data + row0 * row_bytes(t);
+  to_f32(src, dst, (size_t)(n_rows * t->ne[0] / block));
   return NPULM_OK;
+}
+
+void npu_gguf_tensor_release_rows(const struct npu_gguf_tensor *t, uint64_t row0, uint64_t n_rows) {
+  const uint64_t bytes = row_bytes(t);
+  npu_pages_release((const uint8_t *)t->data + row0 * bytes, (size_t)(n_rows * bytes));
 }

@@ -128,4 +128,15 @@ size_t npu_gguf_vtype_size(uint32_t type);
  * type and the tensor. The reader has checked the shape and data size against the type. */
 npulm_status npu_gguf_tensor_to_f32(const struct npu_gguf_tensor *t, float *dst, npulm_error *err);
 
+/* Rows [row0, row0 + n_rows) of a tensor (a row is ne[0] values, a whole number of blocks) as
+ * floats at 'dst' (n_rows * ne[0] of them), as npu_gguf_tensor_to_f32 converts them: a matrix
+ * read a block of rows at a time. The rows must lie within the tensor. */
+npulm_status npu_gguf_tensor_rows_to_f32(const struct npu_gguf_tensor *t, uint64_t row0,
+                                         uint64_t n_rows, float *dst, npulm_error *err);
+
+/* Let go of this process's copies of the pages holding rows [row0, row0 + n_rows) of 't' (of a
+ * mapped file; they stay in the page cache): once read, so that reading a model a layer at a time
+ * does not leave every page of it resident. */
+void npu_gguf_tensor_release_rows(const struct npu_gguf_tensor *t, uint64_t row0, uint64_t n_rows);
+
 #endif /* NPU_IO_GGUF_H */

@@ -239,7 +239,7 @@ static npulm_status load_tensor(struct npulm_model *m, struct unread *u, const c
     unread_add(u, name, t->type);
     return NPULM_OK;
   }
-  if (u->check_only) return NPULM_OK;
+  if (u->check_only || (m->defer_matrices && ne1 != 0)) return NPULM_OK;
   if (t->type == NPU_GGML_F32 && ((uintptr_t)t->data % _Alignof(float)) == 0) {
     *out = t->data;
     /* not scanned again where the checksums vouch for it: that would read every page of a
@@ -252,6 +252,19 @@ static npulm_status load_tensor(struct npulm_model *m, struct unread *u, const c
   *out = copy;
   npulm_status st = npu_gguf_tensor_to_f32(t, copy, err);
   return st != NPULM_OK ? st : check_finite(name, copy, t->n_elems, err);
+}
+
+npulm_status npu_model_read_rows(const struct npulm_model *m, const char *name, uint64_t row0,
+                                 uint64_t n_rows, float *out, npulm_error *err) {
+  const struct npu_gguf_tensor *t = npu_gguf_find_tensor(m->gguf, name);
+  if (t == NULL || t->n_dims != 2 || row0 + n_rows > t->ne[1]) {
+    return npu_fail(err, NPULM_ERR_ARG, "no rows %llu..%llu of a matrix '%s' in the model",
+                    (unsigned long long)row0, (unsigned long long)(row0 + n_rows), name);
+  }
+  npulm_status st = npu_gguf_tensor_rows_to_f32(t, row0, n_rows, out, err);
+  npu_gguf_tensor_release_rows(t, row0, n_rows);
+  if (st != NPULM_OK || m->weights_vouched) return st;
+  return check_finite(name, out, n_rows * t->ne[0], err);
 }
 
 static npulm_status load_layer(struct npulm_model *m, struct unread *u, int l, npulm_error *err) {

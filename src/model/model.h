@@ -81,6 +81,10 @@ struct npulm_model {
    * their views NULL; NULL and 0 for every other model. Freed with the model. */
   char **omitted;
   int32_t n_omitted;
+  /* Set before npu_model_read: the matrices (the 2-D weights) are checked (shape, type) but not
+   * read, their views left NULL; npu_model_read_rows reads them a block of rows at a time. A
+   * compile that streams reads a model so, a layer at a time, in bounded memory. */
+  bool defer_matrices;
 };
 
 /* Tokenize all of 'text' into a malloc'd array (free it with free()), sized as the text needs. */
@@ -99,6 +103,12 @@ bool npu_model_omits(const struct npulm_model *m, const char *name);
  * lean program file): what needs the float model ('what': "the reference forward", "compiling",
  * ...) checks this first, so that it refuses in one line instead of reading a NULL view. */
 npulm_status npu_model_check_float(const struct npulm_model *m, const char *what, npulm_error *err);
+
+/* Rows [row0, row0 + n_rows) of weight matrix 'name' of the model's file as floats at 'out'
+ * (n_rows times its row length), each value checked finite, and the file's pages they came from
+ * let go of: how a model read with defer_matrices gives its matrices. */
+npulm_status npu_model_read_rows(const struct npulm_model *m, const char *name, uint64_t row0,
+                                 uint64_t n_rows, float *out, npulm_error *err);
 
 /* Read only the tokenizer of 'm->gguf' (and the name): a model with no weights (cfg.vocab_only). */
 npulm_status npu_model_read_vocab(struct npulm_model *m, npulm_error *err);

@@ -10,20 +10,27 @@
 
 npulm_status npu_ref_state_init(struct npu_ref_state *s, const struct npu_config *c, int n_ctx,
                                 npulm_error *err) {
+  return npu_ref_state_init_rows(s, c, n_ctx, 1, err);
+}
+
+npulm_status npu_ref_state_init_rows(struct npu_ref_state *s, const struct npu_config *c, int n_ctx,
+                                     int max_rows, npulm_error *err) {
   memset(s, 0, sizeof(*s));
   npulm_status st = npu_config_check_weights(c, err);
   if (st != NPULM_OK) return st;
   s->n_ctx = n_ctx;
+  s->max_rows = max_rows;
+  size_t rows = (size_t)max_rows;
   size_t q_dim = (size_t)c->n_heads * (size_t)c->head_dim;
   size_t kv_dim = (size_t)c->n_kv_heads * (size_t)c->head_dim;
   size_t wide = q_dim > (size_t)c->dim ? q_dim : (size_t)c->dim;
   size_t cache = (size_t)c->n_layers * (size_t)n_ctx * kv_dim;
-  s->x = calloc((size_t)c->dim, sizeof(float));
-  s->xb = calloc(wide, sizeof(float));
-  s->xb2 = calloc((size_t)c->dim, sizeof(float));
-  s->hb = calloc((size_t)c->ffn_dim, sizeof(float));
-  s->hb2 = calloc((size_t)c->ffn_dim, sizeof(float));
-  s->q = calloc(q_dim, sizeof(float));
+  s->x = calloc(rows * (size_t)c->dim, sizeof(float));
+  s->xb = calloc(rows * wide, sizeof(float));
+  s->xb2 = calloc(rows * (size_t)c->dim, sizeof(float));
+  s->hb = calloc(rows * (size_t)c->ffn_dim, sizeof(float));
+  s->hb2 = calloc(rows * (size_t)c->ffn_dim, sizeof(float));
+  s->q = calloc(rows * q_dim, sizeof(float));
   s->att = calloc((size_t)n_ctx, sizeof(float));
   s->key_cache = calloc(cache, sizeof(float));
   s->value_cache = calloc(cache, sizeof(float));
@@ -74,6 +81,15 @@ void npu_ref_matvec(float *out, const float *w, const float *bias, const float *
   for (int o = 0; o < n_out; o++) {
     float sum = npu_ref_dot(w + (size_t)o * (size_t)n_in, x, n_in);
     out[o] = bias != NULL ? sum + bias[o] : sum;
+  }
+}
+
+void npu_ref_matmul(void *user, float *out, const float *w, const float *bias, const float *x,
+                    int n_in, int n_out, int rows) {
+  (void)user;
+  for (int r = 0; r < rows; r++) {
+    npu_ref_matvec(out + (size_t)r * (size_t)n_out, w, bias, x + (size_t)r * (size_t)n_in, n_in,
+                   n_out);
   }
 }
 
@@ -151,9 +167,10 @@ void npu_ref_attention(float *out, float *att, const float *q, const float *keys
   for (int i = 0; i < hd; i++) out[i] /= sum;
 }
 
-/* Multi-head attention of the current query over cache positions 0..pos; result in 'out'. */
+/* Multi-head attention of query 'q' (one position's heads) over cache positions 0..pos; result
+ * in 'out'. */
 static void attention(const struct npu_config *c, struct npu_ref_state *s, int layer, int pos,
-                      float *out, const struct npu_ref_observer *obs) {
+                      const float *q, float *out, const struct npu_ref_observer *obs) {
   int hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
   size_t kv_dim = (size_t)c->n_kv_heads * (size_t)hd;
   const float *keys = s->key_cache + (size_t)layer * (size_t)s->n_ctx * kv_dim;
@@ -162,7 +179,7 @@ static void attention(const struct npu_config *c, struct npu_ref_state *s, int l
   for (int h = 0; h < c->n_heads; h++) {
     /* query head h reads KV head h / group */
     size_t kv_off = (size_t)(h / group) * (size_t)hd;
-    npu_ref_attention(out + (size_t)h * (size_t)hd, s->att, s->q + (size_t)h * (size_t)hd,
+    npu_ref_attention(out + (size_t)h * (size_t)hd, s->att, q + (size_t)h * (size_t)hd,
                       keys + kv_off, values + kv_off, kv_dim, hd, pos + 1, scale);
     /* the scores and, for observers only, their softmax as one row */
     if (obs != NULL) {
@@ -173,70 +190,96 @@ static void attention(const struct npu_config *c, struct npu_ref_state *s, int l
   }
 }
 
+/* Show each of 'rows' rows of 'n' values at 'v' to the observer, if there is one. */
+static void observe_rows(const struct npu_ref_observer *o, int layer, const char *what,
+                         const float *v, int n, int rows) {
+  for (int r = 0; o != NULL && r < rows; r++) observe(o, layer, what, v + (size_t)r * (size_t)n, n);
+}
+
+void npu_ref_block(const struct npu_config *c, const struct npu_layer_weights *lw,
+                   const float *rope_freqs, struct npu_ref_state *s, int l, int pos0, int rows,
+                   const struct npu_ref_observer *obs) {
+  const int dim = c->dim, q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
+  const size_t n = (size_t)rows;
+  npu_ref_matmul_fn *matmul = s->matmul != NULL ? s->matmul : npu_ref_matmul;
+  void *mu = s->matmul_user;
+  size_t cache_row = ((size_t)l * (size_t)s->n_ctx + (size_t)pos0) * (size_t)kv_dim;
+  float *k = s->key_cache + cache_row; /* the rows' cache rows, one after another */
+  float *v = s->value_cache + cache_row;
+
+  /* attention rmsnorm */
+  for (int r = 0; r < rows; r++) {
+    npu_ref_rmsnorm(s->xb + (size_t)r * (size_t)dim, s->x + (size_t)r * (size_t)dim, lw->attn_norm,
+                    dim, c->rms_eps);
+  }
+  observe_rows(obs, l, "attn_norm", s->xb, dim, rows);
+
+  /* q, k, v projections; k and v go straight into the positions' cache rows */
+  matmul(mu, s->q, lw->wq, lw->bq, s->xb, dim, q_dim, rows);
+  matmul(mu, k, lw->wk, lw->bk, s->xb, dim, kv_dim, rows);
+  matmul(mu, v, lw->wv, lw->bv, s->xb, dim, kv_dim, rows);
+  observe_rows(obs, l, "attn_q", s->q, q_dim, rows);
+  observe_rows(obs, l, "attn_k", k, kv_dim, rows);
+  observe_rows(obs, l, "attn_v", v, kv_dim, rows);
+
+  /* rotary position embedding of q and k */
+  for (int r = 0; r < rows; r++) {
+    npu_ref_rope(s->q + (size_t)r * (size_t)q_dim, c->n_heads, c, rope_freqs, pos0 + r);
+    npu_ref_rope(k + (size_t)r * (size_t)kv_dim, c->n_kv_heads, c, rope_freqs, pos0 + r);
+  }
+  observe_rows(obs, l, "q_rope", s->q, q_dim, rows);
+  observe_rows(obs, l, "k_rope", k, kv_dim, rows);
+
+  /* attention (each row over the positions up to its own), then output projection */
+  for (int r = 0; r < rows; r++) {
+    attention(c, s, l, pos0 + r, s->q + (size_t)r * (size_t)q_dim,
+              s->xb + (size_t)r * (size_t)q_dim, obs);
+  }
+  observe_rows(obs, l, "kqv", s->xb, q_dim, rows);
+  matmul(mu, s->xb2, lw->wo, NULL, s->xb, q_dim, dim, rows);
+  observe_rows(obs, l, "attn_out", s->xb2, dim, rows);
+
+  /* residual */
+  for (size_t i = 0; i < n * (size_t)dim; i++) s->x[i] += s->xb2[i];
+  observe_rows(obs, l, "attn_residual", s->x, dim, rows);
+
+  /* ffn rmsnorm */
+  for (int r = 0; r < rows; r++) {
+    npu_ref_rmsnorm(s->xb + (size_t)r * (size_t)dim, s->x + (size_t)r * (size_t)dim, lw->ffn_norm,
+                    dim, c->rms_eps);
+  }
+  observe_rows(obs, l, "ffn_norm", s->xb, dim, rows);
+
+  /* SwiGLU feed-forward: down(silu(gate(x)) * up(x)) */
+  const size_t ffn = n * (size_t)c->ffn_dim;
+  matmul(mu, s->hb, lw->w_gate, NULL, s->xb, dim, c->ffn_dim, rows);
+  matmul(mu, s->hb2, lw->w_up, NULL, s->xb, dim, c->ffn_dim, rows);
+  observe_rows(obs, l, "ffn_gate", s->hb, c->ffn_dim, rows);
+  observe_rows(obs, l, "ffn_up", s->hb2, c->ffn_dim, rows);
+  for (size_t i = 0; i < ffn; i++) s->hb[i] = npu_ref_silu(s->hb[i]);
+  observe_rows(obs, l, "ffn_silu", s->hb, c->ffn_dim, rows);
+  for (size_t i = 0; i < ffn; i++) s->hb[i] *= s->hb2[i];
+  observe_rows(obs, l, "ffn_gate_par", s->hb, c->ffn_dim, rows);
+  matmul(mu, s->xb2, lw->w_down, NULL, s->hb, c->ffn_dim, dim, rows);
+  observe_rows(obs, l, "ffn_down", s->xb2, dim, rows);
+
+  /* residual */
+  for (size_t i = 0; i < n * (size_t)dim; i++) s->x[i] += s->xb2[i];
+  observe_rows(obs, l, "ffn_residual", s->x, dim, rows);
+}
+
 void npu_ref_forward(const struct npulm_model *m, struct npu_ref_state *s, int32_t token, int pos,
                      float *logits, const struct npu_ref_observer *obs) {
   const struct npu_config *c = &m->cfg;
   const struct npu_weights *w = &m->w;
-  int dim = c->dim, q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
+  int dim = c->dim;
 
   /* token embedding */
   memcpy(s->x, w->token_embd + (size_t)token * (size_t)dim, (size_t)dim * sizeof(float));
   observe(obs, -1, "embd", s->x, dim);
 
-  for (int l = 0; l < c->n_layers; l++) {
-    const struct npu_layer_weights *lw = &w->layers[l];
-    size_t cache_row = ((size_t)l * (size_t)s->n_ctx + (size_t)pos) * (size_t)kv_dim;
-    float *k = s->key_cache + cache_row;
-    float *v = s->value_cache + cache_row;
-
-    /* attention rmsnorm */
-    npu_ref_rmsnorm(s->xb, s->x, lw->attn_norm, dim, c->rms_eps);
-    observe(obs, l, "attn_norm", s->xb, dim);
-
-    /* q, k, v projections; k and v go straight into this position's cache row */
-    npu_ref_matvec(s->q, lw->wq, lw->bq, s->xb, dim, q_dim);
-    npu_ref_matvec(k, lw->wk, lw->bk, s->xb, dim, kv_dim);
-    npu_ref_matvec(v, lw->wv, lw->bv, s->xb, dim, kv_dim);
-    observe(obs, l, "attn_q", s->q, q_dim);
-    observe(obs, l, "attn_k", k, kv_dim);
-    observe(obs, l, "attn_v", v, kv_dim);
-
-    /* rotary position embedding of q and k */
-    npu_ref_rope(s->q, c->n_heads, c, w->rope_freqs, pos);
-    npu_ref_rope(k, c->n_kv_heads, c, w->rope_freqs, pos);
-    observe(obs, l, "q_rope", s->q, q_dim);
-    observe(obs, l, "k_rope", k, kv_dim);
-
-    /* attention, then output projection */
-    attention(c, s, l, pos, s->xb, obs);
-    observe(obs, l, "kqv", s->xb, q_dim);
-    npu_ref_matvec(s->xb2, lw->wo, NULL, s->xb, q_dim, dim);
-    observe(obs, l, "attn_out", s->xb2, dim);
-
-    /* residual */
-    for (int i = 0; i < dim; i++) s->x[i] += s->xb2[i];
-    observe(obs, l, "attn_residual", s->x, dim);
-
-    /* ffn rmsnorm */
-    npu_ref_rmsnorm(s->xb, s->x, lw->ffn_norm, dim, c->rms_eps);
-    observe(obs, l, "ffn_norm", s->xb, dim);
-
-    /* SwiGLU feed-forward: down(silu(gate(x)) * up(x)) */
-    npu_ref_matvec(s->hb, lw->w_gate, NULL, s->xb, dim, c->ffn_dim);
-    npu_ref_matvec(s->hb2, lw->w_up, NULL, s->xb, dim, c->ffn_dim);
-    observe(obs, l, "ffn_gate", s->hb, c->ffn_dim);
-    observe(obs, l, "ffn_up", s->hb2, c->ffn_dim);
-    for (int i = 0; i < c->ffn_dim; i++) s->hb[i] = npu_ref_silu(s->hb[i]);
-    observe(obs, l, "ffn_silu", s->hb, c->ffn_dim);
-    for (int i = 0; i < c->ffn_dim; i++) s->hb[i] *= s->hb2[i];
-    observe(obs, l, "ffn_gate_par", s->hb, c->ffn_dim);
-    npu_ref_matvec(s->xb2, lw->w_down, NULL, s->hb, c->ffn_dim, dim);
-    observe(obs, l, "ffn_down", s->xb2, dim);
-
-    /* residual */
-    for (int i = 0; i < dim; i++) s->x[i] += s->xb2[i];
-    observe(obs, l, "ffn_residual", s->x, dim);
-  }
+  for (int l = 0; l < c->n_layers; l++)
+    npu_ref_block(c, &w->layers[l], w->rope_freqs, s, l, pos, 1, obs);
 
   /* final rmsnorm and classifier */
   npu_ref_rmsnorm(s->x, s->x, w->output_norm, dim, c->rms_eps);

@@ -12,22 +12,34 @@
  * path all call it, so their results have the same bits. */
 static inline float npu_ref_silu(float x) { return x / (1.0f + expf(-x)); }
 
-/* Activations and KV cache of one sequence. */
+/* out[r * n_out + o] = npu_ref_dot(w + o * n_in, x + r * n_in, n_in) (+ bias[o]) for r < rows:
+ * the matmuls of a block over 'rows' positions. A faster function may stand in for the plain one
+ * (npu_ref_matmul) only if it gives these bits: the CPU kernels' float matmul does. */
+typedef void npu_ref_matmul_fn(void *user, float *out, const float *w, const float *bias,
+                               const float *x, int n_in, int n_out, int rows);
+
+/* Activations and KV cache of one sequence, for blocks of up to max_rows positions at a time. */
 struct npu_ref_state {
-  int n_ctx;
-  float *x;           /* (dim) residual stream */
-  float *xb;          /* (max(dim, q_dim)) normed input / attention output */
-  float *xb2;         /* (dim) projection output */
-  float *hb;          /* (ffn_dim) gate */
-  float *hb2;         /* (ffn_dim) up */
-  float *q;           /* (n_heads * head_dim) */
-  float *att;         /* (n_ctx) attention scores of one head */
-  float *key_cache;   /* (n_layers, n_ctx, n_kv_heads * head_dim) */
-  float *value_cache; /* (n_layers, n_ctx, n_kv_heads * head_dim) */
+  int n_ctx, max_rows;
+  float *x;                  /* (max_rows, dim) residual stream */
+  float *xb;                 /* (max_rows, max(dim, q_dim)) normed input / attention output */
+  float *xb2;                /* (max_rows, dim) projection output */
+  float *hb;                 /* (max_rows, ffn_dim) gate */
+  float *hb2;                /* (max_rows, ffn_dim) up */
+  float *q;                  /* (max_rows, n_heads * head_dim) */
+  float *att;                /* (n_ctx) attention scores of one head */
+  float *key_cache;          /* (n_layers, n_ctx, n_kv_heads * head_dim) */
+  float *value_cache;        /* (n_layers, n_ctx, n_kv_heads * head_dim) */
+  npu_ref_matmul_fn *matmul; /* NULL: npu_ref_matmul */
+  void *matmul_user;
 };
 
+/* A state for one position at a time (max_rows 1). */
 npulm_status npu_ref_state_init(struct npu_ref_state *s, const struct npu_config *cfg, int n_ctx,
                                 npulm_error *err);
+/* A state for blocks of up to 'max_rows' positions (npu_ref_block). */
+npulm_status npu_ref_state_init_rows(struct npu_ref_state *s, const struct npu_config *cfg,
+                                     int n_ctx, int max_rows, npulm_error *err);
 void npu_ref_state_free(struct npu_ref_state *s);
 
 /* Sees every intermediate activation of one token, named as the graph builder names its tensors
@@ -52,6 +64,16 @@ bool npu_ref_per_head(const char *what);
 void npu_ref_forward(const struct npulm_model *m, struct npu_ref_state *s, int32_t token, int pos,
                      float *logits, const struct npu_ref_observer *observer);
 
+/* Decoder block 'layer' (weights 'lw'; 'rope_freqs' may be NULL) over 'rows' consecutive positions
+ * pos0 .. pos0 + rows - 1 (< s->n_ctx, rows <= s->max_rows) of one sequence: s->x holds their
+ * residual stream, rows after row, in and out; the positions before pos0 must be in the layer's
+ * cache. Each row gets the bits npu_ref_forward gives it one position at a time, and the observer
+ * sees each row's activations as it would, activation by activation over the rows. The
+ * calibration runs the model this way, a layer at a time over all its text. */
+void npu_ref_block(const struct npu_config *c, const struct npu_layer_weights *lw,
+                   const float *rope_freqs, struct npu_ref_state *s, int layer, int pos0, int rows,
+                   const struct npu_ref_observer *observer);
+
 /* Building blocks, shared with tests and calibration. */
 void npu_ref_rmsnorm(float *out, const float *x, const float *weight, int n, float eps);
 /* sum_i a[i] * b[i], as eight partial sums (lane j takes i = j mod 8, in order), the rest of
@@ -61,6 +83,10 @@ float npu_ref_dot(const float *a, const float *b, int n);
 /* out[o] = npu_ref_dot(w + o * n_in, x, n_in) (+ bias[o] if bias != NULL), for o < n_out. */
 void npu_ref_matvec(float *out, const float *w, const float *bias, const float *x, int n_in,
                     int n_out);
+/* npu_ref_matvec of each of 'rows' inputs x [rows, n_in] into out [rows, n_out]; an
+ * npu_ref_matmul_fn ('user' unused). */
+void npu_ref_matmul(void *user, float *out, const float *w, const float *bias, const float *x,
+                    int n_in, int n_out, int rows);
 void npu_ref_softmax(float *x, int n);
 
 /* Keys per tile of the online softmax that defines attention (npu_ref_attention); the CPU
