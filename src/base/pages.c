@@ -5,6 +5,7 @@
 #include "base/pages.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -49,6 +50,22 @@ void *npu_pages_alloc_huge(size_t size) { return npu_pages_alloc(size); }
 
 #endif
 
+void *npu_pages_map_scratch(const char *dir, size_t size) {
+  char path[4096];
+  if (snprintf(path, sizeof(path), "%s/.npulm-scratch-XXXXXX", dir) >= (int)sizeof(path)) {
+    return NULL;
+  }
+  int fd = mkstemp(path);
+  if (fd < 0) return NULL;
+  (void)unlink(path);
+  void *p = MAP_FAILED;
+  if (ftruncate(fd, (off_t)(size > 0 ? size : 1)) == 0) {
+    p = mmap(NULL, size > 0 ? size : 1, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  }
+  close(fd);
+  return p == MAP_FAILED ? NULL : p;
+}
+
 void npu_pages_release(const void *p, size_t size) {
 #if defined(MADV_DONTNEED)
   const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
@@ -74,6 +91,11 @@ void *npu_pages_alloc(size_t size) {
 }
 
 void *npu_pages_alloc_huge(size_t size) { return npu_pages_alloc(size); }
+
+void *npu_pages_map_scratch(const char *dir, size_t size) {
+  (void)dir;
+  return npu_pages_alloc(size);
+}
 
 void npu_pages_free(void *p, size_t size) {
   (void)size;

@@ -22,10 +22,19 @@ void *npu_pages_alloc_huge(size_t size);
 /* Give back what npu_pages_alloc(size) or npu_pages_alloc_huge(size) returned; accepts NULL. */
 void npu_pages_free(void *p, size_t size);
 
-/* Drop this process's copies of the whole pages inside [p, p + size) of a read-only file mapping
- * (they stay in the page cache, and come back from the file if read again): after the data there
- * was copied elsewhere, so that the process does not hold it twice. A no-op where the system
- * cannot. */
+/* 'size' bytes backed by a new file in directory 'dir' (removed at once, so that nothing is left
+ * behind, whatever happens), zero-filled and page-aligned; freed by npu_pages_free(p, size). Its
+ * pages given back with npu_pages_release go to that file, not away: room for data written once
+ * and read once that need not stay in memory between (a streaming compile's packed weights, which
+ * may be larger than memory). Where the system has no file mappings, plain pages. NULL on
+ * failure. */
+void *npu_pages_map_scratch(const char *dir, size_t size);
+
+/* Drop this process's copies of the whole pages inside [p, p + size) of a file mapping (a
+ * read-only one, or npu_pages_map_scratch's, whose written pages go to its file): they stay in
+ * the page cache and come back from the file if read again. After the data there was copied
+ * elsewhere, or is not needed for a while, so that the process does not hold it. A no-op where
+ * the system cannot. */
 void npu_pages_release(const void *p, size_t size);
 
 #endif /* NPU_BASE_PAGES_H */

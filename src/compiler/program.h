@@ -67,6 +67,11 @@ struct npu_program {
    * of huge pages, streamed by the decode GEMV on every token. NULL before. */
   uint8_t *packed_arena;
   size_t packed_arena_size;
+  /* A streaming compile's packed weights (npu_quant_options.spill_dir): a file-backed scratch
+   * mapping (npu_pages_map_scratch) that the sites' packed weights point into, written once and
+   * let go of page by page, then read once by the save; NULL otherwise. */
+  uint8_t *spill;
+  size_t spill_size, spill_used;
 };
 
 /* Defaults: chunks 16, 64 and 128 (those within the model's context), buckets powers of two from

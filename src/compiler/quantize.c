@@ -6,9 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/common.h"
 #include "base/pages.h"
+#include "base/pool.h"
 #include "compiler/qparams.h"
 
 /* Headroom over the calibrated magnitude for int16 tensors: text unlike the calibration text may
@@ -26,6 +28,7 @@ uint32_t npu_quant_float_ops(enum npu_quant_mode mode, uint32_t float_ops) {
 }
 
 void npu_quant_default_options(struct npu_quant_options *o) {
+  memset(o, 0, sizeof(*o));
   o->mode = NPU_QUANT_SMOOTH;
   o->smooth_alpha = 0.5f;
   o->shadow_threshold = 6.0f;
@@ -55,6 +58,9 @@ void npu_quant_free(struct npu_program *p) {
   npu_pages_free(p->packed_arena, p->packed_arena_size);
   p->packed_arena = NULL;
   p->packed_arena_size = 0;
+  npu_pages_free(p->spill, p->spill_size);
+  p->spill = NULL;
+  p->spill_size = p->spill_used = 0;
   free(p->qsites);
   free(p->qtensors);
   for (int32_t i = 0; i < p->n_owned; i++) free(p->owned[i]);
@@ -206,12 +212,14 @@ static void smooth_factors(const float *amax, const float *wmax, int32_t n, floa
   }
 }
 
-/* Apply SmoothQuant to every block: the inputs of q/k/v (folded into attn_norm), of gate/up
- * (ffn_norm), of the attention output projection (V's rows, per KV channel shared by the heads
- * of a group) and of down (up's rows). The classifier is left alone: its weight may be the
- * embedding table. The weights are found through the program's first graph. */
-static npulm_status smooth(const struct npulm_model *m, struct npu_program *p,
-                           const struct npu_calib *cal, float alpha, npulm_error *err) {
+/* Apply SmoothQuant to block 'l': the inputs of q/k/v (folded into attn_norm), of gate/up
+ * (ffn_norm), of the attention output projection (V's rows, per KV channel shared by the heads of
+ * a group) and of down (up's rows), from the block's statistics in 'cal'. The classifier is left
+ * alone: its weight may be the embedding table. The weights are found through the program's
+ * first graph. */
+static npulm_status smooth_layer(const struct npulm_model *m, struct npu_program *p,
+                                 const struct npu_calib *cal, float alpha, int32_t l,
+                                 npulm_error *err) {
   const struct npu_config *c = &m->cfg;
   const struct npu_graph *g = &p->graphs[0];
   int32_t widest = c->ffn_dim > c->dim ? c->ffn_dim : c->dim;
@@ -224,70 +232,67 @@ static npulm_status smooth(const struct npulm_model *m, struct npu_program *p,
     st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
     goto done;
   }
-  for (int32_t l = 0; l < c->n_layers && st == NPULM_OK; l++) {
-    int32_t idx[4];
+  int32_t idx[4];
 #define W(role) weight_of(g, l, NPU_ROLE_##role, 1)
 #define STATS(role) stats_of(cal, g, l, NPU_ROLE_##role)
-    /* inputs of q, k, v: fold 1/s into attn_norm */
-    const struct npu_act_stats *a = STATS(ATTN_NORM);
-    idx[0] = W(Q), idx[1] = W(K), idx[2] = W(V);
-    idx[3] = W(ATTN_NORM);
-    if (a == NULL || idx[0] < 0 || idx[1] < 0 || idx[2] < 0 || idx[3] < 0) goto missing;
-    column_absmax(&p->weights[idx[0]], wmax);
-    for (int k = 1; k < 3; k++) {
-      column_absmax(&p->weights[idx[k]], tmp);
-      for (int32_t i = 0; i < c->dim; i++) wmax[i] = fmaxf(wmax[i], tmp[i]);
-    }
-    smooth_factors(a->chan_absmax, wmax, c->dim, alpha, s);
-    if (!divide_rows(p, idx[3], s) || !scale_columns(p, idx[0], s) ||
-        !scale_columns(p, idx[1], s) || !scale_columns(p, idx[2], s)) {
-      goto nomem;
-    }
-    /* inputs of gate, up: fold 1/s into ffn_norm */
-    a = STATS(FFN_NORM);
-    idx[0] = W(FFN_GATE), idx[1] = W(FFN_UP), idx[2] = W(FFN_NORM);
-    if (a == NULL || idx[0] < 0 || idx[1] < 0 || idx[2] < 0) goto missing;
-    column_absmax(&p->weights[idx[0]], wmax);
-    column_absmax(&p->weights[idx[1]], tmp);
+  /* inputs of q, k, v: fold 1/s into attn_norm */
+  const struct npu_act_stats *a = STATS(ATTN_NORM);
+  idx[0] = W(Q), idx[1] = W(K), idx[2] = W(V);
+  idx[3] = W(ATTN_NORM);
+  if (a == NULL || idx[0] < 0 || idx[1] < 0 || idx[2] < 0 || idx[3] < 0) goto missing;
+  column_absmax(&p->weights[idx[0]], wmax);
+  for (int k = 1; k < 3; k++) {
+    column_absmax(&p->weights[idx[k]], tmp);
     for (int32_t i = 0; i < c->dim; i++) wmax[i] = fmaxf(wmax[i], tmp[i]);
-    smooth_factors(a->chan_absmax, wmax, c->dim, alpha, s);
-    if (!divide_rows(p, idx[2], s) || !scale_columns(p, idx[0], s) ||
-        !scale_columns(p, idx[1], s)) {
-      goto nomem;
-    }
-    /* input of down (silu(gate) * up): fold 1/s into up's rows */
-    a = STATS(FFN_GATE_PAR);
-    idx[0] = W(FFN_DOWN), idx[1] = W(FFN_UP);
-    if (a == NULL || idx[0] < 0 || idx[1] < 0) goto missing;
-    column_absmax(&p->weights[idx[0]], wmax);
-    smooth_factors(a->chan_absmax, wmax, c->ffn_dim, alpha, s);
-    if (!divide_rows(p, idx[1], s) || !scale_columns(p, idx[0], s)) goto nomem;
-    /* input of the output projection (attention result): one factor per KV channel, shared by
-     * the heads that read it; fold 1/s into V's rows (and bias) */
-    a = STATS(KQV);
-    idx[0] = W(ATTN_OUT), idx[1] = W(V);
-    if (a == NULL || idx[0] < 0 || idx[1] < 0) goto missing;
-    int32_t kv_dim = c->n_kv_heads * c->head_dim, q_dim = c->n_heads * c->head_dim;
-    int32_t group = c->n_heads / c->n_kv_heads;
-    column_absmax(&p->weights[idx[0]], wmax);
-    for (int32_t j = 0; j < kv_dim; j++) amax[j] = tmp[j] = 0.0f;
-    for (int32_t i = 0; i < q_dim; i++) {
-      int32_t j = (i / c->head_dim / group) * c->head_dim + i % c->head_dim;
-      amax[j] = fmaxf(amax[j], a->chan_absmax[i]);
-      tmp[j] = fmaxf(tmp[j], wmax[i]);
-    }
-    smooth_factors(amax, tmp, kv_dim, alpha, s);
-    int32_t bv = weight_of(g, l, NPU_ROLE_V, 2);
-    for (int32_t i = 0; i < q_dim; i++) {
-      wmax[i] = s[(i / c->head_dim / group) * c->head_dim + i % c->head_dim]; /* per q channel */
-    }
-    if (!divide_rows(p, idx[1], s) || (bv >= 0 && !divide_rows(p, bv, s)) ||
-        !scale_columns(p, idx[0], wmax)) {
-      goto nomem;
-    }
+  }
+  smooth_factors(a->chan_absmax, wmax, c->dim, alpha, s);
+  if (!divide_rows(p, idx[3], s) || !scale_columns(p, idx[0], s) || !scale_columns(p, idx[1], s) ||
+      !scale_columns(p, idx[2], s)) {
+    goto nomem;
+  }
+  /* inputs of gate, up: fold 1/s into ffn_norm */
+  a = STATS(FFN_NORM);
+  idx[0] = W(FFN_GATE), idx[1] = W(FFN_UP), idx[2] = W(FFN_NORM);
+  if (a == NULL || idx[0] < 0 || idx[1] < 0 || idx[2] < 0) goto missing;
+  column_absmax(&p->weights[idx[0]], wmax);
+  column_absmax(&p->weights[idx[1]], tmp);
+  for (int32_t i = 0; i < c->dim; i++) wmax[i] = fmaxf(wmax[i], tmp[i]);
+  smooth_factors(a->chan_absmax, wmax, c->dim, alpha, s);
+  if (!divide_rows(p, idx[2], s) || !scale_columns(p, idx[0], s) || !scale_columns(p, idx[1], s)) {
+    goto nomem;
+  }
+  /* input of down (silu(gate) * up): fold 1/s into up's rows */
+  a = STATS(FFN_GATE_PAR);
+  idx[0] = W(FFN_DOWN), idx[1] = W(FFN_UP);
+  if (a == NULL || idx[0] < 0 || idx[1] < 0) goto missing;
+  column_absmax(&p->weights[idx[0]], wmax);
+  smooth_factors(a->chan_absmax, wmax, c->ffn_dim, alpha, s);
+  if (!divide_rows(p, idx[1], s) || !scale_columns(p, idx[0], s)) goto nomem;
+  /* input of the output projection (attention result): one factor per KV channel, shared by
+   * the heads that read it; fold 1/s into V's rows (and bias) */
+  a = STATS(KQV);
+  idx[0] = W(ATTN_OUT), idx[1] = W(V);
+  if (a == NULL || idx[0] < 0 || idx[1] < 0) goto missing;
+  int32_t kv_dim = c->n_kv_heads * c->head_dim, q_dim = c->n_heads * c->head_dim;
+  int32_t group = c->n_heads / c->n_kv_heads;
+  column_absmax(&p->weights[idx[0]], wmax);
+  for (int32_t j = 0; j < kv_dim; j++) amax[j] = tmp[j] = 0.0f;
+  for (int32_t i = 0; i < q_dim; i++) {
+    int32_t j = (i / c->head_dim / group) * c->head_dim + i % c->head_dim;
+    amax[j] = fmaxf(amax[j], a->chan_absmax[i]);
+    tmp[j] = fmaxf(tmp[j], wmax[i]);
+  }
+  smooth_factors(amax, tmp, kv_dim, alpha, s);
+  int32_t bv = weight_of(g, l, NPU_ROLE_V, 2);
+  for (int32_t i = 0; i < q_dim; i++) {
+    wmax[i] = s[(i / c->head_dim / group) * c->head_dim + i % c->head_dim]; /* per q channel */
+  }
+  if (!divide_rows(p, idx[1], s) || (bv >= 0 && !divide_rows(p, bv, s)) ||
+      !scale_columns(p, idx[0], wmax)) {
+    goto nomem;
+  }
 #undef W
 #undef STATS
-  }
   goto done;
 missing:
   st = npu_fail(err, NPULM_ERR_ARG, "SmoothQuant: a weight or calibration statistic is missing");
@@ -302,37 +307,31 @@ done:
   return st;
 }
 
-/* A view of model 'm' whose weights are the program's (possibly smoothed) ones, for
- * recalibrating: shares everything but the weight pointers. */
-static npulm_status smoothed_view(const struct npulm_model *m, const struct npu_program *p,
-                                  struct npulm_model *view, npulm_error *err) {
-  *view = *m;
-  view->w.layers = malloc((size_t)m->cfg.n_layers * sizeof(*view->w.layers));
-  if (view->w.layers == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
-  memcpy(view->w.layers, m->w.layers, (size_t)m->cfg.n_layers * sizeof(*view->w.layers));
-  for (int32_t l = 0; l < m->cfg.n_layers; l++) {
-    struct npu_layer_weights *lw = &view->w.layers[l];
-    /* each field, as the weight (slot 1) or bias (slot 2) of the op writing a role's tensor */
-    const struct {
-      const float **field;
-      enum npu_tensor_role role;
-      int slot;
-    } read_by[] = {{&lw->attn_norm, NPU_ROLE_ATTN_NORM, 1},
-                   {&lw->wq, NPU_ROLE_Q, 1},
-                   {&lw->wk, NPU_ROLE_K, 1},
-                   {&lw->wv, NPU_ROLE_V, 1},
-                   {&lw->bv, NPU_ROLE_V, 2},
-                   {&lw->wo, NPU_ROLE_ATTN_OUT, 1},
-                   {&lw->ffn_norm, NPU_ROLE_FFN_NORM, 1},
-                   {&lw->w_gate, NPU_ROLE_FFN_GATE, 1},
-                   {&lw->w_up, NPU_ROLE_FFN_UP, 1},
-                   {&lw->w_down, NPU_ROLE_FFN_DOWN, 1}};
-    for (size_t f = 0; f < sizeof(read_by) / sizeof(read_by[0]); f++) {
-      int32_t wi = weight_of(&p->graphs[0], l, read_by[f].role, read_by[f].slot);
-      if (wi >= 0) *read_by[f].field = p->weights[wi].data;
-    }
+/* The weights of block 'l' as the program's table has them now (possibly smoothed), as the
+ * reference reads them: each field the weight (slot 1) or bias (slot 2) of the op writing a
+ * role's tensor. */
+static void layer_view(const struct npu_program *p, int32_t l, struct npu_layer_weights *lw) {
+  memset(lw, 0, sizeof(*lw));
+  const struct {
+    const float **field;
+    enum npu_tensor_role role;
+    int slot;
+  } read_by[] = {{&lw->attn_norm, NPU_ROLE_ATTN_NORM, 1},
+                 {&lw->wq, NPU_ROLE_Q, 1},
+                 {&lw->wk, NPU_ROLE_K, 1},
+                 {&lw->wv, NPU_ROLE_V, 1},
+                 {&lw->bq, NPU_ROLE_Q, 2},
+                 {&lw->bk, NPU_ROLE_K, 2},
+                 {&lw->bv, NPU_ROLE_V, 2},
+                 {&lw->wo, NPU_ROLE_ATTN_OUT, 1},
+                 {&lw->ffn_norm, NPU_ROLE_FFN_NORM, 1},
+                 {&lw->w_gate, NPU_ROLE_FFN_GATE, 1},
+                 {&lw->w_up, NPU_ROLE_FFN_UP, 1},
+                 {&lw->w_down, NPU_ROLE_FFN_DOWN, 1}};
+  for (size_t f = 0; f < sizeof(read_by) / sizeof(read_by[0]); f++) {
+    int32_t wi = weight_of(&p->graphs[0], l, read_by[f].role, read_by[f].slot);
+    if (wi >= 0) *read_by[f].field = p->weights[wi].data;
   }
-  return NPULM_OK;
 }
 
 /* ---- Tensor quantization -------------------------------------------------------------------- */
@@ -442,29 +441,72 @@ static const struct npu_qtensor *qt(const struct npu_program *p, const struct np
   return npu_program_qtensor(p, g->tensors[id].name);
 }
 
+/* Rows per block as a matrix is quantized: whole 16-channel blocks of the GEMM's packing, and few
+ * enough that a block of the largest classifier stays tens of MB in float. */
+enum { QUANT_ROWS = 1024 };
+_Static_assert(QUANT_ROWS % NPU_QS8_GEMM_NR == 0, "blocks of rows pack on their own");
+
+/* Rows [r0, r0 + n) of weight 'wi' as floats at '*out': where the table has them, else read from
+ * the model into 'scratch' (a streaming compile's embedding and classifier, never whole in
+ * memory). */
+static npulm_status weight_rows(const struct npulm_model *m, const struct npu_program *p,
+                                int32_t wi, size_t r0, size_t n, float *scratch, const float **out,
+                                npulm_error *err) {
+  const struct npu_weight *w = &p->weights[wi];
+  if (w->data != NULL) {
+    *out = w->data + r0 * (size_t)w->ne0;
+    return NPULM_OK;
+  }
+  *out = scratch;
+  return npu_model_read_rows(m, w->name, r0, n, scratch, err);
+}
+
+/* Room for 'size' bytes of packed weights: the heap, or a streaming compile's spill file. */
+static void *alloc_packed(struct npu_program *p, uint64_t size) {
+  const uint64_t rounded = (size + 63) & ~(uint64_t)63;
+  if (p->spill == NULL) return aligned_alloc(64, rounded);
+  if (rounded > p->spill_size - p->spill_used) return NULL;
+  void *at = p->spill + p->spill_used;
+  p->spill_used += rounded;
+  return at;
+}
+
+/* Packed bytes just written to a streaming compile's spill file leave memory (they stay in the
+ * file, which the save reads them back from). */
+static void packed_written(const struct npu_program *p, const void *packed, uint64_t size) {
+  if (p->spill != NULL) npu_pages_release(packed, (size_t)size);
+}
+
 /* A matmul: quantize W per output channel (outlier columns zeroed and kept in float), bias in
- * accumulator units, multipliers x_scale * w_scale[n] / y_scale, and pack. */
-static npulm_status make_matmul(struct npu_program *p, const struct npu_graph *g,
-                                const struct npu_ir_node *n, struct npu_qsite *site,
-                                const int32_t *outliers, int32_t n_outliers, npulm_error *err) {
-  const struct npu_weight *w = &p->weights[g->tensors[n->in[1]].ref];
+ * accumulator units, multipliers x_scale * w_scale[n] / y_scale, and pack; a block of rows at a
+ * time (every step is per output channel). */
+static npulm_status make_matmul(const struct npulm_model *m, struct npu_program *p,
+                                const struct npu_graph *g, const struct npu_ir_node *n,
+                                struct npu_qsite *site, const int32_t *outliers, int32_t n_outliers,
+                                npulm_error *err) {
+  const int32_t wi = g->tensors[n->in[1]].ref;
+  const struct npu_weight *w = &p->weights[wi];
   const struct npu_qtensor *x = qt(p, g, n->in[0]), *y = qt(p, g, n->out);
-  size_t rows = (size_t)w->ne1, cols = (size_t)w->ne0;
-  float *wf = malloc(rows * cols * sizeof(float)), *scales = malloc(rows * sizeof(float));
-  int8_t *wq = malloc(rows * cols);
-  int32_t *bias = NULL;
+  const size_t rows = (size_t)w->ne1, cols = (size_t)w->ne0;
+  const size_t block = rows < QUANT_ROWS ? rows : QUANT_ROWS;
+  const size_t packed_block = npu_qs8_gemm_packed_size(NPU_QS8_GEMM_NR, cols);
+  float *wf = malloc(block * cols * sizeof(float)), *scales = malloc(rows * sizeof(float));
+  float *scratch = w->data == NULL ? malloc(block * cols * sizeof(float)) : NULL;
+  int8_t *wq = malloc(block * cols);
+  int32_t *bias = n->in[2] >= 0 ? malloc(rows * sizeof(int32_t)) : NULL;
   npulm_status st = NPULM_OK;
   site->n = (int32_t)rows;
   site->k = (int32_t)cols;
   site->mult = malloc(rows * sizeof(int32_t));
   site->shift = malloc(rows * sizeof(int32_t));
   site->packed_size = npu_qs8_gemm_packed_size(rows, cols);
-  site->packed = aligned_alloc(64, (site->packed_size + 63) & ~(uint64_t)63);
+  site->packed = alloc_packed(p, site->packed_size);
   if (n_outliers > 0) {
     site->outliers = malloc((size_t)n_outliers * sizeof(int32_t));
     site->outlier_w = malloc(rows * (size_t)n_outliers * sizeof(float));
   }
   if (!wf || !scales || !wq || !site->mult || !site->shift || !site->packed ||
+      (w->data == NULL && !scratch) || (n->in[2] >= 0 && !bias) ||
       (n_outliers > 0 && (!site->outliers || !site->outlier_w))) {
     st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory quantizing '%s'", site->name);
     goto done;
@@ -473,33 +515,39 @@ static npulm_status make_matmul(struct npu_program *p, const struct npu_graph *g
     st = npu_fail(err, NPULM_ERR_ARG, "'%s': operands without quantization", site->name);
     goto done;
   }
-  memcpy(wf, w->data, rows * cols * sizeof(float));
   site->n_outliers = n_outliers;
-  for (int32_t o = 0; o < n_outliers; o++) {
-    site->outliers[o] = outliers[o];
-    for (size_t r = 0; r < rows; r++) {
-      site->outlier_w[r * (size_t)n_outliers + (size_t)o] = wf[r * cols + (size_t)outliers[o]];
-      wf[r * cols + (size_t)outliers[o]] = 0.0f; /* the NPU's share of these channels is zero */
+  for (int32_t o = 0; o < n_outliers; o++) site->outliers[o] = outliers[o];
+  for (size_t r0 = 0; r0 < rows && st == NPULM_OK; r0 += block) {
+    const size_t nb = rows - r0 < block ? rows - r0 : block;
+    const float *src;
+    if ((st = weight_rows(m, p, wi, r0, nb, scratch, &src, err)) != NPULM_OK) break;
+    memcpy(wf, src, nb * cols * sizeof(float));
+    for (int32_t o = 0; o < n_outliers; o++) {
+      for (size_t r = 0; r < nb; r++) {
+        site->outlier_w[(r0 + r) * (size_t)n_outliers + (size_t)o] =
+            wf[r * cols + (size_t)outliers[o]];
+        wf[r * cols + (size_t)outliers[o]] = 0.0f; /* the NPU's share of these channels is zero */
+      }
     }
-  }
-  if (!npu_quantize_weights_per_channel(wf, rows, cols, wq, scales)) {
-    st = npu_fail(err, NPULM_ERR_FORMAT, "weight of '%s' is not finite", site->name);
-    goto done;
-  }
-  if (n->in[2] >= 0) {
-    bias = malloc(rows * sizeof(int32_t));
-    if (bias == NULL || !npu_quantize_bias(p->weights[g->tensors[n->in[2]].ref].data, rows,
-                                           x->q.scale, scales, bias)) {
+    if (!npu_quantize_weights_per_channel(wf, nb, cols, wq, scales + r0)) {
+      st = npu_fail(err, NPULM_ERR_FORMAT, "weight of '%s' is not finite", site->name);
+      break;
+    }
+    if (bias != NULL && !npu_quantize_bias(p->weights[g->tensors[n->in[2]].ref].data + r0, nb,
+                                           x->q.scale, scales + r0, bias + r0)) {
       st = npu_fail(err, NPULM_ERR_ARG, "bias of '%s' cannot be quantized", site->name);
-      goto done;
+      break;
     }
-  }
-  /* an all-zero row has scale 0: any multiplier gives 0 */
-  for (size_t r = 0; r < rows; r++) scales[r] = scales[r] > 0.0f ? scales[r] : 0.0f;
-  if (!npu_quantize_multipliers(x->q.scale, scales, rows, y->q.scale, site->mult, site->shift) ||
-      !npu_qs8_gemm_pack(rows, cols, wq, bias, site->packed)) {
-    st = npu_fail(err, NPULM_ERR_ARG, "'%s': scales out of the fixed-point range", site->name);
-    goto done;
+    /* an all-zero row has scale 0: any multiplier gives 0 */
+    for (size_t r = r0; r < r0 + nb; r++) scales[r] = scales[r] > 0.0f ? scales[r] : 0.0f;
+    uint8_t *packed = (uint8_t *)site->packed + r0 / NPU_QS8_GEMM_NR * packed_block;
+    if (!npu_quantize_multipliers(x->q.scale, scales + r0, nb, y->q.scale, site->mult + r0,
+                                  site->shift + r0) ||
+        !npu_qs8_gemm_pack(nb, cols, wq, bias != NULL ? bias + r0 : NULL, packed)) {
+      st = npu_fail(err, NPULM_ERR_ARG, "'%s': scales out of the fixed-point range", site->name);
+      break;
+    }
+    packed_written(p, packed, npu_qs8_gemm_packed_size(nb, cols));
   }
   site->gemm = (struct npu_qs8_gemm_params){.mult = site->mult,
                                             .shift = site->shift,
@@ -507,6 +555,7 @@ static npulm_status make_matmul(struct npu_program *p, const struct npu_graph *g
                                             .y_zero_point = y->q.zero_point};
 done:
   free(wf);
+  free(scratch);
   free(scales);
   free(wq);
   free(bias);
@@ -536,32 +585,48 @@ static npulm_status keep_ffn_rows(struct npu_program *p, const struct npu_graph 
   return NPULM_OK;
 }
 
-/* A gather: the table quantized per row, multipliers row_scale / y_scale. */
-static npulm_status make_gather(struct npu_program *p, const struct npu_graph *g,
-                                const struct npu_ir_node *n, struct npu_qsite *site,
-                                npulm_error *err) {
-  const struct npu_weight *w = &p->weights[g->tensors[n->in[1]].ref];
+/* A gather: the table quantized per row, multipliers row_scale / y_scale; a block of rows at a
+ * time. */
+static npulm_status make_gather(const struct npulm_model *m, struct npu_program *p,
+                                const struct npu_graph *g, const struct npu_ir_node *n,
+                                struct npu_qsite *site, npulm_error *err) {
+  const int32_t wi = g->tensors[n->in[1]].ref;
+  const struct npu_weight *w = &p->weights[wi];
   const struct npu_qtensor *y = qt(p, g, n->out);
-  size_t rows = (size_t)w->ne1, cols = (size_t)w->ne0;
+  const size_t rows = (size_t)w->ne1, cols = (size_t)w->ne0;
+  const size_t block = rows < QUANT_ROWS ? rows : QUANT_ROWS;
   float *scales = malloc(rows * sizeof(float));
+  float *scratch = w->data == NULL ? malloc(block * cols * sizeof(float)) : NULL;
   site->n = (int32_t)rows;
   site->k = (int32_t)cols;
   site->packed_size = rows * cols;
-  site->packed = malloc(rows * cols);
+  site->packed = alloc_packed(p, site->packed_size);
   site->mult = malloc(rows * sizeof(int32_t));
   site->shift = malloc(rows * sizeof(int32_t));
   npulm_status st = NPULM_OK;
-  if (!scales || !site->packed || !site->mult || !site->shift) {
+  if (!scales || !site->packed || !site->mult || !site->shift || (w->data == NULL && !scratch)) {
     st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory quantizing '%s'", site->name);
-  } else if (y == NULL ||
-             !npu_quantize_weights_per_channel(w->data, rows, cols, site->packed, scales) ||
-             !npu_quantize_multipliers(1.0f, scales, rows, y->q.scale, site->mult, site->shift)) {
+  } else if (y == NULL) {
     st = npu_fail(err, NPULM_ERR_ARG, "'%s': table cannot be quantized", site->name);
-  } else {
+  }
+  for (size_t r0 = 0; r0 < rows && st == NPULM_OK; r0 += block) {
+    const size_t nb = rows - r0 < block ? rows - r0 : block;
+    int8_t *table = (int8_t *)site->packed + r0 * cols;
+    const float *src;
+    if ((st = weight_rows(m, p, wi, r0, nb, scratch, &src, err)) != NPULM_OK) break;
+    if (!npu_quantize_weights_per_channel(src, nb, cols, table, scales + r0) ||
+        !npu_quantize_multipliers(1.0f, scales + r0, nb, y->q.scale, site->mult + r0,
+                                  site->shift + r0)) {
+      st = npu_fail(err, NPULM_ERR_ARG, "'%s': table cannot be quantized", site->name);
+    }
+    packed_written(p, table, nb * cols);
+  }
+  if (st == NPULM_OK) {
     site->gather = (struct npu_qs8_gather_params){
         .mult = site->mult, .shift = site->shift, .y_zero_point = y->q.zero_point};
   }
   free(scales);
+  free(scratch);
   return st;
 }
 
@@ -600,8 +665,13 @@ static void share_tied_tables(struct npu_program *p) {
     struct npu_qsite *g = &p->qsites[i];
     if (g->op != NPU_OP_GATHER || g->table_site >= 0) continue;
     for (int32_t j = 0; j < p->n_qsites; j++) {
-      if (!same_table(g, &p->qsites[j])) continue;
-      free(g->packed);
+      const bool same = same_table(g, &p->qsites[j]);
+      if (p->qsites[j].op == NPU_OP_MATMUL) { /* read back to compare: out of memory again */
+        packed_written(p, p->qsites[j].packed, p->qsites[j].packed_size);
+        packed_written(p, g->packed, g->packed_size);
+      }
+      if (!same) continue;
+      if (p->spill == NULL) free(g->packed);
       g->packed = p->qsites[j].packed;
       g->packed_size = p->qsites[j].packed_size;
       g->table_site = j;
@@ -610,9 +680,10 @@ static void share_tied_tables(struct npu_program *p) {
   }
 }
 
-static npulm_status make_site(struct npu_program *p, const struct npu_graph *g,
-                              const struct npu_ir_node *n, const struct npu_calib *cal,
-                              const struct npu_quant_options *o, npulm_error *err) {
+static npulm_status make_site(const struct npulm_model *m, struct npu_program *p,
+                              const struct npu_graph *g, const struct npu_ir_node *n,
+                              const struct npu_calib *cal, const struct npu_quant_options *o,
+                              npulm_error *err) {
   struct npu_qsite *site = &p->qsites[p->n_qsites++];
   memset(site, 0, sizeof(*site));
   site->table_site = -1;
@@ -630,7 +701,7 @@ static npulm_status make_site(struct npu_program *p, const struct npu_graph *g,
         n_out = find_outliers(st, o->shadow_threshold, outliers);
       }
     }
-    npulm_status s = make_matmul(p, g, n, site, outliers, n_out > 0 ? n_out : 0, err);
+    npulm_status s = make_matmul(m, p, g, n, site, outliers, n_out > 0 ? n_out : 0, err);
     free(outliers);
     if (s == NPULM_OK && site->n_outliers > 0 &&
         g->tensors[n->in[0]].role == NPU_ROLE_FFN_GATE_PAR) {
@@ -638,7 +709,7 @@ static npulm_status make_site(struct npu_program *p, const struct npu_graph *g,
     }
     return s;
   }
-  case NPU_OP_GATHER: return make_gather(p, g, n, site, err);
+  case NPU_OP_GATHER: return make_gather(m, p, g, n, site, err);
   case NPU_OP_ADD:
     if (a && b && y &&
         npu_qadd_params_make(a->q.scale, a->q.zero_point, b->q.scale, b->q.zero_point, y->q.scale,
@@ -896,8 +967,9 @@ npulm_status npu_quant_link(const struct npu_program *p, struct npu_graph *g, np
 /* The graphs for generation copy the last real row of the residual stream before the output
  * norm (LAST_ROW), an op the graph of the table above (graph 0) lacks: its output takes its
  * input's quantization (the same integers) and the op its (empty) integer data. */
-static npulm_status add_row_copies(struct npu_program *p, const struct npu_calib *cal,
-                                   const struct npu_quant_options *o, npulm_error *err) {
+static npulm_status add_row_copies(const struct npulm_model *m, struct npu_program *p,
+                                   const struct npu_calib *cal, const struct npu_quant_options *o,
+                                   npulm_error *err) {
   for (int32_t gi = 0; gi < p->n_graphs; gi++) {
     const struct npu_graph *g = &p->graphs[gi];
     for (int32_t i = 0; i < g->n_nodes; i++) {
@@ -910,7 +982,7 @@ static npulm_status add_row_copies(struct npu_program *p, const struct npu_calib
       struct npu_qtensor *t = &p->qtensors[p->n_qtensors++];
       *t = *in;
       snprintf(t->name, sizeof(t->name), "%s", name);
-      npulm_status st = make_site(p, g, n, cal, o, err);
+      npulm_status st = make_site(m, p, g, n, cal, o, err);
       if (st != NPULM_OK) return st;
     }
   }
@@ -919,52 +991,24 @@ static npulm_status add_row_copies(struct npu_program *p, const struct npu_calib
 
 /* ---- The pass ------------------------------------------------------------------------------- */
 
-npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_program *p,
-                                  const int32_t *tokens, size_t n_tokens, int32_t bos,
-                                  const struct npu_quant_options *o, npulm_progress_fn progress,
-                                  void *user, npulm_error *err) {
-  if (o->mode == NPU_QUANT_F32) return NPULM_OK;
-  if (npu_quant_float_ops(o->mode, p->opts.float_ops) != p->opts.float_ops) {
-    return npu_fail(err, NPULM_ERR_ARG, "%s needs a program compiled with its norms in float",
-                    npu_quant_mode_name(o->mode));
-  }
-  struct npu_calib *cal = NULL;
-  struct npulm_model view = {0};
-  npulm_status st = npu_calibrate(m, tokens, n_tokens, 256, bos, progress, user, &cal, err);
-  if (st == NPULM_OK && o->mode == NPU_QUANT_SMOOTH) {
-    /* migrate the outliers into the weights, then calibrate the smoothed model again */
-    if ((st = smooth(m, p, cal, o->smooth_alpha, err)) == NPULM_OK &&
-        (st = smoothed_view(m, p, &view, err)) == NPULM_OK) {
-      npu_calib_free(cal);
-      cal = NULL;
-      st = npu_calibrate(&view, tokens, n_tokens, 256, bos, progress, user, &cal, err);
-    }
-  }
+/* Quantization of the NPU tensors of block 'layer' (-1: outside the blocks) not quantized yet,
+ * from the statistics 'cal': with 'embd_only', only the embedding's (what block 0 reads before
+ * the head's statistics exist). The NPU's int8 copies of the caches its attention ops read take
+ * the range of what the cache holds: k after RoPE, v. 'outliers' has room for any width. */
+static npulm_status quantize_tensors(const struct npulm_model *m, struct npu_program *p,
+                                     const struct npu_calib *cal, const struct npu_quant_options *o,
+                                     int32_t layer, bool embd_only, int32_t *outliers,
+                                     npulm_error *err) {
   const struct npu_graph *g0 = &p->graphs[0];
-  if (st != NPULM_OK) goto done;
-  /* room for a shadow sum per matmul and two tensors per shadow, and for the row copy of the
-   * graphs for generation (add_row_copies) */
-  p->qtensors = calloc(3 * (size_t)g0->n_tensors + 2, sizeof(*p->qtensors));
-  p->qsites = calloc(2 * (size_t)g0->n_nodes + 2, sizeof(*p->qsites));
-  if (p->qtensors == NULL || p->qsites == NULL) {
-    st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
-    goto done;
-  }
-  p->quant_mode = o->mode;
-  npu_ukernels_select(npu_isa_detect(), &p->uk);
-  p->smooth_alpha = o->smooth_alpha;
-  p->shadow_threshold = o->shadow_threshold;
-  /* every NPU tensor, by name (the same in every specialization) */
-  int32_t *outliers = malloc((size_t)m->cfg.ffn_dim * 4 * sizeof(int32_t) + 64);
-  if (outliers == NULL) {
-    st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
-    goto done;
-  }
+  npulm_status st = NPULM_OK;
   for (int32_t t = 0; t < g0->n_tensors && st == NPULM_OK; t++) {
     const struct npu_ir_tensor *tensor = &g0->tensors[t];
     bool on_npu = (tensor->kind == NPU_TK_ACT && tensor->backend == NPU_BE_NPU) ||
                   tensor->kind == NPU_TK_LOGITS;
-    if (!on_npu || npu_program_qtensor(p, tensor->name) != NULL) continue;
+    if (!on_npu || tensor->layer != layer || (embd_only && tensor->role != NPU_ROLE_EMBD) ||
+        npu_program_qtensor(p, tensor->name) != NULL) {
+      continue;
+    }
     if (tensor->role == NPU_ROLE_KQ_SOFTMAX) {
       /* probabilities: Q15, no calibration needed */
       struct npu_qtensor *probs = &p->qtensors[p->n_qtensors++];
@@ -983,12 +1027,12 @@ npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_progra
     }
     st = add_qtensor(p, tensor->name, dt, stats, outliers, n_out > 0 ? n_out : 0, err);
   }
-  free(outliers);
-  /* the NPU's int8 copies of the caches its attention ops read, with the range of what the cache
-   * holds: k after RoPE, v */
-  for (int32_t i = 0; i < g0->n_nodes && st == NPULM_OK; i++) {
+  for (int32_t i = 0; i < g0->n_nodes && st == NPULM_OK && !embd_only; i++) {
     const struct npu_ir_node *n = &g0->nodes[i];
-    if (n->backend != NPU_BE_NPU || (n->op != NPU_OP_QK && n->op != NPU_OP_PV)) continue;
+    if (n->layer != layer || n->backend != NPU_BE_NPU ||
+        (n->op != NPU_OP_QK && n->op != NPU_OP_PV)) {
+      continue;
+    }
     char name[NPU_IR_NAME_MAX];
     kv_copy_name(n->layer, n->op == NPU_OP_PV, name);
     if (npu_program_qtensor(p, name) == NULL) {
@@ -997,17 +1041,201 @@ npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_progra
       st = add_qtensor(p, name, NPU_DT_I8, src, NULL, 0, err);
     }
   }
-  /* the integer data of every NPU operation */
+  return st;
+}
+
+/* The integer data of every NPU operation of block 'layer' (-1: outside the blocks). */
+static npulm_status quantize_sites(const struct npulm_model *m, struct npu_program *p,
+                                   const struct npu_calib *cal, const struct npu_quant_options *o,
+                                   int32_t layer, npulm_error *err) {
+  const struct npu_graph *g0 = &p->graphs[0];
+  npulm_status st = NPULM_OK;
   for (int32_t i = 0; i < g0->n_nodes && st == NPULM_OK; i++) {
     const struct npu_ir_node *n = &g0->nodes[i];
-    if (n->backend != NPU_BE_NPU || n->op == NPU_OP_TRANSFER) continue;
-    st = make_site(p, g0, n, cal, o, err);
+    if (n->layer != layer || n->backend != NPU_BE_NPU || n->op == NPU_OP_TRANSFER) continue;
+    st = make_site(m, p, g0, n, cal, o, err);
   }
-  if (st == NPULM_OK) st = add_row_copies(p, cal, o, err);
+  return st;
+}
+
+/* Whether weight 'wi' is of block 'l' (its name "blk.L.*"). */
+static bool of_layer(const struct npu_program *p, int32_t wi, int32_t l) {
+  char prefix[24];
+  int len = snprintf(prefix, sizeof(prefix), "blk.%d.", (int)l);
+  return strncmp(p->weights[wi].name, prefix, (size_t)len) == 0;
+}
+
+/* Whether weight 'wi' is a matrix that a streaming compile reads a layer at a time (the model
+ * read it with defer_matrices: its view is NULL, its file has it). */
+static bool deferred(const struct npulm_model *m, const struct npu_program *p, int32_t wi) {
+  const struct npu_gguf_tensor *t = npu_gguf_find_tensor(m->gguf, p->weights[wi].name);
+  return m->defer_matrices && t != NULL && t->n_dims == 2;
+}
+
+/* A streaming compile reads the matrices of block 'l' into memory the program owns (so that
+ * SmoothQuant rewrites them in place) ... */
+static npulm_status acquire_layer(const struct npulm_model *m, struct npu_program *p, int32_t l,
+                                  npulm_error *err) {
+  for (int32_t i = 0; i < p->n_weights; i++) {
+    struct npu_weight *w = &p->weights[i];
+    if (w->data != NULL || !of_layer(p, i, l) || !deferred(m, p, i)) continue;
+    float **grown = realloc(p->owned, (size_t)(p->n_owned + 1) * sizeof(*grown));
+    if (grown == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+    p->owned = grown;
+    float *rows = malloc((size_t)w->ne0 * (size_t)w->ne1 * sizeof(float));
+    if (rows == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory reading '%s'", w->name);
+    p->owned[p->n_owned++] = rows;
+    w->data = rows;
+    npulm_status st = npu_model_read_rows(m, w->name, 0, (uint64_t)w->ne1, rows, err);
+    if (st != NPULM_OK) return st;
+  }
+  return NPULM_OK;
+}
+
+/* ... and lets go of them once its sites are made. */
+static void release_layer(const struct npulm_model *m, struct npu_program *p, int32_t l) {
+  for (int32_t i = 0; i < p->n_weights; i++) {
+    struct npu_weight *w = &p->weights[i];
+    if (w->data == NULL || !of_layer(p, i, l) || !deferred(m, p, i)) continue;
+    for (int32_t k = 0; k < p->n_owned; k++) {
+      if (p->owned[k] != w->data) continue;
+      free(p->owned[k]);
+      p->owned[k] = p->owned[--p->n_owned];
+      break;
+    }
+    w->data = NULL;
+  }
+}
+
+/* The weight that the op writing the tensor of 'role' (outside the blocks) reads, as rows for
+ * calibration (npu_calib_rows_fn). */
+struct rows_source {
+  const struct npulm_model *m;
+  const struct npu_program *p;
+  int32_t wi;
+};
+
+static npulm_status source_rows(void *user, int64_t row0, int64_t n_rows, float *scratch,
+                                const float **rows_out, npulm_error *err) {
+  const struct rows_source *src = user;
+  return weight_rows(src->m, src->p, src->wi, (size_t)row0, (size_t)n_rows, scratch, rows_out, err);
+}
+
+/* Bytes a streaming compile's spill file may need: every matrix packed for a matmul and as a
+ * table (it is sparse: only what is written takes room). */
+static size_t spill_bound(const struct npu_program *p) {
+  size_t total = 0;
+  for (int32_t i = 0; i < p->n_weights; i++) {
+    const struct npu_weight *w = &p->weights[i];
+    if (w->ne1 < 2) continue;
+    total += npu_qs8_gemm_packed_size((size_t)w->ne1, (size_t)w->ne0) +
+             (size_t)w->ne0 * (size_t)w->ne1 + 2 * 64;
+  }
+  return total;
+}
+
+/* Calibrate block 'l' and quantize it: with SmoothQuant, first over the model as read ('plain'),
+ * whose statistics give the factors, then over the smoothed block ('final'), whose statistics the
+ * quantization takes. */
+static npulm_status quantize_layer(const struct npulm_model *m, struct npu_program *p,
+                                   struct npu_calib_run *plain, struct npu_calib_run *final,
+                                   const struct npu_quant_options *o, int32_t l, int32_t *outliers,
+                                   npulm_error *err) {
+  struct npu_layer_weights lw;
+  npulm_status st = acquire_layer(m, p, l, err);
+  if (st == NPULM_OK && plain != NULL) {
+    layer_view(p, l, &lw);
+    if ((st = npu_calib_layer(plain, &lw, m->w.rope_freqs, l, err)) == NPULM_OK) {
+      st = smooth_layer(m, p, npu_calib_run_stats(plain), o->smooth_alpha, l, err);
+    }
+  }
   if (st == NPULM_OK) {
-    share_tied_tables(p);
-    st = npu_quant_place_packed(p, err);
+    layer_view(p, l, &lw);
+    st = npu_calib_layer(final, &lw, m->w.rope_freqs, l, err);
   }
+  const struct npu_calib *cal = npu_calib_run_stats(final);
+  if (st == NPULM_OK) st = quantize_tensors(m, p, cal, o, l, false, outliers, err);
+  if (st == NPULM_OK) st = quantize_sites(m, p, cal, o, l, err);
+  release_layer(m, p, l);
+  return st;
+}
+
+npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_program *p,
+                                  const int32_t *tokens, size_t n_tokens, int32_t bos,
+                                  const struct npu_quant_options *o, npulm_progress_fn progress,
+                                  void *user, npulm_error *err) {
+  enum { WINDOW = 256 };
+  if (o->mode == NPU_QUANT_F32) return NPULM_OK;
+  if (npu_quant_float_ops(o->mode, p->opts.float_ops) != p->opts.float_ops) {
+    return npu_fail(err, NPULM_ERR_ARG, "%s needs a program compiled with its norms in float",
+                    npu_quant_mode_name(o->mode));
+  }
+  const struct npu_config *c = &m->cfg;
+  const struct npu_graph *g0 = &p->graphs[0];
+  struct npu_pool *pool = NULL;
+  struct npu_calib_run *plain = NULL, *final = NULL;
+  int32_t *outliers = NULL;
+  long cpus = o->n_threads > 0 ? o->n_threads : sysconf(_SC_NPROCESSORS_ONLN);
+  int threads = cpus < 1 ? 1 : cpus > 64 ? 64 : (int)cpus;
+  npulm_status st = npu_pool_create(threads, threads - 1, &pool, err);
+  if (st != NPULM_OK) return st;
+  /* room for a shadow sum per matmul and two tensors per shadow, and for the row copy of the
+   * graphs for generation (add_row_copies) */
+  p->qtensors = calloc(3 * (size_t)g0->n_tensors + 2, sizeof(*p->qtensors));
+  p->qsites = calloc(2 * (size_t)g0->n_nodes + 2, sizeof(*p->qsites));
+  outliers = malloc((size_t)c->ffn_dim * 4 * sizeof(int32_t) + 64);
+  if (p->qtensors == NULL || p->qsites == NULL || outliers == NULL) {
+    st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+    goto done;
+  }
+  p->quant_mode = o->mode;
+  npu_ukernels_select(npu_isa_detect(), &p->uk);
+  p->smooth_alpha = o->smooth_alpha;
+  p->shadow_threshold = o->shadow_threshold;
+  if (o->spill_dir != NULL) {
+    p->spill_size = spill_bound(p);
+    p->spill = npu_pages_map_scratch(o->spill_dir, p->spill_size);
+    p->qsites_mapped = true; /* the sites' packed weights are not the heap's */
+    if (p->spill == NULL) {
+      st = npu_fail(err, NPULM_ERR_IO,
+                    "cannot make a %zu MiB scratch file in '%s' for the packed "
+                    "weights",
+                    p->spill_size >> 20, o->spill_dir);
+      goto done;
+    }
+  }
+  struct rows_source embd = {m, p, weight_of(g0, -1, NPU_ROLE_EMBD, 1)};
+  struct rows_source output = {m, p, weight_of(g0, -1, NPU_ROLE_LOGITS, 1)};
+  int32_t output_norm = weight_of(g0, -1, NPU_ROLE_OUTPUT_NORM, 1);
+  if (embd.wi < 0 || output.wi < 0 || output_norm < 0) {
+    st = npu_fail(err, NPULM_ERR_ARG, "the graph has no embedding, output norm or classifier");
+    goto done;
+  }
+  if ((st = npu_calib_run_create(c, tokens, n_tokens, WINDOW, bos, pool, &final, err)) ||
+      (o->mode == NPU_QUANT_SMOOTH &&
+       (st = npu_calib_run_create(c, tokens, n_tokens, WINDOW, bos, pool, &plain, err))) ||
+      (st = npu_calib_embed(final, source_rows, &embd, err)) ||
+      (plain != NULL && (st = npu_calib_embed(plain, source_rows, &embd, err))) ||
+      (st = quantize_tensors(m, p, npu_calib_run_stats(final), o, -1, true, outliers, err))) {
+    goto done;
+  }
+  /* a block at a time: only its float weights are in memory */
+  for (int32_t l = 0; l < c->n_layers && st == NPULM_OK; l++) {
+    st = quantize_layer(m, p, plain, final, o, l, outliers, err);
+    if (progress != NULL) progress(user, (uint64_t)l + 1, (uint64_t)c->n_layers + 1);
+  }
+  if (st != NPULM_OK) goto done;
+  /* the head: output norm, classifier (a block of rows at a time), embedding */
+  const struct npu_calib *cal = npu_calib_run_stats(final);
+  if ((st = npu_calib_head(final, p->weights[output_norm].data, source_rows, &output, err)) ||
+      (st = quantize_tensors(m, p, cal, o, -1, false, outliers, err)) ||
+      (st = quantize_sites(m, p, cal, o, -1, err)) || (st = add_row_copies(m, p, cal, o, err))) {
+    goto done;
+  }
+  if (progress != NULL) progress(user, (uint64_t)c->n_layers + 1, (uint64_t)c->n_layers + 1);
+  share_tied_tables(p);
+  /* a program that will run gets its weights placed; a streaming compile's only go to a file */
+  if (p->spill == NULL && (st = npu_quant_place_packed(p, err)) != NPULM_OK) goto done;
   /* shadowed matmuls: the CPU share and the sum take the matmul's quantization */
   int32_t n_sites = p->n_qsites;
   for (int32_t i = 0; i < n_sites && st == NPULM_OK; i++) {
@@ -1038,8 +1266,10 @@ npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_progra
     }
   }
 done:
-  free(view.w.layers);
-  npu_calib_free(cal);
+  npu_calib_run_free(plain);
+  npu_calib_run_free(final);
+  npu_pool_free(pool);
+  free(outliers);
   if (st != NPULM_OK) npu_quant_free(p);
   return st;
 }

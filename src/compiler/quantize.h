@@ -40,6 +40,13 @@ struct npu_quant_options {
   float smooth_alpha;     /* SmoothQuant migration strength, default 0.5 */
   float shadow_threshold; /* a channel is an outlier if its calibrated absmax exceeds this many
                              times the median channel absmax of the tensor (default 6) */
+  int n_threads;          /* calibration threads (0: one per online CPU) */
+  /* Stream (a model read with defer_matrices): each layer's matrices are read when its turn
+   * comes and let go of after, and the packed weights go to a scratch file in this directory
+   * (npu_program.spill) instead of memory, so that a model of any size compiles in about one
+   * layer's float weights. NULL: every weight is in memory, and the packed weights too (placed
+   * for running). */
+  const char *spill_dir;
 };
 
 /* Integer data of one NPU operation, shared by every specialization (keyed by the name of the
