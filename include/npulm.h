@@ -45,6 +45,12 @@ const char *npulm_status_name(npulm_status status);
 /* Progress of long work: 'done' of 'total' units (bytes, tokens, ...). */
 typedef void (*npulm_progress_fn)(void *user, uint64_t done, uint64_t total);
 
+/* Progress of long work in phases: 'done' of 'total' 'unit's of phase 'phase' (a compile's
+ * "graphs", "quantize" in blocks, "write" in bytes). A phase's calls come together, the first
+ * with done == 0 and the last with done == total. */
+typedef void (*npulm_phase_progress_fn)(void *user, const char *phase, const char *unit,
+                                        uint64_t done, uint64_t total);
+
 /* ---- Models ------------------------------------------------------------------------------- */
 
 typedef struct npulm_model npulm_model;
@@ -112,8 +118,9 @@ typedef struct npulm_compile_params {
    * float weights the CPU reads: it cannot run the reference forward nor be compiled again (the
    * GGUF model can). true: it holds every float weight as well, as FP32 programs always do. */
   bool keep_float;
-  npulm_progress_fn progress; /* calibration progress in tokens (may be NULL) */
+  npulm_phase_progress_fn progress; /* progress by phase (may be NULL) */
   void *progress_user;
+  int n_threads; /* threads of the calibration (0: one per online CPU) */
 } npulm_compile_params;
 
 npulm_compile_params npulm_compile_default_params(void);
@@ -126,6 +133,16 @@ npulm_compile_params npulm_compile_default_params(void);
 npulm_status npulm_model_compile(npulm_model *model, const npulm_compile_params *params,
                                  npulm_error *err);
 bool npulm_model_has_program(const npulm_model *model);
+
+/* Compile the model file at 'model_path' (GGUF) into the program file 'out_path', as
+ * npulm_model_open, npulm_model_compile and npulm_model_save_program would (the same file, byte for
+ * byte), but reading the model a block at a time: an integer program compiled without keep_float
+ * needs about one block's float weights in memory, whatever the model's size, its packed weights
+ * going to a scratch file beside 'out_path' (removed whatever happens) until they are written.
+ * Other programs (FP32, keep_float, a program file as input) are compiled in memory. The phases
+ * of 'params->progress' include "write". */
+npulm_status npulm_compile_file(const char *model_path, const char *out_path,
+                                const npulm_compile_params *params, npulm_error *err);
 
 /* Write the model with its program as one program file (.npu), which npulm_model_open reads
  * back. The file is written whole or not at all: until it is complete, synced and renamed into

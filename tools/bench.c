@@ -1055,7 +1055,9 @@ int npulm_cmd_bench(int argc, char **argv) {
   npulm_error err;
   if (npulm_model_open(path, &model, &err) != NPULM_OK) cli_die(a.cmd, "%s", err.msg);
   if (!npulm_model_has_program(model)) {
-    cp.progress = cli_calib_progress;
+    struct cli_progress progress = {.lines = false};
+    cp.progress = cli_progress;
+    cp.progress_user = &progress;
     if (npulm_model_compile(model, &cp, &err) != NPULM_OK) cli_die(a.cmd, "%s", err.msg);
   }
   cli_free_compile_params(&cp);

@@ -148,16 +148,47 @@ void cli_free_compile_params(npulm_compile_params *cp) {
   cp->calib_text = NULL;
 }
 
-void cli_calib_progress(void *user, uint64_t done, uint64_t total) {
-  (void)user;
-  if (!isatty(STDERR_FILENO)) return;
+/* "12.3 / 45.6 MB" for bytes, "3 / 16 blocks" for other units. */
+static void format_count(char *buf, size_t cap, const char *unit, uint64_t done, uint64_t total) {
+  if (strcmp(unit, "bytes") == 0) {
+    snprintf(buf, cap, "%.1f / %.1f MB", (double)done / 1e6, (double)total / 1e6);
+  } else {
+    snprintf(buf, cap, "%" PRIu64 " / %" PRIu64 " %s", done, total, unit);
+  }
+}
+
+void cli_progress(void *user, const char *phase, const char *unit, uint64_t done, uint64_t total) {
+  struct cli_progress *p = user;
+  const double now = cli_now();
+  if (strcmp(p->phase, phase) != 0) { /* a new phase */
+    snprintf(p->phase, sizeof(p->phase), "%s", phase);
+    p->start = now;
+    p->drawn = false;
+  }
+  const bool tty = isatty(STDERR_FILENO);
+  const double elapsed = now - p->start;
+  char count[64];
+  format_count(count, sizeof(count), unit, done, total);
+  if (done >= total) {
+    if (tty && p->drawn) fputc('\r', stderr);
+    if (tty || p->lines) fprintf(stderr, "%-9s %s in %.1f s\n", phase, count, elapsed);
+    p->phase[0] = '\0';
+    return;
+  }
+  if (!tty || elapsed < 0.5 || now - p->last_draw < 0.1) return;
   enum { WIDTH = 30 };
-  int filled = total ? (int)(WIDTH * done / total) : WIDTH;
-  char bar[WIDTH + 1];
+  const int filled = total ? (int)(WIDTH * done / total) : 0;
+  char bar[WIDTH + 1], eta[24] = "--:--";
   for (int i = 0; i < WIDTH; i++) bar[i] = i < filled ? '#' : '.';
   bar[WIDTH] = '\0';
-  fprintf(stderr, "\rcalibrating [%s] %" PRIu64 "/%" PRIu64 " tokens", bar, done, total);
-  if (done == total) fputc('\n', stderr);
+  if (done > 0) {
+    const int left = (int)(elapsed * (double)(total - done) / (double)done + 0.5);
+    snprintf(eta, sizeof(eta), "%d:%02d", left / 60, left % 60);
+  }
+  fprintf(stderr, "\r%-9s [%s] %3d%%  %s  ETA %s  ", phase, bar,
+          total ? (int)(100 * done / total) : 0, count, eta);
+  p->drawn = true;
+  p->last_draw = now;
 }
 
 double cli_now(void) {

@@ -74,8 +74,17 @@ const char *cli_resolve_model(const char *cmd, const char *path);
 bool cli_compile_option(struct cli_args *a, npulm_compile_params *cp, bool ctx_is_buckets);
 void cli_free_compile_params(npulm_compile_params *cp);
 
-/* Calibration progress as a bar on a terminal (npulm_progress_fn). */
-void cli_calib_progress(void *user, uint64_t done, uint64_t total);
+/* Progress of long work by phase (npulm_phase_progress_fn; 'user' a zeroed struct cli_progress):
+ * on a terminal, a bar with the phase's name, its count and the time left, drawn once the phase
+ * has run half a second and then at most ten times a second, and a last line with its duration;
+ * elsewhere, with 'lines', only that last line for each phase. */
+struct cli_progress {
+  bool lines;
+  char phase[32];
+  double start, last_draw;
+  bool drawn;
+};
+void cli_progress(void *user, const char *phase, const char *unit, uint64_t done, uint64_t total);
 
 /* Monotonic clock in seconds. */
 double cli_now(void);

@@ -181,7 +181,9 @@ static void compile_if_needed(const char *cmd, npulm_model *model, npulm_compile
                               bool reference) {
   npulm_error err;
   if (reference || npulm_model_has_program(model)) return;
-  cp->progress = cli_calib_progress;
+  static struct cli_progress progress;
+  cp->progress = cli_progress;
+  cp->progress_user = &progress;
   if (npulm_model_compile(model, cp, &err) != NPULM_OK) cli_die(cmd, "%s", err.msg);
 }
 
@@ -304,38 +306,6 @@ static int cmd_run(struct cli_args *a) {
 
 /* ---- compile and inspect -------------------------------------------------------------------- */
 
-/* The write progress of compile: a bar on a terminal, once writing has taken half a second (so
- * that small models, done in well under a second, print none). */
-struct compile_progress {
-  double start, last_draw;
-  bool shown;
-};
-
-static void draw_bar(uint64_t done, uint64_t total) {
-  enum { WIDTH = 30 };
-  int filled = total ? (int)(WIDTH * done / total) : WIDTH;
-  char bar[WIDTH + 1];
-  for (int i = 0; i < WIDTH; i++) bar[i] = i < filled ? '#' : '.';
-  bar[WIDTH] = '\0';
-  fprintf(stderr, "\rwriting weights [%s] %3d%% (%.1f / %.1f MB)", bar,
-          total ? (int)(100 * done / total) : 100, (double)done / 1e6, (double)total / 1e6);
-}
-
-static void compile_progress(void *user, uint64_t done, uint64_t total) {
-  struct compile_progress *cp = user;
-  double now = cli_now();
-  if (!isatty(STDERR_FILENO)) return;
-  if (done < total) {
-    if (now - cp->start < 0.5 || now - cp->last_draw < 0.1) return;
-    draw_bar(done, total);
-    cp->shown = true;
-    cp->last_draw = now;
-  } else if (cp->shown) {
-    draw_bar(done, total);
-    fputc('\n', stderr);
-  }
-}
-
 static int cmd_compile(struct cli_args *a) {
   const char *model_path = NULL, *out = NULL;
   npulm_compile_params cp = npulm_compile_default_params();
@@ -356,26 +326,20 @@ static int cmd_compile(struct cli_args *a) {
     cli_die(a->cmd, "'%s' is the model's own file: write the program to another path", out);
   }
   double t0 = cli_now();
-  npulm_model *model = open_model(a->cmd, model_path);
   npulm_error err;
-  cp.progress = cli_calib_progress;
-  if (npulm_model_compile(model, &cp, &err) != NPULM_OK) cli_die(a->cmd, "%s", err.msg);
+  struct cli_progress progress = {.lines = true};
+  cp.progress = cli_progress;
+  cp.progress_user = &progress;
+  npulm_status st = npulm_compile_file(model_path, out, &cp, &err);
   cli_free_compile_params(&cp);
+  if (st != NPULM_OK) cli_die(a->cmd, "%s", err.msg);
   double t1 = cli_now();
-  struct compile_progress progress = {.start = t1, .last_draw = 0, .shown = false};
-  if (npulm_model_save_program(model, out, compile_progress, &progress, &err) != NPULM_OK) {
-    cli_die(a->cmd, "%s", err.msg);
-  }
-  double t2 = cli_now();
   FILE *f = fopen(out, "rb");
   long size = -1;
   if (f != NULL && fseek(f, 0, SEEK_END) == 0) size = ftell(f);
   if (f != NULL) fclose(f);
-  fprintf(stderr,
-          "wrote %s (%.1f MB): loaded and compiled in %.2f s, written in %.2f s; "
-          "'npulm inspect %s' describes it\n",
-          out, (double)size / 1e6, t1 - t0, t2 - t1, out);
-  npulm_model_close(model);
+  fprintf(stderr, "wrote %s (%.1f MB) in %.2f s; 'npulm inspect %s' describes it\n", out,
+          (double)size / 1e6, t1 - t0, out);
   return 0;
 }
 
@@ -395,7 +359,9 @@ static int cmd_inspect(struct cli_args *a) {
   npulm_error err;
   if (!npulm_model_has_program(model) || cp.n_chunks > 0 || cp.n_buckets > 0 || cp.quant ||
       cp.float_ops || cp.calib_text) {
-    cp.progress = cli_calib_progress;
+    struct cli_progress progress = {.lines = false};
+    cp.progress = cli_progress;
+    cp.progress_user = &progress;
     if (npulm_model_compile(model, &cp, &err) != NPULM_OK) cli_die(a->cmd, "%s", err.msg);
     printf("(%s compiled in memory)\n", model_path);
   }

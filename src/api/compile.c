@@ -1,10 +1,12 @@
 /* The compilation half of the public API: compile a model into static graphs, save it as a
  * program file. (Opening a program file is npulm_model_open; describing one is in inspect.c.) */
+#include <errno.h>
 #include <math.h>
-#include <string.h>
-
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
+#include "api/open.h"
 #include "base/common.h"
 #include "compiler/program.h"
 #include "compiler/quantize.h"
@@ -108,6 +110,7 @@ static npulm_status quant_from_params(const npulm_compile_params *params,
     }
     q->mode = (enum npu_quant_mode)mode;
   }
+  if (params != NULL) q->n_threads = params->n_threads;
   if (params != NULL && params->smooth_alpha != 0.0f) q->smooth_alpha = params->smooth_alpha;
   if (params != NULL && params->shadow_threshold != 0.0f) {
     q->shadow_threshold = params->shadow_threshold;
@@ -152,7 +155,7 @@ static npulm_status quantize(const struct npulm_model *m, struct npu_program *p,
 }
 
 npulm_status npu_program_build(const struct npulm_model *model, const npulm_compile_params *params,
-                               struct npu_program **out, npulm_error *err) {
+                               const char *spill_dir, struct npu_program **out, npulm_error *err) {
   struct npu_compile_options o;
   struct npu_quant_options q;
   struct npu_program *p = NULL;
@@ -161,6 +164,7 @@ npulm_status npu_program_build(const struct npulm_model *model, const npulm_comp
   if (st == NPULM_OK)
     st = parse_float_ops(params != NULL ? params->float_ops : NULL, &o.float_ops, err);
   if (st == NPULM_OK) st = quant_from_params(params, &q, err);
+  q.spill_dir = spill_dir;
   if (st == NPULM_OK) o.float_ops = npu_quant_float_ops(q.mode, o.float_ops);
   if (st == NPULM_OK) st = npu_compile(model, &o, &p, err);
   if (st == NPULM_OK) st = quantize(model, p, params, &q, err);
@@ -176,7 +180,7 @@ npulm_status npu_program_build(const struct npulm_model *model, const npulm_comp
 npulm_status npulm_model_compile(npulm_model *model, const npulm_compile_params *params,
                                  npulm_error *err) {
   struct npu_program *p;
-  npulm_status st = npu_program_build(model, params, &p, err);
+  npulm_status st = npu_program_build(model, params, NULL, &p, err);
   if (st != NPULM_OK) return st; /* the model keeps the program it had */
   npu_program_free(model->program);
   model->program = p;
@@ -192,6 +196,50 @@ npulm_status npulm_model_save_program(const npulm_model *model, const char *path
     return npu_fail(err, NPULM_ERR_ARG, "the model has no program to save: compile it first");
   }
   return npu_program_save(model, model->program, path, progress, user, err);
+}
+
+/* npulm_model_save_program's progress as the phase "write" of npulm_compile_file's. */
+struct write_progress {
+  const npulm_compile_params *params;
+};
+
+static void write_progress(void *user, uint64_t done, uint64_t total) {
+  const struct write_progress *w = user;
+  w->params->progress(w->params->progress_user, "write", "bytes", done, total);
+}
+
+/* The directory of file 'path' into 'dir' ("." for a bare name). */
+static void directory_of(const char *path, char *dir, size_t cap) {
+  const char *slash = strrchr(path, '/');
+  if (slash == NULL) snprintf(dir, cap, ".");
+  else if (slash == path) snprintf(dir, cap, "/");
+  else snprintf(dir, cap, "%.*s", (int)(slash - path), path);
+}
+
+npulm_status npulm_compile_file(const char *model_path, const char *out_path,
+                                const npulm_compile_params *params, npulm_error *err) {
+  const char *quant = params != NULL ? params->quant : NULL;
+  const bool stream =
+      (params == NULL || !params->keep_float) && (quant == NULL || strcmp(quant, "f32") != 0);
+  char dir[4096];
+  directory_of(out_path, dir, sizeof(dir));
+  npulm_model *m = NULL;
+  struct npu_program *p = NULL;
+  /* a program that cannot be written is said before the compile, not after */
+  if (access(dir, W_OK | X_OK) != 0) {
+    return npu_fail(err, NPULM_ERR_IO, "cannot create '%s': %s", out_path, strerror(errno));
+  }
+  npulm_status st = npu_model_open(model_path, stream, &m, err);
+  if (st == NPULM_OK) st = npu_program_build(m, params, m->defer_matrices ? dir : NULL, &p, err);
+  if (st == NPULM_OK) {
+    npu_program_free(m->program); /* a program file's own */
+    m->program = p;
+    struct write_progress wp = {params};
+    const bool report = params != NULL && params->progress != NULL;
+    st = npu_program_save(m, p, out_path, report ? write_progress : NULL, &wp, err);
+  }
+  npulm_model_close(m);
+  return st;
 }
 
 /* Print one damaged part of a program file (npu_damage_fn). */

@@ -2,6 +2,7 @@
  * compiled graphs added), whose program is loaded with it. */
 #include <stdlib.h>
 
+#include "api/open.h"
 #include "base/common.h"
 #include "compiler/program.h"
 #include "io/gguf.h"
@@ -16,6 +17,11 @@ static npulm_status check_has_tensors(const struct npu_gguf *g, npulm_error *err
 }
 
 npulm_status npulm_model_open(const char *path, npulm_model **model_out, npulm_error *err) {
+  return npu_model_open(path, false, model_out, err);
+}
+
+npulm_status npu_model_open(const char *path, bool defer_matrices, npulm_model **model_out,
+                            npulm_error *err) {
   *model_out = NULL;
   struct npulm_model *m = calloc(1, sizeof(*m));
   if (m == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
@@ -33,6 +39,7 @@ npulm_status npulm_model_open(const char *path, npulm_model **model_out, npulm_e
   if (is_program && (st = npu_program_file_omitted(m->gguf, &m->omitted, &m->n_omitted, err))) {
     goto fail;
   }
+  m->defer_matrices = defer_matrices && !is_program;
   if ((st = npu_model_read(m, err)) ||
       (is_program && (st = npu_program_load(m, &m->program, err)))) {
     goto fail;

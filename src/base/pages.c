@@ -4,6 +4,8 @@
 #define _DEFAULT_SOURCE
 #include "base/pages.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,10 +61,13 @@ void *npu_pages_map_scratch(const char *dir, size_t size) {
   if (fd < 0) return NULL;
   (void)unlink(path);
   void *p = MAP_FAILED;
-  if (ftruncate(fd, (off_t)(size > 0 ? size : 1)) == 0) {
-    p = mmap(NULL, size > 0 ? size : 1, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  }
+  /* the room is taken now: a store into a mapped page the disk has no room for would be SIGBUS */
+  int fail = posix_fallocate(fd, 0, (off_t)(size > 0 ? size : 1));
+  if (fail == 0) p = mmap(NULL, size > 0 ? size : 1, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  else errno = fail;
+  fail = errno;
   close(fd);
+  errno = fail;
   return p == MAP_FAILED ? NULL : p;
 }
 

@@ -23,11 +23,13 @@ void *npu_pages_alloc_huge(size_t size);
 void npu_pages_free(void *p, size_t size);
 
 /* 'size' bytes backed by a new file in directory 'dir' (removed at once, so that nothing is left
- * behind, whatever happens), zero-filled and page-aligned; freed by npu_pages_free(p, size). Its
+ * behind, whatever happens) whose disk space is taken at once (so that a full disk is this call
+ * failing, not a store into the mapping faulting later), zero-filled and page-aligned; freed by
+ * npu_pages_free(p, size). Its
  * pages given back with npu_pages_release go to that file, not away: room for data written once
  * and read once that need not stay in memory between (a streaming compile's packed weights, which
  * may be larger than memory). Where the system has no file mappings, plain pages. NULL on
- * failure. */
+ * failure, with errno saying why. */
 void *npu_pages_map_scratch(const char *dir, size_t size);
 
 /* Drop this process's copies of the whole pages inside [p, p + size) of a file mapping (a

@@ -80,6 +80,12 @@ static int32_t layer_weight(int32_t layer, int32_t which) {
   return W_GLOBALS + layer * L_COUNT + which;
 }
 
+/* Whether model 'm', read with defer_matrices, has matrix 'name' (its view NULL till read). */
+static bool deferred_matrix(const struct npulm_model *m, const char *name) {
+  const struct npu_gguf_tensor *t = m->defer_matrices ? npu_gguf_find_tensor(m->gguf, name) : NULL;
+  return t != NULL && t->n_dims == 2;
+}
+
 npulm_status npu_weight_table(const struct npulm_model *m, struct npu_weight **out, int32_t *n,
                               npulm_error *err) {
   const struct npu_config *c = &m->cfg;
@@ -91,6 +97,7 @@ npulm_status npu_weight_table(const struct npulm_model *m, struct npu_weight **o
   do {                                                                                             \
     snprintf(w[i].name, sizeof(w[i].name), "%s", nm);                                              \
     w[i].data = (data_);                                                                           \
+    w[i].deferred = w[i].data == NULL && deferred_matrix(m, nm);                                   \
     w[i].ne0 = (cols);                                                                             \
     w[i].ne1 = (rows_);                                                                            \
   } while (0)
@@ -143,7 +150,7 @@ struct block_builder {
 /* A WEIGHT tensor for weight number 'i', or -1 when the model lacks it (an absent bias). */
 static int32_t weight(struct block_builder *bb, int32_t i) {
   const struct npu_weight *w = &bb->weights[i];
-  if (w->data == NULL) return -1;
+  if (w->data == NULL && !w->deferred) return -1;
   return npu_ir_add_tensor(&bb->b, NPU_TK_WEIGHT, NPU_DT_F32, w->ne1, w->ne0, 1, i, w->name);
 }
 

@@ -35,12 +35,12 @@ void npu_program_float_weights(const struct npu_program *p, bool *reads_out) {
   }
 }
 
-/* Bytes of the distinct weights (a tied output shares the embedding's). */
+/* Bytes of the distinct weights (a tied output shares the embedding's, and its name). */
 static uint64_t weight_bytes(const struct npu_weight *w, int32_t n) {
   uint64_t total = 0;
   for (int32_t i = 0; i < n; i++) {
-    bool seen = w[i].data == NULL;
-    for (int32_t j = 0; j < i && !seen; j++) seen = w[j].data == w[i].data;
+    bool seen = w[i].data == NULL && !w[i].deferred;
+    for (int32_t j = 0; j < i && !seen; j++) seen = strcmp(w[j].name, w[i].name) == 0;
     if (!seen) total += (uint64_t)w[i].ne0 * (uint64_t)w[i].ne1 * sizeof(float);
   }
   return total;

@@ -26,11 +26,14 @@ struct npu_compile_options {
   uint32_t float_ops; /* precision policy */
 };
 
-/* A weight the graphs read: model tensor 'name' as FP32 rows [ne1][ne0] (ne1 = 1 for vectors). */
+/* A weight the graphs read: model tensor 'name' as FP32 rows [ne1][ne0] (ne1 = 1 for vectors).
+ * NULL data is a weight the model lacks (an absent bias), unless 'deferred': a matrix of a model
+ * read with defer_matrices, which a streaming compile reads a layer at a time. */
 struct npu_weight {
   char name[64];
   int32_t ne0, ne1;
   const float *data;
+  bool deferred;
 };
 
 struct npu_qsite;
@@ -101,9 +104,10 @@ static inline bool npu_node_reads_float(const struct npu_program *p, const struc
 void npu_program_float_weights(const struct npu_program *p, bool *reads_out);
 
 /* What npulm_model_compile does, without touching the model: compile with 'params' (NULL: the
- * defaults), then calibrate and quantize as they ask. */
+ * defaults), then calibrate and quantize as they ask. With 'spill_dir' (a model read with
+ * defer_matrices), stream: see npu_quant_options.spill_dir. */
 npulm_status npu_program_build(const struct npulm_model *model, const npulm_compile_params *params,
-                               struct npu_program **out, npulm_error *err);
+                               const char *spill_dir, struct npu_program **out, npulm_error *err);
 
 /* Build, partition and plan every specialization. */
 npulm_status npu_compile(const struct npulm_model *m, const struct npu_compile_options *o,

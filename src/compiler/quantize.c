@@ -2,6 +2,7 @@
  * program (see quantize.h for the conventions and the three outlier modes). */
 #include "compiler/quantize.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1065,20 +1066,14 @@ static bool of_layer(const struct npu_program *p, int32_t wi, int32_t l) {
   return strncmp(p->weights[wi].name, prefix, (size_t)len) == 0;
 }
 
-/* Whether weight 'wi' is a matrix that a streaming compile reads a layer at a time (the model
- * read it with defer_matrices: its view is NULL, its file has it). */
-static bool deferred(const struct npulm_model *m, const struct npu_program *p, int32_t wi) {
-  const struct npu_gguf_tensor *t = npu_gguf_find_tensor(m->gguf, p->weights[wi].name);
-  return m->defer_matrices && t != NULL && t->n_dims == 2;
-}
-
 /* A streaming compile reads the matrices of block 'l' into memory the program owns (so that
- * SmoothQuant rewrites them in place) ... */
+ * SmoothQuant rewrites them in place), and lets go of them once the block's sites are made
+ * (release_layer). */
 static npulm_status acquire_layer(const struct npulm_model *m, struct npu_program *p, int32_t l,
                                   npulm_error *err) {
   for (int32_t i = 0; i < p->n_weights; i++) {
     struct npu_weight *w = &p->weights[i];
-    if (w->data != NULL || !of_layer(p, i, l) || !deferred(m, p, i)) continue;
+    if (w->data != NULL || !w->deferred || !of_layer(p, i, l)) continue;
     float **grown = realloc(p->owned, (size_t)(p->n_owned + 1) * sizeof(*grown));
     if (grown == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
     p->owned = grown;
@@ -1092,11 +1087,10 @@ static npulm_status acquire_layer(const struct npulm_model *m, struct npu_progra
   return NPULM_OK;
 }
 
-/* ... and lets go of them once its sites are made. */
-static void release_layer(const struct npulm_model *m, struct npu_program *p, int32_t l) {
+static void release_layer(struct npu_program *p, int32_t l) {
   for (int32_t i = 0; i < p->n_weights; i++) {
     struct npu_weight *w = &p->weights[i];
-    if (w->data == NULL || !of_layer(p, i, l) || !deferred(m, p, i)) continue;
+    if (w->data == NULL || !w->deferred || !of_layer(p, i, l)) continue;
     for (int32_t k = 0; k < p->n_owned; k++) {
       if (p->owned[k] != w->data) continue;
       free(p->owned[k]);
@@ -1121,16 +1115,18 @@ static npulm_status source_rows(void *user, int64_t row0, int64_t n_rows, float 
   return weight_rows(src->m, src->p, src->wi, (size_t)row0, (size_t)n_rows, scratch, rows_out, err);
 }
 
-/* Bytes a streaming compile's spill file may need: every matrix packed for a matmul and as a
- * table (it is sparse: only what is written takes room). */
+/* Bytes a streaming compile's spill file needs: every matrix packed for its matmul, the
+ * embedding once more as the gather's table, each 64-byte aligned. */
 static size_t spill_bound(const struct npu_program *p) {
+  const int32_t embd = weight_of(&p->graphs[0], -1, NPU_ROLE_EMBD, 1);
   size_t total = 0;
   for (int32_t i = 0; i < p->n_weights; i++) {
     const struct npu_weight *w = &p->weights[i];
-    if (w->ne1 < 2) continue;
-    total += npu_qs8_gemm_packed_size((size_t)w->ne1, (size_t)w->ne0) +
-             (size_t)w->ne0 * (size_t)w->ne1 + 2 * 64;
+    bool seen = w->ne1 < 2;
+    for (int32_t j = 0; j < i && !seen; j++) seen = strcmp(p->weights[j].name, w->name) == 0;
+    if (!seen) total += npu_qs8_gemm_packed_size((size_t)w->ne1, (size_t)w->ne0) + 64;
   }
+  if (embd >= 0) total += (size_t)p->weights[embd].ne0 * (size_t)p->weights[embd].ne1 + 64;
   return total;
 }
 
@@ -1156,14 +1152,14 @@ static npulm_status quantize_layer(const struct npulm_model *m, struct npu_progr
   const struct npu_calib *cal = npu_calib_run_stats(final);
   if (st == NPULM_OK) st = quantize_tensors(m, p, cal, o, l, false, outliers, err);
   if (st == NPULM_OK) st = quantize_sites(m, p, cal, o, l, err);
-  release_layer(m, p, l);
+  release_layer(p, l);
   return st;
 }
 
 npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_program *p,
                                   const int32_t *tokens, size_t n_tokens, int32_t bos,
-                                  const struct npu_quant_options *o, npulm_progress_fn progress,
-                                  void *user, npulm_error *err) {
+                                  const struct npu_quant_options *o,
+                                  npulm_phase_progress_fn progress, void *user, npulm_error *err) {
   enum { WINDOW = 256 };
   if (o->mode == NPU_QUANT_F32) return NPULM_OK;
   if (npu_quant_float_ops(o->mode, p->opts.float_ops) != p->opts.float_ops) {
@@ -1198,9 +1194,8 @@ npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_progra
     p->qsites_mapped = true; /* the sites' packed weights are not the heap's */
     if (p->spill == NULL) {
       st = npu_fail(err, NPULM_ERR_IO,
-                    "cannot make a %zu MiB scratch file in '%s' for the packed "
-                    "weights",
-                    p->spill_size >> 20, o->spill_dir);
+                    "cannot write a %zu MiB scratch file for the packed weights in '%s': %s",
+                    p->spill_size >> 20, o->spill_dir, strerror(errno));
       goto done;
     }
   }
@@ -1219,10 +1214,13 @@ npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_progra
       (st = quantize_tensors(m, p, npu_calib_run_stats(final), o, -1, true, outliers, err))) {
     goto done;
   }
-  /* a block at a time: only its float weights are in memory */
+  /* a block at a time: only its float weights are in memory (progress: the blocks, and the head
+   * as one more) */
+  const uint64_t n_steps = (uint64_t)c->n_layers + 1;
+  if (progress != NULL) progress(user, "quantize", "blocks", 0, n_steps);
   for (int32_t l = 0; l < c->n_layers && st == NPULM_OK; l++) {
     st = quantize_layer(m, p, plain, final, o, l, outliers, err);
-    if (progress != NULL) progress(user, (uint64_t)l + 1, (uint64_t)c->n_layers + 1);
+    if (progress != NULL) progress(user, "quantize", "blocks", (uint64_t)l + 1, n_steps);
   }
   if (st != NPULM_OK) goto done;
   /* the head: output norm, classifier (a block of rows at a time), embedding */
@@ -1232,7 +1230,7 @@ npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_progra
       (st = quantize_sites(m, p, cal, o, -1, err)) || (st = add_row_copies(m, p, cal, o, err))) {
     goto done;
   }
-  if (progress != NULL) progress(user, (uint64_t)c->n_layers + 1, (uint64_t)c->n_layers + 1);
+  if (progress != NULL) progress(user, "quantize", "blocks", n_steps, n_steps);
   share_tied_tables(p);
   /* a program that will run gets its weights placed; a streaming compile's only go to a file */
   if (p->spill == NULL && (st = npu_quant_place_packed(p, err)) != NPULM_OK) goto done;

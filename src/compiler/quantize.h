@@ -101,12 +101,14 @@ void npu_quant_default_options(struct npu_quant_options *o);
 
 /* Quantize program 'p' (compiled from 'm', still FP32) in place: calibrate on 'tokens' (windows
  * of 256 starting with 'bos' if >= 0), apply the mode, set every NPU tensor's dtype and scale,
- * build every NPU operation's integer data, rewrite and re-plan every graph. On failure the
- * program is left FP32. */
+ * build every NPU operation's integer data, rewrite and re-plan every graph. Block after block:
+ * each is calibrated (with SmoothQuant: calibrated, smoothed, calibrated again) and its integer
+ * data made before the next is read, then the head; 'progress' (phase "quantize") counts them.
+ * On failure the program is left FP32. */
 npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_program *p,
                                   const int32_t *tokens, size_t n_tokens, int32_t bos,
-                                  const struct npu_quant_options *o, npulm_progress_fn progress,
-                                  void *user, npulm_error *err);
+                                  const struct npu_quant_options *o,
+                                  npulm_phase_progress_fn progress, void *user, npulm_error *err);
 
 /* Point each NPU node of 'g' at its integer data in 'p' (g->node_site), found by the name of
  * its output, and each SHADOW node at that of the matmul whose sum reads its share; a node

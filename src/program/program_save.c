@@ -7,6 +7,7 @@
 
 #include "base/atomic_file.h"
 #include "base/common.h"
+#include "base/pages.h"
 #include "compiler/program.h"
 #include "compiler/quantize.h"
 #include "io/gguf_checksum.h"
@@ -156,7 +157,8 @@ static void weight_flags(const struct npulm_model *m, const struct npu_program *
       held = reads[j] && strcmp(p->weights[j].name, p->weights[i].name) == 0;
     }
     if (p->weights[i].data == NULL) {
-      flags[i] = npu_model_omits(m, p->weights[i].name) ? WEIGHT_INT8_ONLY : WEIGHT_ABSENT;
+      flags[i] = npu_model_omits(m, p->weights[i].name) || p->weights[i].deferred ? WEIGHT_INT8_ONLY
+                                                                                  : WEIGHT_ABSENT;
     } else {
       flags[i] = held ? WEIGHT_HELD : WEIGHT_INT8_ONLY;
     }
@@ -369,6 +371,9 @@ npulm_status npu_program_save(const struct npulm_model *m, const struct npu_prog
     while (left > 0) {
       size_t k = left < WRITE_CHUNK_BYTES ? (size_t)left : WRITE_CHUNK_BYTES;
       if ((st = npu_gguf_writer_write_data(w, data, k, err)) != NPULM_OK) goto fail;
+      if (p->spill != NULL && data >= p->spill && data < p->spill + p->spill_size) {
+        npu_pages_release(data, k); /* a streaming compile's packed weights: written, let go */
+      }
       data += k;
       left -= k;
       done += k;
