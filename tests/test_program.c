@@ -1308,6 +1308,80 @@ static void test_round_trip_quantized_tiny(void **state) {
   }
 }
 
+/* The phases a compile reported, in order, each with its last count (npulm_phase_progress_fn). */
+struct phases {
+  char names[8][16];
+  uint64_t done[8], total[8];
+  int n;
+};
+
+static void record_phase(void *user, const char *phase, const char *unit, uint64_t done,
+                         uint64_t total) {
+  struct phases *ph = user;
+  (void)unit;
+  assert_true(done <= total);
+  if (ph->n == 0 || strcmp(ph->names[ph->n - 1], phase) != 0) {
+    assert_true(ph->n < 8);
+    snprintf(ph->names[ph->n++], sizeof(ph->names[0]), "%s", phase);
+  }
+  ph->done[ph->n - 1] = done;
+  ph->total[ph->n - 1] = total;
+}
+
+/* npulm_compile_file, which reads the model a block at a time and keeps the packed weights in a
+ * scratch file, writes the very file that compiling in memory and saving writes: every mode, a
+ * tied and an untied model, a model with biases, and block-quantized matrices; each phase ends
+ * with done == total. */
+static void test_compile_file_streams(void **state) {
+  (void)state;
+  struct tiny variants[] = {
+      {.n_layers = 2},
+      {.arch = "qwen2", .n_layers = 2},
+      {.n_layers = 2, .untied = true, .rope_freqs = true, .mtype = NPU_GGML_Q8_0},
+      {.n_layers = 2, .untied = true, .mtype = NPU_GGML_Q4_0},
+  };
+  const char *modes[] = {"w8a8-naive", "w8a8-shadow", "w8a8-smooth"};
+  char *src = tmp_path(), *streamed = tmp_path(), *in_memory = tmp_path();
+  for (size_t v = 0; v < sizeof(variants) / sizeof(variants[0]); v++) {
+    write_tiny(src, &variants[v]);
+    for (size_t k = 0; k < sizeof(modes) / sizeof(modes[0]); k++) {
+      npulm_compile_params cp = npulm_compile_default_params();
+      cp.quant = modes[k];
+      cp.shadow_threshold = 2.0f; /* some outlier channels in the tiny model */
+      struct phases ph = {0};
+      cp.progress = record_phase;
+      cp.progress_user = &ph;
+      npulm_error err;
+      if (npulm_compile_file(src, streamed, &cp, &err) != NPULM_OK) fail_msg("%s", err.msg);
+      assert_true(ph.n >= 2);
+      assert_string_equal(ph.names[ph.n - 2], "quantize");
+      assert_string_equal(ph.names[ph.n - 1], "write");
+      for (int i = 0; i < ph.n; i++) assert_true(ph.done[i] == ph.total[i]);
+      npulm_model *m = NULL;
+      cp.progress = NULL;
+      if (npulm_model_open(src, &m, &err) != NPULM_OK ||
+          npulm_model_compile(m, &cp, &err) != NPULM_OK ||
+          npulm_model_save_program(m, in_memory, NULL, NULL, &err) != NPULM_OK) {
+        fail_msg("%s", err.msg);
+      }
+      npulm_model_close(m);
+      size_t a_size, b_size;
+      uint8_t *a = test_read_file(streamed, &a_size), *b = test_read_file(in_memory, &b_size);
+      if (a_size != b_size || memcmp(a, b, a_size) != 0) {
+        fail_msg("variant %zu, %s: the streamed compile wrote another file", v, modes[k]);
+      }
+      free(a);
+      free(b);
+    }
+  }
+  unlink(src);
+  unlink(streamed);
+  unlink(in_memory);
+  free(src);
+  free(streamed);
+  free(in_memory);
+}
+
 /* What needs the float model refuses a lean program file in one line that names --keep-float. */
 static void expect_no_float(npulm_status st, const npulm_error *err) {
   if (st != NPULM_ERR_UNSUPPORTED || strstr(err->msg, "no float copy") == NULL ||
@@ -2364,6 +2438,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trip_tiny),
       cmocka_unit_test(test_round_trip_stories),
+      cmocka_unit_test(test_compile_file_streams),
       cmocka_unit_test(test_compile_params),
       cmocka_unit_test(test_session_compiles_short_context),
       cmocka_unit_test(test_api_errors),

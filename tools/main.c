@@ -62,10 +62,17 @@ static const char *const usage_compile =
     "memory-planned, and write them with the configuration, tokenizer and weights as one\n"
     "program file, which run, ppl and inspect read with -m.\n"
     "\n"
+    "An integer program is compiled from the GGUF a block at a time, so memory stays near one\n"
+    "block's float weights at any model size; its packed weights wait in a scratch file beside\n"
+    "the output (the disk needs room for them twice; the file is gone when compile ends, however\n"
+    "it ends). f32 programs, --keep-float and a program file as the model are compiled in memory.\n"
+    "Each phase shows a bar on a terminal, else one line when it ends, with its duration.\n"
+    "\n"
     "  -m, --model FILE   model, GGUF or program file (default: $NPULM_MODEL, else\n"
     "                     " CLI_DEFAULT_MODEL_PATH ")\n"
     "  -o, --output FILE  program file to write\n"
     CLI_COMPILE_OPTIONS_HELP
+    "  -t, --threads N    calibration threads (default: one per online CPU)\n"
     "  --ctx LIST         the same as --buckets\n";
 
 static const char *const usage_inspect =
@@ -78,6 +85,7 @@ static const char *const usage_inspect =
     "\n"
     "  -m, --model FILE   program file or GGUF model (or give it as the only argument)\n"
     CLI_COMPILE_OPTIONS_HELP
+    "  -t, --threads N    calibration threads (default: one per online CPU)\n"
     "  --ctx LIST         the same as --buckets\n";
 
 static const char *const usage_verify =
@@ -314,6 +322,7 @@ static int cmd_compile(struct cli_args *a) {
     if (cli_wants_help(a)) return 0;
     else if (cli_is_opt(o, "-m", "--model")) model_path = cli_opt_value(a);
     else if (cli_is_opt(o, "-o", "--output")) out = cli_opt_value(a);
+    else if (cli_is_opt(o, "-t", "--threads")) cp.n_threads = (int)cli_opt_int(a, 1, 1024);
     else if (cli_compile_option(a, &cp, true)) continue;
     else cli_unknown_option(a);
   }
