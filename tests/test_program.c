@@ -1095,7 +1095,7 @@ static void quantize_ok(npulm_model *m, const struct npu_compile_options *o,
   struct npu_program *p = NULL;
   struct npu_compile_options co = *o;
   co.float_ops = npu_quant_float_ops(mode, co.float_ops);
-  if (npu_compile(m, &co, &p, &err) != NPULM_OK) fail_msg("compile: %s", err.msg);
+  if (npu_compile(m, &co, NULL, NULL, &p, &err) != NPULM_OK) fail_msg("compile: %s", err.msg);
   size_t len = strlen(npu_calib_default_text), cap = 4 * len + 16, n = 0;
   int32_t *ids = malloc(cap * sizeof(int32_t));
   assert_non_null(ids);

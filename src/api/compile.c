@@ -166,7 +166,9 @@ npulm_status npu_program_build(const struct npulm_model *model, const npulm_comp
   if (st == NPULM_OK) st = quant_from_params(params, &q, err);
   q.spill_dir = spill_dir;
   if (st == NPULM_OK) o.float_ops = npu_quant_float_ops(q.mode, o.float_ops);
-  if (st == NPULM_OK) st = npu_compile(model, &o, &p, err);
+  if (st == NPULM_OK)
+    st = npu_compile(model, &o, params != NULL ? params->progress : NULL,
+                     params != NULL ? params->progress_user : NULL, &p, err);
   if (st == NPULM_OK) st = quantize(model, p, params, &q, err);
   if (st != NPULM_OK) {
     npu_program_free(p);

@@ -47,7 +47,8 @@ static uint64_t weight_bytes(const struct npu_weight *w, int32_t n) {
 }
 
 npulm_status npu_compile(const struct npulm_model *m, const struct npu_compile_options *o,
-                         struct npu_program **out, npulm_error *err) {
+                         npulm_phase_progress_fn progress, void *user, struct npu_program **out,
+                         npulm_error *err) {
   *out = NULL;
   const struct npu_config *c = &m->cfg;
   npulm_status st = npu_config_check_weights(c, err);
@@ -66,6 +67,12 @@ npulm_status npu_compile(const struct npulm_model *m, const struct npu_compile_o
   if ((st = npu_weight_table(m, &p->weights, &p->n_weights, err)) != NPULM_OK) goto fail;
   /* decode, then each chunk twice: with the logits of every row (scoring a text) and of the last
    * row only (generating) */
+  uint64_t n_graphs = 0;
+  for (int32_t r = -1; r < 2 * o->n_chunks; r++) {
+    for (int32_t b = 0; b < o->n_buckets; b++)
+      n_graphs += o->buckets[b] >= (r < 0 ? 1 : o->chunks[r / 2]);
+  }
+  if (progress != NULL) progress(user, "graphs", "graphs", 0, n_graphs);
   for (int32_t r = -1; r < 2 * o->n_chunks; r++) {
     int32_t rows = r < 0 ? 1 : o->chunks[r / 2];
     bool last_logits = r >= 0 && r % 2 == 1;
@@ -80,6 +87,7 @@ npulm_status npu_compile(const struct npulm_model *m, const struct npu_compile_o
         goto fail;
       }
       p->n_graphs++;
+      if (progress != NULL) progress(user, "graphs", "graphs", (uint64_t)p->n_graphs, n_graphs);
     }
   }
   p->weight_bytes = weight_bytes(p->weights, p->n_weights);

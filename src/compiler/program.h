@@ -109,9 +109,11 @@ void npu_program_float_weights(const struct npu_program *p, bool *reads_out);
 npulm_status npu_program_build(const struct npulm_model *model, const npulm_compile_params *params,
                                const char *spill_dir, struct npu_program **out, npulm_error *err);
 
-/* Build, partition and plan every specialization. */
+/* Build, partition and plan every specialization; 'progress' (may be NULL) counts the graphs
+ * (phase "graphs"). */
 npulm_status npu_compile(const struct npulm_model *m, const struct npu_compile_options *o,
-                         struct npu_program **out, npulm_error *err);
+                         npulm_phase_progress_fn progress, void *user, struct npu_program **out,
+                         npulm_error *err);
 void npu_program_free(struct npu_program *p); /* accepts NULL */
 
 /* The graph that serves a step of 'rows' tokens (1 = decode) ending at cache position 'end'

@@ -100,7 +100,7 @@ static npulm_status compiled_init(struct npulm_session *s, npulm_error *err) {
   if (m->program == NULL) {
     struct npu_compile_options o;
     npu_compile_default_options(c, &o);
-    npulm_status st = npu_compile(m, &o, &s->owned_program, err);
+    npulm_status st = npu_compile(m, &o, NULL, NULL, &s->owned_program, err);
     if (st != NPULM_OK) return st;
     s->prog = s->owned_program;
   } else {
