@@ -46,7 +46,8 @@ const char *npulm_status_name(npulm_status status);
 typedef void (*npulm_progress_fn)(void *user, uint64_t done, uint64_t total);
 
 /* Progress of long work in phases: 'done' of 'total' 'unit's of phase 'phase' (a compile's
- * "graphs", "quantize" in blocks, "write" in bytes). A phase's calls come together, the first
+ * "load", "graphs", "quantize" in blocks (each calibrated, quantized and packed before the next),
+ * "write" in bytes). A phase's calls come together, the first
  * with done == 0 and the last with done == total. */
 typedef void (*npulm_phase_progress_fn)(void *user, const char *phase, const char *unit,
                                         uint64_t done, uint64_t total);
@@ -140,7 +141,7 @@ bool npulm_model_has_program(const npulm_model *model);
  * needs about one block's float weights in memory, whatever the model's size, its packed weights
  * going to a scratch file beside 'out_path' (removed whatever happens) until they are written.
  * Other programs (FP32, keep_float, a program file as input) are compiled in memory. The phases
- * of 'params->progress' include "write". */
+ * of 'params->progress' include "load" (opening the model) and "write". */
 npulm_status npulm_compile_file(const char *model_path, const char *out_path,
                                 const npulm_compile_params *params, npulm_error *err);
 

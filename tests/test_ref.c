@@ -2,6 +2,8 @@
  * against their documented greedy outputs. */
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/expf.h"
@@ -275,6 +277,97 @@ static void test_batch_equals_stepwise(void **state) {
   npulm_model_close(m);
 }
 
+/* What an observer saw, order aside: per activation name, the number of values and a sum of a
+ * hash of each value's bits (commutative, so the order of rows and activations is free). */
+struct seen {
+  char names[256][48];
+  uint64_t count[256], hash[256];
+  int n;
+};
+
+static void see(void *user, int layer, const char *what, const float *v, int n) {
+  struct seen *s = user;
+  char name[48];
+  snprintf(name, sizeof(name), "%d.%s", layer, what);
+  int i = 0;
+  while (i < s->n && strcmp(s->names[i], name) != 0) i++;
+  if (i == s->n) {
+    assert_true(s->n < 256);
+    snprintf(s->names[s->n++], sizeof(s->names[0]), "%s", name);
+  }
+  for (int k = 0; k < n; k++) {
+    uint32_t bits;
+    memcpy(&bits, &v[k], sizeof(bits));
+    s->hash[i] += (uint64_t)bits * 0x9E3779B97F4A7C15ull ^ (bits >> 7);
+  }
+  s->count[i] += (uint64_t)n;
+}
+
+/* npu_ref_block over blocks of positions gives every row the bits npu_ref_forward gives it one
+ * position at a time, and shows the observer the same values: the calibration's way through the
+ * model (a layer at a time over all rows) is the reference's. Two blocks, so that the second
+ * starts past position 0 and attends over the first's cache rows. */
+static void test_block_rows_equal_stepwise(void **state) {
+  (void)state;
+  npulm_model *m = test_open_shared("models/stories260K.gguf");
+  const struct npu_config *c = &m->cfg;
+  enum { N = 40, FIRST = 17 };
+  int32_t ids[N];
+  for (int i = 0; i < N; i++) ids[i] = (int32_t)((i * 7919 + 13) % c->n_vocab);
+  static struct seen a, b;
+  memset(&a, 0, sizeof(a));
+  memset(&b, 0, sizeof(b));
+  float *logits_a = malloc((size_t)N * (size_t)c->n_vocab * sizeof(float));
+  float *logits_b = malloc((size_t)N * (size_t)c->n_vocab * sizeof(float));
+  float *x = malloc((size_t)N * (size_t)c->dim * sizeof(float));
+  assert_true(logits_a && logits_b && x);
+  struct npu_ref_state s1, s2;
+  npulm_error err;
+  assert_int_equal(npu_ref_state_init(&s1, c, N, &err), NPULM_OK);
+  assert_int_equal(npu_ref_state_init_rows(&s2, c, N, N - FIRST, &err), NPULM_OK);
+  struct npu_ref_observer obs_a = {see, &a}, obs_b = {see, &b};
+  for (int i = 0; i < N; i++) {
+    npu_ref_forward(m, &s1, ids[i], i, logits_a + (size_t)i * (size_t)c->n_vocab, &obs_a);
+  }
+  /* the same a layer at a time: embedding, blocks, head */
+  for (int i = 0; i < N; i++) {
+    memcpy(x + (size_t)i * (size_t)c->dim, m->w.token_embd + (size_t)ids[i] * (size_t)c->dim,
+           (size_t)c->dim * sizeof(float));
+    see(&b, -1, "embd", x + (size_t)i * (size_t)c->dim, c->dim);
+  }
+  const int starts[2] = {0, FIRST}, rows[2] = {FIRST, N - FIRST};
+  for (int l = 0; l < c->n_layers; l++) {
+    for (int k = 0; k < 2; k++) {
+      float *xr = x + (size_t)starts[k] * (size_t)c->dim;
+      memcpy(s2.x, xr, (size_t)rows[k] * (size_t)c->dim * sizeof(float));
+      npu_ref_block(c, &m->w.layers[l], m->w.rope_freqs, &s2, l, starts[k], rows[k], &obs_b);
+      memcpy(xr, s2.x, (size_t)rows[k] * (size_t)c->dim * sizeof(float));
+    }
+  }
+  for (int i = 0; i < N; i++) {
+    float *xi = x + (size_t)i * (size_t)c->dim, *li = logits_b + (size_t)i * (size_t)c->n_vocab;
+    npu_ref_rmsnorm(xi, xi, m->w.output_norm, c->dim, c->rms_eps);
+    see(&b, -1, "output_norm", xi, c->dim);
+    npu_ref_matvec(li, m->w.output, NULL, xi, c->dim, c->n_vocab);
+    see(&b, -1, "logits", li, c->n_vocab);
+  }
+  assert_memory_equal(logits_a, logits_b, (size_t)N * (size_t)c->n_vocab * sizeof(float));
+  assert_int_equal(a.n, b.n);
+  for (int i = 0; i < a.n; i++) {
+    int j = 0;
+    while (j < b.n && strcmp(a.names[i], b.names[j]) != 0) j++;
+    if (j == b.n || a.count[i] != b.count[j] || a.hash[i] != b.hash[j]) {
+      fail_msg("activation %s: seen otherwise a layer at a time", a.names[i]);
+    }
+  }
+  npu_ref_state_free(&s1);
+  npu_ref_state_free(&s2);
+  free(logits_a);
+  free(logits_b);
+  free(x);
+  npulm_model_close(m);
+}
+
 static void test_session_rejects_bad_input(void **state) {
   (void)state;
   npulm_model *m = test_open_shared("models/stories260K.gguf");
@@ -311,6 +404,7 @@ int main(void) {
       cmocka_unit_test(test_stories260k_greedy),
       cmocka_unit_test(test_tinystories5m_greedy),
       cmocka_unit_test(test_batch_equals_stepwise),
+      cmocka_unit_test(test_block_rows_equal_stepwise),
       cmocka_unit_test(test_session_rejects_bad_input),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -231,13 +231,15 @@ npulm_status npulm_compile_file(const char *model_path, const char *out_path,
   if (access(dir, W_OK | X_OK) != 0) {
     return npu_fail(err, NPULM_ERR_IO, "cannot create '%s': %s", out_path, strerror(errno));
   }
+  const bool report = params != NULL && params->progress != NULL;
+  if (report) params->progress(params->progress_user, "load", "model", 0, 1);
   npulm_status st = npu_model_open(model_path, stream, &m, err);
+  if (st == NPULM_OK && report) params->progress(params->progress_user, "load", "model", 1, 1);
   if (st == NPULM_OK) st = npu_program_build(m, params, m->defer_matrices ? dir : NULL, &p, err);
   if (st == NPULM_OK) {
     npu_program_free(m->program); /* a program file's own */
     m->program = p;
     struct write_progress wp = {params};
-    const bool report = params != NULL && params->progress != NULL;
     st = npu_program_save(m, p, out_path, report ? write_progress : NULL, &wp, err);
   }
   npulm_model_close(m);
