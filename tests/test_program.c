@@ -26,7 +26,7 @@
 /* i32 fields per record of npulm.qsites (program_file.h) */
 enum { SITE_FIELDS = 38, SITE_QK = 23, SITE_SOFTMAX = 28, SITE_PV = 30, SITE_RMSNORM = 34 };
 /* i32 fields per record of npulm.graph.G.tensors, and where the layer and the role are */
-enum { TENSOR_FIELDS = 14, TENSOR_LAYER = 12, TENSOR_ROLE = 13 };
+enum { TENSOR_FIELDS = 14, TENSOR_KIND = 0, TENSOR_REF = 7, TENSOR_LAYER = 12, TENSOR_ROLE = 13 };
 
 enum { DIM = 32, HEADS = 4, KV_HEADS = 2, HEAD_DIM = DIM / HEADS, FFN = 64, VOCAB = 259 + 5 };
 
@@ -747,6 +747,17 @@ static int32_t read_i32(const struct image *im, size_t at) {
   return v;
 }
 
+/* The i32 at 'at' with its first byte set to 'b': patching it sets the one I8 at 'at' (such as a
+ * stored shift) and leaves its neighbours. */
+static int32_t with_i8(const struct image *im, size_t at, int8_t b) {
+  uint8_t bytes[4];
+  int32_t v;
+  memcpy(bytes, im->data + at, 4);
+  bytes[0] = (uint8_t)b;
+  memcpy(&v, bytes, 4);
+  return v;
+}
+
 /* Set the i32 at 'at' to 'v' and expect 'want' with 'needle' in the message. */
 static void expect_patch(const struct image *im, const char *what, size_t at, int32_t v,
                          npulm_status want, const char *needle) {
@@ -763,6 +774,21 @@ static size_t field_at(const struct image *im, const char *key, int fields, int 
   const struct npu_gguf_kv *kv = image_kv(im, key);
   assert_true((uint64_t)(r * fields + f) < kv->val.v.a.n);
   return value_at(im, key) + 4 * (size_t)(r * fields + f);
+}
+
+/* Offset of the bytes of name 'i' of the string array 'key', its length in '*len'. */
+static size_t name_at(const struct image *im, const char *key, int i, size_t *len) {
+  const struct npu_gguf_kv *kv = image_kv(im, key);
+  assert_true((uint64_t)i < kv->val.v.a.n);
+  size_t at = value_at(im, key);
+  uint64_t n;
+  for (int k = 0;; k++) {
+    memcpy(&n, im->data + at, sizeof(n));
+    if (k == i) break;
+    at += 8 + (size_t)n;
+  }
+  *len = (size_t)n;
+  return at + 8;
 }
 
 /* The first tensor of graph 0 of 'kind' on 'backend' (backend < 0: any). */
@@ -797,7 +823,8 @@ static void test_hostile_version_and_keys(void **state) {
   assert_int_equal(open_bytes(&im, im.data, im.size, &err), NPULM_OK);
 
   size_t v = value_at(&im, "npulm.program.version");
-  expect_patch(&im, "version 8", v, 8, NPULM_ERR_UNSUPPORTED, "version 8");
+  expect_patch(&im, "version 9", v, 9, NPULM_ERR_UNSUPPORTED, "version 9");
+  expect_patch(&im, "version 7", v, 7, NPULM_ERR_UNSUPPORTED, "recompile");
   expect_patch(&im, "version 6", v, 6, NPULM_ERR_UNSUPPORTED, "recompile");
   expect_patch(&im, "version 5", v, 5, NPULM_ERR_UNSUPPORTED, "recompile");
   expect_patch(&im, "version 4", v, 4, NPULM_ERR_UNSUPPORTED, "recompile");
@@ -960,15 +987,49 @@ static void test_hostile_records(void **state) {
     fail_msg("aliasing plan: status %d, '%s'", st, err.msg);
   }
 
-  /* a NUL inside a tensor name */
-  const struct npu_gguf_kv *names = image_kv(&im, "npulm.graph.0.tensor_names");
+  /* a NUL inside a tensor name (the first one stored: derived names are empty) */
+  size_t name_len = 0, name = 0;
+  for (int i = 0; name_len == 0; i++)
+    name = name_at(&im, "npulm.graph.0.tensor_names", i, &name_len);
   copy = malloc(im.size);
   assert_non_null(copy);
   memcpy(copy, im.data, im.size);
-  copy[names->val.v.a.data - im.data + 8] = '\0'; /* first name's first byte */
+  copy[name] = '\0';
   assert_int_equal(open_bytes(&im, copy, im.size, &err), NPULM_ERR_FORMAT);
   assert_non_null(strstr(err.msg, "name"));
   free(copy);
+
+  /* names the records imply are stored empty (an activation's, from its role and layer; a
+   * weight's, from the weight table), the others whole (a KV cache's "k_cache" is not
+   * "blk.0.k_cache"); an empty name whose record implies none is refused */
+  int w = find_tensor(&im, NPU_TK_WEIGHT, -1);
+  name_at(&im, "npulm.graph.0.tensor_names", act, &name_len);
+  assert_int_equal(name_len, 0);
+  name_at(&im, "npulm.graph.0.tensor_names", w, &name_len);
+  assert_int_equal(name_len, 0);
+  name_at(&im, "npulm.graph.0.tensor_names", kv, &name_len);
+  assert_int_equal(name_len, strlen("k_cache"));
+  npulm_model *m = NULL;
+  assert_int_equal(npulm_model_open(im.path, &m, &err), NPULM_OK);
+  const struct npu_graph *g0 = &m->program->graphs[0];
+  assert_string_equal(g0->tensors[w].name, m->program->weights[g0->tensors[w].ref].name);
+  const char *role = npu_tensor_role_name((enum npu_tensor_role)g0->tensors[act].role);
+  char want[NPU_IR_NAME_MAX];
+  if (g0->tensors[act].layer >= 0) {
+    snprintf(want, sizeof(want), "blk.%d.%s", g0->tensors[act].layer, role);
+  } else {
+    snprintf(want, sizeof(want), "%s", role);
+  }
+  assert_string_equal(g0->tensors[act].name, want);
+  npulm_model_close(m);
+  expect_patch(&im, "empty name without a role", field_at(&im, T, TENSOR_FIELDS, act, TENSOR_ROLE),
+               NPU_ROLE_NONE, NPULM_ERR_FORMAT, "empty name");
+  expect_patch(&im, "empty name of a weight without one",
+               field_at(&im, T, TENSOR_FIELDS, act, TENSOR_KIND), NPU_TK_WEIGHT, NPULM_ERR_FORMAT,
+               "empty name");
+  expect_patch(&im, "empty weight name out of the table",
+               field_at(&im, T, TENSOR_FIELDS, w, TENSOR_REF), 9999, NPULM_ERR_FORMAT,
+               "empty name");
   image_free(&im);
 }
 
@@ -1779,8 +1840,15 @@ static void test_hostile_quant(void **state) {
       {"outlier weight NaN", tensor_at(im, site_tensor_name(q.mm_plain, "outlier_w"), 0, 4),
        0x7fc00000, "not finite"},
       /* multipliers, shifts, zero points */
-      {"shift 31", tensor_at(im, site_tensor_name(q.mm, "shift"), 3, 4), 31, "shift 31"},
-      {"shift -32", tensor_at(im, site_tensor_name(q.gather, "shift"), 0, 4), -32, "shift -32"},
+      {"shift 31", tensor_at(im, site_tensor_name(q.mm, "shift"), 3, 1),
+       with_i8(im, tensor_at(im, site_tensor_name(q.mm, "shift"), 3, 1), 31), "shift 31"},
+      {"shift -32", tensor_at(im, site_tensor_name(q.gather, "shift"), 0, 1),
+       with_i8(im, tensor_at(im, site_tensor_name(q.gather, "shift"), 0, 1), -32), "shift -32"},
+      {"shift -128", tensor_at(im, site_tensor_name(q.mm, "shift"), 5, 1),
+       with_i8(im, tensor_at(im, site_tensor_name(q.mm, "shift"), 5, 1), INT8_MIN), "shift -128"},
+      {"shift 127", tensor_at(im, site_tensor_name(q.gather, "shift"), 2, 1),
+       with_i8(im, tensor_at(im, site_tensor_name(q.gather, "shift"), 2, 1), INT8_MAX),
+       "shift 127"},
       {"mult -1", tensor_at(im, site_tensor_name(q.mm, "mult"), 0, 4), -1, "multiplier -1"},
       {"add left shift 23", field_at(im, S, SITE_FIELDS, q.add16, 10), 23, "add parameters"},
       {"add left shift -1", field_at(im, S, SITE_FIELDS, q.add16, 10), -1, "add parameters"},
@@ -1894,7 +1962,8 @@ static void test_hostile_quant_sweep(void **state) {
   const struct image *im = &q.im;
   struct {
     size_t base, n_words;
-  } ranges[16];
+    bool i8; /* I8 values (the shifts): each byte set, not each i32 */
+  } ranges[16] = {{0}};
   int n = 0;
   int sites[] = {q.mm_gate, q.mm_plain, q.gather, q.add16, q.mul, q.silu};
   for (size_t i = 0; i < sizeof(sites) / sizeof(sites[0]); i++) {
@@ -1906,6 +1975,7 @@ static void test_hostile_quant_sweep(void **state) {
   const char *fields[] = {"outliers", "mult", "shift"};
   for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
     ranges[n].base = tensor_at(im, site_tensor_name(q.mm_plain, fields[i]), 0, 4);
+    ranges[n].i8 = i == 2;
     ranges[n++].n_words = i == 0 ? 3 : 8;
   }
   ranges[n].base = tensor_ne0_at(im, site_tensor_name(q.mm_gate, "outlier_gate"));
@@ -1913,11 +1983,14 @@ static void test_hostile_quant_sweep(void **state) {
   int accepted = 0, rejected = 0;
   for (int r = 0; r < n; r++) {
     for (size_t i = 0; i < ranges[r].n_words; i++) {
-      size_t at = ranges[r].base + 4 * i;
-      int32_t old = read_i32(im, at);
-      int32_t values[] = {-1, old + 1, old - 1, INT32_MAX, INT32_MIN, 64};
+      const bool i8 = ranges[r].i8;
+      size_t at = ranges[r].base + (i8 ? 1 : 4) * i;
+      int32_t old = i8 ? (int8_t)im->data[at] : read_i32(im, at);
+      int32_t values[] = {
+          -1, old + 1, old - 1, i8 ? INT8_MAX : INT32_MAX, i8 ? INT8_MIN : INT32_MIN, 64};
       for (size_t j = 0; j < sizeof(values) / sizeof(values[0]); j++) {
         if (values[j] == old) continue;
+        if (i8) values[j] = with_i8(im, at, (int8_t)values[j]);
         npulm_error err = {{0}};
         if (open_patched(im, at, values[j], &err) == NPULM_OK) accepted++;
         else rejected++;

@@ -5,7 +5,7 @@
  * memory plan, weights and, for an integer NPU, every NPU operation's integer data — as one
  * mmap-able file, read back as hostile input.
  *
- * Format, version 7. A program file is a GGUF v3 file (ggml/docs/gguf.md), so the bounds-checked
+ * Format, version 8. A program file is a GGUF v3 file (ggml/docs/gguf.md), so the bounds-checked
  * GGUF reader parses it, the model loader and the tokenizer read it unchanged, and the float
  * weights it holds are used in place from the mapping. It is written whole or not at all (a
  * temporary file renamed into place) and every byte of it is checksummed (gguf_checksum.h). It
@@ -15,12 +15,13 @@
  *   (the source model's metadata, value for value and in its order: general.*, {arch}.*,
  *    tokenizer.ggml.*; except general.alignment, the npulm.* keys of an earlier program, and
  *    general.file_type, which becomes 0 = all F32 where the source has it)
- *   npulm.program.version      u32   7; any other value is refused (NPULM_ERR_UNSUPPORTED: version
+ *   npulm.program.version      u32   8; any other value is refused (NPULM_ERR_UNSUPPORTED: version
  *                                    1 files, FP32 only, version 2 files, without attention on
  *                                    the integer NPU, version 3 files, without its RMSNorm,
  *                                    version 4 files, without checksums, version 5 files,
- *                                    without tensor roles, and version 6 files, with every float
- *                                    weight and no npulm.weights.float, must be recompiled)
+ *                                    without tensor roles, version 6 files, with every float
+ *                                    weight and no npulm.weights.float, and version 7 files,
+ *                                    with every tensor name and I32 shifts, must be recompiled)
  *   npulm.compile.chunks       i32[] prefill chunk sizes, ascending (may be empty)
  *   npulm.compile.buckets      i32[] context buckets, ascending
  *   npulm.compile.float_ops    u32   ops the precision policy keeps in float: bits 1 << enum npu_op
@@ -43,7 +44,12 @@
  *                                    kv_is_value, ne0, ne1, ne2, ref, offset (low 32 bits),
  *                                    offset (high 32 bits), q.scale (f32 bits), q.zero_point,
  *                                    layer (-1 outside the blocks), role (enum npu_tensor_role)
- *   npulm.graph.G.tensor_names str[n_tensors], each shorter than NPU_IR_NAME_MAX bytes
+ *   npulm.graph.G.tensor_names str[n_tensors], each shorter than NPU_IR_NAME_MAX bytes; empty
+ *                                    for a tensor named as its record implies
+ *                                    (npu_program_tensor_name: a WEIGHT's weight's name, a
+ *                                    tensor with a role "blk.L.<role>", or "<role>" in layer
+ *                                    -1), which the loader rebuilds; an empty name where the
+ *                                    record implies none is refused
  *   npulm.graph.G.nodes        i32[9 * n_nodes], per node: op, backend, pinned, in0, in1, in2,
  *                                    out, layer, param (f32 bits)
  *   npulm.graph.G.subgraphs    i32[3 * n_subgraphs], per subgraph: first, count, backend
@@ -86,7 +92,8 @@
  *     npulm.qsite.S.packed     I8  [packed_size]  matmul: npu_qs8_gemm_pack's layout of [n, k];
  *                                                 gather: the int8 table [n rows, k]
  *     npulm.qsite.S.mult       I32 [n]            } per output channel / table row (an
- *     npulm.qsite.S.shift      I32 [n]            } rmsnorm: mult only, per channel)
+ *     npulm.qsite.S.shift      I8  [n]            } rmsnorm: mult only, per channel; the
+ *                                                 shifts are widened to int32 when loaded)
  *     npulm.qsite.S.outliers   I32 [n_outliers]   shadow outliers: input channels, ascending
  *     npulm.qsite.S.outlier_w  F32 [n_outliers, n] their weight columns (ggml order: ne0 first)
  *     npulm.qsite.S.outlier_gate F32 [outlier_dim, n_outliers] } when outlier_dim > 0: the FFN
@@ -372,6 +379,14 @@ npulm_status npu_program_fail_prefixed(npulm_error *err, npulm_status st, const 
  * (files written before those existed have not). */
 int32_t npu_program_graph_shapes(const struct npu_compile_options *o, bool for_generation,
                                  int32_t *rows_out, int32_t *ctx_out, int32_t *logit_rows_out);
+
+/* The name a graph tensor's record implies, into 'name': a WEIGHT's is its weight's (of the
+ * table 'weights', 'n_weights' long), a tensor with a role is "blk.L.<role's name>" in layer L or
+ * the role's name outside the blocks (as the graph builder names its activations). Return false
+ * when the record implies none (or none that fits). The file stores an empty name for a tensor
+ * whose name is the implied one. */
+bool npu_program_tensor_name(const struct npu_weight *weights, int32_t n_weights,
+                             const struct npu_ir_tensor *t, char name[NPU_IR_NAME_MAX]);
 
 /* Fail naming site 'i': "program site I ('name'): <what>". */
 npulm_status NPU_PRINTF(4, 5) npu_program_site_fail(npulm_error *err, const struct npu_program *p,

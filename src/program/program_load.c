@@ -294,9 +294,10 @@ static npulm_status check_weight_flags(const struct npu_gguf *g, struct npu_prog
   return NPULM_OK;
 }
 
-/* Decode the tensor records and names of graph 'gi' into 'gr'. */
-static npulm_status load_tensors(const struct npu_gguf *g, int32_t gi, struct npu_graph *gr,
-                                 npulm_error *err) {
+/* Decode the tensor records and names of graph 'gi' into 'gr'; an empty name is the one the
+ * record implies (npu_program_tensor_name, of the weight table of 'p'). */
+static npulm_status load_tensors(const struct npu_gguf *g, const struct npu_program *p, int32_t gi,
+                                 struct npu_graph *gr, npulm_error *err) {
   char key[96], names_key[96];
   struct npu_gguf_arr rec, names_arr;
   snprintf(key, sizeof(key), "npulm.graph.%d.tensors", gi);
@@ -347,6 +348,11 @@ static npulm_status load_tensors(const struct npu_gguf *g, int32_t gi, struct np
     npu_record_load(TENSOR_TABLE, TENSOR_FIELDS, f, ALL_GROUPS, t);
     memcpy(t->name, name.ptr, (size_t)name.len);
     t->name[name.len] = '\0';
+    if (name.len == 0 && !npu_program_tensor_name(p->weights, p->n_weights, t, t->name)) {
+      st = npu_fail(err, NPULM_ERR_FORMAT,
+                    "program graph %d: tensor record %d: empty name, and its record implies none",
+                    gi, i);
+    }
   }
   free(names);
   return st;
@@ -384,8 +390,8 @@ static npulm_status load_nodes(const struct npu_gguf *g, int32_t gi, int32_t n_l
   return NPULM_OK;
 }
 
-static npulm_status load_graph(const struct npu_gguf *g, int32_t gi, int32_t n_layers,
-                               struct npu_graph *gr, npulm_error *err) {
+static npulm_status load_graph(const struct npu_gguf *g, const struct npu_program *p, int32_t gi,
+                               int32_t n_layers, struct npu_graph *gr, npulm_error *err) {
   char key[96];
   struct npu_gguf_arr a;
   int32_t n;
@@ -405,7 +411,7 @@ static npulm_status load_graph(const struct npu_gguf *g, int32_t gi, int32_t n_l
                     NPU_BE_COUNT);
   }
   memcpy(gr->arena_size, a.data, sizeof(gr->arena_size));
-  if ((st = load_tensors(g, gi, gr, err)) != NPULM_OK ||
+  if ((st = load_tensors(g, p, gi, gr, err)) != NPULM_OK ||
       (st = load_nodes(g, gi, n_layers, gr, err)) != NPULM_OK) {
     return st;
   }
@@ -561,10 +567,14 @@ static npulm_status load_site(const struct npu_gguf *g, struct npu_program *p, i
   size_t n = (size_t)s->n;
   if ((st = site_tensor(g, p, si, "mult", GGML_I32, n, 0, &t, err)) != NPULM_OK ||
       (st = copy_out(t, n * sizeof(int32_t), (void **)&s->mult, err)) != NPULM_OK ||
-      (st = site_tensor(g, p, si, "shift", GGML_I32, n, 0, &t, err)) != NPULM_OK ||
-      (st = copy_out(t, n * sizeof(int32_t), (void **)&s->shift, err)) != NPULM_OK) {
+      (st = site_tensor(g, p, si, "shift", GGML_I8, n, 0, &t, err)) != NPULM_OK) {
     return st;
   }
+  /* the shifts, stored as I8, widened for the kernels (their range: npu_program_verify) */
+  if ((s->shift = malloc(n * sizeof(int32_t))) == NULL) {
+    return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  }
+  for (size_t c = 0; c < n; c++) s->shift[c] = ((const int8_t *)t->data)[c];
   if (groups & NPU_SITE_GEMM) {
     s->gemm.mult = s->mult;
     s->gemm.shift = s->shift;
@@ -730,7 +740,7 @@ npulm_status npu_program_load(const struct npulm_model *m, struct npu_program **
   }
   for (int32_t i = 0; i < want; i++) {
     p->n_graphs++; /* freed with the program, even if half loaded */
-    if ((st = load_graph(g, i, m->cfg.n_layers, &p->graphs[i], err)) != NPULM_OK) goto fail;
+    if ((st = load_graph(g, p, i, m->cfg.n_layers, &p->graphs[i], err)) != NPULM_OK) goto fail;
   }
   if ((st = load_quant(g, p, err)) != NPULM_OK) goto fail;
   if ((st = npu_program_verify(m, p, err)) != NPULM_OK) goto fail;

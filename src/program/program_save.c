@@ -82,9 +82,10 @@ static npulm_status copy_metadata(struct npu_gguf_writer *w, const struct npu_gg
   return st;
 }
 
-/* The records of graph 'gi' as metadata. */
-static npulm_status add_graph(struct npu_gguf_writer *w, int32_t gi, const struct npu_graph *g,
-                              npulm_error *err) {
+/* The records of graph 'gi' of 'p' as metadata; a tensor named as its record implies
+ * (npu_program_tensor_name) has an empty name. */
+static npulm_status add_graph(struct npu_gguf_writer *w, const struct npu_program *p, int32_t gi,
+                              const struct npu_graph *g, npulm_error *err) {
   size_t n_rec = (size_t)g->n_tensors * TENSOR_FIELDS;
   if ((size_t)g->n_nodes * NODE_FIELDS > n_rec) n_rec = (size_t)g->n_nodes * NODE_FIELDS;
   if ((size_t)g->n_subgraphs * SUBGRAPH_FIELDS > n_rec)
@@ -107,7 +108,14 @@ static npulm_status add_graph(struct npu_gguf_writer *w, int32_t gi, const struc
   for (int32_t i = 0; i < g->n_tensors; i++) {
     const struct npu_ir_tensor *t = &g->tensors[i];
     npu_record_store(TENSOR_TABLE, TENSOR_FIELDS, t, ALL_GROUPS, rec + (size_t)i * TENSOR_FIELDS);
-    names[i] = t->name;
+    char implied[NPU_IR_NAME_MAX];
+    bool derived = npu_program_tensor_name(p->weights, p->n_weights, t, implied);
+    if (!derived && t->name[0] == '\0') {
+      free(rec);
+      free(names);
+      return npu_fail(err, NPULM_ERR_ARG, "graph %d: tensor %d has no name", gi, i);
+    }
+    names[i] = derived && strcmp(implied, t->name) == 0 ? "" : t->name;
   }
   snprintf(key, sizeof(key), "npulm.graph.%d.tensors", gi);
   npu_gguf_writer_add_arr(w, key, NPU_GGUF_I32, rec, (size_t)g->n_tensors * TENSOR_FIELDS);
@@ -198,10 +206,11 @@ static int32_t file_weights(const struct npulm_model *m, const struct npu_progra
   return n;
 }
 
-/* The arrays of site 'si' (at most SITE_ARRAYS of them) appended to 'ft' from 'n'. */
+/* The arrays of site 'si' (at most SITE_ARRAYS of them) appended to 'ft' from 'n'; its shifts
+ * are stored from 'shift8' (its s->shift narrowed, see narrow_shifts). */
 #define SITE_ARRAYS 7
-static int32_t site_tensors(const struct npu_qsite *s, int32_t si, struct file_tensor *ft,
-                            int32_t n) {
+static int32_t site_tensors(const struct npu_qsite *s, int32_t si, const int8_t *shift8,
+                            struct file_tensor *ft, int32_t n) {
   struct {
     const char *field;
     uint32_t type;
@@ -210,7 +219,7 @@ static int32_t site_tensors(const struct npu_qsite *s, int32_t si, struct file_t
   } arrays[SITE_ARRAYS] = {
       {"packed", GGML_I8, s->packed, s->packed_size, 0, 1},
       {"mult", GGML_I32, s->mult, (uint64_t)s->n, 0, 4},
-      {"shift", GGML_I32, s->shift, (uint64_t)s->n, 0, 4},
+      {"shift", GGML_I8, shift8, (uint64_t)s->n, 0, 1},
       {"outliers", GGML_I32, s->outliers, (uint64_t)s->n_outliers, 0, 4},
       {"outlier_w", NPU_GGML_F32, s->outlier_w, (uint64_t)s->n_outliers, (uint64_t)s->n, 4},
       {"outlier_gate", NPU_GGML_F32, s->outlier_gate, (uint64_t)s->outlier_dim,
@@ -239,6 +248,34 @@ static int32_t site_tensors(const struct npu_qsite *s, int32_t si, struct file_t
     t->bytes = t->ne[0] * t->ne[1] * arrays[a].size;
   }
   return n;
+}
+
+/* The per-channel shifts of every site of 'p' that has them, as the file stores them (I8), one
+ * site after another into '*out' (malloc'd; NULL when none). A shift outside int8 (the kernels
+ * take -31 .. 30, npu_program_verify) is an error. */
+static npulm_status narrow_shifts(const struct npu_program *p, int8_t **out, npulm_error *err) {
+  size_t total = 0;
+  *out = NULL;
+  for (int32_t i = 0; i < p->n_qsites; i++) {
+    if (p->qsites[i].shift != NULL) total += (size_t)p->qsites[i].n;
+  }
+  if (total == 0) return NPULM_OK;
+  int8_t *s8 = malloc(total);
+  if (s8 == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory writing the shifts");
+  size_t k = 0;
+  for (int32_t i = 0; i < p->n_qsites; i++) {
+    const struct npu_qsite *s = &p->qsites[i];
+    for (int32_t c = 0; s->shift != NULL && c < s->n; c++) {
+      if (s->shift[c] < INT8_MIN || s->shift[c] > INT8_MAX) {
+        free(s8);
+        return npu_program_site_fail(err, p, i, "channel %d has shift %d, which no I8 holds", c,
+                                     s->shift[c]);
+      }
+      s8[k++] = (int8_t)s->shift[c];
+    }
+  }
+  *out = s8;
+  return NPULM_OK;
 }
 
 /* The integer half of program 'p' as metadata (its arrays are tensors, see site_tensors). */
@@ -306,6 +343,7 @@ npulm_status npu_program_save(const struct npulm_model *m, const struct npu_prog
   const char **weight_names = calloc((size_t)p->n_weights + 1, sizeof(*weight_names));
   bool *reads = calloc((size_t)p->n_weights + 1, sizeof(*reads));
   uint8_t *flags = calloc((size_t)p->n_weights + 1, sizeof(*flags));
+  int8_t *shift8 = NULL; /* the sites' shifts as stored */
   npulm_status st;
   if (ft == NULL || order == NULL || weight_names == NULL || reads == NULL || flags == NULL) {
     st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
@@ -337,14 +375,18 @@ npulm_status npu_program_save(const struct npulm_model *m, const struct npu_prog
   npu_gguf_writer_add_arr(w, "npulm.weights.float", NPU_GGUF_U8, flags, (size_t)p->n_weights);
   npu_gguf_writer_add_u32(w, "npulm.graph.count", (uint32_t)p->n_graphs);
   for (int32_t i = 0; i < p->n_graphs; i++) {
-    if ((st = add_graph(w, i, &p->graphs[i], err)) != NPULM_OK) goto fail;
+    if ((st = add_graph(w, p, i, &p->graphs[i], err)) != NPULM_OK) goto fail;
   }
   if ((st = add_quant(w, p, err)) != NPULM_OK) goto fail;
 
   /* the weights, then the sites' arrays */
   int32_t n_ft = file_weights(m, p, flags, ft);
-  for (int32_t i = 0; i < p->n_qsites && p->quant_mode != NPU_QUANT_F32; i++) {
-    n_ft = site_tensors(&p->qsites[i], i, ft, n_ft);
+  if (p->quant_mode != NPU_QUANT_F32 && (st = narrow_shifts(p, &shift8, err)) != NPULM_OK) {
+    goto fail;
+  }
+  for (int32_t i = 0, k = 0; i < p->n_qsites && p->quant_mode != NPU_QUANT_F32; i++) {
+    n_ft = site_tensors(&p->qsites[i], i, shift8 != NULL ? shift8 + k : NULL, ft, n_ft);
+    if (p->qsites[i].shift != NULL) k += p->qsites[i].n;
   }
   /* the small tensors (norms, biases, multipliers) first, side by side: the CPU reads the norms
    * at run time, and a page cache of large folios maps a whole folio (up to megabytes) for one
@@ -388,5 +430,6 @@ fail:
   free(weight_names);
   free(reads);
   free(flags);
+  free(shift8);
   return st;
 }

@@ -37,6 +37,22 @@ int32_t npu_program_graph_shapes(const struct npu_compile_options *o, bool for_g
   return n;
 }
 
+bool npu_program_tensor_name(const struct npu_weight *weights, int32_t n_weights,
+                             const struct npu_ir_tensor *t, char name[NPU_IR_NAME_MAX]) {
+  int len;
+  if (t->kind == NPU_TK_WEIGHT) {
+    if (t->ref < 0 || t->ref >= n_weights) return false;
+    len = snprintf(name, NPU_IR_NAME_MAX, "%s", weights[t->ref].name);
+  } else if (t->role != NPU_ROLE_NONE && t->role < NPU_ROLE_COUNT && t->layer >= -1) {
+    const char *what = npu_tensor_role_name((enum npu_tensor_role)t->role);
+    len = t->layer >= 0 ? snprintf(name, NPU_IR_NAME_MAX, "blk.%d.%s", t->layer, what)
+                        : snprintf(name, NPU_IR_NAME_MAX, "%s", what);
+  } else {
+    return false;
+  }
+  return len > 0 && len < NPU_IR_NAME_MAX; /* a cut name is stored */
+}
+
 /* ---- Verification --------------------------------------------------------------------------- */
 
 struct verify_ctx {
