@@ -18,12 +18,16 @@ struct collector {
 };
 
 static int32_t bin_of(float v) {
-  float a = fabsf(v);
-  if (!(a > 0.0f)) return 0;
-  int e;
-  float m = frexpf(a, &e); /* a = m * 2^e, m in [0.5, 1) */
-  int64_t bin = ((int64_t)(e - 1) - NPU_CALIB_MIN_EXP) * NPU_CALIB_BINS_PER_OCTAVE +
-                (int64_t)((2.0f * m - 1.0f) * NPU_CALIB_BINS_PER_OCTAVE);
+  /* |v| = 1.f * 2^(e - 127): the octave from the exponent bits, the bin within it from the top
+   * bits of the fraction (frexpf's (2m - 1) * NPU_CALIB_BINS_PER_OCTAVE, truncated); zeros,
+   * subnormals and NaN fall in bin 0, infinities in the last */
+  _Static_assert(NPU_CALIB_BINS_PER_OCTAVE == 16, "four fraction bits per octave");
+  uint32_t bits;
+  memcpy(&bits, &v, sizeof(bits));
+  const int32_t e = (int32_t)((bits >> 23) & 0xff);
+  if (e == 0 || (e == 0xff && (bits & 0x7fffff) != 0)) return 0;
+  int64_t bin = ((int64_t)(e - 127) - NPU_CALIB_MIN_EXP) * NPU_CALIB_BINS_PER_OCTAVE +
+                (int64_t)((bits >> 19) & 0xf);
   return bin < 0 ? 0 : bin >= NPU_CALIB_BINS ? NPU_CALIB_BINS - 1 : (int32_t)bin;
 }
 
@@ -109,6 +113,7 @@ void npu_calib_free(struct npu_calib *c) {
 
 struct npu_calib_run {
   struct npu_config cfg;
+  bool scores; /* gather the attention scores' and probabilities' statistics */
   struct collector c;
   struct npu_ref_state state; /* one window's rows at a time */
   struct npu_pool *pool;
@@ -147,6 +152,40 @@ static void run_matmul(void *user, float *out, const float *w, const float *bias
   npu_pool_run(r->pool, (size_t)tasks, matmul_task, &j);
 }
 
+/* One pool task of attention: a range of its rows. */
+struct attention_job {
+  const struct npu_calib_run *run;
+  float *out;
+  const float *q, *keys, *values;
+  int heads, kv_heads, hd, rows, pos0, rows_per_task;
+  float scale;
+};
+
+static void attention_task(void *arg, size_t task) {
+  const struct attention_job *j = arg;
+  int r0 = (int)task * j->rows_per_task;
+  int r1 = r0 + j->rows_per_task < j->rows ? r0 + j->rows_per_task : j->rows;
+  if (r0 >= r1) return;
+  const size_t width = (size_t)j->heads * (size_t)j->hd;
+  /* rows r0 .. r1 - 1 as a step of their own at position pos0 + r0: row t sees pos0 + r0 + t + 1
+   * keys, as npu_ref_block's row r0 + t */
+  j->run->uk.f32_attention(j->out + (size_t)r0 * width, j->q + (size_t)r0 * width, j->keys,
+                           j->values, j->heads, j->kv_heads, j->hd, r1 - r0, j->pos0 + r0, r1 - r0,
+                           j->scale);
+}
+
+/* npu_ref_attention_fn: the CPU kernels' fused attention (the reference's bits), its rows cut
+ * across the pool's threads (later rows attend over more keys: more tasks than threads). */
+static void run_attention(void *user, float *out, const float *q, const float *keys,
+                          const float *values, int heads, int kv_heads, int hd, int rows, int pos0,
+                          float scale) {
+  const struct npu_calib_run *r = user;
+  int tasks = 4 * npu_pool_threads(r->pool);
+  struct attention_job j = {
+      r, out, q, keys, values, heads, kv_heads, hd, rows, pos0, (rows + tasks - 1) / tasks, scale};
+  npu_pool_run(r->pool, (size_t)tasks, attention_task, &j);
+}
+
 void npu_calib_run_free(struct npu_calib_run *r) {
   if (r == NULL) return;
   npu_calib_free(r->c.calib);
@@ -160,7 +199,7 @@ void npu_calib_run_free(struct npu_calib_run *r) {
 const struct npu_calib *npu_calib_run_stats(const struct npu_calib_run *r) { return r->c.calib; }
 
 npulm_status npu_calib_run_create(const struct npu_config *cfg, const int32_t *tokens,
-                                  size_t n_tokens, int32_t window, int32_t bos,
+                                  size_t n_tokens, int32_t window, int32_t bos, bool scores,
                                   struct npu_pool *pool, struct npu_calib_run **out,
                                   npulm_error *err) {
   *out = NULL;
@@ -170,6 +209,7 @@ npulm_status npu_calib_run_create(const struct npu_config *cfg, const int32_t *t
   struct npu_calib_run *r = calloc(1, sizeof(*r));
   if (r == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
   r->cfg = *cfg;
+  r->scores = scores;
   r->pool = pool;
   r->c = (struct collector){.last = -1, .status = NPULM_OK};
   npu_cpu_ukernels_select(npu_isa_detect(), &r->uk);
@@ -189,6 +229,7 @@ npulm_status npu_calib_run_create(const struct npu_config *cfg, const int32_t *t
     return st;
   }
   r->state.matmul = run_matmul;
+  r->state.attention = run_attention;
   r->state.matmul_user = r;
   size_t row = 0, done = 0;
   for (size_t w = 0; w < n_windows; w++) {
@@ -227,7 +268,7 @@ npulm_status npu_calib_embed(struct npu_calib_run *r, npu_calib_rows_fn *embd, v
 npulm_status npu_calib_layer(struct npu_calib_run *r, const struct npu_layer_weights *lw,
                              const float *rope_freqs, int layer, npulm_error *err) {
   const size_t dim = (size_t)r->cfg.dim;
-  const struct npu_ref_observer obs = {.fn = observe, .user = &r->c};
+  const struct npu_ref_observer obs = {.fn = observe, .user = &r->c, .scores = r->scores};
   float *x = r->x;
   for (int32_t w = 0; w < r->n_windows; w++) {
     const size_t n = (size_t)r->win_rows[w];
@@ -289,7 +330,9 @@ npulm_status npu_calibrate(const struct npulm_model *m, const int32_t *tokens, s
   struct npu_calib_run *r = NULL;
   struct matrix embd = {m->w.token_embd, c->dim}, output = {m->w.output, c->dim};
   npulm_status st = npu_config_check_weights(c, err);
-  if (st == NPULM_OK) st = npu_calib_run_create(c, tokens, n_tokens, window, bos, NULL, &r, err);
+  if (st == NPULM_OK) {
+    st = npu_calib_run_create(c, tokens, n_tokens, window, bos, true, NULL, &r, err);
+  }
   if (st == NPULM_OK) st = npu_calib_embed(r, matrix_rows, &embd, err);
   for (int l = 0; l < c->n_layers && st == NPULM_OK; l++) {
     st = npu_calib_layer(r, &m->w.layers[l], m->w.rope_freqs, l, err);

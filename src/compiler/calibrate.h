@@ -4,6 +4,7 @@
 #ifndef NPU_COMPILER_CALIBRATE_H
 #define NPU_COMPILER_CALIBRATE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "base/pool.h"
@@ -42,9 +43,12 @@ struct npu_calib {
  * which has the reference's bits, cut across the threads of 'pool'). */
 struct npu_calib_run;
 
-/* 'pool' may be NULL (one thread); it must outlive the run. */
+/* 'pool' may be NULL (one thread); it must outlive the run. With 'scores' the run gathers the
+ * statistics of the attention scores and probabilities too ("blk.L.kq", "blk.L.kq_softmax": a
+ * softmax per head and row, needed only where the NPU computes attention); without, attention
+ * runs as the CPU kernels' fused attention, cut across the pool's threads. */
 npulm_status npu_calib_run_create(const struct npu_config *cfg, const int32_t *tokens,
-                                  size_t n_tokens, int32_t window, int32_t bos,
+                                  size_t n_tokens, int32_t window, int32_t bos, bool scores,
                                   struct npu_pool *pool, struct npu_calib_run **out,
                                   npulm_error *err);
 void npu_calib_run_free(struct npu_calib_run *r); /* accepts NULL */
@@ -68,8 +72,8 @@ npulm_status npu_calib_layer(struct npu_calib_run *r, const struct npu_layer_wei
 npulm_status npu_calib_head(struct npu_calib_run *r, const float *output_norm,
                             npu_calib_rows_fn *output, void *user, npulm_error *err);
 
-/* The whole run over model 'm' (its weights all read): embedding, blocks, head. Progress in
- * layers. */
+/* The whole run over model 'm' (its weights all read), scores included: embedding, blocks,
+ * head. Progress in layers. */
 npulm_status npu_calibrate(const struct npulm_model *m, const int32_t *tokens, size_t n_tokens,
                            int32_t window, int32_t bos, npulm_progress_fn progress, void *user,
                            struct npu_calib **out, npulm_error *err);

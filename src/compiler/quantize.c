@@ -1206,9 +1206,11 @@ npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_progra
     st = npu_fail(err, NPULM_ERR_ARG, "the graph has no embedding, output norm or classifier");
     goto done;
   }
-  if ((st = npu_calib_run_create(c, tokens, n_tokens, WINDOW, bos, pool, &final, err)) ||
+  /* the statistics of attention scores and probabilities serve only attention on the NPU */
+  const bool scores = !npu_attention_fused(p->opts.float_ops);
+  if ((st = npu_calib_run_create(c, tokens, n_tokens, WINDOW, bos, scores, pool, &final, err)) ||
       (o->mode == NPU_QUANT_SMOOTH &&
-       (st = npu_calib_run_create(c, tokens, n_tokens, WINDOW, bos, pool, &plain, err))) ||
+       (st = npu_calib_run_create(c, tokens, n_tokens, WINDOW, bos, scores, pool, &plain, err))) ||
       (st = npu_calib_embed(final, source_rows, &embd, err)) ||
       (plain != NULL && (st = npu_calib_embed(plain, source_rows, &embd, err))) ||
       (st = quantize_tensors(m, p, npu_calib_run_stats(final), o, -1, true, outliers, err))) {

@@ -182,7 +182,7 @@ static void attention(const struct npu_config *c, struct npu_ref_state *s, int l
     npu_ref_attention(out + (size_t)h * (size_t)hd, s->att, q + (size_t)h * (size_t)hd,
                       keys + kv_off, values + kv_off, kv_dim, hd, pos + 1, scale);
     /* the scores and, for observers only, their softmax as one row */
-    if (obs != NULL) {
+    if (obs != NULL && obs->scores) {
       observe(obs, layer, "kq", s->att, pos + 1);
       npu_ref_softmax(s->att, pos + 1);
       observe(obs, layer, "kq_softmax", s->att, pos + 1);
@@ -231,9 +231,16 @@ void npu_ref_block(const struct npu_config *c, const struct npu_layer_weights *l
   observe_rows(obs, l, "k_rope", k, kv_dim, rows);
 
   /* attention (each row over the positions up to its own), then output projection */
-  for (int r = 0; r < rows; r++) {
-    attention(c, s, l, pos0 + r, s->q + (size_t)r * (size_t)q_dim,
-              s->xb + (size_t)r * (size_t)q_dim, obs);
+  if (s->attention != NULL && (obs == NULL || !obs->scores)) {
+    const size_t layer_cache = (size_t)l * (size_t)s->n_ctx * (size_t)kv_dim;
+    s->attention(mu, s->xb, s->q, s->key_cache + layer_cache, s->value_cache + layer_cache,
+                 c->n_heads, c->n_kv_heads, c->head_dim, rows, pos0,
+                 1.0f / sqrtf((float)c->head_dim));
+  } else {
+    for (int r = 0; r < rows; r++) {
+      attention(c, s, l, pos0 + r, s->q + (size_t)r * (size_t)q_dim,
+                s->xb + (size_t)r * (size_t)q_dim, obs);
+    }
   }
   observe_rows(obs, l, "kqv", s->xb, q_dim, rows);
   matmul(mu, s->xb2, lw->wo, NULL, s->xb, q_dim, dim, rows);

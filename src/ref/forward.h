@@ -18,20 +18,29 @@ static inline float npu_ref_silu(float x) { return x / (1.0f + expf(-x)); }
 typedef void npu_ref_matmul_fn(void *user, float *out, const float *w, const float *bias,
                                const float *x, int n_in, int n_out, int rows);
 
+/* out [rows, heads * hd]: row r's query heads q [rows, heads * hd] over cache positions 0 ..
+ * pos0 + r (keys and values: rows of kv_heads * hd floats from position 0; head h reads KV head
+ * h / (heads / kv_heads)), each as npu_ref_attention computes it with 'scale'. A faster function
+ * may stand in only if it gives those bits: the CPU kernels' fused attention does. */
+typedef void npu_ref_attention_fn(void *user, float *out, const float *q, const float *keys,
+                                  const float *values, int heads, int kv_heads, int hd, int rows,
+                                  int pos0, float scale);
+
 /* Activations and KV cache of one sequence, for blocks of up to max_rows positions at a time. */
 struct npu_ref_state {
   int n_ctx, max_rows;
-  float *x;                  /* (max_rows, dim) residual stream */
-  float *xb;                 /* (max_rows, max(dim, q_dim)) normed input / attention output */
-  float *xb2;                /* (max_rows, dim) projection output */
-  float *hb;                 /* (max_rows, ffn_dim) gate */
-  float *hb2;                /* (max_rows, ffn_dim) up */
-  float *q;                  /* (max_rows, n_heads * head_dim) */
-  float *att;                /* (n_ctx) attention scores of one head */
-  float *key_cache;          /* (n_layers, n_ctx, n_kv_heads * head_dim) */
-  float *value_cache;        /* (n_layers, n_ctx, n_kv_heads * head_dim) */
-  npu_ref_matmul_fn *matmul; /* NULL: npu_ref_matmul */
-  void *matmul_user;
+  float *x;                        /* (max_rows, dim) residual stream */
+  float *xb;                       /* (max_rows, max(dim, q_dim)) normed input / attention output */
+  float *xb2;                      /* (max_rows, dim) projection output */
+  float *hb;                       /* (max_rows, ffn_dim) gate */
+  float *hb2;                      /* (max_rows, ffn_dim) up */
+  float *q;                        /* (max_rows, n_heads * head_dim) */
+  float *att;                      /* (n_ctx) attention scores of one head */
+  float *key_cache;                /* (n_layers, n_ctx, n_kv_heads * head_dim) */
+  float *value_cache;              /* (n_layers, n_ctx, n_kv_heads * head_dim) */
+  npu_ref_matmul_fn *matmul;       /* NULL: npu_ref_matmul */
+  npu_ref_attention_fn *attention; /* NULL: npu_ref_attention row by row, head by head */
+  void *matmul_user;               /* the 'user' of both */
 };
 
 /* A state for one position at a time (max_rows 1). */
@@ -54,6 +63,7 @@ void npu_ref_state_free(struct npu_ref_state *s);
 struct npu_ref_observer {
   void (*fn)(void *user, int layer, const char *what, const float *values, int n);
   void *user;
+  bool scores; /* show "kq" and "kq_softmax" too (they cost a softmax per head for nothing else) */
 };
 
 /* True for the names shown one head at a time (see npu_ref_observer). */
