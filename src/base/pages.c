@@ -113,3 +113,15 @@ void npu_pages_release(const void *p, size_t size) {
 }
 
 #endif
+
+uint64_t npu_mem_available(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (f == NULL) return 0;
+  char line[128];
+  unsigned long long kib = 0;
+  while (fgets(line, sizeof(line), f) != NULL) {
+    if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+  }
+  fclose(f);
+  return (uint64_t)kib * 1024u;
+}

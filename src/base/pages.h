@@ -7,6 +7,7 @@
 #define NPU_BASE_PAGES_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* 'size' bytes (at least one page), zero-filled and page-aligned; NULL if out of memory. */
 void *npu_pages_alloc(size_t size);
@@ -38,5 +39,9 @@ void *npu_pages_map_scratch(const char *dir, size_t size);
  * elsewhere, or is not needed for a while, so that the process does not hold it. A no-op where
  * the system cannot. */
 void npu_pages_release(const void *p, size_t size);
+
+/* Bytes of memory the system can give without swapping (Linux: MemAvailable of /proc/meminfo), or
+ * 0 where it does not say. */
+uint64_t npu_mem_available(void);
 
 #endif /* NPU_BASE_PAGES_H */

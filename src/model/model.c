@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/common.h"
+#include "base/pages.h"
 
 /* Read '{arch}.{suffix}' as a positive int no larger than 'max'. */
 static npulm_status arch_int(const struct npu_gguf *g, const char *arch, const char *suffix,
@@ -174,7 +175,8 @@ static npulm_status check_finite(const char *name, const float *x, uint64_t n, n
 /* The tensors of a type npulm does not read, gathered over the whole model so that one error
  * names them all: "name (TYPE), ..." while it fits in 'list', then only counted. */
 struct unread {
-  bool check_only; /* the first pass: shapes and types only, nothing dequantized */
+  bool check_only;     /* the first pass: shapes and types only, nothing dequantized */
+  uint64_t copy_bytes; /* what the second pass will allocate: the float copies */
   char list[288];
   size_t len;
   int n, listed;
@@ -239,8 +241,13 @@ static npulm_status load_tensor(struct npulm_model *m, struct unread *u, const c
     unread_add(u, name, t->type);
     return NPULM_OK;
   }
-  if (u->check_only || (m->defer_matrices && ne1 != 0)) return NPULM_OK;
-  if (t->type == NPU_GGML_F32 && ((uintptr_t)t->data % _Alignof(float)) == 0) {
+  const bool in_place = t->type == NPU_GGML_F32 && ((uintptr_t)t->data % _Alignof(float)) == 0;
+  if (m->defer_matrices && ne1 != 0) return NPULM_OK;
+  if (u->check_only) {
+    u->copy_bytes += in_place ? 0 : t->n_elems * sizeof(float);
+    return NPULM_OK;
+  }
+  if (in_place) {
     *out = t->data;
     /* not scanned again where the checksums vouch for it: that would read every page of a
      * program's float matrices, which an integer program never touches at run time */
@@ -351,6 +358,15 @@ static npulm_status load_weights(struct npulm_model *m, npulm_error *err) {
   struct unread u = {.check_only = true};
   npulm_status st;
   if ((st = load_all(m, &u, err)) != NPULM_OK || (st = unread_fail(&u, err)) != NPULM_OK) return st;
+  /* a model whose float copies cannot fit is said now, not found by the OOM killer later */
+  const uint64_t available = npu_mem_available();
+  if (available > 0 && u.copy_bytes > available) {
+    return npu_fail(err, NPULM_ERR_NOMEM,
+                    "reading this model's weights in float takes %.1f GiB, more than the %.1f GiB "
+                    "of memory available: compile it into a program file first (npulm compile "
+                    "reads it a block at a time), and run that",
+                    (double)u.copy_bytes / (1u << 30), (double)available / (1u << 30));
+  }
   m->n_params = 0;
   u.check_only = false;
   return load_all(m, &u, err);
