@@ -146,7 +146,7 @@ static void write_seed(const char *dir, const char *name, enum npu_quant_mode mo
   o.buckets[0] = 16;
   o.float_ops = npu_quant_float_ops(mode, float_ops);
   struct npu_program *p;
-  if (npu_compile(m, &o, &p, &err) != NPULM_OK) die("compile", &err);
+  if (npu_compile(m, &o, NULL, NULL, &p, &err) != NPULM_OK) die("compile", &err);
   size_t len = strlen(npu_calib_default_text), cap = 4 * len + 16, n = 0;
   int32_t *ids = malloc(cap * sizeof(int32_t));
   if (ids == NULL) die("out of memory", NULL);
