@@ -325,7 +325,7 @@ static void test_block_rows_equal_stepwise(void **state) {
   npulm_error err;
   assert_int_equal(npu_ref_state_init(&s1, c, N, &err), NPULM_OK);
   assert_int_equal(npu_ref_state_init_rows(&s2, c, N, N - FIRST, &err), NPULM_OK);
-  struct npu_ref_observer obs_a = {see, &a, true}, obs_b = {see, &b, true};
+  struct npu_ref_observer obs_a = {see, NULL, &a, true}, obs_b = {see, NULL, &b, true};
   for (int i = 0; i < N; i++) {
     npu_ref_forward(m, &s1, ids[i], i, logits_a + (size_t)i * (size_t)c->n_vocab, &obs_a);
   }

@@ -250,7 +250,7 @@ npulm_status npulm_diff(const npulm_model *m, const char *text, size_t len,
   if (st == NPULM_OK) st = npu_ref_state_init(&ref, &m->cfg, (int)(n > 0 ? n : 1), err);
   if (st != NPULM_OK) goto done;
   npu_session_observe(session, on_node, &d);
-  struct npu_ref_observer obs = {.fn = on_ref, .user = &d, .scores = true};
+  struct npu_ref_observer obs = {.fn = on_ref, .rows_fn = NULL, .user = &d, .scores = true};
   double kl_sum = 0;
   int agree = 0;
   for (size_t t = 0; t < n && st == NPULM_OK && d.status == NPULM_OK; t++) {

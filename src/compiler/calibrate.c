@@ -76,22 +76,41 @@ static struct npu_act_stats *find_or_add(struct collector *c, const char *name, 
 
 /* Fold 'n' values of activation 'name' (channels chan0 .. chan0 + n - 1 of its 'channels', or a
  * per-head one: channels 0) into its statistics. */
-static void accumulate(struct collector *c, const char *name, int32_t channels, int32_t chan0,
-                       const float *v, int n) {
-  if (c->status != NPULM_OK) return;
+/* The statistics of 'name' ('channels' channels, or a per-head one: 0), or NULL with the
+ * collector's status set. */
+static struct npu_act_stats *stats_for(struct collector *c, const char *name, int32_t channels) {
+  if (c->status != NPULM_OK) return NULL;
   struct npu_act_stats *s = find_or_add(c, name, channels);
   if (s == NULL || s->n_channels != channels) {
     c->status = s == NULL ? NPULM_ERR_NOMEM : NPULM_ERR_ARG;
-    return;
+    return NULL;
   }
-  float *absmax = channels > 0 ? s->chan_absmax + chan0 : NULL;
-  for (int i = 0; i < n; i++) {
-    float x = v[i], a = fabsf(x);
-    if (x < s->min) s->min = x;
-    if (x > s->max) s->max = x;
-    if (absmax != NULL && a > absmax[i]) absmax[i] = a;
-    s->hist[bin_of(x)]++;
+  return s;
+}
+
+/* Fold rows [r0, r1) of 'rows' rows of 'n' values at 'v' (row stride n; channels chan0 .. of
+ * 'absmax', which may be NULL) into a minimum, a maximum and a histogram. */
+static void fold_rows(const float *v, int n, int r0, int r1, float *absmax, float *min, float *max,
+                      uint64_t *hist) {
+  for (int r = r0; r < r1; r++) {
+    const float *row = v + (size_t)r * (size_t)n;
+    for (int i = 0; i < n; i++) {
+      float x = row[i], a = fabsf(x);
+      if (x < *min) *min = x;
+      if (x > *max) *max = x;
+      if (absmax != NULL && a > absmax[i]) absmax[i] = a;
+      hist[bin_of(x)]++;
+    }
   }
+}
+
+/* Fold 'n' values of activation 'name' (channels chan0 .. chan0 + n - 1 of its 'channels', or a
+ * per-head one: channels 0) into its statistics. */
+static void accumulate(struct collector *c, const char *name, int32_t channels, int32_t chan0,
+                       const float *v, int n) {
+  struct npu_act_stats *s = stats_for(c, name, channels);
+  if (s == NULL) return;
+  fold_rows(v, n, 0, 1, channels > 0 ? s->chan_absmax + chan0 : NULL, &s->min, &s->max, s->hist);
   s->count += (uint64_t)n;
 }
 
@@ -118,12 +137,75 @@ struct npu_calib_run {
   struct npu_ref_state state; /* one window's rows at a time */
   struct npu_pool *pool;
   struct npu_cpu_ukernels uk;
-  size_t n_rows;     /* rows of all windows, one after another */
-  int32_t *ids;      /* (n_rows) their tokens */
-  int32_t n_windows; /* windows, each from position 0 */
-  int32_t *win_rows; /* (n_windows) rows of each */
-  float *x;          /* (n_rows, dim) the residual stream after the steps so far */
+  size_t n_rows;         /* rows of all windows, one after another */
+  int32_t *ids;          /* (n_rows) their tokens */
+  int32_t n_windows;     /* windows, each from position 0 */
+  int32_t *win_rows;     /* (n_windows) rows of each */
+  float *x;              /* (n_rows, dim) the residual stream after the steps so far */
+  struct partial *parts; /* (npu_pool_threads(pool)) one per task of a parallel fold */
 };
+
+/* One task's share of a parallel fold: the channels it takes, folded over every row. */
+struct partial {
+  float min, max;
+  uint64_t hist[NPU_CALIB_BINS];
+};
+
+struct fold_job {
+  const struct npu_calib_run *run;
+  const float *v;
+  int n, rows, chans_per_task;
+  float *absmax; /* (n) or NULL */
+};
+
+static void fold_task(void *arg, size_t task) {
+  const struct fold_job *j = arg;
+  struct partial *part = &j->run->parts[task];
+  part->min = INFINITY;
+  part->max = -INFINITY;
+  memset(part->hist, 0, sizeof(part->hist));
+  const int c0 = (int)task * j->chans_per_task;
+  const int c1 = c0 + j->chans_per_task < j->n ? c0 + j->chans_per_task : j->n;
+  for (int r = 0; r < j->rows && c0 < c1; r++) {
+    fold_rows(j->v + (size_t)r * (size_t)j->n + c0, c1 - c0, 0, 1,
+              j->absmax != NULL ? j->absmax + c0 : NULL, &part->min, &part->max, part->hist);
+  }
+}
+
+/* Fold 'rows' rows of 'n' values at 'v' (row stride 'stride') of activation 'name' (channels
+ * chan0 .. of its 'channels') into its statistics, the channels cut across the pool's threads:
+ * each task keeps its own minimum, maximum and histogram, added up after (the same statistics as
+ * row after row, since none depends on the order). */
+static void accumulate_rows(struct npu_calib_run *r, const char *name, int32_t channels,
+                            int32_t chan0, const float *v, int n, int rows) {
+  struct npu_act_stats *s = stats_for(&r->c, name, channels);
+  if (s == NULL) return;
+  const int tasks = npu_pool_threads(r->pool);
+  struct fold_job j = {
+      r, v, n, rows, (n + tasks - 1) / tasks, channels > 0 ? s->chan_absmax + chan0 : NULL};
+  npu_pool_run(r->pool, (size_t)tasks, fold_task, &j);
+  for (int t = 0; t < tasks; t++) {
+    const struct partial *part = &r->parts[t];
+    s->min = fminf(s->min, part->min);
+    s->max = fmaxf(s->max, part->max);
+    for (int b = 0; b < NPU_CALIB_BINS; b++) s->hist[b] += part->hist[b];
+  }
+  s->count += (uint64_t)n * (uint64_t)rows;
+}
+
+/* npu_ref_observer.fn of a run: one row of an activation (the per-head scores). */
+static void observe_row(void *user, int layer, const char *what, const float *v, int n) {
+  observe(&((struct npu_calib_run *)user)->c, layer, what, v, n);
+}
+
+/* npu_ref_observer.rows_fn of a run: a block's activation, all its rows at once. */
+static void observe_block(void *user, int layer, const char *what, const float *v, int n,
+                          int rows) {
+  char name[NPU_IR_NAME_MAX];
+  if (layer >= 0) snprintf(name, sizeof(name), "blk.%d.%s", layer, what);
+  else snprintf(name, sizeof(name), "%s", what);
+  accumulate_rows(user, name, n, 0, v, n, rows);
+}
 
 /* One pool task of a matmul: a range of its rows. */
 struct matmul_job {
@@ -193,6 +275,7 @@ void npu_calib_run_free(struct npu_calib_run *r) {
   free(r->ids);
   free(r->win_rows);
   free(r->x);
+  free(r->parts);
   free(r);
 }
 
@@ -221,7 +304,8 @@ npulm_status npu_calib_run_create(const struct npu_config *cfg, const int32_t *t
   r->ids = malloc(r->n_rows * sizeof(int32_t));
   r->win_rows = malloc(n_windows * sizeof(int32_t));
   r->x = malloc(r->n_rows * (size_t)cfg->dim * sizeof(float));
-  npulm_status st = !r->c.calib || !r->ids || !r->win_rows || !r->x
+  r->parts = malloc((size_t)npu_pool_threads(pool) * sizeof(*r->parts));
+  npulm_status st = !r->c.calib || !r->ids || !r->win_rows || !r->x || !r->parts
                         ? npu_fail(err, NPULM_ERR_NOMEM, "out of memory")
                         : npu_ref_state_init_rows(&r->state, cfg, window, window, err);
   if (st != NPULM_OK) {
@@ -260,15 +344,16 @@ npulm_status npu_calib_embed(struct npu_calib_run *r, npu_calib_rows_fn *embd, v
     npulm_status st = embd(user, r->ids[i], 1, r->x + i * dim, &row, err);
     if (st != NPULM_OK) return st;
     if (row != r->x + i * dim) memcpy(r->x + i * dim, row, dim * sizeof(float));
-    observe(&r->c, -1, "embd", row, (int)dim);
   }
+  accumulate_rows(r, "embd", (int32_t)dim, 0, r->x, (int)dim, (int)r->n_rows);
   return run_status(r, err);
 }
 
 npulm_status npu_calib_layer(struct npu_calib_run *r, const struct npu_layer_weights *lw,
                              const float *rope_freqs, int layer, npulm_error *err) {
   const size_t dim = (size_t)r->cfg.dim;
-  const struct npu_ref_observer obs = {.fn = observe, .user = &r->c, .scores = r->scores};
+  const struct npu_ref_observer obs = {
+      .fn = observe_row, .rows_fn = observe_block, .user = r, .scores = r->scores};
   float *x = r->x;
   for (int32_t w = 0; w < r->n_windows; w++) {
     const size_t n = (size_t)r->win_rows[w];
@@ -288,8 +373,8 @@ npulm_status npu_calib_head(struct npu_calib_run *r, const float *output_norm,
   for (size_t i = 0; i < r->n_rows; i++) {
     float *x = r->x + i * (size_t)dim;
     npu_ref_rmsnorm(x, x, output_norm, dim, r->cfg.rms_eps);
-    observe(&r->c, -1, "output_norm", x, dim);
   }
+  accumulate_rows(r, "output_norm", dim, 0, r->x, dim, (int)r->n_rows);
   const int block = n_vocab < VOCAB_BLOCK ? n_vocab : VOCAB_BLOCK;
   float *w = malloc((size_t)block * (size_t)dim * sizeof(float));
   float *logits = malloc(r->n_rows * (size_t)block * sizeof(float));
@@ -299,9 +384,7 @@ npulm_status npu_calib_head(struct npu_calib_run *r, const float *output_norm,
     const float *rows;
     if ((st = output(user, v0, nb, w, &rows, err)) != NPULM_OK) break;
     run_matmul(r, logits, rows, NULL, r->x, dim, nb, (int)r->n_rows);
-    for (size_t i = 0; i < r->n_rows; i++) {
-      accumulate(&r->c, "logits", n_vocab, v0, logits + i * (size_t)nb, nb);
-    }
+    accumulate_rows(r, "logits", n_vocab, v0, logits, nb, (int)r->n_rows);
   }
   free(w);
   free(logits);

@@ -193,6 +193,10 @@ static void attention(const struct npu_config *c, struct npu_ref_state *s, int l
 /* Show each of 'rows' rows of 'n' values at 'v' to the observer, if there is one. */
 static void observe_rows(const struct npu_ref_observer *o, int layer, const char *what,
                          const float *v, int n, int rows) {
+  if (o != NULL && o->rows_fn != NULL) {
+    o->rows_fn(o->user, layer, what, v, n, rows);
+    return;
+  }
   for (int r = 0; o != NULL && r < rows; r++) observe(o, layer, what, v + (size_t)r * (size_t)n, n);
 }
 

@@ -62,6 +62,9 @@ void npu_ref_state_free(struct npu_ref_state *s);
  * npu_ref_attention's online softmax, which agrees with them to rounding. */
 struct npu_ref_observer {
   void (*fn)(void *user, int layer, const char *what, const float *values, int n);
+  /* Optional: an activation of a block of positions shown at once, 'rows' rows of 'n' values
+   * (npu_ref_block; the per-head scores still go to fn); without it, fn sees them row by row. */
+  void (*rows_fn)(void *user, int layer, const char *what, const float *values, int n, int rows);
   void *user;
   bool scores; /* show "kq" and "kq_softmax" too (they cost a softmax per head for nothing else) */
 };
