@@ -1281,6 +1281,16 @@ static float *eval_logits(const npulm_model *m, size_t *n_out) {
   return logits;
 }
 
+/* Models 'a' and 'b' give the same logits, bit for bit, prefill and decode (eval_logits). */
+static void assert_same_logits(const npulm_model *a, const npulm_model *b) {
+  size_t n1, n2;
+  float *l1 = eval_logits(a, &n1), *l2 = eval_logits(b, &n2);
+  assert_int_equal(n1, n2);
+  assert_memory_equal(l1, l2, n1 * sizeof(float));
+  free(l1);
+  free(l2);
+}
+
 /* The options of the integer round trips: two prefill sizes and two buckets, so that both kinds
  * of step run. */
 static void small_options(const npulm_model *m, struct npu_compile_options *o) {
@@ -1502,12 +1512,7 @@ static void test_lean_program(void **state) {
   free(bytes);
   assert_true(n_lean < n_full);
   /* the same logits */
-  size_t n1, n2;
-  float *l1 = eval_logits(a, &n1), *l2 = eval_logits(b, &n2);
-  assert_int_equal(n1, n2);
-  assert_memory_equal(l1, l2, n1 * sizeof(float));
-  free(l1);
-  free(l2);
+  assert_same_logits(a, b);
   /* what needs the float weights refuses the lean one; the full one has them */
   npulm_error err = {{0}};
   npulm_session_params sp = npulm_session_default_params();
@@ -2056,12 +2061,7 @@ static void test_attention_on_npu(void **state) {
   npulm_model *l = open_ok(npu);
   assert_programs_equal(m->program, l->program);
   assert_quant_equal(m->program, l->program);
-  size_t n1, n2;
-  float *l1 = eval_logits(m, &n1), *l2 = eval_logits(l, &n2);
-  assert_int_equal(n1, n2);
-  assert_memory_equal(l1, l2, n1 * sizeof(float));
-  free(l1);
-  free(l2);
+  assert_same_logits(m, l);
   npulm_model_close(l);
   const struct npu_qsite qk = p->qsites[site[0]], pv = p->qsites[site[2]];
   const struct npu_qsite norm = p->qsites[site[3]];

@@ -220,9 +220,11 @@ static void directory_of(const char *path, char *dir, size_t cap) {
 
 npulm_status npulm_compile_file(const char *model_path, const char *out_path,
                                 const npulm_compile_params *params, npulm_error *err) {
-  const char *quant = params != NULL ? params->quant : NULL;
-  const bool stream =
-      (params == NULL || !params->keep_float) && (quant == NULL || strcmp(quant, "f32") != 0);
+  /* an integer program without its float copy streams; the mode as the compile will parse it */
+  struct npu_quant_options q;
+  npulm_status st = quant_from_params(params, &q, err);
+  if (st != NPULM_OK) return st;
+  const bool stream = q.mode != NPU_QUANT_F32 && (params == NULL || !params->keep_float);
   char dir[4096];
   directory_of(out_path, dir, sizeof(dir));
   npulm_model *m = NULL;
@@ -233,7 +235,7 @@ npulm_status npulm_compile_file(const char *model_path, const char *out_path,
   }
   const bool report = params != NULL && params->progress != NULL;
   if (report) params->progress(params->progress_user, "load", "model", 0, 1);
-  npulm_status st = npu_model_open(model_path, stream, &m, err);
+  st = npu_model_open(model_path, stream, &m, err);
   if (st == NPULM_OK && report) params->progress(params->progress_user, "load", "model", 1, 1);
   if (st == NPULM_OK) st = npu_program_build(m, params, m->defer_matrices ? dir : NULL, &p, err);
   if (st == NPULM_OK) {
