@@ -37,7 +37,8 @@ bool npu_qc4w_gemm_pack(size_t n, size_t k, const int8_t *restrict w, const int3
     uint8_t *wq = blk + sizeof(head);
     memset(wq, 0x88, bsize - sizeof(head)); /* weight 0 in both nibbles */
     if (block != 0)
-      for (size_t c = 0; c < kp / NPU_QC4W_BLOCK; c++) memset(wq + pair_offset(c * 32, block) - NR, 0, NR);
+      for (size_t c = 0; c < kp / NPU_QC4W_BLOCK; c++)
+        memset(wq + pair_offset(c * 32, block) - NR, 0, NR);
     for (size_t j = 0; j < NR && n0 + j < n; j++) {
       const int8_t *row = w + (n0 + j) * k;
       int32_t sum = 0;

@@ -8,8 +8,8 @@
 
 void npu_qs16_gemm_qs16__scalar(size_t m, size_t n_begin, size_t n_end, size_t k,
                                 const int16_t *restrict x, size_t x_stride,
-                                const void *restrict w_packed, int16_t *restrict y,
-                                size_t y_stride, const struct npu_qs16_gemm_params *restrict p) {
+                                const void *restrict w_packed, int16_t *restrict y, size_t y_stride,
+                                const struct npu_qs16_gemm_params *restrict p) {
   enum { NR = NPU_QS8_GEMM_NR, KR = NPU_QS8_GEMM_KR };
   assert(k >= 1 && k <= NPU_QS8_GEMM_MAX_K);
   assert(n_begin % NR == 0);
