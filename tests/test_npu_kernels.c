@@ -528,6 +528,7 @@ static void test_matmul_group(void **state) {
       const bool wide = rand_range(&rng, 0, 1) == 1;
       arena_size = (arena_size + 63) / 64 * 64; /* the planner's alignment */
       sites[i].k = (int32_t)k;
+      sites[i].w_bits = 8;
       sites[i].packed = c[i].packed;
       sites[i].gemm = (struct npu_qs8_gemm_params){c[i].mult, c[i].shift, c[i].zx, 0};
       tensors[i + 1] = (struct npu_ir_tensor){.dtype = wide ? NPU_DT_I16 : NPU_DT_I8,
