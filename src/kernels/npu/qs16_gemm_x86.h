@@ -51,8 +51,8 @@ static inline void npu_qs16_gemm_store(const int64_t acc64[16], size_t n0, size_
                                        const struct npu_qs16_gemm_params *restrict p,
                                        int16_t *restrict y) {
   for (size_t j = 0; j < nc; j++)
-    y[j] = npu_requantize_s16(npu_narrow(acc64[j], p->acc_shift), p->mult[n0 + j],
-                              p->shift[n0 + j], p->y_zero_point);
+    y[j] = npu_requantize_s16(npu_narrow(acc64[j], p->acc_shift), p->mult[n0 + j], p->shift[n0 + j],
+                              p->y_zero_point);
 }
 
 /* The accumulator start of a block: its packed bias. */

@@ -27,8 +27,8 @@ NPU_INLINE_AVX2 void pair_step(const int mr, __m256i a[MR][4], const __m256i xl[
     const __m256i wl = _mm256_sub_epi16(_mm256_and_si256(raw, mask), eight);
     const __m256i wh = _mm256_sub_epi16(_mm256_srli_epi16(raw, 4), eight);
     for (int r = 0; r < mr; r++)
-      a[r][q] = _mm256_add_epi32(a[r][q], _mm256_add_epi32(_mm256_madd_epi16(xl[r], wl),
-                                                           _mm256_madd_epi16(xh[r], wh)));
+      a[r][q] = _mm256_add_epi32(
+          a[r][q], _mm256_add_epi32(_mm256_madd_epi16(xl[r], wl), _mm256_madd_epi16(xh[r], wh)));
   }
 }
 
@@ -99,11 +99,11 @@ NPU_INLINE_AVX2 void gemm_tile(const int mr, size_t k, size_t blk, const int16_t
   for (int r = 0; r < mr; r++) npu_qs16_gemm_store(acc64[r], n0, nc, p, y + r * y_stride);
 }
 
-NPU_TARGET_AVX2 void
-npu_qs16_qc4w_gemm_qs16__avx2(size_t m, size_t n_begin, size_t n_end, size_t k,
-                              const int16_t *restrict x, size_t x_stride,
-                              const void *restrict w_packed, int16_t *restrict y, size_t y_stride,
-                              const struct npu_qs16_gemm_params *restrict p) {
+NPU_TARGET_AVX2 void npu_qs16_qc4w_gemm_qs16__avx2(size_t m, size_t n_begin, size_t n_end, size_t k,
+                                                   const int16_t *restrict x, size_t x_stride,
+                                                   const void *restrict w_packed,
+                                                   int16_t *restrict y, size_t y_stride,
+                                                   const struct npu_qs16_gemm_params *restrict p) {
   assert(k >= 1 && k <= NPU_QS8_GEMM_MAX_K);
   assert(n_begin % NR == 0);
   assert(p->acc_shift >= 0 && p->acc_shift <= 32);
