@@ -16,8 +16,10 @@ enum { NR = NPU_QS8_GEMM_NR, KR = NPU_QS8_GEMM_KR, MR = 3 };
 /* a[r][q] += x group 'xg[r]' times quarter q of the 64 weight bytes at w, for mr rows. */
 NPU_INLINE_AVX2 void group_step(const int mr, __m256i a[MR][4], const __m256i xg[MR],
                                 const int8_t *w) {
+#pragma GCC unroll 4
   for (int q = 0; q < 4; q++) {
     const __m256i wq = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + 16 * q)));
+#pragma GCC unroll 4
     for (int r = 0; r < mr; r++) a[r][q] = _mm256_add_epi32(a[r][q], _mm256_madd_epi16(xg[r], wq));
   }
 }
@@ -28,24 +30,31 @@ NPU_INLINE_AVX2 void gemm_tile(const int mr, size_t k, const int16_t *restrict x
                                const struct npu_qs16_gemm_params *restrict p, int16_t *restrict y,
                                size_t y_stride) {
   int64_t acc64[MR][16];
+#pragma GCC unroll 4
   for (int r = 0; r < mr; r++) npu_qs16_gemm_init(block, acc64[r]);
   const int8_t *w = (const int8_t *)(block + 2 * NR * sizeof(int32_t));
   for (size_t k0 = 0; k0 < k; k0 += NPU_QS16_GEMM_KC) {
     const size_t k1 = k - k0 < NPU_QS16_GEMM_KC ? k : k0 + NPU_QS16_GEMM_KC;
     __m256i a[MR][4], xg[MR];
+#pragma GCC unroll 4
     for (int r = 0; r < mr; r++)
+#pragma GCC unroll 4
       for (int q = 0; q < 4; q++) a[r][q] = _mm256_setzero_si256();
     size_t kk = k0;
     for (; kk + KR <= k1; kk += KR, w += NR * KR) {
+#pragma GCC unroll 4
       for (int r = 0; r < mr; r++) xg[r] = npu_qs16_x4(x + r * x_stride + kk);
       group_step(mr, a, xg, w);
     }
     if (kk < k1) { /* the last, partial group of k (k1 == k here) */
+#pragma GCC unroll 4
       for (int r = 0; r < mr; r++) xg[r] = npu_qs16_x4_tail(x + r * x_stride + kk, k1 - kk);
       group_step(mr, a, xg, w);
     }
+#pragma GCC unroll 4
     for (int r = 0; r < mr; r++) npu_qs16_fold(a[r], acc64[r]);
   }
+#pragma GCC unroll 4
   for (int r = 0; r < mr; r++) npu_qs16_gemm_store(acc64[r], n0, nc, p, y + r * y_stride);
 }
 

@@ -22,10 +22,12 @@ enum { NR = NPU_QS8_GEMM_NR, MR = 3, PAIR = 64, CHUNK = NPU_QC4W_BLOCK };
 NPU_INLINE_AVX2 void pair_step(const int mr, __m256i a[MR][4], const __m256i xl[MR],
                                const __m256i xh[MR], const uint8_t *w) {
   const __m256i mask = _mm256_set1_epi16(0x0F), eight = _mm256_set1_epi16(8);
+#pragma GCC unroll 4
   for (int q = 0; q < 4; q++) {
     const __m256i raw = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(w + 16 * q)));
     const __m256i wl = _mm256_sub_epi16(_mm256_and_si256(raw, mask), eight);
     const __m256i wh = _mm256_sub_epi16(_mm256_srli_epi16(raw, 4), eight);
+#pragma GCC unroll 4
     for (int r = 0; r < mr; r++)
       a[r][q] = _mm256_add_epi32(
           a[r][q], _mm256_add_epi32(_mm256_madd_epi16(xl[r], wl), _mm256_madd_epi16(xh[r], wh)));
@@ -38,6 +40,7 @@ NPU_INLINE_AVX2 void pairs(const int mr, __m256i a[MR][4], size_t kk, size_t k1,
                            const int16_t *restrict x, size_t x_stride, const uint8_t **w) {
   __m256i xl[MR], xh[MR];
   for (; kk + 8 <= k1; kk += 8, *w += PAIR) {
+#pragma GCC unroll 4
     for (int r = 0; r < mr; r++) {
       xl[r] = npu_qs16_x4(x + r * x_stride + kk);
       xh[r] = npu_qs16_x4(x + r * x_stride + kk + 4);
@@ -46,6 +49,7 @@ NPU_INLINE_AVX2 void pairs(const int mr, __m256i a[MR][4], size_t kk, size_t k1,
   }
   if (kk < k1) {
     const size_t rem = k1 - kk; /* 1..7 */
+#pragma GCC unroll 4
     for (int r = 0; r < mr; r++) {
       xl[r] = npu_qs16_x4_tail(x + r * x_stride + kk, rem < 4 ? rem : 4);
       xh[r] = npu_qs16_x4_tail(x + r * x_stride + kk + 4, rem > 4 ? rem - 4 : 0);
@@ -69,12 +73,15 @@ NPU_INLINE_AVX2 void gemm_tile(const int mr, size_t k, size_t blk, const int16_t
                                const struct npu_qs16_gemm_params *restrict p, int16_t *restrict y,
                                size_t y_stride) {
   int64_t acc64[MR][16];
+#pragma GCC unroll 4
   for (int r = 0; r < mr; r++) npu_qs16_gemm_init(block, acc64[r]);
   const uint8_t *w = block + 2 * NR * sizeof(int32_t);
   for (size_t k0 = 0; k0 < k; k0 += NPU_QS16_GEMM_KC) {
     const size_t k1 = k - k0 < NPU_QS16_GEMM_KC ? k : k0 + NPU_QS16_GEMM_KC;
     __m256i a[MR][4];
+#pragma GCC unroll 4
     for (int r = 0; r < mr; r++)
+#pragma GCC unroll 4
       for (int q = 0; q < 4; q++) a[r][q] = _mm256_setzero_si256();
     if (blk == 0) {
       pairs(mr, a, k0, k1, x, x_stride, &w);
@@ -83,19 +90,25 @@ NPU_INLINE_AVX2 void gemm_tile(const int mr, size_t k, size_t blk, const int16_t
         const uint8_t *bscale = w;
         w += NR;
         __m256i t[MR][4];
+#pragma GCC unroll 4
         for (int r = 0; r < mr; r++)
+#pragma GCC unroll 4
           for (int q = 0; q < 4; q++) t[r][q] = _mm256_setzero_si256();
         pairs(mr, t, c0, c0 + CHUNK < k1 ? c0 + CHUNK : k1, x, x_stride, &w);
         w = bscale + NR + 4 * PAIR; /* a partial last chunk is padded to 4 pairs */
+#pragma GCC unroll 4
         for (int q = 0; q < 4; q++) {
           const __m256i s = quarter_scales(bscale, q);
+#pragma GCC unroll 4
           for (int r = 0; r < mr; r++)
             a[r][q] = _mm256_add_epi32(a[r][q], _mm256_mullo_epi32(t[r][q], s));
         }
       }
     }
+#pragma GCC unroll 4
     for (int r = 0; r < mr; r++) npu_qs16_fold(a[r], acc64[r]);
   }
+#pragma GCC unroll 4
   for (int r = 0; r < mr; r++) npu_qs16_gemm_store(acc64[r], n0, nc, p, y + r * y_stride);
 }
 
