@@ -1,6 +1,7 @@
 /* Microbenchmark of the NPU integer kernels, one core: every variant of the GEMM on prefill and
  * decode shapes (GOPS = 2*M*N*K / time, median of several runs), then the element-wise kernels
- * (elements per second). Usage: npu_kernels [runs (default 11)] */
+ * (elements per second). Usage: npu_kernels [runs (default 11)] [variant: only that variant of the
+ * int4-weight / int16-activation GEMMs] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,7 +103,7 @@ static const struct {
 
 /* The int4-weight and int16-activation GEMMs (w4a8: qs8_qc4w_gemm; w8a16: qs16_gemm_qs16; w4a16:
  * qs16_qc4w_gemm_qs16 per channel and with 32-k block scales), every variant. */
-static void bench_gemm_w4a16(int runs, size_t m, size_t n, size_t k) {
+static void bench_gemm_w4a16(int runs, size_t m, size_t n, size_t k, const char *only) {
   int8_t *x8 = malloc(m * k), *w8 = malloc(n * k), *w4 = malloc(n * k), *y8 = malloc(m * n);
   int16_t *x16 = malloc(m * k * sizeof(int16_t)), *y16 = malloc(m * n * sizeof(int16_t));
   const size_t nb = (k + 31) / 32;
@@ -130,6 +131,7 @@ static void bench_gemm_w4a16(int runs, size_t m, size_t n, size_t k) {
   const double ops = 2.0 * (double)m * (double)n * (double)k;
   for (size_t v = 0; v < sizeof(variants) / sizeof(variants[0]); v++) {
     if ((variants[v].isa & ~have) != 0) continue;
+    if (only != NULL && strcmp(variants[v].name, only) != 0) continue;
     const char *f = variants[v].family;
     double t, tb;
     char name[64];
@@ -216,6 +218,7 @@ static void bench_elementwise(int runs) {
 int main(int argc, char **argv) {
   int runs = argc > 1 ? atoi(argv[1]) : 11;
   if (runs < 1 || runs > 64) runs = 11;
+  const char *only = argc > 2 ? argv[2] : NULL; /* a variant name: only its int4 / int16 GEMMs */
   printf("NPU int8 GEMM, one core, median of %d runs\n\n", runs);
   printf("| kernel               |     M |     N |     K |   time us |     GOPS | best GOPS |\n");
   printf("|----------------------|------:|------:|------:|----------:|---------:|----------:|\n");
@@ -235,7 +238,7 @@ int main(int argc, char **argv) {
   static const size_t shapes4[][3] = {{128, 768, 768}, {1, 768, 768},  {128, 2048, 768},
                                       {1, 2048, 768},  {1, 4864, 896}, {1, 32000, 768}};
   for (size_t s = 0; s < sizeof(shapes4) / sizeof(shapes4[0]); s++)
-    bench_gemm_w4a16(runs, shapes4[s][0], shapes4[s][1], shapes4[s][2]);
+    bench_gemm_w4a16(runs, shapes4[s][0], shapes4[s][1], shapes4[s][2], only);
   printf("\n| kernel               |  Melem/s |     best "
          "|\n|----------------------|---------:|---------:|\n");
   bench_elementwise(runs);

@@ -29,8 +29,8 @@
 NPU_INLINE_VNNI void npu_qs16_split(const int16_t *restrict x, size_t n, uint32_t *restrict lo_out,
                                     uint32_t *restrict hi_out) {
   /* per 128-bit lane of 8 int16: low bytes to bytes 0..7, high bytes to 8..15 */
-  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0,
-                                         2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2,
+                                         4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
   const __m128i flip = _mm_set1_epi8((char)0x80);
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {

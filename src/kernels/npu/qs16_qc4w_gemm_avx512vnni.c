@@ -22,8 +22,7 @@ enum {
 /* t[r][.] += the nibble pairs [p0, p1) of the span (x groups 2p, 2p + 1 in xl, xh), the first
  * of them at w. */
 NPU_INLINE_VNNI void pairs(const int mr, __m256i t[MR][4], size_t p0, size_t p1,
-                           const uint32_t xl[MR][XG], const uint32_t xh[MR][XG],
-                           const uint8_t *w) {
+                           const uint32_t xl[MR][XG], const uint32_t xh[MR][XG], const uint8_t *w) {
   const __m256i mask = _mm256_set1_epi8(0x0F), eight = _mm256_set1_epi8(8);
   for (size_t pr = p0; pr < p1; pr++, w += PAIR) {
     const __m256i v0 = _mm256_loadu_si256((const __m256i *)w);
@@ -32,7 +31,7 @@ NPU_INLINE_VNNI void pairs(const int mr, __m256i t[MR][4], size_t p0, size_t p1,
     const __m256i l1 = _mm256_sub_epi8(_mm256_and_si256(v1, mask), eight);
     const __m256i h0 = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(v0, 4), mask), eight);
     const __m256i h1 = _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16(v1, 4), mask), eight);
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int r = 0; r < mr; r++) {
       /* t[r]: A of channels 0..7, 8..15, then B of channels 0..7, 8..15 */
       const __m256i hg0 = _mm256_set1_epi32((int32_t)xh[r][2 * pr]);
@@ -54,14 +53,14 @@ NPU_INLINE_VNNI void gemm_tile(const int mr, size_t k, size_t blk, const int16_t
                                size_t y_stride) {
   uint32_t xl[MR][XG], xh[MR][XG];
   __m256i acc[MR][4];
-  #pragma GCC unroll 4
+#pragma GCC unroll 4
   for (int r = 0; r < mr; r++)
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int j = 0; j < 4; j++) acc[r][j] = _mm256_setzero_si256();
   const uint8_t *w = block + 2 * NR * sizeof(int32_t);
   for (size_t k0 = 0; k0 < k; k0 += KC) {
     const size_t kn = k - k0 < KC ? k - k0 : KC, npairs = (kn + 7) / 8;
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
     for (int r = 0; r < mr; r++) {
       npu_qs16_split(x + r * x_stride + k0, kn, xl[r], xh[r]);
       xl[r][(kn + 3) / 4] = xh[r][(kn + 3) / 4] = 0; /* a last pair's second group past k */
@@ -75,14 +74,14 @@ NPU_INLINE_VNNI void gemm_tile(const int mr, size_t k, size_t blk, const int16_t
       const uint8_t *q = w;
       const size_t p0 = c * (CHUNK / 8), p1 = p0 + CHUNK / 8 < npairs ? p0 + CHUNK / 8 : npairs;
       __m256i t[MR][4];
-      #pragma GCC unroll 4
+#pragma GCC unroll 4
       for (int r = 0; r < mr; r++)
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int j = 0; j < 4; j++) t[r][j] = _mm256_setzero_si256();
       pairs(mr, t, p0, p1, (const uint32_t(*)[XG])xl, (const uint32_t(*)[XG])xh, q + NR);
       const __m256i s0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)q));
       const __m256i s1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + 8)));
-      #pragma GCC unroll 4
+#pragma GCC unroll 4
       for (int r = 0; r < mr; r++) {
         acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_mullo_epi32(t[r][0], s0));
         acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_mullo_epi32(t[r][1], s1));
@@ -92,18 +91,16 @@ NPU_INLINE_VNNI void gemm_tile(const int mr, size_t k, size_t blk, const int16_t
       w = q + NR + 4 * PAIR;
     }
   }
-  #pragma GCC unroll 4
+#pragma GCC unroll 4
   for (int r = 0; r < mr; r++)
     npu_qs16_vnni_store(block, acc[r][0], acc[r][1], acc[r][2], acc[r][3], n0, nc, p,
                         y + r * y_stride);
 }
 
-NPU_TARGET_VNNI void
-npu_qs16_qc4w_gemm_qs16__avx512vnni(size_t m, size_t n_begin, size_t n_end, size_t k,
-                                    const int16_t *restrict x, size_t x_stride,
-                                    const void *restrict w_packed, int16_t *restrict y,
-                                    size_t y_stride,
-                                    const struct npu_qs16_gemm_params *restrict p) {
+NPU_TARGET_VNNI void npu_qs16_qc4w_gemm_qs16__avx512vnni(
+    size_t m, size_t n_begin, size_t n_end, size_t k, const int16_t *restrict x, size_t x_stride,
+    const void *restrict w_packed, int16_t *restrict y, size_t y_stride,
+    const struct npu_qs16_gemm_params *restrict p) {
   assert(k >= 1 && k <= NPU_QS8_GEMM_MAX_K);
   assert(n_begin % NR == 0);
   assert(p->acc_shift >= 0 && p->acc_shift <= 32);

@@ -14,7 +14,8 @@
 
 enum { NR = NPU_QS8_GEMM_NR, MR = 4, PAIR = 64 };
 
-/* acc += x-group (4 bytes, broadcast, made unsigned) times the 16 channels w0 (0..7), w1 (8..15). */
+/* acc += x-group (4 bytes, broadcast, made unsigned) times the 16 channels w0 (0..7), w1 (8..15).
+ */
 #define GEMM_STEP(acc0, acc1, xword, w0, w1)                                                       \
   do {                                                                                             \
     const __m256i xb_ = _mm256_xor_si256(_mm256_set1_epi32(xword), flip);                          \
@@ -117,7 +118,6 @@ NPU_INLINE_VNNI void gemm_vnni(size_t m, size_t n_begin, size_t n_end, size_t k,
 }
 
 NPU_QS8_GEMM_X86_ENTRY(npu_qs8_qc4w_gemm__avx512vnni, int8_t, NPU_TARGET_VNNI, gemm_vnni, 0)
-NPU_QS8_GEMM_X86_ENTRY(npu_qs8_qc4w_gemm_qs16__avx512vnni, int16_t, NPU_TARGET_VNNI, gemm_vnni,
-                       1)
+NPU_QS8_GEMM_X86_ENTRY(npu_qs8_qc4w_gemm_qs16__avx512vnni, int16_t, NPU_TARGET_VNNI, gemm_vnni, 1)
 
 #endif /* __x86_64__ */
