@@ -124,6 +124,12 @@ void npu_qs8_gemm_unpack_row(size_t k, const void *restrict packed, size_t r, si
  *          512 k below 256 * 2 * 32768 * 127 < 2^31;
  *   w4a16: a 32-k block dot is below 32 * 32768 * 8 = 2^23, times q <= 15 below 2^27; 16 blocks
  *          (512 k) below 2^31.
+ * AVX2 (qs16_gemm_x86.h): a 16-byte quarter of a 4-k group (4 channels x 4 k) sign-extended
+ * (vpmovsxbw; int4: the nibbles zero-extended by vpmovzxbw, masked or shifted, minus 8) is one
+ * ymm of int16 whose vpmaddwd with the broadcast group x0 x1 x2 x3 gives channel j's two pair
+ * sums in lanes 2j, 2j + 1 (NEON: vmull_s16 / vmlal_s16 and a pairwise add); vphaddd adds them
+ * when a span is folded into int64. With block scales a 32-k chunk's lanes are multiplied by q
+ * (vpmulld; NEON vmulq_s32) before they join the span's.
  * The AVX512-VNNI variants instead split each int16 x into bytes, x = 256 (hi + 128) + lo - 32768
  * (lo, hi + 128 unsigned), so that vpdpbusd (u8 x s8; NEON: usdot, or sdot with the offset on lo
  * instead) multiplies them with the int8 or decoded int4 weights directly:
