@@ -1,8 +1,9 @@
 /* npu_qs16_gemm_qs16__avx512vnni: the w8a16 GEMM with vpdpbusd on the int8 layout as it lies in
  * memory, x split into bytes (qs16_gemm_vnni.h): per 4-k group and row, two broadcasts (low bytes,
  * high bytes + 128) and four vpdpbusd against the group's two 32-byte weight rows (channels
- * 0..7, 8..15). Tiles of up to MR = 4 rows x 16 channels (16 accumulators); decode (m = 1) takes
- * two groups at a time into two sets of accumulators, so that vpdpbusd's latency is hidden. */
+ * 0..7, 8..15). Tiles of up to MR = 4 rows x 16 channels (16 accumulators), x split per span of
+ * 512 k into a stack buffer; decode (m = 1) splits x once and takes two groups at a time into two
+ * sets of accumulators, so that vpdpbusd's latency is hidden. */
 #include "kernels/npu/ukernels.h"
 
 #if defined(__x86_64__)
@@ -46,34 +47,7 @@ NPU_INLINE_VNNI void gemm_tile(const int mr, size_t k, const int16_t *restrict x
     for (int r = 0; r < mr; r++) npu_qs16_split(x + r * x_stride + k0, kn, xl[r], xh[r]);
     __m256i a00 = z, a01 = z, b00 = z, b01 = z, a10 = z, a11 = z, b10 = z, b11 = z;
     __m256i a20 = z, a21 = z, b20 = z, b21 = z, a30 = z, a31 = z, b30 = z, b31 = z;
-    size_t g = 0;
-    if (mr == 1) { /* decode: a second set of accumulators for every other group, so that two
-                    * vpdpbusd chains per accumulator hide the instruction's latency */
-      __m256i c00 = z, c01 = z, d00 = z, d01 = z;
-      for (; g + 2 <= groups; g += 2, w += 2 * NR * KR) {
-        const __m256i l0 = _mm256_set1_epi32((int32_t)xl[0][g]);
-        const __m256i h0 = _mm256_set1_epi32((int32_t)xh[0][g]);
-        const __m256i l1 = _mm256_set1_epi32((int32_t)xl[0][g + 1]);
-        const __m256i h1 = _mm256_set1_epi32((int32_t)xh[0][g + 1]);
-        const __m256i w0 = _mm256_loadu_si256((const __m256i *)w);
-        const __m256i w1 = _mm256_loadu_si256((const __m256i *)(w + 32));
-        const __m256i w2 = _mm256_loadu_si256((const __m256i *)(w + 64));
-        const __m256i w3 = _mm256_loadu_si256((const __m256i *)(w + 96));
-        a00 = npu_vnni_dpbusd(a00, h0, w0);
-        a01 = npu_vnni_dpbusd(a01, h0, w1);
-        b00 = npu_vnni_dpbusd(b00, l0, w0);
-        b01 = npu_vnni_dpbusd(b01, l0, w1);
-        c00 = npu_vnni_dpbusd(c00, h1, w2);
-        c01 = npu_vnni_dpbusd(c01, h1, w3);
-        d00 = npu_vnni_dpbusd(d00, l1, w2);
-        d01 = npu_vnni_dpbusd(d01, l1, w3);
-      }
-      a00 = _mm256_add_epi32(a00, c00);
-      a01 = _mm256_add_epi32(a01, c01);
-      b00 = _mm256_add_epi32(b00, d00);
-      b01 = _mm256_add_epi32(b01, d01);
-    }
-    for (; g < groups; g++, w += NR * KR) {
+    for (size_t g = 0; g < groups; g++, w += NR * KR) {
       const __m256i w0 = _mm256_loadu_si256((const __m256i *)w);
       const __m256i w1 = _mm256_loadu_si256((const __m256i *)(w + 32));
       ROW_STEP(0);
@@ -102,6 +76,55 @@ NPU_INLINE_VNNI void gemm_tile(const int mr, size_t k, const int16_t *restrict x
                         y + r * y_stride);
 }
 
+/* Decode (m = 1): x split once for all of k (at most 2 * 32 KiB of stack), then each block of 16
+ * channels one pass over its weights, two groups at a time into two sets of accumulators so
+ * that vpdpbusd's latency is hidden. */
+NPU_INLINE_VNNI void gemv(size_t k, const int16_t *restrict x, const uint8_t *blocks,
+                          size_t block_size, size_t n_begin, size_t n_end,
+                          const struct npu_qs16_gemm_params *restrict p, int16_t *restrict y) {
+  uint32_t xl[NPU_QS8_GEMM_MAX_K / 4], xh[NPU_QS8_GEMM_MAX_K / 4];
+  npu_qs16_split(x, k, xl, xh);
+  const size_t groups = (k + KR - 1) / KR;
+  for (size_t n0 = n_begin; n0 < n_end; n0 += NR) {
+    const uint8_t *block = blocks + n0 / NR * block_size;
+    const int8_t *w = (const int8_t *)(block + 2 * NR * sizeof(int32_t));
+    const __m256i z = _mm256_setzero_si256();
+    __m256i a0 = z, a1 = z, b0 = z, b1 = z, c0 = z, c1 = z, d0 = z, d1 = z;
+    size_t g = 0;
+    for (; g + 2 <= groups; g += 2, w += 2 * NR * KR) {
+      const __m256i l0 = _mm256_set1_epi32((int32_t)xl[g]);
+      const __m256i h0 = _mm256_set1_epi32((int32_t)xh[g]);
+      const __m256i l1 = _mm256_set1_epi32((int32_t)xl[g + 1]);
+      const __m256i h1 = _mm256_set1_epi32((int32_t)xh[g + 1]);
+      const __m256i w0 = _mm256_loadu_si256((const __m256i *)w);
+      const __m256i w1 = _mm256_loadu_si256((const __m256i *)(w + 32));
+      const __m256i w2 = _mm256_loadu_si256((const __m256i *)(w + 64));
+      const __m256i w3 = _mm256_loadu_si256((const __m256i *)(w + 96));
+      a0 = npu_vnni_dpbusd(a0, h0, w0);
+      a1 = npu_vnni_dpbusd(a1, h0, w1);
+      b0 = npu_vnni_dpbusd(b0, l0, w0);
+      b1 = npu_vnni_dpbusd(b1, l0, w1);
+      c0 = npu_vnni_dpbusd(c0, h1, w2);
+      c1 = npu_vnni_dpbusd(c1, h1, w3);
+      d0 = npu_vnni_dpbusd(d0, l1, w2);
+      d1 = npu_vnni_dpbusd(d1, l1, w3);
+    }
+    if (g < groups) {
+      const __m256i l0 = _mm256_set1_epi32((int32_t)xl[g]);
+      const __m256i h0 = _mm256_set1_epi32((int32_t)xh[g]);
+      const __m256i w0 = _mm256_loadu_si256((const __m256i *)w);
+      const __m256i w1 = _mm256_loadu_si256((const __m256i *)(w + 32));
+      a0 = npu_vnni_dpbusd(a0, h0, w0);
+      a1 = npu_vnni_dpbusd(a1, h0, w1);
+      b0 = npu_vnni_dpbusd(b0, l0, w0);
+      b1 = npu_vnni_dpbusd(b1, l0, w1);
+    }
+    const size_t nc = n_end - n0 < NR ? n_end - n0 : NR;
+    npu_qs16_vnni_store(block, _mm256_add_epi32(a0, c0), _mm256_add_epi32(a1, c1),
+                        _mm256_add_epi32(b0, d0), _mm256_add_epi32(b1, d1), n0, nc, p, y + n0);
+  }
+}
+
 NPU_TARGET_VNNI void npu_qs16_gemm_qs16__avx512vnni(size_t m, size_t n_begin, size_t n_end,
                                                     size_t k, const int16_t *restrict x,
                                                     size_t x_stride, const void *restrict w_packed,
@@ -111,6 +134,10 @@ NPU_TARGET_VNNI void npu_qs16_gemm_qs16__avx512vnni(size_t m, size_t n_begin, si
   assert(n_begin % NR == 0);
   assert(p->acc_shift >= 0 && p->acc_shift <= 32);
   const size_t block_size = 2 * NR * sizeof(int32_t) + NR * ((k + KR - 1) / KR * KR);
+  if (m == 1) {
+    if (n_begin < n_end) gemv(k, x, w_packed, block_size, n_begin, n_end, p, y);
+    return;
+  }
   for (size_t n0 = n_begin; n0 < n_end; n0 += NR) {
     const uint8_t *block = (const uint8_t *)w_packed + n0 / NR * block_size;
     const size_t nc = n_end - n0 < NR ? n_end - n0 : NR;

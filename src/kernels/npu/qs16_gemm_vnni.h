@@ -24,7 +24,7 @@
 #include "kernels/npu/ukernels.h"
 #include "kernels/npu/vnni_util.h"
 
-/* x[0 .. n) (n <= NPU_QS16_GEMM_KC) split into lo_out[g] and hi_out[g], the 4-byte groups of
+/* x[0 .. n) (any n >= 1) split into lo_out[g] and hi_out[g], the 4-byte groups of
  * x[4g .. 4g+3]'s low bytes and high bytes + 128; the last group zero-filled past n. */
 NPU_INLINE_VNNI void npu_qs16_split(const int16_t *restrict x, size_t n, uint32_t *restrict lo_out,
                                     uint32_t *restrict hi_out) {
