@@ -8,8 +8,8 @@
 
 /* Quantize n weights at 'scale' into [qmin, qmax] (round half away from zero, as the other
  * quantizers); the weighted squared error. */
-static double quant_run(const float *w, size_t n, const float *imp, float scale, int qmin,
-                        int qmax, int8_t *q) {
+static double quant_run(const float *w, size_t n, const float *imp, float scale, int qmin, int qmax,
+                        int8_t *q) {
   double err = 0.0;
   for (size_t c = 0; c < n; c++) {
     float v = scale > 0.0f ? roundf(w[c] / scale) : 0.0f;
