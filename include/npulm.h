@@ -374,11 +374,21 @@ typedef struct npulm_roofline {
   uint64_t cache_bytes;  /* the last-level cache size the system reports (0 if unknown) */
   char kernel[32];       /* the int8 GEMM variant measured, e.g. "qs8_gemm__avx2" */
   double seconds;        /* how long measuring took */
+  /* The other precisions' GEMM kernels, measured the way int8_macs is (one cache-resident
+   * shape each): MAC/s and the variant measured */
+  double w4a8_macs;        /* int4 weights x int8 inputs: qs8_qc4w_gemm */
+  double w8a16_macs;       /* int8 weights x int16 inputs: qs16_gemm_qs16 */
+  double w4a16_macs;       /* int4 weights per channel x int16: qs16_qc4w_gemm_qs16, block 0 */
+  double w4a16_block_macs; /* int4 weights in 32-k blocks x int16: the same, block 32 */
+  char kernel_w4a8[32];    /* e.g. "qs8_qc4w_gemm__scalar" */
+  char kernel_w8a16[32];
+  char kernel_w4a16[32]; /* both int4 x int16 measurements */
 } npulm_roofline;
 
-/* Measure int8 MAC/s with the NPU's GEMM microkernel and memory bandwidth with a streaming read
- * and copy, on 'n_threads' threads (0: one per online CPU) that persist for the whole measurement
- * and work at once. Takes about a second; allocates a few hundred MiB for the duration. */
+/* Measure int8 MAC/s with the NPU's GEMM microkernel (and the MAC/s of the int4-weight and
+ * int16-input GEMMs) and memory bandwidth with a streaming read and copy, on 'n_threads' threads
+ * (0: one per online CPU) that persist for the whole measurement and work at once. Takes a second
+ * or two; allocates a few hundred MiB for the duration. */
 npulm_status npulm_roofline_measure(int n_threads, npulm_roofline *out, npulm_error *err);
 
 /* npulm_roofline_measure's memory ceiling alone (read_bytes, copy_bytes, mem_bytes; the compute

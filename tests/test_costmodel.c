@@ -207,11 +207,20 @@ static void test_roofline_measure(void **state) {
   assert_true(r.mem_bytes == fmax(r.read_bytes, r.copy_bytes));
   assert_true(r.buffer_bytes >= 256ull << 20);
   assert_non_null(strstr(r.kernel, "qs8_gemm__"));
+  print_message("1 thread: w4a8 %.2f (%s), w8a16 %.2f (%s), w4a16 %.2f / blocks %.2f (%s) GMAC/s\n",
+                r.w4a8_macs * 1e-9, r.kernel_w4a8, r.w8a16_macs * 1e-9, r.kernel_w8a16,
+                r.w4a16_macs * 1e-9, r.w4a16_block_macs * 1e-9, r.kernel_w4a16);
+  assert_true(r.w4a8_macs > 1e7 && r.w8a16_macs > 1e7 && r.w4a16_macs > 1e7 &&
+              r.w4a16_block_macs > 1e7);
+  assert_non_null(strstr(r.kernel_w4a8, "qs8_qc4w_gemm__"));
+  assert_non_null(strstr(r.kernel_w8a16, "qs16_gemm_qs16__"));
+  assert_non_null(strstr(r.kernel_w4a16, "qs16_qc4w_gemm_qs16__"));
   assert_int_equal(npulm_roofline_measure(-1, &r, &err), NPULM_ERR_ARG);
   /* the memory ceiling alone */
   assert_int_equal(npulm_roofline_measure_memory(1, &r, &err), NPULM_OK);
   assert_int_equal(r.n_threads, 1);
-  assert_true(r.int8_macs == 0.0 && r.f32_macs == 0.0);
+  assert_true(r.int8_macs == 0.0 && r.f32_macs == 0.0 && r.w4a8_macs == 0.0 &&
+              r.w8a16_macs == 0.0 && r.w4a16_macs == 0.0 && r.w4a16_block_macs == 0.0);
   assert_true(r.read_bytes > 1e8 && r.copy_bytes > 1e8);
   assert_true(r.mem_bytes == fmax(r.read_bytes, r.copy_bytes));
   assert_int_equal(npulm_roofline_measure_memory(-1, &r, &err), NPULM_ERR_ARG);
