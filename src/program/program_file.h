@@ -56,7 +56,8 @@
  *   npulm.quant.mode           u32   enum npu_quant_mode: 0 = f32 (the NPU computes in FP32; no
  *                                    other npulm.quant / npulm.qsite key is read), 1 = w8a8-naive,
  *                                    2 = w8a8-shadow, 3 = w8a8-smooth
- *   npulm.quant.smooth_alpha   f32   } the options the program was quantized with (mode != 0)
+ *   npulm.quant.smooth_alpha   f32   } the options the program was quantized with (mode != 0;
+ *                                      smooth_alpha -1: chosen per block and matmul input)
  *   npulm.quant.shadow_threshold f32 }
  *   npulm.qtensors             i32[3 * n], per quantized tensor name: dtype, scale (f32 bits),
  *                                    zero point (struct npu_qtensor)
