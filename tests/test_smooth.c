@@ -25,8 +25,8 @@ static void make_fixture(struct fixture *f, bool outlier, bool flat) {
   uint32_t seed = 12345;
   for (int i = 0; i < N * K; i++) {
     seed = seed * 1664525u + 1013904223u;
-    f->w[i] = flat ? (seed >> 31 ? 0.1f : -0.1f)
-                   : ((float)(seed >> 8) / (float)(1u << 24) - 0.5f) * 0.2f;
+    f->w[i] =
+        flat ? (seed >> 31 ? 0.1f : -0.1f) : ((float)(seed >> 8) / (float)(1u << 24) - 0.5f) * 0.2f;
   }
   for (int c = 0; c < K; c++) {
     const float scale = outlier && c == OUTLIER ? 30.0f : 1.0f;
@@ -37,7 +37,9 @@ static void make_fixture(struct fixture *f, bool outlier, bool flat) {
                                    .absmax = f->absmax,
                                    .meansq = f->meansq,
                                    .range = 2.0f * f->absmax[outlier ? OUTLIER : 0],
-                                   .rows = ROWS};
+                                   .rows = ROWS,
+                                   .act_steps = 255.0,
+                                   .w_levels = 127.0};
   f->mm = (struct npu_smooth_matmul){f->w, N, K};
 }
 
@@ -116,9 +118,9 @@ static void test_shared_factors(void **state) {
   for (int c = 0; c < K; c++) map[c] = c / 2;
   float s[K / 2], alpha;
   npulm_error e;
-  assert_int_equal(npu_smooth_choose(&f.x, &f.mm, 1, K / 2, map, NPU_SMOOTH_AUTO, s, &alpha, NULL,
-                                     &e),
-                   NPULM_OK);
+  assert_int_equal(
+      npu_smooth_choose(&f.x, &f.mm, 1, K / 2, map, NPU_SMOOTH_AUTO, s, &alpha, NULL, &e),
+      NPULM_OK);
   assert_true(alpha != NPU_SMOOTH_NONE);
   for (int j = 0; j < K / 2; j++) {
     if (j != OUTLIER / 2) assert_true(s[OUTLIER / 2] > s[j]);

@@ -247,11 +247,11 @@ static void print_memory(const struct npulm_model *m, const struct npu_program *
  * program was quantized here: a program file keeps only that they were chosen). */
 static void print_smooth(const struct npu_program *p, FILE *out) {
   if (p->smooth_alpha != NPU_SMOOTH_AUTO) {
-    fprintf(out, " (SmoothQuant, alpha %.2f)\n", (double)p->smooth_alpha);
+    fprintf(out, "; SmoothQuant, alpha %.2f\n", (double)p->smooth_alpha);
     return;
   }
-  fprintf(out, " (SmoothQuant, alpha chosen per block and matmul input by the predicted error%s)\n",
-          p->smooth_alphas != NULL ? "; - = not smoothed" : "");
+  fprintf(out, "; SmoothQuant, alpha chosen per block and matmul input by the predicted error%s\n",
+          p->smooth_alphas != NULL ? " (- = not smoothed)" : "");
   if (p->smooth_alphas == NULL || p->n_graphs == 0) return;
   fprintf(out, "  %-6s", "block");
   for (int gi = 0; gi < NPU_SMOOTH_GROUPS; gi++) {
@@ -279,13 +279,22 @@ static void print_quant(const struct npu_program *p, FILE *out) {
   fprintf(out, "\nquantization: %s", npu_quant_mode_name(mode));
   if (mode == NPU_QUANT_F32) {
     fprintf(out, " (the NPU computes in FP32: nothing runs in int8)\n");
-  } else if (mode == NPU_QUANT_SHADOW) {
-    fprintf(out, " (input channels above %.1fx the median channel's run in float on the CPU)\n",
-            (double)p->shadow_threshold);
-  } else if (mode == NPU_QUANT_SMOOTH) {
-    print_smooth(p, out);
   } else {
-    fprintf(out, " (per-tensor int8 activations, per-channel int8 weights)\n");
+    const int block = npu_quant_weight_block(mode), abits = npu_quant_act_bits(mode);
+    fprintf(out, ": int%d weights ", npu_quant_weight_bits(mode));
+    if (block > 0)
+      fprintf(out, "in blocks of %d along k (block scales 0..15 x the channel's)", block);
+    else fprintf(out, "per output channel");
+    fprintf(out, ", int%d activations per tensor (%s)", abits,
+            abits == 16 ? "symmetric" : "asymmetric");
+    if (npu_quant_outliers(mode) == NPU_OUTLIERS_SHADOW) {
+      fprintf(out, "; input channels above %.1fx the median channel's run in float on the CPU\n",
+              (double)p->shadow_threshold);
+    } else if (npu_quant_outliers(mode) == NPU_OUTLIERS_SMOOTH) {
+      print_smooth(p, out);
+    } else {
+      fprintf(out, "; no outlier handling\n");
+    }
   }
   if (p->n_graphs == 0) return;
   /* activation types of the decode graph, per backend */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/common.h"
+#include "compiler/quantize.h"
 
 /* A weight of the program made writable: a copy owned by the program, which 'weights' then
  * references. Returns the copy or NULL. */
@@ -120,8 +121,9 @@ double npu_smooth_error(const struct npu_smooth_input *x, const struct npu_smoot
       src1 = fmax(src1, x->src_absmax[c] / fc);
     }
   }
-  const double range = x->range * (amax0 > 0 ? amax1 / amax0 : 1.0), dx = range / 255.0;
-  const double src_range = src0 > 0 ? x->src_range * src1 / src0 : 0.0, ds = src_range / 255.0;
+  const double range = x->range * (amax0 > 0 ? amax1 / amax0 : 1.0), dx = range / x->act_steps;
+  const double src_range = src0 > 0 ? x->src_range * src1 / src0 : 0.0;
+  const double ds = src_range / x->act_steps;
   /* the noise power each channel of x' carries: rounding, clipping, and the source's */
   double *v = scratch;
   for (int32_t c = 0; c < x->k; c++) {
@@ -146,7 +148,7 @@ double npu_smooth_error(const struct npu_smooth_input *x, const struct npu_smoot
         act += vc * vc * v[c];
         power += wc * wc * x->meansq[c];
       }
-      const double dw = rowmax / 127.0;
+      const double dw = rowmax / x->w_levels;
       noise += act + dw * dw / 12.0 * esum;
     }
     if (power > 0) total += noise / power;
@@ -272,6 +274,9 @@ npulm_status npu_smooth_layer(const struct npulm_model *m, struct npu_program *p
   const struct npu_graph *g = &p->graphs[0];
   const int32_t q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
   const int32_t group = c->n_heads / c->n_kv_heads;
+  const enum npu_quant_mode mode = (enum npu_quant_mode)p->quant_mode;
+  const double act_steps = npu_quant_act_bits(mode) == 16 ? 65535.0 : 255.0;
+  const double w_levels = npu_quant_weight_bits(mode) == 4 ? 7.0 : 127.0;
   int32_t widest = c->ffn_dim > c->dim ? c->ffn_dim : c->dim;
   if (q_dim > widest) widest = q_dim;
   float *s = malloc((size_t)widest * sizeof(float)), *f = malloc((size_t)widest * sizeof(float));
@@ -308,8 +313,13 @@ npulm_status npu_smooth_layer(const struct npulm_model *m, struct npu_program *p
     for (int32_t i = 0; i < a->n_channels; i++) {
       meansq[i] = rows > 0 ? a->chan_sumsq[i] / rows : 0.0;
     }
-    struct npu_smooth_input x = {a->n_channels, a->chan_absmax, meansq, a->max - a->min, rows, NULL,
-                                 0.0f,          NULL,           NULL};
+    struct npu_smooth_input x = {.k = a->n_channels,
+                                 .absmax = a->chan_absmax,
+                                 .meansq = meansq,
+                                 .range = a->max - a->min,
+                                 .rows = rows,
+                                 .act_steps = act_steps,
+                                 .w_levels = w_levels};
     if (gi == NPU_SMOOTH_DOWN) { /* up's output takes the fold, silu(gate) multiplies it */
       const struct npu_act_stats *up = stats_of(cal, g, l, NPU_ROLE_FFN_UP);
       const struct npu_act_stats *silu = stats_of(cal, g, l, NPU_ROLE_FFN_SILU);

@@ -44,6 +44,9 @@ struct npu_smooth_input {
   const double *meansq; /* (k) each channel's mean square, E[x_c^2] */
   float range;          /* the tensor's calibrated max - min */
   double rows;          /* calibration rows (values per channel) */
+  /* the precision: steps across an activation's range (255 for int8, 65535 for int16) and a
+   * weight row's largest level (127 for int8, 7 for int4; int4 blocks taken as per channel) */
+  double act_steps, w_levels;
   /* Where the fold of 1/s lands on a tensor of its own that is quantized before x (the output of
    * up, whose rows take down's factors; x is silu(gate) * up): that tensor's channel maxima and
    * range, and the mean square of what multiplies it into x (E[silu(gate)_c^2]); src_absmax
@@ -67,13 +70,14 @@ void npu_smooth_factors(const float *amax, const float *wmax, int32_t n, float a
  * divided by f[c] and their columns multiplied by it (f NULL: no smoothing): for each matmul the
  * noise power summed over its output channels n, relative to its output's power,
  *   sum_n [ sum_c w'_nc^2 v_c + dw_n^2/12 * sum_c E[x'_c^2] ] / sum_n sum_c w_nc^2 E[x_c^2],
- * added over the matmuls, the noises taken as independent. dw_n is the int8 step of row n of
- * w' = w * f (its largest magnitude / 127); v_c the noise power of channel c of x' = x / f: the
- * rounding of its per-tensor int8 step dx (the calibrated range, shrunk as the largest channel
- * maximum is), dx^2/12, plus what values of other text beyond that range cost (a power-law tail
- * past each channel's calibrated maximum, see clip_noise in smooth.c), plus, with a source tensor
- * (src_absmax), the same two terms for the source's own int8 step times src_gain[c]. Reads at
- * most about NPU_SMOOTH_MODEL_ROWS rows of each matrix; 'scratch' has room for x->k doubles. */
+ * added over the matmuls, the noises taken as independent. dw_n is the step of row n of
+ * w' = w * f (its largest magnitude / w_levels); v_c the noise power of channel c of x' = x / f:
+ * the rounding of its per-tensor step dx (the calibrated range, shrunk as the largest channel
+ * maximum is, / act_steps), dx^2/12, plus what values of other text beyond that range cost (a
+ * power-law tail past each channel's calibrated maximum, see clip_noise in smooth.c), plus, with a
+ * source tensor (src_absmax), the same two terms for the source's own int8 step times src_gain[c].
+ * Reads at most about NPU_SMOOTH_MODEL_ROWS rows of each matrix; 'scratch' has room for x->k
+ * doubles. */
 double npu_smooth_error(const struct npu_smooth_input *x, const struct npu_smooth_matmul *mm,
                         int n_mm, const float *f, double *scratch);
 
