@@ -97,6 +97,9 @@ void npulm_model_get_info(const npulm_model *model, npulm_model_info *info_out);
 #define NPULM_MAX_CHUNKS 8
 #define NPULM_MAX_BUCKETS 32
 
+/* npulm_compile_params.smooth_alpha: SmoothQuant's alpha chosen per block and matmul input. */
+#define NPULM_SMOOTH_ALPHA_AUTO (-1.0f)
+
 typedef struct npulm_compile_params {
   int chunks[NPULM_MAX_CHUNKS]; /* prefill chunk sizes; n_chunks = 0: 16, 64 and 128, less
                                    those longer than the model's context */
@@ -116,8 +119,12 @@ typedef struct npulm_compile_params {
   const char *float_ops;
   const char *calib_text; /* calibration text (NULL: a built-in text) */
   size_t calib_len;
-  int calib_tokens;       /* use at most this many tokens of it (0: 1024) */
-  float smooth_alpha;     /* SmoothQuant strength (0: 0.5) */
+  int calib_tokens; /* use at most this many tokens of it (0: 1024) */
+  /* SmoothQuant strength: in (0, 1) one alpha for every matmul input (0: 0.5);
+   * NPULM_SMOOTH_ALPHA_AUTO: chosen for each block and matmul input (those of q/k/v, gate/up,
+   * down, the output projection) as the one of least predicted int8 error, no smoothing among
+   * the candidates (it helps stories27M, not the two small models: bench/ACCURACY.md) */
+  float smooth_alpha;
   float shadow_threshold; /* outlier channel: absmax > this x the median channel's (0: 6) */
   /* A program file saved from an integer program holds, besides the NPU's int8 data, only the
    * float weights the CPU reads: it cannot run the reference forward nor be compiled again (the

@@ -8,6 +8,7 @@
 #include "base/common.h"
 #include "compiler/program.h"
 #include "compiler/quantize.h"
+#include "compiler/smooth.h"
 
 /* 'n' bytes as "512 B", "1.5 KiB", "12.0 MiB", "1.25 GiB". */
 static const char *human_bytes(uint64_t n, char *buf, size_t cap) {
@@ -242,6 +243,36 @@ static void print_memory(const struct npulm_model *m, const struct npu_program *
   }
 }
 
+/* SmoothQuant's alpha: the forced one, or those chosen for each block and matmul input (when the
+ * program was quantized here: a program file keeps only that they were chosen). */
+static void print_smooth(const struct npu_program *p, FILE *out) {
+  if (p->smooth_alpha != NPU_SMOOTH_AUTO) {
+    fprintf(out, "; SmoothQuant, alpha %.2f\n", (double)p->smooth_alpha);
+    return;
+  }
+  fprintf(out, "; SmoothQuant, alpha chosen per block and matmul input by the predicted error%s\n",
+          p->smooth_alphas != NULL ? " (- = not smoothed)" : "");
+  if (p->smooth_alphas == NULL || p->n_graphs == 0) return;
+  fprintf(out, "  %-6s", "block");
+  for (int gi = 0; gi < NPU_SMOOTH_GROUPS; gi++) {
+    fprintf(out, " %8s", npu_smooth_group_name((enum npu_smooth_group)gi));
+  }
+  fprintf(out, "\n");
+  int32_t n_layers = 0;
+  for (int32_t i = 0; i < p->graphs[0].n_nodes; i++) {
+    if (p->graphs[0].nodes[i].layer >= n_layers) n_layers = p->graphs[0].nodes[i].layer + 1;
+  }
+  for (int32_t l = 0; l < n_layers; l++) {
+    fprintf(out, "  %-6d", (int)l);
+    for (int gi = 0; gi < NPU_SMOOTH_GROUPS; gi++) {
+      const float a = p->smooth_alphas[(size_t)l * NPU_SMOOTH_GROUPS + (size_t)gi];
+      if (a == NPU_SMOOTH_NONE) fprintf(out, " %8s", "-");
+      else fprintf(out, " %8.2f", (double)a);
+    }
+    fprintf(out, "\n");
+  }
+}
+
 /* The quantization: mode, tensor types, outliers. */
 static void print_quant(const struct npu_program *p, FILE *out) {
   enum npu_quant_mode mode = (enum npu_quant_mode)p->quant_mode;
@@ -260,7 +291,7 @@ static void print_quant(const struct npu_program *p, FILE *out) {
       fprintf(out, "; input channels above %.1fx the median channel's run in float on the CPU\n",
               (double)p->shadow_threshold);
     } else if (npu_quant_outliers(mode) == NPU_OUTLIERS_SMOOTH) {
-      fprintf(out, "; SmoothQuant, alpha %.2f\n", (double)p->smooth_alpha);
+      print_smooth(p, out);
     } else {
       fprintf(out, "; no outlier handling\n");
     }
