@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -425,6 +426,47 @@ static int32_t narrow_shift(int64_t bound) {
   return s;
 }
 
+/* Rows of a matrix quantized by npu_quantize_weights, cut across a pool's threads (each row on
+ * its own: the same result for any cut). */
+struct wquant_job {
+  const float *w;
+  size_t rows, cols, n_bscales, per_task;
+  const struct npu_wquant *how;
+  int8_t *q;
+  float *scales;
+  uint8_t *bscale;
+  _Atomic bool bad;
+};
+
+static void wquant_task(void *arg, size_t task) {
+  struct wquant_job *j = arg;
+  const size_t r0 = task * j->per_task;
+  if (r0 >= j->rows) return;
+  const size_t n = j->rows - r0 < j->per_task ? j->rows - r0 : j->per_task;
+  if (!npu_quantize_weights(j->w + r0 * j->cols, n, j->cols, j->how, j->q + r0 * j->cols,
+                            j->scales + r0,
+                            j->bscale != NULL ? j->bscale + r0 * j->n_bscales : NULL)) {
+    atomic_store(&j->bad, true);
+  }
+}
+
+static bool quantize_rows(struct npu_pool *pool, const float *w, size_t rows, size_t cols,
+                          const struct npu_wquant *how, int8_t *q, float *scales, uint8_t *bscale,
+                          size_t n_bscales) {
+  struct wquant_job j = {.w = w,
+                         .rows = rows,
+                         .cols = cols,
+                         .n_bscales = n_bscales,
+                         .per_task = 16,
+                         .how = how,
+                         .q = q,
+                         .scales = scales,
+                         .bscale = bscale};
+  atomic_init(&j.bad, false);
+  npu_pool_run(pool, (rows + j.per_task - 1) / j.per_task, wquant_task, &j);
+  return !atomic_load(&j.bad);
+}
+
 /* A matmul: quantize W per output channel (outlier columns zeroed and kept in float; int4 per
  * channel or in blocks as the mode says, the scales chosen by the weighted error on the
  * calibration data), bias in accumulator units, multipliers x_scale * w_scale[n] / y_scale (times
@@ -433,8 +475,8 @@ static int32_t narrow_shift(int64_t bound) {
 static npulm_status make_matmul(const struct npulm_model *m, struct npu_program *p,
                                 const struct npu_graph *g, const struct npu_ir_node *n,
                                 const struct npu_calib *cal, enum npu_quant_mode mode,
-                                struct npu_qsite *site, const int32_t *outliers, int32_t n_outliers,
-                                npulm_error *err) {
+                                struct npu_pool *pool, struct npu_qsite *site,
+                                const int32_t *outliers, int32_t n_outliers, npulm_error *err) {
   const int32_t wi = g->tensors[n->in[1]].ref;
   const struct npu_weight *w = &p->weights[wi];
   const struct npu_qtensor *x = qt(p, g, n->in[0]), *y = qt(p, g, n->out);
@@ -489,7 +531,7 @@ static npulm_status make_matmul(const struct npulm_model *m, struct npu_program 
         wf[r * cols + (size_t)outliers[o]] = 0.0f; /* the NPU's share of these channels is zero */
       }
     }
-    if (!npu_quantize_weights(wf, nb, cols, &how, wq, scales + r0, bscale)) {
+    if (!quantize_rows(pool, wf, nb, cols, &how, wq, scales + r0, bscale, n_bscales)) {
       st = npu_fail(err, NPULM_ERR_FORMAT, "weight of '%s' is not finite", site->name);
       break;
     }
@@ -661,7 +703,7 @@ static void share_tied_tables(struct npu_program *p) {
 static npulm_status make_site(const struct npulm_model *m, struct npu_program *p,
                               const struct npu_graph *g, const struct npu_ir_node *n,
                               const struct npu_calib *cal, const struct npu_quant_options *o,
-                              npulm_error *err) {
+                              struct npu_pool *pool, npulm_error *err) {
   struct npu_qsite *site = &p->qsites[p->n_qsites++];
   memset(site, 0, sizeof(*site));
   site->table_site = -1;
@@ -680,7 +722,7 @@ static npulm_status make_site(const struct npulm_model *m, struct npu_program *p
       }
     }
     npulm_status s =
-        make_matmul(m, p, g, n, cal, o->mode, site, outliers, n_out > 0 ? n_out : 0, err);
+        make_matmul(m, p, g, n, cal, o->mode, pool, site, outliers, n_out > 0 ? n_out : 0, err);
     free(outliers);
     if (s == NPULM_OK && site->n_outliers > 0 &&
         g->tensors[n->in[0]].role == NPU_ROLE_FFN_GATE_PAR) {
@@ -971,7 +1013,7 @@ static npulm_status add_row_copies(const struct npulm_model *m, struct npu_progr
       struct npu_qtensor *t = &p->qtensors[p->n_qtensors++];
       *t = *in;
       snprintf(t->name, sizeof(t->name), "%s", name);
-      npulm_status st = make_site(m, p, g, n, cal, o, err);
+      npulm_status st = make_site(m, p, g, n, cal, o, NULL, err);
       if (st != NPULM_OK) return st;
     }
   }
@@ -1036,13 +1078,13 @@ static npulm_status quantize_tensors(const struct npulm_model *m, struct npu_pro
 /* The integer data of every NPU operation of block 'layer' (-1: outside the blocks). */
 static npulm_status quantize_sites(const struct npulm_model *m, struct npu_program *p,
                                    const struct npu_calib *cal, const struct npu_quant_options *o,
-                                   int32_t layer, npulm_error *err) {
+                                   struct npu_pool *pool, int32_t layer, npulm_error *err) {
   const struct npu_graph *g0 = &p->graphs[0];
   npulm_status st = NPULM_OK;
   for (int32_t i = 0; i < g0->n_nodes && st == NPULM_OK; i++) {
     const struct npu_ir_node *n = &g0->nodes[i];
     if (n->layer != layer || n->backend != NPU_BE_NPU || n->op == NPU_OP_TRANSFER) continue;
-    st = make_site(m, p, g0, n, cal, o, err);
+    st = make_site(m, p, g0, n, cal, o, pool, err);
   }
   return st;
 }
@@ -1123,8 +1165,8 @@ static size_t spill_bound(const struct npu_program *p) {
  * quantization takes. */
 static npulm_status quantize_layer(const struct npulm_model *m, struct npu_program *p,
                                    struct npu_calib_run *plain, struct npu_calib_run *final,
-                                   const struct npu_quant_options *o, int32_t l, int32_t *outliers,
-                                   npulm_error *err) {
+                                   const struct npu_quant_options *o, struct npu_pool *pool,
+                                   int32_t l, int32_t *outliers, npulm_error *err) {
   struct npu_layer_weights lw;
   npulm_status st = acquire_layer(m, p, l, err);
   if (st == NPULM_OK && plain != NULL) {
@@ -1139,7 +1181,7 @@ static npulm_status quantize_layer(const struct npulm_model *m, struct npu_progr
   }
   const struct npu_calib *cal = npu_calib_run_stats(final);
   if (st == NPULM_OK) st = quantize_tensors(m, p, cal, o, l, false, outliers, err);
-  if (st == NPULM_OK) st = quantize_sites(m, p, cal, o, l, err);
+  if (st == NPULM_OK) st = quantize_sites(m, p, cal, o, pool, l, err);
   release_layer(p, l);
   return st;
 }
@@ -1215,7 +1257,7 @@ npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_progra
   const uint64_t n_steps = (uint64_t)c->n_layers + 1;
   if (progress != NULL) progress(user, "quantize", "blocks", 0, n_steps);
   for (int32_t l = 0; l < c->n_layers && st == NPULM_OK; l++) {
-    st = quantize_layer(m, p, plain, final, o, l, outliers, err);
+    st = quantize_layer(m, p, plain, final, o, pool, l, outliers, err);
     if (progress != NULL) progress(user, "quantize", "blocks", (uint64_t)l + 1, n_steps);
   }
   if (st != NPULM_OK) goto done;
@@ -1223,7 +1265,8 @@ npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_progra
   const struct npu_calib *cal = npu_calib_run_stats(final);
   if ((st = npu_calib_head(final, p->weights[output_norm].data, source_rows, &output, err)) ||
       (st = quantize_tensors(m, p, cal, o, -1, false, outliers, err)) ||
-      (st = quantize_sites(m, p, cal, o, -1, err)) || (st = add_row_copies(m, p, cal, o, err))) {
+      (st = quantize_sites(m, p, cal, o, pool, -1, err)) ||
+      (st = add_row_copies(m, p, cal, o, err))) {
     goto done;
   }
   if (progress != NULL) progress(user, "quantize", "blocks", n_steps, n_steps);
