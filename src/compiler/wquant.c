@@ -39,6 +39,15 @@ static float search_err(const float *w, size_t n, const float *imp, float scale,
   return err;
 }
 
+/* The integers search_err rounds to, for a least-squares refit. */
+static void search_q(const float *w, size_t n, float scale, int qmin, int qmax, int8_t *q) {
+  const float inv = 1.0f / scale, lo = (float)qmin, hi = (float)qmax, magic = 12582912.0f;
+  for (size_t c = 0; c < n; c++) {
+    float v = (w[c] * inv + magic) - magic;
+    q[c] = (int8_t)(v < lo ? lo : v > hi ? hi : v);
+  }
+}
+
 /* The least-squares scale for fixed integers q: sum imp w q / sum imp q^2 (0 if all q are 0). */
 static float refit_scale(const float *w, size_t n, const float *imp, const int8_t *q) {
   double num = 0.0, den = 0.0;
@@ -69,7 +78,7 @@ static float row_scale(const float *w, size_t n, const float *imp, int qmin, int
     const float s = (1.0f - 0.02f * (float)i) * amax / (float)qmax;
     const float e = search_err(w, n, imp, s, qmin, qmax);
     if (e < best_err) best_err = e, best = s;
-    quant_run(w, n, imp, s, qmin, qmax, q);
+    search_q(w, n, s, qmin, qmax, q);
     const float refit = refit_scale(w, n, imp, q);
     if (refit > 0.0f) {
       const float er = search_err(w, n, imp, refit, qmin, qmax);
