@@ -332,6 +332,7 @@ typedef struct npulm_diff_entry {
 } npulm_diff_entry;
 
 typedef struct npulm_diff_report {
+  const char *quant; /* how the compared program computes: "w8a8-smooth", ..., or "f32" */
   int n_tokens;
   int n_entries;
   npulm_diff_entry *entries; /* in data-flow order */

@@ -550,6 +550,7 @@ static void print_diff_json(const npulm_diff_report *r) {
   }
   json_object_set_new(root, "n_tokens", json_integer(r->n_tokens));
   json_object_set_new(root, "ops", ops);
+  json_object_set_new(root, "quant", json_string(r->quant));
   json_object_set_new(root, "kl_mean", json_real(r->kl_mean));
   json_object_set_new(root, "kl_max", json_real(r->kl_max));
   json_object_set_new(root, "top1_agreement", json_real(r->top1_agreement));
@@ -589,9 +590,9 @@ static int cmd_diff(struct cli_args *a) {
              e->backend != NULL ? e->backend : "?", e->dtype != NULL ? e->dtype : "?", e->sqnr_db,
              e->max_abs_err);
     }
-    printf("final logits over %d tokens: KL(reference || compiled) mean %.6f, max %.6f; "
+    printf("final logits over %d tokens (%s): KL(reference || compiled) mean %.6f, max %.6f; "
            "top-1 agreement %.1f%%\n",
-           r->n_tokens, r->kl_mean, r->kl_max, 100.0 * r->top1_agreement);
+           r->n_tokens, r->quant, r->kl_mean, r->kl_max, 100.0 * r->top1_agreement);
   }
   npulm_diff_free(r);
   npulm_model_close(model);

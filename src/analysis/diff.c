@@ -9,6 +9,7 @@
 #include "backends/exec.h"
 #include "base/common.h"
 #include "compiler/program.h"
+#include "compiler/quantize.h"
 #include "ref/forward.h"
 #include "runtime/session_internal.h"
 
@@ -267,6 +268,7 @@ npulm_status npulm_diff(const npulm_model *m, const char *text, size_t len,
   if (st == NPULM_OK && d.status != NPULM_OK) st = npu_fail(err, d.status, "out of memory");
   if (st != NPULM_OK) goto done;
   r->n_tokens = (int)n;
+  r->quant = npu_quant_mode_name((enum npu_quant_mode)npu_session_program(session)->quant_mode);
   r->kl_mean = n > 0 ? kl_sum / (double)n : 0.0;
   r->top1_agreement = n > 0 ? (double)agree / (double)n : 0.0;
   r->entries = calloc((size_t)d.n_slots + 1, sizeof(*r->entries));

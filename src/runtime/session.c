@@ -385,6 +385,8 @@ void npu_session_observe(npulm_session *s, npu_node_observer fn, void *user) {
   s->observe_user = user;
 }
 
+const struct npu_program *npu_session_program(const npulm_session *s) { return s->prog; }
+
 npulm_status npulm_session_eval(npulm_session *s, const int32_t *tokens, size_t n,
                                 float *logits_out, npulm_error *err) {
   const struct npu_config *c = &s->model->cfg;

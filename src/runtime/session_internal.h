@@ -12,4 +12,7 @@ typedef void (*npu_node_observer)(void *user, const struct npu_graph *g, int32_t
  * backend worker threads, one node at a time for a single-chunk step. */
 void npu_session_observe(npulm_session *session, npu_node_observer fn, void *user);
 
+/* The program the session runs: the model's, or the one it compiled when the model had none. */
+const struct npu_program *npu_session_program(const npulm_session *session);
+
 #endif /* NPU_RUNTIME_SESSION_INTERNAL_H */
