@@ -4,6 +4,10 @@
 # its warnings on a variable read before it is set on some path, as errors, in build-clang/.
 # `make TSAN=1 test` runs the tests under ThreadSanitizer (clang) in build-tsan/.
 # `make format` applies .clang-format to every C file; `make format-check` fails on any that differs.
+# `make CROSS=aarch64` cross-builds everything (library, CLI, tests) for AArch64 Linux with
+# aarch64-linux-gnu-gcc in build-aarch64/ (Debian's arm64 libraries: .ci/install-deps);
+# `make CROSS=aarch64 test-cross` runs the kernel tests and the end-to-end checks of tests/cross/
+# under qemu-aarch64, against the x86 build in build/ (which it builds first).
 
 BUILD := build
 OPT := -O2 -g
@@ -24,6 +28,12 @@ else ifeq ($(CLANG),1)
 CC := clang
 BUILD := build-clang
 WARN += $(CLANG_WARN)
+else ifeq ($(CROSS),aarch64)
+CC := aarch64-linux-gnu-gcc
+AR := aarch64-linux-gnu-ar
+BUILD := build-aarch64
+else ifneq ($(CROSS),)
+$(error CROSS=$(CROSS): the only cross target is aarch64)
 endif
 
 # -ffp-contract=off: no fused multiply-adds, whose single rounding would break the float kernels'
@@ -77,6 +87,9 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libnpulm.a
 # -fsanitize=fuzzer, below)
 ifeq ($(CLANG),1)
 all: $(TESTS) $(BENCHES) $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard fuzz/*.c)))
+endif
+ifeq ($(CROSS),aarch64)
+all: $(TESTS)
 endif
 
 # Under ThreadSanitizer the first race ends the process; and clang 14's TSan cannot place its
