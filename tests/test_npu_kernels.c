@@ -1505,6 +1505,19 @@ static void test_dispatch(void **state) {
   assert_true(uk.qs16_rmsnorm_qs8 == npu_qs16_rmsnorm_qs8__avx2);
   npu_ukernels_select(NPU_ISA_AVX512VNNI, &uk); /* never detected without AVX2 */
   assert_true(uk.qs8_gemm == npu_qs8_gemm__scalar);
+#elif defined(__aarch64__)
+  assert_true((npu_isa_detect() & NPU_ISA_NEON) != 0); /* baseline on AArch64 */
+  npu_ukernels_select(NPU_ISA_NEON, &uk);
+  assert_true(uk.qs8_gemm == npu_qs8_gemm__neon);
+  assert_true(uk.qs8_gemm_qs16 == npu_qs8_gemm_qs16__neon);
+  assert_true(uk.x8_lut == npu_x8_lut__neon);
+  assert_true(uk.qs16_rmsnorm_qs8 == npu_qs16_rmsnorm_qs8__neon);
+  npu_ukernels_select(NPU_ISA_NEON | NPU_ISA_DOTPROD, &uk);
+  assert_true(uk.qs8_gemm == npu_qs8_gemm__neondot);
+  assert_true(uk.qs8_gemm_qs16 == npu_qs8_gemm_qs16__neondot);
+  assert_true(uk.qs16_vadd == npu_qs16_vadd__neon);
+  npu_ukernels_select(NPU_ISA_DOTPROD, &uk); /* never detected without NEON */
+  assert_true(uk.qs8_gemm == npu_qs8_gemm__scalar);
 #endif
   npu_ukernels_select(npu_isa_detect(), &uk);
   /* Every family is filled. */

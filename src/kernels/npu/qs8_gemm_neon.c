@@ -78,11 +78,10 @@ NPU_INLINE_NEON void gemm_tile(const int mr, size_t k, const int8_t *restrict x,
 NPU_INLINE_NEON void gemm_neon(size_t m, size_t n_begin, size_t n_end, size_t k,
                                const int8_t *restrict x, size_t x_stride,
                                const void *restrict w_packed, void *restrict y, size_t y_stride,
-                               const struct npu_qs8_gemm_params *restrict p, int out16) {
-  NPU_QS8_GEMM_NEON_OUTER(gemm_tile, MR)
-}
+                               const struct npu_qs8_gemm_params *restrict p,
+                               int out16){NPU_QS8_GEMM_NEON_OUTER(gemm_tile, MR)}
 
 NPU_QS8_GEMM_NEON_ENTRY(npu_qs8_gemm__neon, int8_t, , gemm_neon, 0)
-NPU_QS8_GEMM_NEON_ENTRY(npu_qs8_gemm_qs16__neon, int16_t, , gemm_neon, 1)
+    NPU_QS8_GEMM_NEON_ENTRY(npu_qs8_gemm_qs16__neon, int16_t, , gemm_neon, 1)
 
 #endif /* __aarch64__ */

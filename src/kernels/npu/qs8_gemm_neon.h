@@ -42,9 +42,9 @@ static inline int32_t npu_neon_gemm_tail(const int8_t *p, size_t rem) {
 
 /* What a block of 16 channels needs besides its weights. */
 struct npu_neon_gemm_block {
-  int32x4_t init[4];          /* accumulator start of channels 4q .. 4q+3: bias - zx * wsum */
-  struct npu_neon_rq rq[4];   /* requantization of channels 4q .. 4q+3 */
-  const int8_t *w;            /* packed weights: [kp / 4][16][4] */
+  int32x4_t init[4];        /* accumulator start of channels 4q .. 4q+3: bias - zx * wsum */
+  struct npu_neon_rq rq[4]; /* requantization of channels 4q .. 4q+3 */
+  const int8_t *w;          /* packed weights: [kp / 4][16][4] */
 };
 
 /* Set up the packed block at 'block' (channels n0 .. n0 + nc - 1 valid, nc in [1, 16]) for
@@ -65,7 +65,8 @@ NPU_INLINE_NEON void npu_neon_gemm_block_setup(const uint8_t *block, size_t n0, 
     shift = shift_pad;
   }
   for (int q = 0; q < 4; q++) {
-    b->init[q] = vmlsq_n_s32(vld1q_s32(head + 4 * q), vld1q_s32(head + NR + 4 * q), p->x_zero_point);
+    b->init[q] =
+        vmlsq_n_s32(vld1q_s32(head + 4 * q), vld1q_s32(head + NR + 4 * q), p->x_zero_point);
     b->rq[q] = npu_neon_rq_make(vld1q_s32(mult + 4 * q), vld1q_s32(shift + 4 * q));
   }
   b->w = (const int8_t *)(block + 2 * NR * sizeof(int32_t));

@@ -65,18 +65,17 @@ gemm_tile(const int mr, size_t k, const int8_t *restrict x, size_t x_stride,
   }
   const size_t esize = out16 ? sizeof(int16_t) : sizeof(int8_t);
   for (int r = 0; r < mr; r++)
-    npu_neon_gemm_store_row(acc[r], c, yzp, out16, (uint8_t *)y + (size_t)r * y_stride * esize,
-                            nc);
+    npu_neon_gemm_store_row(acc[r], c, yzp, out16, (uint8_t *)y + (size_t)r * y_stride * esize, nc);
 }
 
 static inline __attribute__((always_inline)) NPU_TARGET_DOTPROD void
 gemm_neondot(size_t m, size_t n_begin, size_t n_end, size_t k, const int8_t *restrict x,
              size_t x_stride, const void *restrict w_packed, void *restrict y, size_t y_stride,
-             const struct npu_qs8_gemm_params *restrict p, int out16) {
-  NPU_QS8_GEMM_NEON_OUTER(gemm_tile, MR)
-}
+             const struct npu_qs8_gemm_params *restrict p,
+             int out16){NPU_QS8_GEMM_NEON_OUTER(gemm_tile, MR)}
 
 NPU_QS8_GEMM_NEON_ENTRY(npu_qs8_gemm__neondot, int8_t, NPU_TARGET_DOTPROD, gemm_neondot, 0)
-NPU_QS8_GEMM_NEON_ENTRY(npu_qs8_gemm_qs16__neondot, int16_t, NPU_TARGET_DOTPROD, gemm_neondot, 1)
+    NPU_QS8_GEMM_NEON_ENTRY(npu_qs8_gemm_qs16__neondot, int16_t, NPU_TARGET_DOTPROD, gemm_neondot,
+                            1)
 
 #endif /* __aarch64__ */

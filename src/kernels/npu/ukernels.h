@@ -1,9 +1,11 @@
 /* The NPU's integer microkernels: one function type per family, the parameter structs, the weight
  * packing API, and the choice of the best variant for this CPU. The variants themselves
- * (npu_<family>__scalar, __avx2, later __neon) are listed once in src/kernels/npu/ukernels.inc,
- * which feeds the declarations below, the dispatch in ukernels.c and the tests. Integer-only by
- * contract: requantization is src/kernels/npu/fixedpoint.h. Kernels never allocate and keep no
- * state. */
+ * (npu_<family>__scalar everywhere; __avx2 and __avx512vnni on x86-64; __neon, and __neondot with
+ * the dot product, on AArch64) are listed once in src/kernels/npu/ukernels.inc, which feeds the
+ * declarations below, the dispatch in ukernels.c and the tests. Every family has a NEON variant;
+ * the CPU backend's float kernels (src/kernels/cpu) have only AVX2 ones and run their portable
+ * scalar variants on AArch64. Integer-only by contract: requantization is
+ * src/kernels/npu/fixedpoint.h. Kernels never allocate and keep no state. */
 #ifndef NPU_KERNELS_NPU_UKERNELS_H
 #define NPU_KERNELS_NPU_UKERNELS_H
 
@@ -29,7 +31,8 @@
  *        int8  w[kp / 4][16][4]                   w[16b + j][4g + t] at [g][j][t], zero-padded
  *      block size = 128 + 16 * kp bytes (npu_qs8_gemm_packed_size(N, k) = blocks * that).
  *    Each 32-byte row of 8 channels x 4 k is what vpmaddubsw (AVX2), vpdpbusd (AVX512-VNNI, one
- *    ymm) and sdot (NEON dot product, two 16-byte halves) consume: the layout is shared by every
+ *    ymm) and sdot (NEON dot product, two 16-byte halves) consume, and each 8-byte half of a
+ *    16-byte row (2 channels x 4 k) what vmull_s8 (plain NEON) does: the layout is shared by every
  *    variant of the family.
  * Columns [n_begin, n_end) (n_end <= N) are computed, for all m rows; n_begin must be a multiple
  * of 16 (split work across threads in multiples of 16 columns, or split rows by offsetting x and
@@ -289,7 +292,8 @@ struct npu_ukernels {
  * in 'isa' (pass npu_isa_detect(), or 0 to force the scalar reference kernels). */
 void npu_ukernels_select(uint32_t isa, struct npu_ukernels *uk_out);
 
-/* The variant name ("scalar", "avx2", "avx512vnni", ...) of the kernel 'uk' holds for 'family'
+/* The variant name ("scalar", "avx2", "avx512vnni", "neon", "neondot", ...) of the kernel 'uk'
+ * holds for 'family'
  * ("qs8_gemm", ...), for reports; "?" if the family is unknown or no listed variant. */
 const char *npu_ukernels_variant(const struct npu_ukernels *uk, const char *family);
 
