@@ -104,6 +104,26 @@ endif
 test: $(BUILD)/npulm $(TESTS)
 	@$(TEST_ENV) $(TEST_WRAP) tests/run.sh $(BUILD)
 
+# The cross build's tests under qemu-aarch64 (`make CROSS=aarch64 test-cross`): the kernel tests
+# and those quick under emulation, then tests/cross/, which compares the AArch64 build's text with
+# the host build's (build/npulm, made first). Debian's cross loader (libc6-arm64-cross) and its
+# arm64 libc (libc6:arm64, which the arm64 libraries bring) may be different releases that must
+# not be mixed: the loader finds the libc beside it first (LD_LIBRARY_PATH), the other libraries
+# where multiarch puts them.
+QEMU_AARCH64 := qemu-aarch64 -L /usr/aarch64-linux-gnu -E LD_LIBRARY_PATH=/usr/aarch64-linux-gnu/lib
+CROSS_TESTS := test_npu_kernels test_cpu_kernels test_costmodel test_dequant test_gguf test_model \
+               test_pages
+.PHONY: test-cross
+ifeq ($(CROSS),aarch64)
+test-cross: $(BUILD)/npulm $(CROSS_TESTS:%=$(BUILD)/tests/%)
+	@$(MAKE) --no-print-directory CROSS= build/npulm
+	@NPULM_EXEC="$(QEMU_AARCH64)" NPULM_HOST_BIN=build/npulm tests/run.sh $(BUILD) \
+	  $(CROSS_TESTS:%=$(BUILD)/tests/%) tests/cross/test_*.sh
+else
+test-cross:
+	$(error test-cross runs a cross build's tests: make CROSS=aarch64 test-cross)
+endif
+
 # libFuzzer harnesses (clang only; fuzz/README.md): `make fuzz` builds build-fuzz/fuzz_gguf and its
 # seeds in build-fuzz/seeds/gguf/, `make fuzz-program` build-fuzz/fuzz_program and its seeds (a
 # program of every quantization mode) in build-fuzz/seeds/program/; `make -j2 fuzz-run` runs both
@@ -151,7 +171,7 @@ fuzz-run-gguf fuzz-run-program: fuzz-run-%: $(FUZZ)/fuzz_% $(FUZZ)/seeds/%
 	  | sed 's/^/fuzz_$*: /'
 
 clean:
-	rm -rf build build-san build-clang build-tsan $(FUZZ)
+	rm -rf build build-san build-clang build-tsan build-aarch64 $(FUZZ)
 
 # Every C file of the repository in .clang-format's style: `make format` rewrites them in place,
 # `make format-check` (CI) lists each file that differs and fails.
