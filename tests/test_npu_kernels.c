@@ -322,6 +322,20 @@ static void gemm_case_make(struct gemm_case *c, size_t m, size_t n, size_t k, bo
   assert_true(npu_qs8_gemm_pack(n, k, c->w, c->bias, c->packed));
 }
 
+/* Pack the case's weights again: as they are (int8), or for the w4a8 kernels first mapped to
+ * int4 as w >> 4 (so that +-127 become the int4 extremes 7 and -8) and packed in the qc4w layout
+ * (block 0). */
+static void gemm_case_pack(struct gemm_case *c, bool int4) {
+  if (!int4) {
+    assert_true(npu_qs8_gemm_pack(c->n, c->k, c->w, c->bias, c->packed));
+    return;
+  }
+  for (size_t i = 0; i < c->n * c->k; i++) c->w[i] = (int8_t)(c->w[i] >> 4);
+  free(c->packed);
+  c->packed = xmalloc(npu_qc4w_gemm_packed_size(c->n, c->k, 0));
+  assert_true(npu_qc4w_gemm_pack(c->n, c->k, c->w, c->bias, 0, NULL, c->packed));
+}
+
 static void gemm_case_free(struct gemm_case *c) {
   free(c->x);
   free(c->w);
@@ -377,7 +391,8 @@ static void gemm_check(const struct gemm_case *c, npu_qs8_gemm_fn *fn8, npu_qs8_
  * from its start), zero points -128 / 127 and biases +-2^30: |acc| reaches 2^30 + 255 * 127 *
  * 32768, just below 2^31. Multipliers near 2^-24 keep such sums inside the int8 and int16 ranges
  * (others saturate), so every bit of the accumulator shows. */
-static void gemm_extreme_check(npu_qs8_gemm_fn *fn8, npu_qs8_gemm_qs16_fn *fn16, uint64_t *rng) {
+static void gemm_extreme_check(npu_qs8_gemm_fn *fn8, npu_qs8_gemm_qs16_fn *fn16, bool int4,
+                               uint64_t *rng) {
   static const size_t ks[] = {32768, 32767, 32765, 20001};
   static const size_t ms[] = {1, 7};
   for (int rep = 0; rep < 8; rep++) {
@@ -406,14 +421,14 @@ static void gemm_extreme_check(npu_qs8_gemm_fn *fn8, npu_qs8_gemm_qs16_fn *fn16,
       c.mult[j] = (1 << 30) + rand_range(rng, 0, (1 << 30) - 1);
       c.shift[j] = rand_range(rng, -24, -15);
     }
-    assert_true(npu_qs8_gemm_pack(n, k, c.w, c.bias, c.packed));
+    gemm_case_pack(&c, int4);
     gemm_check(&c, fn8, fn16, 0, n);
     gemm_check(&c, fn8, fn16, NPU_QS8_GEMM_NR, n - 3);
     gemm_case_free(&c);
   }
 }
 
-static void gemm_family_check(npu_qs8_gemm_fn *fn8, npu_qs8_gemm_qs16_fn *fn16) {
+static void gemm_family_check(npu_qs8_gemm_fn *fn8, npu_qs8_gemm_qs16_fn *fn16, bool int4) {
   /* Rows: every remainder of the SIMD kernels' row tiles (1..7) and several whole tiles. Columns:
    * partial and whole 16-channel blocks in runs of 1 to 11 (the kernels take one or two at a
    * time). */
@@ -437,6 +452,7 @@ static void gemm_family_check(npu_qs8_gemm_fn *fn8, npu_qs8_gemm_qs16_fn *fn16) 
                                                    : 3);
         struct gemm_case c;
         gemm_case_make(&c, ms[im], ns[in], ks[ik], idx % 2 == 0, zx, zy, &rng);
+        if (int4) gemm_case_pack(&c, true);
         gemm_check(&c, fn8, fn16, 0, c.n);
         /* A sub-range of columns starting at a block boundary. */
         const size_t nb = (size_t)rand_range(&rng, 0, (int32_t)((c.n - 1) / NPU_QS8_GEMM_NR));
@@ -454,14 +470,19 @@ static void gemm_family_check(npu_qs8_gemm_fn *fn8, npu_qs8_gemm_qs16_fn *fn16) 
     gemm_case_make(&c, (size_t)rand_range(&rng, 1, 40), (size_t)rand_range(&rng, 1, 200),
                    (size_t)rand_range(&rng, 1, 800), rep % 3 != 0, rand_range(&rng, -128, 127), zy,
                    &rng);
+    if (int4) gemm_case_pack(&c, true);
     gemm_check(&c, fn8, fn16, 0, c.n);
     gemm_case_free(&c);
   }
-  gemm_extreme_check(fn8, fn16, &rng);
+  gemm_extreme_check(fn8, fn16, int4, &rng);
 }
 
-static void check_qs8_gemm(npu_qs8_gemm_fn *fn) { gemm_family_check(fn, NULL); }
-static void check_qs8_gemm_qs16(npu_qs8_gemm_qs16_fn *fn) { gemm_family_check(NULL, fn); }
+static void check_qs8_gemm(npu_qs8_gemm_fn *fn) { gemm_family_check(fn, NULL, false); }
+static void check_qs8_gemm_qs16(npu_qs8_gemm_qs16_fn *fn) { gemm_family_check(NULL, fn, false); }
+static void check_qs8_qc4w_gemm(npu_qs8_qc4w_gemm_fn *fn) { gemm_family_check(fn, NULL, true); }
+static void check_qs8_qc4w_gemm_qs16(npu_qs8_qc4w_gemm_qs16_fn *fn) {
+  gemm_family_check(NULL, fn, true);
+}
 
 /* Matmuls on one input run as one loop (npu_emu_exec_matmuls): each member's output equals the
  * reference's, whatever the members' widths (awkward ones: a thread's range crosses from one into
@@ -1483,6 +1504,410 @@ static void test_rmsnorm_vs_float(void **state) {
   assert_true(saturated < checked / 50); /* the test spans the range, not just the ends */
 }
 
+/* ---- int16-activation GEMMs (w8a16, w4a16) and the qc4w packing ------------------------------*/
+
+static void test_narrow(void **state) {
+  (void)state;
+  assert_int_equal(npu_narrow(0, 0), 0);
+  assert_int_equal(npu_narrow(123456789, 0), 123456789);
+  assert_int_equal(npu_narrow(INT32_MAX, 0), INT32_MAX);
+  assert_int_equal(npu_narrow(INT32_MIN, 0), INT32_MIN);
+  assert_int_equal(npu_narrow((int64_t)INT32_MAX + 1, 0), INT32_MAX); /* saturates */
+  assert_int_equal(npu_narrow((int64_t)INT32_MIN - 1, 0), INT32_MIN);
+  assert_int_equal(npu_narrow(INT64_MAX, 0), INT32_MAX);
+  assert_int_equal(npu_narrow(INT64_MIN, 0), INT32_MIN);
+  /* ties round up (towards +infinity), like npu_requantize */
+  assert_int_equal(npu_narrow(5, 1), 3);
+  assert_int_equal(npu_narrow(-5, 1), -2);
+  assert_int_equal(npu_narrow(3, 1), 2);
+  assert_int_equal(npu_narrow(-3, 1), -1);
+  assert_int_equal(npu_narrow(-1, 1), 0);
+  assert_int_equal(npu_narrow(-2, 2), 0);  /* -0.5 -> 0 */
+  assert_int_equal(npu_narrow(-3, 2), -1); /* -0.75 -> -1 */
+  assert_int_equal(npu_narrow(6, 2), 2);   /* 1.5 -> 2 */
+  /* the largest shift */
+  assert_int_equal(npu_narrow((int64_t)1 << 31, 32), 1); /* 0.5 -> 1 */
+  assert_int_equal(npu_narrow(((int64_t)1 << 31) - 1, 32), 0);
+  assert_int_equal(npu_narrow(-((int64_t)1 << 31), 32), 0);
+  assert_int_equal(npu_narrow(-((int64_t)1 << 31) - 1, 32), -1);
+  assert_int_equal(npu_narrow(INT64_MAX, 32), INT32_MAX); /* 2^31 - 2^-32 rounds to 2^31 */
+  assert_int_equal(npu_narrow(INT64_MIN, 32), INT32_MIN);
+  assert_int_equal(npu_narrow((int64_t)INT32_MAX << 32, 32), INT32_MAX);
+  /* random: the definition floor((acc + 2^(s - 1)) / 2^s) in 128 bits */
+  uint64_t rng = 77;
+  for (int i = 0; i < 200000; i++) {
+    const int64_t acc = (int64_t)test_rand(&rng) >> rand_range(&rng, 0, 63);
+    const int32_t s = rand_range(&rng, 0, 32);
+    __int128 v = s == 0 ? acc : ((__int128)acc + ((__int128)1 << (s - 1))) >> s;
+    v = v > INT32_MAX ? INT32_MAX : v < INT32_MIN ? INT32_MIN : v;
+    assert_true(npu_narrow(acc, s) == (int32_t)v);
+  }
+}
+
+static void test_qc4w_pack(void **state) {
+  (void)state;
+  uint64_t rng = 404;
+  static const size_t ns[] = {1, 15, 16, 17, 40};
+  static const size_t ks[] = {1, 7, 8, 9, 31, 32, 33, 100, 257};
+  for (size_t in = 0; in < 5; in++)
+    for (size_t ik = 0; ik < 9; ik++)
+      for (size_t block = 0; block <= NPU_QC4W_BLOCK; block += NPU_QC4W_BLOCK) {
+        const size_t n = ns[in], k = ks[ik], nb = (k + 31) / 32;
+        int8_t *w = xmalloc(n * k), *row = xmalloc(k);
+        uint8_t *q = xmalloc(n * nb);
+        int32_t *bias = xmalloc(n * sizeof(int32_t));
+        for (size_t i = 0; i < n * k; i++) w[i] = (int8_t)rand_range(&rng, -8, 7);
+        for (size_t i = 0; i < n * nb; i++) q[i] = (uint8_t)rand_range(&rng, 0, 15);
+        for (size_t j = 0; j < n; j++) bias[j] = rand_range(&rng, -(1 << 30), 1 << 30);
+        const size_t size = npu_qc4w_gemm_packed_size(n, k, block);
+        assert_int_equal(size, (n + 15) / 16 * npu_qc4w_gemm_block_size(k, block));
+        uint8_t *packed = xmalloc(size);
+        const uint8_t *qs = block != 0 ? q : NULL;
+        assert_true(npu_qc4w_gemm_pack(n, k, w, bias, block, qs, packed));
+        for (size_t r = 0; r < n; r++) {
+          npu_qc4w_gemm_unpack_row(k, block, packed, r, 0, k, row);
+          assert_memory_equal(row, w + r * k, k);
+          const size_t c0 = (size_t)rand_range(&rng, 0, (int32_t)k - 1);
+          const size_t c1 = c0 + (size_t)rand_range(&rng, 0, (int32_t)(k - c0));
+          npu_qc4w_gemm_unpack_row(k, block, packed, r, c0, c1, row);
+          assert_memory_equal(row, w + r * k + c0, c1 - c0);
+          /* the head: bias and the (scaled) weight sum */
+          const uint8_t *blk = packed + r / 16 * npu_qc4w_gemm_block_size(k, block);
+          int32_t head[32];
+          memcpy(head, blk, sizeof(head));
+          int32_t sum = 0;
+          for (size_t kk = 0; kk < k; kk++)
+            sum += (block != 0 ? q[r * nb + kk / 32] : 1) * w[r * k + kk];
+          assert_int_equal(head[r % 16], bias[r]);
+          assert_int_equal(head[16 + r % 16], sum);
+          if (block != 0) /* the scales of each chunk */
+            for (size_t b = 0; b < nb; b++)
+              assert_int_equal(blk[128 + b * 272 + r % 16], q[r * nb + b]);
+        }
+        /* the padding: weight 0 (nibble 8) past k and past n, scale 0 past n */
+        const uint8_t *last = packed + (n - 1) / 16 * npu_qc4w_gemm_block_size(k, block) + 128;
+        for (size_t j = n % 16 == 0 ? 16 : n % 16; j < 16; j++) {
+          for (size_t kk = 0; kk < npu_qc4w_gemm_kp(k, block); kk++) {
+            const size_t off = block != 0 ? kk / 32 * 272 + 16 + kk % 32 / 8 * 64 : kk / 8 * 64;
+            const uint8_t b = last[off + j * 4 + kk % 4];
+            assert_int_equal(kk % 8 >= 4 ? b >> 4 : b & 15, 8);
+          }
+          if (block != 0) assert_int_equal(last[j], 0);
+        }
+        /* the packer's refusals */
+        assert_false(npu_qc4w_gemm_pack(n, 0, w, bias, block, qs, packed));
+        assert_false(npu_qc4w_gemm_pack(n, k, w, bias, 16, q, packed));
+        assert_false(npu_qc4w_gemm_pack(n, k, w, bias, block, block != 0 ? NULL : q, packed));
+        const size_t at = (size_t)rand_range(&rng, 0, (int32_t)(n * k - 1));
+        const int8_t keep = w[at];
+        w[at] = rand_range(&rng, 0, 1) ? 8 : -9;
+        assert_false(npu_qc4w_gemm_pack(n, k, w, bias, block, qs, packed));
+        w[at] = keep;
+        const int32_t keep_bias = bias[n - 1];
+        bias[n - 1] = rand_range(&rng, 0, 1) ? (1 << 30) + 1 : -(1 << 30) - 1;
+        assert_false(npu_qc4w_gemm_pack(n, k, w, bias, block, qs, packed));
+        bias[n - 1] = keep_bias;
+        if (block != 0) {
+          q[n * nb - 1] = 16;
+          assert_false(npu_qc4w_gemm_pack(n, k, w, bias, block, q, packed));
+        }
+        assert_true(npu_qc4w_gemm_pack(n, k, w, NULL, 0, NULL, packed));
+        free(w), free(row), free(q), free(bias), free(packed);
+      }
+  int8_t w1[2] = {0, 0};
+  uint8_t out[1024];
+  assert_false(npu_qc4w_gemm_pack(1, NPU_QS8_GEMM_MAX_K + 1, w1, NULL, 0, NULL, out));
+}
+
+struct qs16_case {
+  size_t m, n, k, x_stride, y_stride, block;
+  bool int4;
+  int16_t *x;
+  int8_t *w;     /* int8 [-127, 127] or int4 [-8, 7] */
+  uint8_t *q;    /* [n][ceil(k / 32)] block scales (block 32), else NULL */
+  int32_t *bias; /* NULL: none */
+  int32_t *mult, *shift;
+  int32_t acc_shift, zy;
+  void *packed;
+};
+
+/* The largest |acc| of the case's ranges. */
+static int64_t qs16_acc_bound(size_t k, bool int4, size_t block) {
+  return ((int64_t)1 << 30) + (int64_t)k * 32768 * (int4 ? 8 * (block != 0 ? 15 : 1) : 127);
+}
+
+/* x_mode 0: random; 1: all -32768; 2: alternating extremes. w_mode 0: random; 1: the most
+ * negative weight (with x = -32768 the largest positive products); 2: mixed extremes. q: random,
+ * with 0 and 15 among them, or all 15 with w_mode 1. acc_shift: the bound's, or anything. */
+static void qs16_case_make(struct qs16_case *c, size_t m, size_t n, size_t k, bool int4,
+                           size_t block, int x_mode, int w_mode, uint64_t *rng) {
+  c->m = m, c->n = n, c->k = k, c->int4 = int4, c->block = block;
+  c->x_stride = k + (size_t)rand_range(rng, 0, 5);
+  c->y_stride = n + (size_t)rand_range(rng, 0, 3);
+  c->x = xmalloc(m * c->x_stride * sizeof(int16_t));
+  c->w = xmalloc(n * k);
+  const size_t nb = (k + 31) / 32;
+  c->q = block != 0 ? xmalloc(n * nb) : NULL;
+  c->bias = rand_range(rng, 0, 3) != 0 || w_mode != 0 ? xmalloc(n * sizeof(int32_t)) : NULL;
+  c->mult = xmalloc(n * sizeof(int32_t));
+  c->shift = xmalloc(n * sizeof(int32_t));
+  for (size_t i = 0; i < m * c->x_stride; i++)
+    c->x[i] = x_mode == 1   ? INT16_MIN
+              : x_mode == 2 ? (int16_t)(i % 3 == 0 ? INT16_MAX : INT16_MIN)
+                            : (int16_t)rand_range(rng, INT16_MIN, INT16_MAX);
+  const int32_t wlo = int4 ? -8 : -127, whi = int4 ? 7 : 127;
+  for (size_t i = 0; i < n * k; i++)
+    c->w[i] = (int8_t)(w_mode == 1   ? wlo
+                       : w_mode == 2 ? (i % 5 < 2 ? whi : wlo)
+                                     : rand_range(rng, wlo, whi));
+  if (c->q != NULL)
+    for (size_t i = 0; i < n * nb; i++)
+      c->q[i] = (uint8_t)(w_mode == 1 ? 15 : i % 7 == 0 ? 0 : rand_range(rng, 0, 15));
+  const int64_t bound = qs16_acc_bound(k, int4, block);
+  int32_t proper = 0;
+  while ((bound >> proper) > INT32_MAX) proper++;
+  c->acc_shift = rand_range(rng, 0, 3) == 0 ? rand_range(rng, 0, 32) : proper;
+  c->zy = rand_range(rng, 0, 2) == 0 ? rand_range(rng, INT16_MIN, INT16_MAX)
+                                     : (rand_range(rng, 0, 1) ? INT16_MIN : INT16_MAX);
+  if (rand_range(rng, 0, 1)) c->zy = rand_range(rng, -100, 100);
+  /* multipliers that spread the typical outputs over the int16 range, plus some extremes */
+  const double wrms = int4 ? 4.6 * (block != 0 ? 8.8 : 1.0) : 73.0;
+  const double acc_rms = sqrt((double)k) * 18918.0 * wrms / ldexp(1.0, c->acc_shift);
+  for (size_t j = 0; j < n; j++) {
+    if (c->bias != NULL)
+      c->bias[j] = w_mode != 0 ? (j % 2 ? 1 << 30 : -(1 << 30))
+                               : rand_range(rng, -(1 << 30), 1 << 30) >> rand_range(rng, 0, 30);
+    if (rand_range(rng, 0, 9) == 0) {
+      c->mult[j] = rand_range(rng, 0, 1) ? INT32_MAX : (1 << 30);
+      c->shift[j] = rand_range(rng, -31, 30);
+    } else {
+      const double real = fmax(8192.0 / (acc_rms + 1.0) * (0.25 + 4.0 * rand_unit(rng)), 1e-9);
+      assert_true(npu_quantize_multiplier(fmin(real, 0x1p29), &c->mult[j], &c->shift[j]));
+    }
+  }
+  if (int4) {
+    c->packed = xmalloc(npu_qc4w_gemm_packed_size(n, k, block));
+    assert_true(npu_qc4w_gemm_pack(n, k, c->w, c->bias, block, c->q, c->packed));
+  } else {
+    c->packed = xmalloc(npu_qs8_gemm_packed_size(n, k));
+    assert_true(npu_qs8_gemm_pack(n, k, c->w, c->bias, c->packed));
+  }
+}
+
+static void qs16_case_free(struct qs16_case *c) {
+  free(c->x), free(c->w), free(c->q), free(c->bias), free(c->mult), free(c->shift);
+  free(c->packed);
+}
+
+/* The naive reference: the definition of ukernels.h on unpacked weights. */
+static int16_t qs16_ref(const struct qs16_case *c, size_t i, size_t j) {
+  const size_t nb = (c->k + 31) / 32;
+  int64_t acc = c->bias != NULL ? c->bias[j] : 0;
+  for (size_t kk = 0; kk < c->k; kk++)
+    acc += (int64_t)(c->q != NULL ? c->q[j * nb + kk / 32] : 1) * c->x[i * c->x_stride + kk] *
+           c->w[j * c->k + kk];
+  return npu_requantize_s16(npu_narrow(acc, c->acc_shift), c->mult[j], c->shift[j], c->zy);
+}
+
+static void qs16_check(const struct qs16_case *c, npu_qs16_gemm_qs16_fn *fn, size_t n_begin,
+                       size_t n_end) {
+  const size_t ysize = c->m * c->y_stride;
+  int16_t *y = xmalloc(ysize * sizeof(int16_t));
+  for (size_t i = 0; i < ysize; i++) y[i] = 0x5a5a;
+  const struct npu_qs16_gemm_params p = {c->mult, c->shift, c->acc_shift, c->zy, (int32_t)c->block};
+  fn(c->m, n_begin, n_end, c->k, c->x, c->x_stride, c->packed, y, c->y_stride, &p);
+  for (size_t i = 0; i < c->m; i++)
+    for (size_t j = 0; j < c->y_stride; j++) {
+      const int16_t got = y[i * c->y_stride + j];
+      if (j >= n_begin && j < n_end) {
+        const int16_t want = qs16_ref(c, i, j);
+        if (got != want)
+          fail_msg("m=%zu n=%zu k=%zu int4=%d block=%zu acc_shift=%d zy=%d [%zu,%zu): y[%zu,%zu] "
+                   "= %d, want %d (mult %d shift %d)",
+                   c->m, c->n, c->k, c->int4, c->block, c->acc_shift, c->zy, n_begin, n_end, i, j,
+                   got, want, c->mult[j], c->shift[j]);
+      } else {
+        assert_int_equal(got, 0x5a5a);
+      }
+    }
+  free(y);
+}
+
+/* Every variant of a qs16 GEMM family: m 1..9 and a few whole tiles, n around the 16-channel
+ * blocks, k around the 4 / 8 / 32 groupings and the 512-k int32 spans of the SIMD kernels,
+ * sub-ranges from a block boundary, then the extremes at k up to 32768 (the largest int32
+ * partial sums the documented bounds allow). */
+static void qs16_family_check(npu_qs16_gemm_qs16_fn *fn, bool int4, size_t block) {
+  static const size_t ms[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 16};
+  static const size_t ns[] = {1, 7, 16, 17, 33, 63};
+  static const size_t ks[] = {1, 3, 7, 8, 9, 31, 32, 33, 100, 511, 512, 513, 1100};
+  uint64_t rng = 1000 + (int4 ? 1 : 0) + block;
+  int idx = 0;
+  for (size_t im = 0; im < sizeof(ms) / sizeof(ms[0]); im++)
+    for (size_t in = 0; in < sizeof(ns) / sizeof(ns[0]); in++)
+      for (size_t ik = 0; ik < sizeof(ks) / sizeof(ks[0]); ik++, idx++) {
+        if (ks[ik] > 100 && idx % 3 != 0) continue; /* fewer of the long ones */
+        struct qs16_case c;
+        qs16_case_make(&c, ms[im], ns[in], ks[ik], int4, block, idx % 5 == 0 ? 2 : 0,
+                       idx % 7 == 0 ? 2 : 0, &rng);
+        qs16_check(&c, fn, 0, c.n);
+        const size_t nb = (size_t)rand_range(&rng, 0, (int32_t)((c.n - 1) / 16));
+        const size_t n_end =
+            nb * 16 + 1 + (size_t)rand_range(&rng, 0, (int32_t)(c.n - nb * 16 - 1));
+        qs16_check(&c, fn, nb * 16, n_end);
+        qs16_check(&c, fn, nb * 16, nb * 16);
+        qs16_case_free(&c);
+      }
+  static const size_t big[] = {32768, 32767, 4097, 20001};
+  for (int rep = 0; rep < 8; rep++) {
+    struct qs16_case c;
+    qs16_case_make(&c, rep % 2 ? 3 : 1, 21, big[rep % 4], int4, block, 1 + rep / 2 % 2, 1 + rep / 4,
+                   &rng);
+    qs16_check(&c, fn, 0, c.n);
+    qs16_check(&c, fn, 16, c.n - 2);
+    qs16_case_free(&c);
+  }
+}
+
+static void check_qs16_gemm_qs16(npu_qs16_gemm_qs16_fn *fn) { qs16_family_check(fn, false, 0); }
+
+static void check_qs16_qc4w_gemm_qs16(npu_qs16_qc4w_gemm_qs16_fn *fn) {
+  qs16_family_check(fn, true, 0);
+  qs16_family_check(fn, true, NPU_QC4W_BLOCK);
+}
+
+/* ---- int16 lookup table and RMSNorm into int16 -----------------------------------------------*/
+
+static int16_t lut16_ref(int16_t x, const int16_t *t) {
+  const int32_t u = x + 32768, i = u / 128, f = u % 128;
+  return (int16_t)(t[i] + (int32_t)floor(((double)(t[i + 1] - t[i]) * f + 64) / 128.0));
+}
+
+/* Every int16 input, tables random, of extremes and smooth (SiLU), lengths around the SIMD width,
+ * in place too. */
+static void check_qs16_lut(npu_qs16_lut_fn *fn) {
+  uint64_t rng = 16;
+  int16_t table[NPU_QS16_LUT_SIZE];
+  enum { N = 65536 + 40 };
+  int16_t *x = xmalloc(N * sizeof(int16_t)), *y = xmalloc(N * sizeof(int16_t));
+  for (int rep = 0; rep < 6; rep++) {
+    for (int i = 0; i < NPU_QS16_LUT_SIZE; i++)
+      table[i] = rep == 0   ? (int16_t)rand_range(&rng, INT16_MIN, INT16_MAX)
+                 : rep == 1 ? (int16_t)(i % 2 ? INT16_MAX : INT16_MIN)
+                 : rep == 2 ? (int16_t)(i % 3 ? INT16_MIN : INT16_MAX)
+                            : 0;
+    if (rep >= 3) npu_lut_s16_build(npu_silu, 8.0f / (rep * 4096), 8.0f / 32768, table);
+    for (size_t i = 0; i < N; i++)
+      x[i] = (int16_t)(i < 65536 ? (int32_t)i - 32768 : rand_range(&rng, -9, 9));
+    static const size_t lens[] = {N, 0, 1, 7, 8, 9, 15, 16, 17, 33};
+    for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+      const size_t n = lens[li], off = li == 0 ? 0 : (size_t)rand_range(&rng, 0, 60000);
+      for (size_t i = 0; i < n + 8 && off + i < N; i++) y[off + i] = 0x5a5a;
+      fn(n, x + off, y + off, table);
+      for (size_t i = 0; i < n; i++)
+        if (y[off + i] != lut16_ref(x[off + i], table))
+          fail_msg("rep %d n %zu: y(%d) = %d, want %d", rep, n, x[off + i], y[off + i],
+                   lut16_ref(x[off + i], table));
+      for (size_t i = n; i < n + 8 && off + i < N; i++) assert_int_equal(y[off + i], 0x5a5a);
+    }
+    memcpy(y, x, N * sizeof(int16_t));
+    fn(N, y, y, table); /* in place */
+    for (size_t i = 0; i < N; i++) assert_int_equal(y[i], lut16_ref(x[i], table));
+  }
+  free(x), free(y);
+}
+
+/* SiLU's knots: within half an LSB of the function at each knot (rounding), and the interpolation
+ * between them within 1 LSB + the chord error (SiLU'' <= 0.5: (128 x_scale)^2 / 16 real units)
+ * at every int16 input. */
+static void test_lut_s16_build_silu(void **state) {
+  (void)state;
+  int16_t table[NPU_QS16_LUT_SIZE], y[256];
+  const float xs = 12.0f / 32768, ys = 12.0f / 32768;
+  npu_lut_s16_build(npu_silu, xs, ys, table);
+  for (int i = 0; i < NPU_QS16_LUT_SIZE; i++) /* knot 512 (silu(12) / ys > 32767) saturates */
+    assert_true(fabs(table[i] - fmin(npu_silu((double)xs * (i * 128 - 32768)) / ys, INT16_MAX)) <=
+                0.5 + 1e-6);
+  assert_int_equal(table[256], 0);                                    /* silu(0) = 0 */
+  const double bound = 1.0 + (128.0 * xs) * (128.0 * xs) / 16.0 / ys; /* in output LSBs */
+  int16_t xin[256];
+  for (int32_t x0 = INT16_MIN; x0 <= INT16_MAX; x0 += 256) {
+    for (int j = 0; j < 256; j++) xin[j] = (int16_t)(x0 + j);
+    npu_qs16_lut__scalar(256, xin, y, table);
+    for (int j = 0; j < 256; j++) {
+      const double want = npu_silu((double)xs * xin[j]) / ys;
+      if (fabs(y[j] - want) > bound) fail_msg("silu(%d): %d, want %g", xin[j], y[j], want);
+    }
+  }
+  /* saturation of the knots: a scale too small for the function's range */
+  npu_lut_s16_build(npu_silu, 1.0f / 256, 1.0f / 32768, table);
+  assert_int_equal(table[512], INT16_MAX);
+  assert_true(table[0] <= 0 && table[0] > INT16_MIN);
+}
+
+/* One row into int16 from the definition, in 128-bit arithmetic. */
+static void rmsnorm16_row_ref(const int16_t *x, size_t cols,
+                              const struct npu_qs16_rmsnorm_params *p, int16_t *out) {
+  int64_t v = p->eps;
+  for (size_t c = 0; c < cols; c++) v += (int64_t)x[c] * x[c];
+  int32_t e;
+  const int64_t r = npu_rsqrt_q61(v, &e);
+  const int32_t s = 77 - e - p->shift;
+  for (size_t c = 0; c < cols; c++) {
+    const __int128 u = ((__int128)x[c] * r + (1 << 14)) >> 15;
+    const __int128 o = ((u * p->mult[c] + ((__int128)1 << (s - 1))) >> s) + p->y_zero_point;
+    out[c] = (int16_t)(o < INT16_MIN ? INT16_MIN : o > INT16_MAX ? INT16_MAX : o);
+  }
+}
+
+/* Widths around the SIMD steps, values from extremes to tiny, multipliers of both signs, shifts
+ * over the range and int16 zero points at both ends (a clamp that is too narrow before the zero
+ * point shows there): bit for bit against the definition. */
+static void check_qs16_rmsnorm_qs16(npu_qs16_rmsnorm_qs16_fn *fn) {
+  uint64_t rng = 2516;
+  static const size_t widths[] = {1, 2, 7, 8, 9, 15, 16, 17, 31, 33, 768, 1001};
+  long inside = 0;
+  for (size_t wi = 0; wi < sizeof(widths) / sizeof(widths[0]); wi++)
+    for (int rep = 0; rep < (widths[wi] < 64 ? 200 : 30); rep++) {
+      const size_t cols = widths[wi], rows = (size_t)rand_range(&rng, 1, 4), n = rows * cols;
+      int16_t *x = xmalloc(n * sizeof(int16_t)), *y = xmalloc((n + 16) * sizeof(int16_t));
+      int16_t *ref = xmalloc(cols * sizeof(int16_t));
+      int32_t *mult = xmalloc(cols * sizeof(int32_t));
+      const int mode = rep % 5;
+      for (size_t i = 0; i < n; i++)
+        x[i] = mode == 0   ? (int16_t)rand_range(&rng, INT16_MIN, INT16_MAX)
+               : mode == 1 ? (int16_t)(i % 3 == 0 ? INT16_MAX : INT16_MIN)
+               : mode == 2 ? 0
+               : mode == 3 ? (int16_t)rand_range(&rng, -300, 300)
+                           : (int16_t)rand_range(&rng, -3, 3);
+      for (size_t c = 0; c < cols; c++) {
+        const int k = rand_range(&rng, 0, 6);
+        mult[c] = k == 0 ? 0 : k == 1 ? INT32_MAX : k == 2 ? -INT32_MAX : rand_mult(&rng);
+      }
+      struct npu_qs16_rmsnorm_params p = {
+          .mult = mult,
+          .eps = rep % 4 == 0 ? 1 : (int64_t)(test_rand(&rng) >> rand_range(&rng, 2, 63)) + 1,
+          .shift = rep % 3 == 0 ? rand_range(&rng, -16, 46) : rand_range(&rng, 8, 24),
+          .y_zero_point = rep % 3 == 0   ? INT16_MIN
+                          : rep % 3 == 1 ? INT16_MAX
+                                         : rand_range(&rng, INT16_MIN, INT16_MAX)};
+      for (size_t i = 0; i < 16; i++) y[n + i] = 0x5a5a;
+      fn(rows, cols, x, y, &p);
+      for (size_t i = 0; i < 16; i++) assert_int_equal(y[n + i], 0x5a5a);
+      for (size_t t = 0; t < rows; t++) {
+        rmsnorm16_row_ref(x + t * cols, cols, &p, ref);
+        for (size_t c = 0; c < cols; c++) {
+          if (y[t * cols + c] != ref[c])
+            fail_msg("cols %zu rep %d (shift %d eps %lld zp %d): y[%zu,%zu] = %d, want %d", cols,
+                     rep, p.shift, (long long)p.eps, p.y_zero_point, t, c, y[t * cols + c], ref[c]);
+          inside += ref[c] != INT16_MIN && ref[c] != INT16_MAX && ref[c] != p.y_zero_point;
+        }
+      }
+      free(x), free(y), free(ref), free(mult);
+    }
+  assert_true(inside > 5000);
+}
+
 /* ---- dispatch ---------------------------------------------------------------------------------*/
 
 static void test_dispatch(void **state) {
@@ -1538,13 +1963,23 @@ static void test_dispatch(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_requantize_ties),   cmocka_unit_test(test_requantize_extremes),
-      cmocka_unit_test(test_requantize_random), cmocka_unit_test(test_quantize_multiplier),
-      cmocka_unit_test(test_quantize_weights),  cmocka_unit_test(test_quantize_activations),
-      cmocka_unit_test(test_lut_build_silu),    cmocka_unit_test(test_gemm_pack),
-      cmocka_unit_test(test_gemm_unpack_row),   cmocka_unit_test(test_matmul_group),
-      cmocka_unit_test(test_gemm_vs_float),     cmocka_unit_test(test_dispatch),
-      cmocka_unit_test(test_softmax_vs_float),  cmocka_unit_test(test_rmsnorm_vs_float),
+      cmocka_unit_test(test_requantize_ties),
+      cmocka_unit_test(test_requantize_extremes),
+      cmocka_unit_test(test_requantize_random),
+      cmocka_unit_test(test_quantize_multiplier),
+      cmocka_unit_test(test_quantize_weights),
+      cmocka_unit_test(test_quantize_activations),
+      cmocka_unit_test(test_lut_build_silu),
+      cmocka_unit_test(test_gemm_pack),
+      cmocka_unit_test(test_gemm_unpack_row),
+      cmocka_unit_test(test_matmul_group),
+      cmocka_unit_test(test_gemm_vs_float),
+      cmocka_unit_test(test_dispatch),
+      cmocka_unit_test(test_softmax_vs_float),
+      cmocka_unit_test(test_rmsnorm_vs_float),
+      cmocka_unit_test(test_narrow),
+      cmocka_unit_test(test_qc4w_pack),
+      cmocka_unit_test(test_lut_s16_build_silu),
 #define NPU_UKERNEL(family, variant, isa) cmocka_unit_test(test_##family##__##variant),
 #include "kernels/npu/ukernels.inc"
 #undef NPU_UKERNEL

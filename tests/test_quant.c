@@ -51,6 +51,15 @@ static void test_calibration_statistics(void **state) {
     for (int32_t c = 0; c < s->n_channels; c++) chan = fmaxf(chan, s->chan_absmax[c]);
     assert_true(chan == absmax);
     assert_true(s->count % (uint64_t)s->n_channels == 0);
+    /* each channel's mean square lies between 0 and its largest square, and some is not 0 */
+    const double rows = (double)(s->count / (uint64_t)s->n_channels);
+    double total = 0;
+    for (int32_t c = 0; c < s->n_channels; c++) {
+      const double a = s->chan_absmax[c];
+      assert_true(s->chan_sumsq[c] >= 0 && s->chan_sumsq[c] <= rows * a * a * (1 + 1e-9));
+      total += s->chan_sumsq[c];
+    }
+    assert_true(total > 0);
     /* percentiles grow with p and never pass the maximum */
     float p50 = npu_calib_percentile(s, 0.5), p99 = npu_calib_percentile(s, 0.99);
     assert_true(p50 <= p99 && p99 <= absmax && p50 > 0);
@@ -63,6 +72,7 @@ static void test_calibration_statistics(void **state) {
   assert_non_null(probs);
   assert_int_equal(kq->n_channels, 0);
   assert_null(kq->chan_absmax);
+  assert_null(kq->chan_sumsq);
   /* windows of 128 with BOS first: sum over positions of pos + 1, times the heads */
   uint64_t per_head = 0;
   for (size_t done = 0; done < n;) {

@@ -69,7 +69,8 @@ static struct npu_act_stats *find_or_add(struct collector *c, const char *name, 
   s->min = INFINITY;
   s->max = -INFINITY;
   s->chan_absmax = n > 0 ? calloc((size_t)n, sizeof(float)) : NULL;
-  if (n > 0 && s->chan_absmax == NULL) return NULL;
+  s->chan_sumsq = n > 0 ? calloc((size_t)n, sizeof(double)) : NULL;
+  if (n > 0 && (s->chan_absmax == NULL || s->chan_sumsq == NULL)) return NULL;
   c->last = cal->n_stats++;
   return s;
 }
@@ -89,16 +90,19 @@ static struct npu_act_stats *stats_for(struct collector *c, const char *name, in
 }
 
 /* Fold rows [r0, r1) of 'rows' rows of 'n' values at 'v' (row stride n; channels chan0 .. of
- * 'absmax', which may be NULL) into a minimum, a maximum and a histogram. */
-static void fold_rows(const float *v, int n, int r0, int r1, float *absmax, float *min, float *max,
-                      uint64_t *hist) {
+ * 'absmax' and 'sumsq', both NULL or neither) into a minimum, a maximum and a histogram. */
+static void fold_rows(const float *v, int n, int r0, int r1, float *absmax, double *sumsq,
+                      float *min, float *max, uint64_t *hist) {
   for (int r = r0; r < r1; r++) {
     const float *row = v + (size_t)r * (size_t)n;
     for (int i = 0; i < n; i++) {
       float x = row[i], a = fabsf(x);
       if (x < *min) *min = x;
       if (x > *max) *max = x;
-      if (absmax != NULL && a > absmax[i]) absmax[i] = a;
+      if (absmax != NULL) {
+        if (a > absmax[i]) absmax[i] = a;
+        sumsq[i] += (double)x * x;
+      }
       hist[bin_of(x)]++;
     }
   }
@@ -110,7 +114,9 @@ static void accumulate(struct collector *c, const char *name, int32_t channels, 
                        const float *v, int n) {
   struct npu_act_stats *s = stats_for(c, name, channels);
   if (s == NULL) return;
-  fold_rows(v, n, 0, 1, channels > 0 ? s->chan_absmax + chan0 : NULL, &s->min, &s->max, s->hist);
+  const bool chans = channels > 0;
+  fold_rows(v, n, 0, 1, chans ? s->chan_absmax + chan0 : NULL, chans ? s->chan_sumsq + chan0 : NULL,
+            &s->min, &s->max, s->hist);
   s->count += (uint64_t)n;
 }
 
@@ -123,7 +129,10 @@ static void observe(void *user, int layer, const char *what, const float *v, int
 
 void npu_calib_free(struct npu_calib *c) {
   if (c == NULL) return;
-  for (int32_t i = 0; i < c->n_stats; i++) free(c->stats[i].chan_absmax);
+  for (int32_t i = 0; i < c->n_stats; i++) {
+    free(c->stats[i].chan_absmax);
+    free(c->stats[i].chan_sumsq);
+  }
   free(c->stats);
   free(c);
 }
@@ -156,6 +165,7 @@ struct fold_job {
   const float *v;
   int n, rows, chans_per_task;
   float *absmax; /* (n) or NULL */
+  double *sumsq; /* (n) or NULL, as absmax */
 };
 
 static void fold_task(void *arg, size_t task) {
@@ -168,7 +178,8 @@ static void fold_task(void *arg, size_t task) {
   const int c1 = c0 + j->chans_per_task < j->n ? c0 + j->chans_per_task : j->n;
   for (int r = 0; r < j->rows && c0 < c1; r++) {
     fold_rows(j->v + (size_t)r * (size_t)j->n + c0, c1 - c0, 0, 1,
-              j->absmax != NULL ? j->absmax + c0 : NULL, &part->min, &part->max, part->hist);
+              j->absmax != NULL ? j->absmax + c0 : NULL, j->sumsq != NULL ? j->sumsq + c0 : NULL,
+              &part->min, &part->max, part->hist);
   }
 }
 
@@ -181,8 +192,13 @@ static void accumulate_rows(struct npu_calib_run *r, const char *name, int32_t c
   struct npu_act_stats *s = stats_for(&r->c, name, channels);
   if (s == NULL) return;
   const int tasks = npu_pool_threads(r->pool);
-  struct fold_job j = {
-      r, v, n, rows, (n + tasks - 1) / tasks, channels > 0 ? s->chan_absmax + chan0 : NULL};
+  struct fold_job j = {r,
+                       v,
+                       n,
+                       rows,
+                       (n + tasks - 1) / tasks,
+                       channels > 0 ? s->chan_absmax + chan0 : NULL,
+                       channels > 0 ? s->chan_sumsq + chan0 : NULL};
   npu_pool_run(r->pool, (size_t)tasks, fold_task, &j);
   for (int t = 0; t < tasks; t++) {
     const struct partial *part = &r->parts[t];

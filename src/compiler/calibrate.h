@@ -25,6 +25,10 @@ struct npu_act_stats {
   uint64_t count;             /* values seen */
   float min, max;
   float *chan_absmax; /* (n_channels), NULL when n_channels is 0 */
+  /* (n_channels) sum of the squares of each channel's values, added row after row (so the same
+   * for any cut of the rows into blocks); divided by count / n_channels it is E[x_c^2], the
+   * diagonal of the calibration Hessian X^T X / rows that weighs a weight's quantization error */
+  double *chan_sumsq;
   uint64_t hist[NPU_CALIB_BINS];
 };
 

@@ -129,6 +129,15 @@ void npu_lut_s8_build(double (*fn)(double), float x_scale, int32_t x_zero_point,
   }
 }
 
+void npu_lut_s16_build(double (*fn)(double), float x_scale, float y_scale,
+                       int16_t table_out[NPU_QS16_LUT_SIZE]) {
+  for (int i = 0; i < NPU_QS16_LUT_SIZE; i++) {
+    const double y = fn((double)x_scale * (i * 128 - 32768));
+    const double v = isnan(y) ? 0.0 : round(y / y_scale);
+    table_out[i] = (int16_t)fmin(fmax(v, INT16_MIN), INT16_MAX);
+  }
+}
+
 bool npu_qk_params_make(float q_scale, int32_t q_zero_point, float k_scale, int32_t k_zero_point,
                         float attn_scale, float s_scale, int32_t s_zero_point,
                         struct npu_qs8_qk_params *params_out) {

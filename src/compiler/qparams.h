@@ -62,6 +62,13 @@ bool npu_qmul_params_make(float a_scale, int32_t a_zero_point, float b_scale, in
 void npu_lut_s8_build(double (*fn)(double), float x_scale, int32_t x_zero_point, float y_scale,
                       int32_t y_zero_point, int8_t table_out[256]);
 
+/* Knots of npu_qs16_lut for y = fn(x) (int16 x and y, both symmetric: real x = x_scale * x):
+ * table[i] = sat_int16(round(fn(x_scale * (128 * i - 32768)) / y_scale)) for i in [0, 512]; the
+ * kernel interpolates linearly between them (knot 512 lies at x = 32768, one past the int16
+ * range, so the last interval ends where the function does). */
+void npu_lut_s16_build(double (*fn)(double), float x_scale, float y_scale,
+                       int16_t table_out[NPU_QS16_LUT_SIZE]);
+
 /* Attention on the integer NPU (ukernels.h): the scores' multiplier q_scale * k_scale *
  * attn_scale / s_scale (attn_scale = 1/sqrt(head_dim)); the softmax's s_scale * 256 / ln 2 (into
  * 1/256ths of an octave); P.V's 2^-15 * v_scale / y_scale. Return false if a multiplier is not

@@ -117,13 +117,46 @@ static inline int32_t npu_rsqrt_q61(int64_t v, int32_t *e_out) {
   return r > INT32_MAX ? INT32_MAX : (int32_t)r;
 }
 
-/* One element of an RMSNorm row (ukernels.h): sat_int8(((x * r + 2^14) >> 15) * mult rounded
- * right by s, plus zp), for the row's r and total shift s in [1, 62]. */
-static inline int8_t npu_rmsnorm_elem(int16_t x, int64_t r, int32_t s, int32_t mult, int32_t zp) {
+/* One element of an RMSNorm row (ukernels.h) before its zero point and saturation:
+ * ((x * r + 2^14) >> 15) * mult rounded right by s, for the row's r and total shift s in [1, 62].
+ * The one definition of the row arithmetic; npu_rmsnorm_elem (int8) and npu_rmsnorm_elem_s16
+ * (int16) only differ in the saturation. |result| < 2^61. */
+static inline int64_t npu_rmsnorm_value(int16_t x, int64_t r, int32_t s, int32_t mult) {
   assert(s >= 1 && s <= 62);
   const int64_t u = ((int64_t)x * r + (1 << 14)) >> 15;
-  const int64_t out = (u * mult + ((int64_t)1 << (s - 1))) >> s;
-  return (int8_t)npu_clamp_i64(out + zp, INT8_MIN, INT8_MAX);
+  return (u * mult + ((int64_t)1 << (s - 1))) >> s;
+}
+
+/* sat_int8(npu_rmsnorm_value(x, r, s, mult) + zp), zp in [-128, 127]. */
+static inline int8_t npu_rmsnorm_elem(int16_t x, int64_t r, int32_t s, int32_t mult, int32_t zp) {
+  return (int8_t)npu_clamp_i64(npu_rmsnorm_value(x, r, s, mult) + zp, INT8_MIN, INT8_MAX);
+}
+
+/* sat_int16(npu_rmsnorm_value(x, r, s, mult) + zp), zp in [-32768, 32767]. */
+static inline int16_t npu_rmsnorm_elem_s16(int16_t x, int64_t r, int32_t s, int32_t mult,
+                                           int32_t zp) {
+  return (int16_t)npu_clamp_i64(npu_rmsnorm_value(x, r, s, mult) + zp, INT16_MIN, INT16_MAX);
+}
+
+/* A wide accumulator narrowed to int32 by a rounding right shift of 'acc_shift' bits (round half
+ * up, like npu_requantize), saturated; acc_shift in [0, 32] is chosen at compile time so that the
+ * bound of |acc| fits int32 after it (then nothing saturates). The int16-activation GEMMs
+ * (ukernels.h: qs16_gemm_qs16, qs16_qc4w_gemm_qs16) sum exactly in int64 and pass the result
+ * through this before npu_requantize: together they are the requantization of a wide
+ * accumulator,
+ *
+ *     npu_requantize(npu_narrow(acc, acc_shift), mult, shift)
+ *       ~ round(round(acc / 2^acc_shift) * mult * 2^(shift - 31)),
+ *
+ * i.e. the real multiplier mult * 2^(shift - 31 + acc_shift) in two roundings (the first one
+ * exact when acc_shift = 0). Computed as floor(acc / 2^s) + bit s - 1 of acc, which is
+ * floor((acc + 2^(s - 1)) / 2^s) without the sum (no int64 overflow for any acc).
+ * NEON: vrshrq_n_s64 / vrshlq_s64 by -acc_shift (rounding shift, ties up), then vqmovn_s64. */
+static inline int32_t npu_narrow(int64_t acc, int32_t acc_shift) {
+  assert(acc_shift >= 0 && acc_shift <= 32);
+  /* Arithmetic right shift of a negative int64: as in npu_requantize. */
+  const int64_t v = acc_shift == 0 ? acc : (acc >> acc_shift) + ((acc >> (acc_shift - 1)) & 1);
+  return npu_clamp_i64(v, INT32_MIN, INT32_MAX);
 }
 
 #endif /* NPU_KERNELS_NPU_FIXEDPOINT_H */

@@ -1,17 +1,18 @@
-/* npu_qs16_rmsnorm_qs8__avx2: RMSNorm of int16 rows into int8, 16 elements per step. The row's
+/* npu_qs16_rmsnorm_qs8__avx2 and npu_qs16_rmsnorm_qs16__avx2: RMSNorm of int16 rows into int8 or
+ * int16, 16 elements per step (one code path; only the final pack and the scalar tail's
+ * saturation differ). The row's
  * sum of squares comes from vpmaddwd pair sums widened into 64-bit accumulators; the inverse
  * square root is the scalar npu_rsqrt_q61, once per row; each element's two products
  * (x * r, then u * mult) are formed exactly in 64-bit lanes with vpmuldq on the even and odd
  * lanes, and their rounding arithmetic shifts (which AVX2 lacks for 64 bits) are done as logical
  * shifts of the value biased to be non-negative. Every step is exact integer arithmetic, so the
- * result is bit-exact with npu_qs16_rmsnorm_qs8__scalar; the last cols % 8 elements of a row go
+ * result is bit-exact with the scalar kernels; the last cols % 8 elements of a row go
  * through the same formula in scalar code, with the row's r and shift. */
 #include "kernels/npu/ukernels.h"
 
 #if defined(__x86_64__)
 
 #include <assert.h>
-#include <string.h>
 
 #include "kernels/npu/avx2_util.h"
 #include "kernels/npu/fixedpoint.h"
@@ -23,7 +24,7 @@ struct row_consts {
   __m256i u_bias;  /* 2^31 = 2^46 >> 15, the bias to take back after the shift */
   __m256i p_round; /* 2^62 + 2^(s - 1): makes u * mult (|.| < 2^62) non-negative, plus rounding */
   __m256i p_bias;  /* 2^(62 - s) = 2^62 >> s */
-  __m256i lo, hi;  /* -2^15, 2^15: any clamp wider than int8 minus the zero point will do */
+  __m256i lo, hi;  /* -2^16, 2^16: any clamp wider than int16 minus the zero point will do */
   __m256i zp;      /* y_zero_point in 32-bit lanes */
   __m128i s;       /* the row's total right shift, in [1, 62] */
 };
@@ -34,7 +35,7 @@ NPU_INLINE_AVX2 __m256i scale_u(__m256i xr, const struct row_consts *k) {
   return _mm256_sub_epi64(_mm256_srli_epi64(_mm256_add_epi64(xr, k->u_round), 15), k->u_bias);
 }
 
-/* floor((p + 2^(s - 1)) / 2^s), clamped to [-2^15, 2^15]: the sum with 2^62 stays below 2^64, so
+/* floor((p + 2^(s - 1)) / 2^s), clamped to [-2^16, 2^16]: the sum with 2^62 stays below 2^64, so
  * the logical shift is the arithmetic one plus 2^(62 - s), exactly. */
 NPU_INLINE_AVX2 __m256i shift_out(__m256i p, const struct row_consts *k) {
   __m256i q = _mm256_sub_epi64(_mm256_srl_epi64(_mm256_add_epi64(p, k->p_round), k->s), k->p_bias);
@@ -43,7 +44,7 @@ NPU_INLINE_AVX2 __m256i shift_out(__m256i p, const struct row_consts *k) {
 }
 
 /* 8 elements widened to int32 and their 8 multipliers -> 8 int32 outputs with the zero point,
- * within [-2^15 - 128, 2^15 + 127], for a saturating pack to int8. */
+ * within [-2^16 - 2^15, 2^16 + 2^15), for a saturating pack to int8 or int16. */
 NPU_INLINE_AVX2 __m256i norm8(__m256i x, __m256i mult, const struct row_consts *k) {
   const __m256i ue = scale_u(_mm256_mul_epi32(x, k->r), k);
   const __m256i uo = scale_u(_mm256_mul_epi32(_mm256_srli_epi64(x, 32), k->r), k);
@@ -72,29 +73,33 @@ NPU_INLINE_AVX2 int64_t sum_squares(const int16_t *x, size_t n) {
   return sum;
 }
 
-NPU_TARGET_AVX2 void
-npu_qs16_rmsnorm_qs8__avx2(size_t rows, size_t cols, const int16_t *restrict x, int8_t *restrict y,
-                           const struct npu_qs16_rmsnorm_params *restrict params) {
+/* Both output types: y16 non-NULL selects int16 (else y8). */
+NPU_INLINE_AVX2 void rmsnorm_avx2(size_t rows, size_t cols, const int16_t *restrict x,
+                                  int8_t *restrict y8, int16_t *restrict y16,
+                                  const struct npu_qs16_rmsnorm_params *restrict params) {
+  const int32_t *mult = params->mult, zp = params->y_zero_point;
   assert(cols >= 1 && cols <= ((size_t)1 << 24));
   assert(params->eps >= 1 && params->eps <= ((int64_t)1 << 62));
   assert(params->shift >= -16 && params->shift <= 46);
-  assert(params->y_zero_point >= INT8_MIN && params->y_zero_point <= INT8_MAX);
-  const int32_t *mult = params->mult, zp = params->y_zero_point;
+  assert(y16 != NULL ? zp >= INT16_MIN && zp <= INT16_MAX : zp >= INT8_MIN && zp <= INT8_MAX);
   struct row_consts k;
   k.u_round = _mm256_set1_epi64x(((int64_t)1 << 46) + (1 << 14));
   k.u_bias = _mm256_set1_epi64x((int64_t)1 << 31);
-  k.lo = _mm256_set1_epi64x(-(1 << 15));
-  k.hi = _mm256_set1_epi64x(1 << 15);
+  k.lo = _mm256_set1_epi64x(-(1 << 16));
+  k.hi = _mm256_set1_epi64x(1 << 16);
   k.zp = _mm256_set1_epi32(zp);
   for (size_t t = 0; t < rows; t++) {
     const int16_t *xt = x + t * cols;
-    int8_t *yt = y + t * cols;
+    int8_t *yt8 = y16 != NULL ? NULL : y8 + t * cols;
+    int16_t *yt16 = y16 != NULL ? y16 + t * cols : NULL;
     int32_t e;
     const int32_t r = npu_rsqrt_q61(sum_squares(xt, cols) + params->eps, &e);
     const int32_t s = 77 - e - params->shift; /* >= 1 for the valid shifts */
     if (s > 62) {
       /* |u * mult| < 2^62, so every element rounds to 0 */
-      memset(yt, zp, cols);
+      for (size_t c = 0; c < cols; c++)
+        if (y16 != NULL) yt16[c] = (int16_t)zp;
+        else yt8[c] = (int8_t)zp;
       continue;
     }
     k.r = _mm256_set1_epi32(r);
@@ -108,16 +113,34 @@ npu_qs16_rmsnorm_qs8__avx2(size_t rows, size_t cols, const int16_t *restrict x, 
                                _mm256_loadu_si256((const __m256i *)(mult + c)), &k);
       const __m256i y1 = norm8(_mm256_cvtepi16_epi32(_mm256_extracti128_si256(v, 1)),
                                _mm256_loadu_si256((const __m256i *)(mult + c + 8)), &k);
-      _mm_storeu_si128((__m128i *)(yt + c), npu_avx2_pack_s8(y0, y1));
+      if (y16 != NULL) _mm256_storeu_si256((__m256i *)(yt16 + c), npu_avx2_pack_s16(y0, y1));
+      else _mm_storeu_si128((__m128i *)(yt8 + c), npu_avx2_pack_s8(y0, y1));
     }
     if (c + 8 <= cols) {
       const __m256i y0 = norm8(_mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)(xt + c))),
                                _mm256_loadu_si256((const __m256i *)(mult + c)), &k);
-      _mm_storel_epi64((__m128i *)(yt + c), npu_avx2_pack_s8(y0, y0));
+      if (y16 != NULL)
+        _mm_storeu_si128((__m128i *)(yt16 + c), _mm256_castsi256_si128(npu_avx2_pack_s16(y0, y0)));
+      else _mm_storel_epi64((__m128i *)(yt8 + c), npu_avx2_pack_s8(y0, y0));
       c += 8;
     }
-    for (; c < cols; c++) yt[c] = npu_rmsnorm_elem(xt[c], r, s, mult[c], zp);
+    for (; c < cols; c++)
+      if (y16 != NULL) yt16[c] = npu_rmsnorm_elem_s16(xt[c], r, s, mult[c], zp);
+      else yt8[c] = npu_rmsnorm_elem(xt[c], r, s, mult[c], zp);
   }
+}
+
+NPU_TARGET_AVX2 void
+npu_qs16_rmsnorm_qs8__avx2(size_t rows, size_t cols, const int16_t *restrict x, int8_t *restrict y,
+                           const struct npu_qs16_rmsnorm_params *restrict params) {
+  rmsnorm_avx2(rows, cols, x, y, NULL, params);
+}
+
+NPU_TARGET_AVX2 void
+npu_qs16_rmsnorm_qs16__avx2(size_t rows, size_t cols, const int16_t *restrict x,
+                            int16_t *restrict y,
+                            const struct npu_qs16_rmsnorm_params *restrict params) {
+  rmsnorm_avx2(rows, cols, x, NULL, y, params);
 }
 
 #endif /* __x86_64__ */

@@ -78,6 +78,108 @@ bool npu_qs8_gemm_pack(size_t n, size_t k, const int8_t *restrict w, const int32
 void npu_qs8_gemm_unpack_row(size_t k, const void *restrict packed, size_t r, size_t c0, size_t c1,
                              int8_t *restrict out);
 
+/* ---- int4-weight GEMMs (w4a8, w4a16) and the int16-activation GEMM (w8a16) ------------------
+ *
+ * qc4w packed layout (npu_qc4w_gemm_pack): int4 weights w[n, k] in [-8, 7], symmetric per output
+ * channel, either per channel only (block = 0) or, for w4a16, with per-(channel, 32-k block)
+ * integer scales q[n][b] in [0, 15], b = k / 32 (block = NPU_QC4W_BLOCK, Qualcomm's LPBQ: the real
+ * weight is s_channel * q[n][b] * w[n, k]). Blocks of NR = 16 channels (zero-padded past N);
+ * kp = k rounded up to 8 (block 0) or to 32 (block 32); each 16-channel block is
+ *     int32 bias[16]                  (0 without bias)
+ *     int32 wsum[16]                  sum_k q[n][k / 32] * w[n, k] (q = 1 for block 0): the
+ *                                     zero-point correction of qs8_qc4w_gemm
+ *   then, block 0:  kp / 8 nibble pairs, one after another;
+ *         block 32: for each 32-k chunk, uint8 q[16] (q of channel j for the chunk) followed by
+ *                   the chunk's 4 nibble pairs.
+ * A nibble pair p covers k = 8p .. 8p+7 in 64 bytes: byte [j * 4 + t] (channel j < 16, t < 4) =
+ *     (w[n0 + j][8p + t] + 8) | ((w[n0 + j][8p + 4 + t] + 8) << 4)
+ * (offset binary; padding is 8, i.e. weight 0). The low nibbles of a pair are group 2p of the
+ * int8 layout above ([16][4], 4 k per channel) and the high nibbles group 2p + 1, so a kernel
+ * decodes a pair into two int8 groups with one AND, one 16-bit shift and a subtraction of 8
+ * (AVX2: vpand / vpsrlw 4 / vpsubb; NEON: vandq_u8 / vshrq_n_u8 / vsubq_s8), or straight into
+ * int16 after a zero extension (vpmovzxbw, vmovl_u8). Block size:
+ * npu_qc4w_gemm_block_size(k, block) bytes = 128 + 8 * kp (block 0), 128 + 272 * kp / 32
+ * (block 32).
+ *
+ * npu_qs8_qc4w_gemm, npu_qs8_qc4w_gemm_qs16 (w4a8): exactly npu_qs8_gemm / npu_qs8_gemm_qs16 (same
+ * signature, params, ranges, column range and outputs) with qc4w weights packed with block 0:
+ *   y[i, n] = requant(bias[n] + sum_k (x[i, k] - x_zero_point) * w[n, k]) ...
+ * (|x - zx| <= 255, |w| <= 8, k <= 32768: no int32 sum can overflow).
+ *
+ * npu_qs16_gemm_qs16 (w8a16): x int16 [m, k], symmetric (zero point 0) per tensor, row i at
+ * x + i * x_stride; weights int8 in [-127, 127] packed by npu_qs8_gemm_pack (the int8 layout
+ * above; wsum unused); output int16:
+ *   acc[i, n] = bias[n] + sum_k x[i, k] * w[n, k]                      (exact: int64)
+ *   y[i, n]   = npu_requantize_s16(npu_narrow(acc, acc_shift), mult[n], shift[n], y_zero_point)
+ * npu_narrow of fixedpoint.h; choose acc_shift at compile time so that the bound of |acc| after
+ * it fits int32 (|acc| < 2^30 + k * 32768 * 127).
+ *
+ * npu_qs16_qc4w_gemm_qs16 (w4a16, w4a16-block): x as for qs16_gemm_qs16; qc4w weights packed
+ * with params->block (0 or 32, the same as at packing):
+ *   acc[i, n] = bias[n] + sum_b q[n][b] * sum_{k in block b} x[i, k] * w[n, k]
+ *                                                        (int64; q = 1 when block == 0)
+ *   y[i, n] as for qs16_gemm_qs16.
+ *
+ * Integer sums are exact in any order, so the SIMD variants accumulate in int32 where no partial
+ * sum can overflow and widen to int64 at least every 512 k (NPU_QS16_GEMM_KC):
+ *   w8a16: a product is below 32768 * 127 < 2^22 in magnitude; an int32 lane adding pair sums
+ *          (vpmaddwd, NEON vmlal pairs) sees 2 products per 4 k in the [16][4] layout, so over
+ *          512 k below 256 * 2 * 32768 * 127 < 2^31;
+ *   w4a16: a 32-k block dot is below 32 * 32768 * 8 = 2^23, times q <= 15 below 2^27; 16 blocks
+ *          (512 k) below 2^31.
+ * Ranges: k in [1, 32768]; |bias| <= 2^30; acc_shift in [0, 32]; y_zero_point in [-32768,
+ * 32767]; mult/shift as in fixedpoint.h. Columns [n_begin, n_end), n_begin a multiple of 16, y
+ * row i at y + i * y_stride elements, as for npu_qs8_gemm. No scratch memory. */
+#define NPU_QC4W_BLOCK 32    /* the k block of the LPBQ scales */
+#define NPU_QS16_GEMM_KC 512 /* the SIMD variants' int32 partial sums span at most this many k */
+
+/* kp of the qc4w layout: k rounded up to 8 (block 0) or to 32 (block 32). */
+static inline size_t npu_qc4w_gemm_kp(size_t k, size_t block) {
+  const size_t r = block != 0 ? NPU_QC4W_BLOCK : 8;
+  return (k + r - 1) / r * r;
+}
+
+/* Bytes of one 16-channel block of the qc4w layout. */
+static inline size_t npu_qc4w_gemm_block_size(size_t k, size_t block) {
+  const size_t kp = npu_qc4w_gemm_kp(k, block);
+  return 2 * NPU_QS8_GEMM_NR * sizeof(int32_t) +
+         (block != 0 ? kp / NPU_QC4W_BLOCK * (NPU_QS8_GEMM_NR + 4 * 64) : kp * 8);
+}
+
+struct npu_qs16_gemm_params {
+  const int32_t *mult;  /* [N] per output channel, [0, INT32_MAX] */
+  const int32_t *shift; /* [N] per output channel, [-31, 30] */
+  int32_t acc_shift;    /* [0, 32]: npu_narrow's right shift of the int64 accumulator */
+  int32_t y_zero_point; /* [-32768, 32767] */
+  int32_t block;        /* qs16_qc4w_gemm_qs16: 0 or NPU_QC4W_BLOCK, as packed; else 0 */
+};
+
+typedef npu_qs8_gemm_fn npu_qs8_qc4w_gemm_fn;
+typedef npu_qs8_gemm_qs16_fn npu_qs8_qc4w_gemm_qs16_fn;
+typedef void npu_qs16_gemm_qs16_fn(size_t m, size_t n_begin, size_t n_end, size_t k,
+                                   const int16_t *restrict x, size_t x_stride,
+                                   const void *restrict w_packed, int16_t *restrict y,
+                                   size_t y_stride,
+                                   const struct npu_qs16_gemm_params *restrict params);
+typedef npu_qs16_gemm_qs16_fn npu_qs16_qc4w_gemm_qs16_fn;
+
+/* Bytes of the qc4w packed form of an [n, k] int4 matrix with k block 'block' (0 or 32). */
+size_t npu_qc4w_gemm_packed_size(size_t n, size_t k, size_t block);
+
+/* Pack int4 weights w [n, k] (values in [-8, 7], one per int8, row r at w + r * k), optional
+ * int32 bias [n] (NULL: zero) and, for block 32, the block scales bscale [n][ceil(k / 32)]
+ * (values in [0, 15]; NULL iff block == 0) into 'packed_out' (npu_qc4w_gemm_packed_size bytes,
+ * any alignment). Return false, with 'packed_out' unspecified, for a weight or scale out of range,
+ * k of 0 or above 32768, a bias beyond +-2^30, block not 0 or 32, or bscale NULL-ness not matching
+ * block. */
+bool npu_qc4w_gemm_pack(size_t n, size_t k, const int8_t *restrict w, const int32_t *restrict bias,
+                        size_t block, const uint8_t *restrict bscale, void *restrict packed_out);
+
+/* Columns [c0, c1) of row r (< n) of a qc4w-packed [n, k] matrix: the int4 values w (not
+ * multiplied by the block scales), as int8. */
+void npu_qc4w_gemm_unpack_row(size_t k, size_t block, const void *restrict packed, size_t r,
+                              size_t c0, size_t c1, int8_t *restrict out);
+
 /* ---- standalone requantization of int32 values -------------------------------------------------
  * y[i] = sat(npu_requantize(acc[i], mult[i], shift[i]) + zero_point): per-element multipliers
  * (pass arrays of one repeated value for per-tensor). Ranges as in fixedpoint.h. */
@@ -131,6 +233,18 @@ typedef void npu_qs16_vmul_fn(size_t n, const int16_t *a, const int16_t *b, int1
  * npu_lut_s8_build() in src/compiler/qparams.h). y may be x (in place); no other overlap. */
 typedef void npu_x8_lut_fn(size_t n, const int8_t *x, int8_t *y, const int8_t *restrict table);
 
+/* ---- int16 lookup-table activation (piecewise linear) -----------------------------------------
+ * For each x: u = x + 32768, i = u >> 7 (in [0, 511]), f = u & 127,
+ *   y = t[i] + (((t[i + 1] - t[i]) * f + 64) >> 7)      (arithmetic shift)
+ * over a table t of 513 int16 (npu_lut_s16_build() in src/compiler/qparams.h): linear
+ * interpolation between the 513 knots, any int16 -> int16 function (SiLU) with its quantization
+ * folded in. The result lies between t[i] and t[i + 1] (|d * f / 128| <= |d|), so it needs no
+ * saturation; (t[i + 1] - t[i]) * f fits int32 (< 2^16 * 2^7). y may be x (in place); no other
+ * overlap. AVX2: a 32-bit gather at t + i reads the pair (t[i], t[i + 1]) in one lane. */
+#define NPU_QS16_LUT_SIZE 513
+
+typedef void npu_qs16_lut_fn(size_t n, const int16_t *x, int16_t *y, const int16_t *restrict table);
+
 /* ---- gather rows with per-row requantization (embeddings) -------------------------------------
  * y[t, c] = sat(npu_requantize(table[ids[t], c], mult[ids[t]], shift[ids[t]]) + y_zero_point)
  * for t < n_ids, c < cols: 'table' int8 [n_rows, cols] (row r at table + r * cols, symmetric
@@ -177,6 +291,13 @@ struct npu_qs16_rmsnorm_params {
 typedef void npu_qs16_rmsnorm_qs8_fn(size_t rows, size_t cols, const int16_t *restrict x,
                                      int8_t *restrict y,
                                      const struct npu_qs16_rmsnorm_params *restrict params);
+
+/* The same RMSNorm into int16 (qs16_rmsnorm_qs16): the same params and row arithmetic
+ * (npu_rmsnorm_value of fixedpoint.h), saturated to int16 with y_zero_point in [-32768, 32767]:
+ *   y[c] = sat_int16(((u[c] * mult[c] + 2^(s-1)) >> s) + y_zero_point). */
+typedef void npu_qs16_rmsnorm_qs16_fn(size_t rows, size_t cols, const int16_t *restrict x,
+                                      int16_t *restrict y,
+                                      const struct npu_qs16_rmsnorm_params *restrict params);
 
 /* ---- attention: scores, softmax, weighted values over a context bucket -----------------------
  * The three attention ops of a step of 'rows' tokens over a bucket of 'ctx' cache positions, in
@@ -286,6 +407,12 @@ struct npu_ukernels {
   npu_qs16_softmax_fn *qs16_softmax;
   npu_qs16_pv_qs8_fn *qs16_pv_qs8;
   npu_qs16_rmsnorm_qs8_fn *qs16_rmsnorm_qs8;
+  npu_qs8_qc4w_gemm_fn *qs8_qc4w_gemm;
+  npu_qs8_qc4w_gemm_qs16_fn *qs8_qc4w_gemm_qs16;
+  npu_qs16_gemm_qs16_fn *qs16_gemm_qs16;
+  npu_qs16_qc4w_gemm_qs16_fn *qs16_qc4w_gemm_qs16;
+  npu_qs16_rmsnorm_qs16_fn *qs16_rmsnorm_qs16;
+  npu_qs16_lut_fn *qs16_lut;
 };
 
 /* Fill 'uk_out' with, for each family, the last variant in ukernels.inc whose extensions are all
