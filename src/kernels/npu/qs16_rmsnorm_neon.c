@@ -1,12 +1,13 @@
-/* npu_qs16_rmsnorm_qs8__neon: RMSNorm of int16 rows into int8, 16 elements per step. The row's sum
+/* npu_qs16_rmsnorm_qs8__neon and npu_qs16_rmsnorm_qs16__neon: RMSNorm of int16 rows into int8 or
+ * int16, 16 elements per step. The row's sum
  * of squares comes from vmull_s16 squares (each at most 2^30) added pairwise into 64-bit lanes
  * with vpadalq_s32; the inverse square root is the scalar npu_rsqrt_q61, once per row; each
  * element's two products (x * r, then u * mult) are formed exactly in 64-bit lanes with
  * vmull_s32, and their rounding arithmetic shifts are vrshrq_n_s64 by 15 and vrshlq_s64 by -s,
  * whose rounding additions are exact: floor((p + 2^(s-1)) / 2^s) as the definition says. The zero
- * point is added in 64 bits before the saturating narrows, so the result is bit-exact with
- * npu_qs16_rmsnorm_qs8__scalar; the last cols % 8 elements of a row go through the same formula in
- * scalar code, with the row's r and shift. */
+ * point is added in 64 bits before the saturating narrows, so the result is bit-exact with the
+ * scalar variants; the last cols % 8 elements of a row go through the same formula in scalar code,
+ * with the row's r and shift. */
 #include "kernels/npu/ukernels.h"
 
 #if defined(__aarch64__)
@@ -39,7 +40,7 @@ struct row_consts {
 };
 
 /* Two elements: sat_int32(((u * mult + 2^(s-1)) >> s) + zp) with u = (x * r + 2^14) >> 15 (the
- * int32 saturation keeps every int8 saturation as it is). */
+ * int32 saturation keeps every int8 or int16 saturation as it is). */
 NPU_INLINE_NEON int32x2_t norm2(int64x2_t xr, int32x2_t mult, const struct row_consts *k) {
   const int32x2_t u = vmovn_s64(vrshrq_n_s64(xr, 15)); /* |u| < 2^31 */
   const int64x2_t out = vaddq_s64(vrshlq_s64(vmull_s32(u, mult), k->neg_s), k->zp);
@@ -57,25 +58,29 @@ NPU_INLINE_NEON void norm8(int16x8_t x, const int32_t *mult, const struct row_co
                         norm2(vmull_high_s32(x1, k->r), vget_high_s32(m1), k));
 }
 
-void npu_qs16_rmsnorm_qs8__neon(size_t rows, size_t cols, const int16_t *restrict x,
-                                int8_t *restrict y,
-                                const struct npu_qs16_rmsnorm_params *restrict params) {
+/* Both output types; 'y16' non-NULL selects int16. */
+NPU_INLINE_NEON void rmsnorm(size_t rows, size_t cols, const int16_t *restrict x,
+                             int8_t *restrict y8, int16_t *restrict y16,
+                             const struct npu_qs16_rmsnorm_params *restrict params) {
+  const int32_t *mult = params->mult, zp = params->y_zero_point;
   assert(cols >= 1 && cols <= (size_t)NPU_QS16_RMSNORM_MAX_COLS);
   assert(params->eps >= 1 && params->eps <= ((int64_t)1 << 62));
   assert(params->shift >= -16 && params->shift <= 46);
-  assert(params->y_zero_point >= INT8_MIN && params->y_zero_point <= INT8_MAX);
-  const int32_t *mult = params->mult, zp = params->y_zero_point;
+  assert(y16 != NULL ? zp >= INT16_MIN && zp <= INT16_MAX : zp >= INT8_MIN && zp <= INT8_MAX);
   struct row_consts k;
   k.zp = vdupq_n_s64(zp);
   for (size_t t = 0; t < rows; t++) {
     const int16_t *xt = x + t * cols;
-    int8_t *yt = y + t * cols;
+    int8_t *yt8 = y16 != NULL ? NULL : y8 + t * cols;
+    int16_t *yt16 = y16 != NULL ? y16 + t * cols : NULL;
     int32_t e;
     const int32_t r = npu_rsqrt_q61(sum_squares(xt, cols) + params->eps, &e);
     const int32_t s = 77 - e - params->shift; /* >= 1 for the valid shifts */
     if (s > 62) {
       /* |u * mult| < 2^62, so every element rounds to 0 */
-      memset(yt, zp, cols);
+      if (y16 != NULL)
+        for (size_t c = 0; c < cols; c++) yt16[c] = (int16_t)zp;
+      else memset(yt8, zp, cols);
       continue;
     }
     k.r = vdupq_n_s32(r);
@@ -85,16 +90,37 @@ void npu_qs16_rmsnorm_qs8__neon(size_t rows, size_t cols, const int16_t *restric
       int32x4_t lo[2], hi[2];
       norm8(vld1q_s16(xt + c), mult + c, &k, lo);
       norm8(vld1q_s16(xt + c + 8), mult + c + 8, &k, hi);
-      vst1q_s8(yt + c, npu_neon_narrow_s8(lo[0], lo[1], hi[0], hi[1]));
+      if (y16 != NULL) {
+        vst1q_s16(yt16 + c, npu_neon_narrow_s16(lo[0], lo[1]));
+        vst1q_s16(yt16 + c + 8, npu_neon_narrow_s16(hi[0], hi[1]));
+      } else {
+        vst1q_s8(yt8 + c, npu_neon_narrow_s8(lo[0], lo[1], hi[0], hi[1]));
+      }
     }
     if (c + 8 <= cols) {
       int32x4_t lo[2];
       norm8(vld1q_s16(xt + c), mult + c, &k, lo);
-      vst1_s8(yt + c, npu_neon_narrow8_s8(lo[0], lo[1]));
+      if (y16 != NULL) vst1q_s16(yt16 + c, npu_neon_narrow_s16(lo[0], lo[1]));
+      else vst1_s8(yt8 + c, npu_neon_narrow8_s8(lo[0], lo[1]));
       c += 8;
     }
-    for (; c < cols; c++) yt[c] = npu_rmsnorm_elem(xt[c], r, s, mult[c], zp);
+    for (; c < cols; c++) {
+      if (y16 != NULL) yt16[c] = npu_rmsnorm_elem_s16(xt[c], r, s, mult[c], zp);
+      else yt8[c] = npu_rmsnorm_elem(xt[c], r, s, mult[c], zp);
+    }
   }
+}
+
+void npu_qs16_rmsnorm_qs8__neon(size_t rows, size_t cols, const int16_t *restrict x,
+                                int8_t *restrict y,
+                                const struct npu_qs16_rmsnorm_params *restrict params) {
+  rmsnorm(rows, cols, x, y, NULL, params);
+}
+
+void npu_qs16_rmsnorm_qs16__neon(size_t rows, size_t cols, const int16_t *restrict x,
+                                 int16_t *restrict y,
+                                 const struct npu_qs16_rmsnorm_params *restrict params) {
+  rmsnorm(rows, cols, x, NULL, y, params);
 }
 
 #endif /* __aarch64__ */
