@@ -1,7 +1,10 @@
-/* The pieces of the AArch64 int8 GEMMs (qs8_gemm_neon.c, qs8_gemm_neondot.c) that do not depend
- * on how the products are formed: the contract checks, reading x in k groups without reading past
- * a row, the per-block setup from the packed head (requantization constants), the requantize-and-
- * store of one row of 16 channels, and the two entry points over a kernel's inner function. */
+/* The AArch64 GEMMs of int8 activations (qs8_gemm and, with int4 weights, qs8_qc4w_gemm; each
+ * with int8 or int16 outputs): the contract checks, the weights of 8 k (two 4-k groups) read from
+ * the int8 layout or decoded from a qc4w nibble pair (the same [16][4] groups), reading x without
+ * reading past a row, the per-block setup from the packed head (the two layouts share it), the
+ * requantize-and-store of one row of 16 channels, the two tiles (plain NEON vmull/vmlal + vpadal,
+ * and sdot), and the entry points. Both weight layouts go through the same tiles, so every variant
+ * sums the same exact int32 products. */
 #ifndef NPU_KERNELS_NPU_QS8_GEMM_NEON_H
 #define NPU_KERNELS_NPU_QS8_GEMM_NEON_H
 
@@ -14,30 +17,49 @@
 #include "kernels/npu/ukernels.h"
 
 /* Assert the ukernels.h contract on k, n_begin and the x zero point; return the packed block
- * size, 128 + 16 * kp bytes. */
+ * size: 128 + 16 * kp bytes (int8 layout) or npu_qc4w_gemm_block_size(k, 0) (w4, qc4w). */
 static inline size_t npu_neon_gemm_block_size(size_t k, size_t n_begin,
-                                              const struct npu_qs8_gemm_params *p) {
+                                              const struct npu_qs8_gemm_params *p, int w4) {
   assert(k >= 1 && k <= 32768);
   assert(n_begin % NPU_QS8_GEMM_NR == 0);
   assert(p->x_zero_point >= INT8_MIN && p->x_zero_point <= INT8_MAX);
   (void)n_begin, (void)p; /* with NDEBUG */
+  if (w4) return npu_qc4w_gemm_block_size(k, 0);
   const size_t kp = (k + NPU_QS8_GEMM_KR - 1) / NPU_QS8_GEMM_KR * NPU_QS8_GEMM_KR;
   return 2 * NPU_QS8_GEMM_NR * sizeof(int32_t) + NPU_QS8_GEMM_NR * kp;
 }
 
-/* x[4g .. 4g+3] as one int32 (any alignment). */
-static inline int32_t npu_neon_gemm_word(const int8_t *p) {
-  int32_t v;
-  memcpy(&v, p, sizeof(v));
-  return v;
+/* x[kk .. kk+7] of a row of k values, zero-filled past k (the packed weights are 0 there, so
+ * whatever the filler is worth, it adds nothing), never reading past the row. */
+NPU_INLINE_NEON int8x8_t npu_neon_gemm_x8(const int8_t *row, size_t kk, size_t k) {
+  if (kk + 8 <= k) return vld1_s8(row + kk);
+  int8_t buf[8] = {0};
+  memcpy(buf, row + kk, k - kk);
+  return vld1_s8(buf);
 }
 
-/* The last, partial k group: 'rem' (1..3) bytes, zero-filled (the packed weights are 0 there, so
- * whatever the filler is worth, it adds nothing). */
-static inline int32_t npu_neon_gemm_tail(const int8_t *p, size_t rem) {
-  int32_t v = 0;
-  memcpy(&v, p, rem);
-  return v;
+/* The weights of k = 8p .. 8p+7 at w: lo[q] and hi[q] the groups 2p and 2p+1 of channels 4q ..
+ * 4q+3 (16 bytes: 4 channels x 4 k). The int8 layout holds them as they are (128 bytes; 'one'
+ * reads only the first group, the last of a k that ends within it); a qc4w nibble pair (64 bytes)
+ * holds group 2p in its low nibbles and 2p + 1 in its high ones, offset by 8. Return the bytes
+ * read. */
+NPU_INLINE_NEON size_t npu_neon_gemm_load_pair(const int8_t *w, int w4, int one, int8x16_t lo[4],
+                                               int8x16_t hi[4]) {
+  if (w4) {
+    const uint8x16_t mask = vdupq_n_u8(0x0F);
+    const int8x16_t eight = vdupq_n_s8(8);
+    for (int q = 0; q < 4; q++) {
+      const uint8x16_t b = vld1q_u8((const uint8_t *)w + 16 * q);
+      lo[q] = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(b, mask)), eight);
+      hi[q] = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(b, 4)), eight);
+    }
+    return 64;
+  }
+  for (int q = 0; q < 4; q++) {
+    lo[q] = vld1q_s8(w + 16 * q);
+    hi[q] = one ? vdupq_n_s8(0) : vld1q_s8(w + 64 + 16 * q);
+  }
+  return one ? 64 : 128;
 }
 
 /* What a block of 16 channels needs besides its weights. */
@@ -102,48 +124,124 @@ NPU_INLINE_NEON void npu_neon_gemm_store_row(const int32x4_t acc[4],
   }
 }
 
-/* Define the entry point 'name' of a GEMM variant (ukernels.h signature, int8 or int16 'ytype'
- * outputs, function attributes 'target') over the variant's
- * inner(m, n_begin, n_end, k, x, x_stride, w_packed, y, y_stride, params, out16). */
-#define NPU_QS8_GEMM_NEON_ENTRY(name, ytype, target, inner, out16)                                 \
+/* 'mr' (1..4, a constant after inlining) rows x one block of 16 channels with the dot product:
+ * each 16-byte row of 4 channels x 4 k is what one sdot consumes, the x group picked by sdot's
+ * lane index from the 8 bytes of x that a pair of groups covers. */
+static inline __attribute__((always_inline)) NPU_TARGET_DOTPROD void
+npu_neon_gemm_tile_dot(const int mr, const int w4, size_t k, const int8_t *restrict x,
+                       size_t x_stride, const struct npu_neon_gemm_block *c, int32x4_t yzp,
+                       int out16, void *restrict y, size_t y_stride, size_t nc) {
+  enum { MR = 4 };
+  const int8_t *xr[MR];
+  int32x4_t acc[MR][4];
+  for (int r = 0; r < MR; r++) {
+    xr[r] = x + (size_t)(r < mr ? r : 0) * x_stride;
+    for (int q = 0; q < 4; q++) acc[r][q] = c->init[q];
+  }
+  const int8_t *w = c->w;
+  for (size_t kk = 0; kk < k; kk += 8) {
+    int8x16_t lo[4], hi[4];
+    w += npu_neon_gemm_load_pair(w, w4, !w4 && k - kk <= 4, lo, hi);
+    for (int r = 0; r < mr; r++) {
+      const int8x8_t x8 = npu_neon_gemm_x8(xr[r], kk, k);
+      const int8x16_t xv = vcombine_s8(x8, x8);
+      for (int q = 0; q < 4; q++) {
+        acc[r][q] = vdotq_laneq_s32(acc[r][q], lo[q], xv, 0);
+        acc[r][q] = vdotq_laneq_s32(acc[r][q], hi[q], xv, 1);
+      }
+    }
+  }
+  const size_t esize = out16 ? sizeof(int16_t) : sizeof(int8_t);
+  for (int r = 0; r < mr; r++)
+    npu_neon_gemm_store_row(acc[r], c, yzp, out16, (uint8_t *)y + (size_t)r * y_stride * esize, nc);
+}
+
+/* acc[0..7] (channel pairs) += the 16 channels' groups w0 and w1 times x0 and x1 (each x group's 4
+ * bytes broadcast): vmull_s8 forms the 8 int16 products of 2 channels x 4 k of one group and
+ * vmlal_s8 adds the other group's (each product is at most 128 * 127 in size, since no weight is
+ * -128, so two of them fit int16); vpadalq_s16 adds neighbouring pairs into int32 lanes:
+ * [c (k0+k1), c (k2+k3), c+1 (k0+k1), c+1 (k2+k3)]. */
+NPU_INLINE_NEON void npu_neon_gemm_mlal(int32x4_t acc[8], const int8x16_t w0[4],
+                                        const int8x16_t w1[4], int8x16_t x0, int8x16_t x1) {
+  for (int q = 0; q < 4; q++) {
+    int16x8_t lo = vmull_s8(vget_low_s8(w0[q]), vget_low_s8(x0));
+    int16x8_t hi = vmull_high_s8(w0[q], x0);
+    lo = vmlal_s8(lo, vget_low_s8(w1[q]), vget_low_s8(x1));
+    hi = vmlal_high_s8(hi, w1[q], x1);
+    acc[2 * q] = vpadalq_s16(acc[2 * q], lo);
+    acc[2 * q + 1] = vpadalq_s16(acc[2 * q + 1], hi);
+  }
+}
+
+/* 'mr' (1..4, a constant after inlining) rows x one block of 16 channels on baseline NEON
+ * (XNNPACK's "mlal + padal" scheme); vpaddq_s32 of two accumulators gives 4 channels' sums at
+ * the end. */
+NPU_INLINE_NEON void npu_neon_gemm_tile_mlal(const int mr, const int w4, size_t k,
+                                             const int8_t *restrict x, size_t x_stride,
+                                             const struct npu_neon_gemm_block *c, int32x4_t yzp,
+                                             int out16, void *restrict y, size_t y_stride,
+                                             size_t nc) {
+  enum { MR = 4 };
+  const int8_t *xr[MR];
+  int32x4_t acc[MR][8];
+  for (int r = 0; r < MR; r++) {
+    xr[r] = x + (size_t)(r < mr ? r : 0) * x_stride;
+    for (int q = 0; q < 8; q++) acc[r][q] = vdupq_n_s32(0);
+  }
+  const int8_t *w = c->w;
+  for (size_t kk = 0; kk < k; kk += 8) {
+    int8x16_t lo[4], hi[4];
+    w += npu_neon_gemm_load_pair(w, w4, !w4 && k - kk <= 4, lo, hi);
+    for (int r = 0; r < mr; r++) {
+      const int32x2_t x8 = vreinterpret_s32_s8(npu_neon_gemm_x8(xr[r], kk, k));
+      npu_neon_gemm_mlal(acc[r], lo, hi, vreinterpretq_s8_s32(vdupq_lane_s32(x8, 0)),
+                         vreinterpretq_s8_s32(vdupq_lane_s32(x8, 1)));
+    }
+  }
+  const size_t esize = out16 ? sizeof(int16_t) : sizeof(int8_t);
+  for (int r = 0; r < mr; r++) {
+    int32x4_t sums[4];
+    for (int q = 0; q < 4; q++)
+      sums[q] = vaddq_s32(c->init[q], vpaddq_s32(acc[r][2 * q], acc[r][2 * q + 1]));
+    npu_neon_gemm_store_row(sums, c, yzp, out16, (uint8_t *)y + (size_t)r * y_stride * esize, nc);
+  }
+}
+
+/* Define the entry point 'name' of a variant (ukernels.h signature, int8 or int16 'ytype'
+ * outputs, function attributes 'target'): blocks of 16 channels, each across all rows in tiles of
+ * 'mr_max' rows of 'tile' (npu_neon_gemm_tile_dot or _mlal, with w4 for the qc4w layout), then one
+ * tile of the rest; decode (m = 1) walks the blocks one after another, a sequential stream. */
+#define NPU_QS8_GEMM_NEON_ENTRY(name, ytype, target, tile, mr_max, w4, out16)                      \
   target void name(size_t m, size_t n_begin, size_t n_end, size_t k, const int8_t *restrict x,     \
                    size_t x_stride, const void *restrict w_packed, ytype *restrict y,              \
-                   size_t y_stride, const struct npu_qs8_gemm_params *restrict params) {           \
-    inner(m, n_begin, n_end, k, x, x_stride, w_packed, y, y_stride, params, out16);                \
-  }
-
-/* The outer loop of a variant: blocks of 16 channels, each across all rows in tiles of 'mr_max'
- * rows (then one tile of the rest), tile(mr, k, x, x_stride, &block, yzp, out16, y, y_stride, nc)
- * doing one tile ('mr' a constant after inlining). */
-#define NPU_QS8_GEMM_NEON_OUTER(tile, mr_max)                                                      \
-  const size_t block_size = npu_neon_gemm_block_size(k, n_begin, p);                               \
-  const size_t esize = out16 ? sizeof(int16_t) : sizeof(int8_t);                                   \
-  const int32x4_t yzp = vdupq_n_s32(p->y_zero_point);                                              \
-  const uint8_t *blocks = w_packed;                                                                \
-  uint8_t *yb = y;                                                                                 \
-  for (size_t n0 = n_begin; n0 < n_end; n0 += NPU_QS8_GEMM_NR) {                                   \
-    const size_t nc = n_end - n0 < NPU_QS8_GEMM_NR ? n_end - n0 : NPU_QS8_GEMM_NR;                 \
-    struct npu_neon_gemm_block c;                                                                  \
-    npu_neon_gemm_block_setup(blocks + n0 / NPU_QS8_GEMM_NR * block_size, n0, nc, p, &c);          \
-    uint8_t *yn = yb + n0 * esize;                                                                 \
-    size_t i = 0;                                                                                  \
-    for (; i + (mr_max) <= m; i += (mr_max))                                                       \
-      tile((mr_max), k, x + i * x_stride, x_stride, &c, yzp, out16, yn + i * y_stride * esize,     \
-           y_stride, nc);                                                                          \
-    switch (m - i) { /* the last rows: fewer than mr_max (at most 3) */                            \
-    case 3:                                                                                        \
-      tile(3, k, x + i * x_stride, x_stride, &c, yzp, out16, yn + i * y_stride * esize, y_stride,  \
-           nc);                                                                                    \
-      break;                                                                                       \
-    case 2:                                                                                        \
-      tile(2, k, x + i * x_stride, x_stride, &c, yzp, out16, yn + i * y_stride * esize, y_stride,  \
-           nc);                                                                                    \
-      break;                                                                                       \
-    case 1:                                                                                        \
-      tile(1, k, x + i * x_stride, x_stride, &c, yzp, out16, yn + i * y_stride * esize, y_stride,  \
-           nc);                                                                                    \
-      break;                                                                                       \
-    default: break;                                                                                \
+                   size_t y_stride, const struct npu_qs8_gemm_params *restrict p) {                \
+    const size_t block_size = npu_neon_gemm_block_size(k, n_begin, p, w4);                         \
+    const int32x4_t yzp = vdupq_n_s32(p->y_zero_point);                                            \
+    const uint8_t *blocks = w_packed;                                                              \
+    for (size_t n0 = n_begin; n0 < n_end; n0 += NPU_QS8_GEMM_NR) {                                 \
+      const size_t nc = n_end - n0 < NPU_QS8_GEMM_NR ? n_end - n0 : NPU_QS8_GEMM_NR;               \
+      struct npu_neon_gemm_block c;                                                                \
+      npu_neon_gemm_block_setup(blocks + n0 / NPU_QS8_GEMM_NR * block_size, n0, nc, p, &c);        \
+      ytype *yn = y + n0;                                                                          \
+      size_t i = 0;                                                                                \
+      for (; i + (mr_max) <= m; i += (mr_max))                                                     \
+        tile((mr_max), w4, k, x + i * x_stride, x_stride, &c, yzp, out16, yn + i * y_stride,       \
+             y_stride, nc);                                                                        \
+      switch (m - i) { /* the last rows: fewer than mr_max (at most 3) */                          \
+      case 3:                                                                                      \
+        tile(3, w4, k, x + i * x_stride, x_stride, &c, yzp, out16, yn + i * y_stride, y_stride,    \
+             nc);                                                                                  \
+        break;                                                                                     \
+      case 2:                                                                                      \
+        tile(2, w4, k, x + i * x_stride, x_stride, &c, yzp, out16, yn + i * y_stride, y_stride,    \
+             nc);                                                                                  \
+        break;                                                                                     \
+      case 1:                                                                                      \
+        tile(1, w4, k, x + i * x_stride, x_stride, &c, yzp, out16, yn + i * y_stride, y_stride,    \
+             nc);                                                                                  \
+        break;                                                                                     \
+      default: break;                                                                              \
+      }                                                                                            \
     }                                                                                              \
   }
 
