@@ -3,8 +3,8 @@
  * (npu_<family>__scalar everywhere; __avx2 and __avx512vnni on x86-64; __neon, and __neondot with
  * the dot product, on AArch64) are listed once in src/kernels/npu/ukernels.inc, which feeds the
  * declarations below, the dispatch in ukernels.c and the tests. Every family has a NEON variant;
- * the CPU backend's float kernels (src/kernels/cpu) have only AVX2 ones and run their portable
- * scalar variants on AArch64. Integer-only by contract: requantization is
+ * the CPU backend's kernels (src/kernels/cpu) have AVX2 ones only and run their portable scalar
+ * variants on AArch64. Integer-only by contract: requantization is
  * src/kernels/npu/fixedpoint.h. Kernels never allocate and keep no state. */
 #ifndef NPU_KERNELS_NPU_UKERNELS_H
 #define NPU_KERNELS_NPU_UKERNELS_H
