@@ -1937,9 +1937,17 @@ static void test_dispatch(void **state) {
   assert_true(uk.qs8_gemm_qs16 == npu_qs8_gemm_qs16__neon);
   assert_true(uk.x8_lut == npu_x8_lut__neon);
   assert_true(uk.qs16_rmsnorm_qs8 == npu_qs16_rmsnorm_qs8__neon);
+  assert_true(uk.qs16_qc4w_gemm_qs16 == npu_qs16_qc4w_gemm_qs16__neon);
+  /* every family has a NEON variant: none is left to its scalar one */
+#define NPU_UKERNEL(family, variant, isa)                                                          \
+  assert_string_not_equal(npu_ukernels_variant(&uk, #family), "scalar");
+#include "kernels/npu/ukernels.inc"
+#undef NPU_UKERNEL
   npu_ukernels_select(NPU_ISA_NEON | NPU_ISA_DOTPROD, &uk);
   assert_true(uk.qs8_gemm == npu_qs8_gemm__neondot);
   assert_true(uk.qs8_gemm_qs16 == npu_qs8_gemm_qs16__neondot);
+  assert_true(uk.qs8_qc4w_gemm == npu_qs8_qc4w_gemm__neondot);
+  assert_true(uk.qs8_qc4w_gemm_qs16 == npu_qs8_qc4w_gemm_qs16__neondot);
   assert_true(uk.qs16_vadd == npu_qs16_vadd__neon);
   npu_ukernels_select(NPU_ISA_DOTPROD, &uk); /* never detected without NEON */
   assert_true(uk.qs8_gemm == npu_qs8_gemm__scalar);
