@@ -2,8 +2,9 @@
 # AArch64 against x86-64: the same command line, run by the host build ($NPULM_HOST_BIN) and by the
 # cross build ($NPULM_BIN, through $NPULM_EXEC, qemu-aarch64), must print the same text, whether
 # the model is compiled on each side or one program file compiled on the host runs on both; and so
-# must the plain NEON kernels (a CPU without the dot product, qemu's Cortex-A53) and the dot-product
-# ones (qemu's default CPU). Prints TAP lines. `make CROSS=aarch64 test-cross` runs it.
+# must each tier of the AArch64 GEMMs: smmla on qemu's default CPU (every extension), sdot on a
+# Cortex-A76 (dot product, no int8 matrix multiply), plain NEON on a Cortex-A53. NPULM_EXEC must
+# take qemu's -cpu option. Prints TAP lines. `make CROSS=aarch64 test-cross` runs it.
 . "$(dirname "$0")/../cli/tap.sh"
 require_model cross
 host=${NPULM_HOST_BIN:-build/npulm}
@@ -27,8 +28,9 @@ check "compile on x86-64 with --float-ops none" \
 "$host" run -m "$tmp/int.npu" -p "$prompt" -n 40 --temp 0 -t 2 >"$tmp/host_int.txt" 2>/dev/null
 $exec_ "$bin" run -m "$tmp/int.npu" -p "$prompt" -n 40 --temp 0 -t 2 >"$tmp/cross_int.txt" 2>/dev/null
 same "x86-64 program file: the same text on AArch64" "$tmp/host_int.txt" "$tmp/cross_int.txt"
-$exec_ -cpu cortex-a53 "$bin" run -m "$tmp/int.npu" -p "$prompt" -n 40 --temp 0 -t 2 \
-  >"$tmp/a53_int.txt" 2>/dev/null
-same "x86-64 program file: the same text on an AArch64 CPU without the dot product" \
-  "$tmp/host_int.txt" "$tmp/a53_int.txt"
+for cpu in cortex-a76 cortex-a53; do
+  $exec_ -cpu $cpu "$bin" run -m "$tmp/int.npu" -p "$prompt" -n 40 --temp 0 -t 2 \
+    >"$tmp/$cpu.txt" 2>/dev/null
+  same "x86-64 program file: the same text on qemu's $cpu" "$tmp/host_int.txt" "$tmp/$cpu.txt"
+done
 echo "1..$n"

@@ -2,9 +2,9 @@
  * with int8 or int16 outputs): the contract checks, the weights of 8 k (two 4-k groups) read from
  * the int8 layout or decoded from a qc4w nibble pair (the same [16][4] groups), reading x without
  * reading past a row, the per-block setup from the packed head (the two layouts share it), the
- * requantize-and-store of one row of 16 channels, the two tiles (plain NEON vmull/vmlal + vpadal,
- * and sdot), and the entry points. Both weight layouts go through the same tiles, so every variant
- * sums the same exact int32 products. */
+ * requantize-and-store of one row of 16 channels, the three tiles (plain NEON vmull/vmlal +
+ * vpadal, sdot, smmla), and the entry points. Both weight layouts go through the same tiles, so
+ * every variant sums the same exact int32 products. */
 #ifndef NPU_KERNELS_NPU_QS8_GEMM_NEON_H
 #define NPU_KERNELS_NPU_QS8_GEMM_NEON_H
 
@@ -156,6 +156,56 @@ npu_neon_gemm_tile_dot(const int mr, const int w4, size_t k, const int8_t *restr
     npu_neon_gemm_store_row(acc[r], c, yzp, out16, (uint8_t *)y + (size_t)r * y_stride * esize, nc);
 }
 
+/* 'mr' (1..4, a constant after inlining) rows x one block of 16 channels with the int8 matrix
+ * multiply (smmla: a 2 x 8 block of x times the 8 x 2 of two channels' weights into 2 x 2 int32):
+ * two rows at a time, the 8 bytes of each row's x for k = 8p .. 8p+7 side by side, and each
+ * channel's 8 k gathered from its two groups by vzip1q_s32 / vzip2q_s32 (4 k of group 2p, then 4
+ * of group 2p + 1). One row alone (decode) would waste half of each smmla: it takes the sdot
+ * tile. */
+static inline __attribute__((always_inline)) NPU_TARGET_I8MM void
+npu_neon_gemm_tile_mmla(const int mr, const int w4, size_t k, const int8_t *restrict x,
+                        size_t x_stride, const struct npu_neon_gemm_block *c, int32x4_t yzp,
+                        int out16, void *restrict y, size_t y_stride, size_t nc) {
+  enum { MR = 4 };
+  if (mr == 1) {
+    npu_neon_gemm_tile_dot(1, w4, k, x, x_stride, c, yzp, out16, y, y_stride, nc);
+    return;
+  }
+  const int8_t *xr[MR];
+  int32x4_t acc[MR / 2][8]; /* row pair rp, channel pair cp: [r0 c0, r0 c1, r1 c0, r1 c1] */
+  for (int r = 0; r < MR; r++) xr[r] = x + (size_t)(r < mr ? r : 0) * x_stride;
+  for (int rp = 0; rp < MR / 2; rp++)
+    for (int cp = 0; cp < 8; cp++) acc[rp][cp] = vdupq_n_s32(0);
+  const int8_t *w = c->w;
+  for (size_t kk = 0; kk < k; kk += 8) {
+    int8x16_t lo[4], hi[4], b[8];
+    w += npu_neon_gemm_load_pair(w, w4, !w4 && k - kk <= 4, lo, hi);
+    for (int q = 0; q < 4; q++) {
+      const int32x4_t l = vreinterpretq_s32_s8(lo[q]), h = vreinterpretq_s32_s8(hi[q]);
+      b[2 * q] = vreinterpretq_s8_s32(vzip1q_s32(l, h));     /* channels 4q, 4q+1 */
+      b[2 * q + 1] = vreinterpretq_s8_s32(vzip2q_s32(l, h)); /* channels 4q+2, 4q+3 */
+    }
+    for (int rp = 0; 2 * rp < mr; rp++) {
+      const int8x16_t a =
+          vcombine_s8(npu_neon_gemm_x8(xr[2 * rp], kk, k), npu_neon_gemm_x8(xr[2 * rp + 1], kk, k));
+      for (int cp = 0; cp < 8; cp++) acc[rp][cp] = vmmlaq_s32(acc[rp][cp], a, b[cp]);
+    }
+  }
+  const size_t esize = out16 ? sizeof(int16_t) : sizeof(int8_t);
+  for (int rp = 0; 2 * rp < mr; rp++) {
+    int32x4_t r0[4], r1[4];
+    for (int q = 0; q < 4; q++) {
+      const int64x2_t a01 = vreinterpretq_s64_s32(acc[rp][2 * q]);
+      const int64x2_t a23 = vreinterpretq_s64_s32(acc[rp][2 * q + 1]);
+      r0[q] = vaddq_s32(c->init[q], vreinterpretq_s32_s64(vzip1q_s64(a01, a23)));
+      r1[q] = vaddq_s32(c->init[q], vreinterpretq_s32_s64(vzip2q_s64(a01, a23)));
+    }
+    uint8_t *y0 = (uint8_t *)y + (size_t)(2 * rp) * y_stride * esize;
+    npu_neon_gemm_store_row(r0, c, yzp, out16, y0, nc);
+    if (2 * rp + 1 < mr) npu_neon_gemm_store_row(r1, c, yzp, out16, y0 + y_stride * esize, nc);
+  }
+}
+
 /* acc[0..7] (channel pairs) += the 16 channels' groups w0 and w1 times x0 and x1 (each x group's 4
  * bytes broadcast): vmull_s8 forms the 8 int16 products of 2 channels x 4 k of one group and
  * vmlal_s8 adds the other group's (each product is at most 128 * 127 in size, since no weight is
@@ -209,8 +259,9 @@ NPU_INLINE_NEON void npu_neon_gemm_tile_mlal(const int mr, const int w4, size_t 
 
 /* Define the entry point 'name' of a variant (ukernels.h signature, int8 or int16 'ytype'
  * outputs, function attributes 'target'): blocks of 16 channels, each across all rows in tiles of
- * 'mr_max' rows of 'tile' (npu_neon_gemm_tile_dot or _mlal, with w4 for the qc4w layout), then one
- * tile of the rest; decode (m = 1) walks the blocks one after another, a sequential stream. */
+ * 'mr_max' rows of 'tile' (npu_neon_gemm_tile_mmla, _dot or _mlal, with w4 for the qc4w layout),
+ * then one tile of the rest; decode (m = 1) walks the blocks one after another, a sequential
+ * stream. */
 #define NPU_QS8_GEMM_NEON_ENTRY(name, ytype, target, tile, mr_max, w4, out16)                      \
   target void name(size_t m, size_t n_begin, size_t n_end, size_t k, const int8_t *restrict x,     \
                    size_t x_stride, const void *restrict w_packed, ytype *restrict y,              \

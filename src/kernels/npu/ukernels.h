@@ -1,7 +1,8 @@
 /* The NPU's integer microkernels: one function type per family, the parameter structs, the weight
  * packing API, and the choice of the best variant for this CPU. The variants themselves
- * (npu_<family>__scalar everywhere; __avx2 and __avx512vnni on x86-64; __neon, and __neondot with
- * the dot product, on AArch64) are listed once in src/kernels/npu/ukernels.inc, which feeds the
+ * (npu_<family>__scalar everywhere; __avx2 and __avx512vnni on x86-64; __neon on AArch64, and for
+ * the int8-activation GEMMs __neondot with the dot product and __neoni8mm with the int8 matrix
+ * multiply) are listed once in src/kernels/npu/ukernels.inc, which feeds the
  * declarations below, the dispatch in ukernels.c and the tests. Every family has a NEON variant;
  * the CPU backend's kernels (src/kernels/cpu) have AVX2 ones only and run their portable scalar
  * variants on AArch64. Integer-only by contract: requantization is
@@ -419,8 +420,8 @@ struct npu_ukernels {
  * in 'isa' (pass npu_isa_detect(), or 0 to force the scalar reference kernels). */
 void npu_ukernels_select(uint32_t isa, struct npu_ukernels *uk_out);
 
-/* The variant name ("scalar", "avx2", "avx512vnni", "neon", "neondot", ...) of the kernel 'uk'
- * holds for 'family'
+/* The variant name ("scalar", "avx2", "avx512vnni", "neon", "neondot", "neoni8mm") of the kernel
+ * 'uk' holds for 'family'
  * ("qs8_gemm", ...), for reports; "?" if the family is unknown or no listed variant. */
 const char *npu_ukernels_variant(const struct npu_ukernels *uk, const char *family);
 
