@@ -124,6 +124,7 @@ NPU_INLINE_NEON void npu_neon_gemm_store_row(const int32x4_t acc[4],
   }
 }
 
+#if NPU_NEON_DOTPROD_VARIANTS /* ukernels.h */
 /* 'mr' (1..4, a constant after inlining) rows x one block of 16 channels with the dot product:
  * each 16-byte row of 4 channels x 4 k is what one sdot consumes, the x group picked by sdot's
  * lane index from the 8 bytes of x that a pair of groups covers. */
@@ -156,6 +157,7 @@ npu_neon_gemm_tile_dot(const int mr, const int w4, size_t k, const int8_t *restr
     npu_neon_gemm_store_row(acc[r], c, yzp, out16, (uint8_t *)y + (size_t)r * y_stride * esize, nc);
 }
 
+#if NPU_NEON_I8MM_VARIANTS
 /* 'mr' (1..4, a constant after inlining) rows x one block of 16 channels with the int8 matrix
  * multiply (smmla: a 2 x 8 block of x times the 8 x 2 of two channels' weights into 2 x 2 int32):
  * two rows at a time, the 8 bytes of each row's x for k = 8p .. 8p+7 side by side, and each
@@ -205,6 +207,8 @@ npu_neon_gemm_tile_mmla(const int mr, const int w4, size_t k, const int8_t *rest
     if (2 * rp + 1 < mr) npu_neon_gemm_store_row(r1, c, yzp, out16, y0 + y_stride * esize, nc);
   }
 }
+#endif /* NPU_NEON_I8MM_VARIANTS */
+#endif /* NPU_NEON_DOTPROD_VARIANTS */
 
 /* acc[0..7] (channel pairs) += the 16 channels' groups w0 and w1 times x0 and x1 (each x group's 4
  * bytes broadcast): vmull_s8 forms the 8 int16 products of 2 channels x 4 k of one group and

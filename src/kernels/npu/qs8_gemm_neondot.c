@@ -5,7 +5,7 @@
  * exact, so the result is bit-exact with npu_qs8_gemm__scalar. */
 #include "kernels/npu/ukernels.h"
 
-#if defined(__aarch64__)
+#if defined(__aarch64__) && NPU_NEON_DOTPROD_VARIANTS /* ukernels.h */
 
 #include "kernels/npu/qs8_gemm_neon.h"
 
@@ -14,4 +14,4 @@ NPU_QS8_GEMM_NEON_ENTRY(npu_qs8_gemm__neondot, int8_t, NPU_TARGET_DOTPROD, npu_n
 NPU_QS8_GEMM_NEON_ENTRY(npu_qs8_gemm_qs16__neondot, int16_t, NPU_TARGET_DOTPROD,
                         npu_neon_gemm_tile_dot, 4, 0, 1)
 
-#endif /* __aarch64__ */
+#endif /* __aarch64__ && NPU_NEON_DOTPROD_VARIANTS */

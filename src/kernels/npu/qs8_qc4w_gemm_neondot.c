@@ -4,7 +4,7 @@
  * 4 rows x 16 channels). Bit-exact with npu_qs8_qc4w_gemm__scalar: the same exact int32 sums. */
 #include "kernels/npu/ukernels.h"
 
-#if defined(__aarch64__)
+#if defined(__aarch64__) && NPU_NEON_DOTPROD_VARIANTS /* ukernels.h */
 
 #include "kernels/npu/qs8_gemm_neon.h"
 
@@ -13,4 +13,4 @@ NPU_QS8_GEMM_NEON_ENTRY(npu_qs8_qc4w_gemm__neondot, int8_t, NPU_TARGET_DOTPROD,
 NPU_QS8_GEMM_NEON_ENTRY(npu_qs8_qc4w_gemm_qs16__neondot, int16_t, NPU_TARGET_DOTPROD,
                         npu_neon_gemm_tile_dot, 4, 1, 1)
 
-#endif /* __aarch64__ */
+#endif /* __aarch64__ && NPU_NEON_DOTPROD_VARIANTS */

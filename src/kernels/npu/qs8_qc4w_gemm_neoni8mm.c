@@ -4,7 +4,7 @@
  * row takes the sdot tile). Bit-exact with npu_qs8_qc4w_gemm__scalar: the same exact int32 sums. */
 #include "kernels/npu/ukernels.h"
 
-#if defined(__aarch64__)
+#if defined(__aarch64__) && NPU_NEON_I8MM_VARIANTS /* ukernels.h */
 
 #include "kernels/npu/qs8_gemm_neon.h"
 
@@ -13,4 +13,4 @@ NPU_QS8_GEMM_NEON_ENTRY(npu_qs8_qc4w_gemm__neoni8mm, int8_t, NPU_TARGET_I8MM,
 NPU_QS8_GEMM_NEON_ENTRY(npu_qs8_qc4w_gemm_qs16__neoni8mm, int16_t, NPU_TARGET_I8MM,
                         npu_neon_gemm_tile_mmla, 4, 1, 1)
 
-#endif /* __aarch64__ */
+#endif /* __aarch64__ && NPU_NEON_I8MM_VARIANTS */

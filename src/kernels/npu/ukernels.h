@@ -386,6 +386,22 @@ typedef void npu_qs16_pv_qs8_fn(const struct npu_attn_shape *restrict shape,
 
 /* ---- variants and dispatch --------------------------------------------------------------------*/
 
+/* Whether this compiler builds the AArch64 variants that need the dot product (__neondot) or the
+ * int8 matrix multiply (__neoni8mm), which are chosen at run time: GCC gives their intrinsics to a
+ * function with a target attribute (neon_util.h); clang 14's arm_neon.h only where the whole file
+ * is compiled for the extension (-march=armv8.2-a+dotprod, +i8mm), so a clang build without them
+ * leaves those variants out and runs the plain NEON ones. */
+#if defined(__aarch64__) && (!defined(__clang__) || defined(__ARM_FEATURE_DOTPROD))
+#define NPU_NEON_DOTPROD_VARIANTS 1
+#else
+#define NPU_NEON_DOTPROD_VARIANTS 0
+#endif
+#if NPU_NEON_DOTPROD_VARIANTS && (!defined(__clang__) || defined(__ARM_FEATURE_MATMUL_INT8))
+#define NPU_NEON_I8MM_VARIANTS 1
+#else
+#define NPU_NEON_I8MM_VARIANTS 0
+#endif
+
 /* Declarations of every variant: npu_qs8_gemm__scalar, npu_qs8_gemm__avx2, ... */
 #define NPU_UKERNEL(family, variant, isa) npu_##family##_fn npu_##family##__##variant;
 #include "kernels/npu/ukernels.inc"
