@@ -1,6 +1,7 @@
 /* Microbenchmark of the NPU integer kernels, one core: every variant of the GEMM on prefill and
  * decode shapes (GOPS = 2*M*N*K / time, median of several runs), then the element-wise kernels
- * (elements per second). Usage: npu_kernels [runs (default 11)] */
+ * (elements per second). Usage: npu_kernels [runs (default 11)] [variant: only that variant of the
+ * int4-weight / int16-activation GEMMs] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +88,82 @@ static void bench_gemm(int runs, size_t m, size_t n, size_t k) {
   free(x), free(w), free(y), free(mult), free(shift), free(packed);
 }
 
+/* Every variant in ukernels.inc (the others' pointers are only compared, never called through
+ * the wrong type). */
+static const struct {
+  const char *family, *name;
+  uint32_t isa;
+  void (*fn)(void);
+} variants[] = {
+#define NPU_UKERNEL(family, variant, need)                                                         \
+  {#family, #variant, need, (void (*)(void))npu_##family##__##variant},
+#include "kernels/npu/ukernels.inc"
+#undef NPU_UKERNEL
+};
+
+/* The int4-weight and int16-activation GEMMs (w4a8: qs8_qc4w_gemm; w8a16: qs16_gemm_qs16; w4a16:
+ * qs16_qc4w_gemm_qs16 per channel and with 32-k block scales), every variant. */
+static void bench_gemm_w4a16(int runs, size_t m, size_t n, size_t k, const char *only) {
+  int8_t *x8 = malloc(m * k), *w8 = malloc(n * k), *w4 = malloc(n * k), *y8 = malloc(m * n);
+  int16_t *x16 = malloc(m * k * sizeof(int16_t)), *y16 = malloc(m * n * sizeof(int16_t));
+  const size_t nb = (k + 31) / 32;
+  uint8_t *q = malloc(n * nb);
+  int32_t *mult = malloc(n * sizeof(int32_t)), *shift = malloc(n * sizeof(int32_t));
+  void *p8 = malloc(npu_qs8_gemm_packed_size(n, k)),
+       *p4 = malloc(npu_qc4w_gemm_packed_size(n, k, 0));
+  void *p4b = malloc(npu_qc4w_gemm_packed_size(n, k, 32));
+  for (size_t i = 0; i < m * k; i++) x8[i] = (int8_t)rnd(), x16[i] = (int16_t)rnd();
+  for (size_t i = 0; i < n * k; i++)
+    w8[i] = (int8_t)(rnd() % 255 - 127), w4[i] = (int8_t)(rnd() % 16 - 8);
+  for (size_t i = 0; i < n * nb; i++) q[i] = (uint8_t)(rnd() % 16);
+  for (size_t j = 0; j < n; j++) {
+    mult[j] = (1 << 30) + (int32_t)(rnd() % (1u << 30));
+    shift[j] = -14;
+  }
+  if (!npu_qs8_gemm_pack(n, k, w8, NULL, p8) || !npu_qc4w_gemm_pack(n, k, w4, NULL, 0, NULL, p4) ||
+      !npu_qc4w_gemm_pack(n, k, w4, NULL, 32, q, p4b)) {
+    fprintf(stderr, "pack failed\n");
+    exit(1);
+  }
+  const struct npu_qs8_gemm_params p = {mult, shift, -3, 5};
+  const struct npu_qs16_gemm_params p16 = {mult, shift, 8, 0, 0}, p16b = {mult, shift, 10, 0, 32};
+  const uint32_t have = npu_isa_detect();
+  const double ops = 2.0 * (double)m * (double)n * (double)k;
+  for (size_t v = 0; v < sizeof(variants) / sizeof(variants[0]); v++) {
+    if ((variants[v].isa & ~have) != 0) continue;
+    if (only != NULL && strcmp(variants[v].name, only) != 0) continue;
+    const char *f = variants[v].family;
+    double t, tb;
+    char name[64];
+    if (strcmp(f, "qs8_qc4w_gemm") == 0) {
+      npu_qs8_gemm_fn *fn = (npu_qs8_gemm_fn *)variants[v].fn;
+      TIME_MEDIAN(runs, t, tb, fn(m, 0, n, k, x8, k, p4, y8, n, &p));
+    } else if (strcmp(f, "qs16_gemm_qs16") == 0) {
+      npu_qs16_gemm_qs16_fn *fn = (npu_qs16_gemm_qs16_fn *)variants[v].fn;
+      TIME_MEDIAN(runs, t, tb, fn(m, 0, n, k, x16, k, p8, y16, n, &p16));
+    } else if (strcmp(f, "qs16_qc4w_gemm_qs16") == 0) {
+      npu_qs16_gemm_qs16_fn *fn = (npu_qs16_gemm_qs16_fn *)variants[v].fn;
+      TIME_MEDIAN(runs, t, tb, fn(m, 0, n, k, x16, k, p4, y16, n, &p16));
+      snprintf(name, sizeof(name), "w4a16__%s", variants[v].name);
+      printf("| %-26s | %5zu | %5zu | %5zu | %9.2f | %8.1f | %8.1f |\n", name, m, n, k, t * 1e6,
+             ops / t * 1e-9, ops / tb * 1e-9);
+      TIME_MEDIAN(runs, t, tb, fn(m, 0, n, k, x16, k, p4b, y16, n, &p16b));
+      snprintf(name, sizeof(name), "w4a16-block__%s", variants[v].name);
+      printf("| %-26s | %5zu | %5zu | %5zu | %9.2f | %8.1f | %8.1f |\n", name, m, n, k, t * 1e6,
+             ops / t * 1e-9, ops / tb * 1e-9);
+      continue;
+    } else {
+      continue;
+    }
+    snprintf(name, sizeof(name), "%s__%s", strcmp(f, "qs8_qc4w_gemm") == 0 ? "w4a8" : "w8a16",
+             variants[v].name);
+    printf("| %-26s | %5zu | %5zu | %5zu | %9.2f | %8.1f | %8.1f |\n", name, m, n, k, t * 1e6,
+           ops / t * 1e-9, ops / tb * 1e-9);
+  }
+  free(x8), free(w8), free(w4), free(y8), free(x16), free(y16), free(q), free(mult), free(shift);
+  free(p8), free(p4), free(p4b);
+}
+
 static void bench_elementwise(int runs) {
   enum { N = 1 << 16 };
   int8_t *a = malloc(N), *b = malloc(N), *y = malloc(N), table[256];
@@ -107,6 +184,11 @@ static void bench_elementwise(int runs) {
   const struct npu_qadd_params ap = {3, -7, 20, 1 << 30, -1, 1500000000, -2, 1 << 30, -19, 4};
   const struct npu_qmul_params mp = {3, -7, 1 << 30, -8, 1};
   const struct npu_qs8_gather_params gp = {mult, shift, 0};
+  int16_t table16[NPU_QS16_LUT_SIZE];
+  for (int i = 0; i < NPU_QS16_LUT_SIZE; i++) table16[i] = (int16_t)rnd();
+  int32_t *rmult = malloc(2048 * sizeof(int32_t));
+  for (int i = 0; i < 2048; i++) rmult[i] = (1 << 30) + (int32_t)(rnd() % (1u << 30));
+  const struct npu_qs16_rmsnorm_params rp = {rmult, 1000, 20, 0};
   const uint32_t have = npu_isa_detect();
   const uint32_t isas[2] = {0, have};
   for (int v = 0; v < (have != 0 ? 2 : 1); v++) {
@@ -124,13 +206,19 @@ static void bench_elementwise(int runs) {
     TIME_MEDIAN(runs, t, tb, uk.qs8_gather(64, ids, 512, 768, emb, gy, 768, &gp));
     printf("| qs8_gather__%-8s | %8.0f | %8.0f |\n", name, 64 * 768 / t * 1e-6,
            64 * 768 / tb * 1e-6);
+    TIME_MEDIAN(runs, t, tb, uk.qs16_lut(N / 2, (const int16_t *)a, (int16_t *)y, table16));
+    printf("| qs16_lut__%-10s | %8.0f | %8.0f |\n", name, N / 2 / t * 1e-6, N / 2 / tb * 1e-6);
+    TIME_MEDIAN(runs, t, tb, uk.qs16_rmsnorm_qs16(16, 2048, (const int16_t *)a, (int16_t *)y, &rp));
+    printf("| qs16_rmsnorm_qs16__%-1s | %8.0f | %8.0f |\n", name, N / 2 / t * 1e-6,
+           N / 2 / tb * 1e-6);
   }
-  free(a), free(b), free(y), free(emb), free(gy);
+  free(a), free(b), free(y), free(emb), free(gy), free(rmult);
 }
 
 int main(int argc, char **argv) {
   int runs = argc > 1 ? atoi(argv[1]) : 11;
   if (runs < 1 || runs > 64) runs = 11;
+  const char *only = argc > 2 ? argv[2] : NULL; /* a variant name: only its int4 / int16 GEMMs */
   printf("NPU int8 GEMM, one core, median of %d runs\n\n", runs);
   printf("| kernel               |     M |     N |     K |   time us |     GOPS | best GOPS |\n");
   printf("|----------------------|------:|------:|------:|----------:|---------:|----------:|\n");
@@ -142,6 +230,15 @@ int main(int argc, char **argv) {
       {1, 172, 64},    {1, 64, 172},     {16, 704, 256},   {1, 256, 704}};
   for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
     bench_gemm(runs, shapes[s][0], shapes[s][1], shapes[s][2]);
+  printf("\nNPU GEMMs of int4 weights / int16 activations (w4a16-block: 32-k block scales)\n\n");
+  printf("| kernel                     |     M |     N |     K |   time us |     GOPS | best GOPS "
+         "|\n");
+  printf("|----------------------------|------:|------:|------:|----------:|---------:|----------:"
+         "|\n");
+  static const size_t shapes4[][3] = {{128, 768, 768}, {1, 768, 768},  {128, 2048, 768},
+                                      {1, 2048, 768},  {1, 4864, 896}, {1, 32000, 768}};
+  for (size_t s = 0; s < sizeof(shapes4) / sizeof(shapes4[0]); s++)
+    bench_gemm_w4a16(runs, shapes4[s][0], shapes4[s][1], shapes4[s][2], only);
   printf("\n| kernel               |  Melem/s |     best "
          "|\n|----------------------|---------:|---------:|\n");
   bench_elementwise(runs);

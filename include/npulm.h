@@ -104,8 +104,12 @@ typedef struct npulm_compile_params {
   int buckets[NPULM_MAX_BUCKETS]; /* context buckets; n_buckets = 0: powers of two from 128 up to
                                      the model's context (always included) */
   int n_buckets;
-  /* How the NPU computes: "w8a8-smooth" (NULL: the default), "w8a8-shadow", "w8a8-naive", or
-   * "f32" (no quantization: the static graphs compute in FP32). */
+  /* How the NPU computes: "PRECISION-OUTLIERS", PRECISION one of w8a8, w8a16, w4a16,
+   * w4a16-block, w4a8 (int8 or int4 weights, per output channel or in blocks of 32 along k with
+   * integer block scales; int8 asymmetric or int16 symmetric activations per tensor; the
+   * classifier keeps int8 weights), OUTLIERS one of smooth, shadow, naive (a precision alone is
+   * naive): "w8a8-smooth" (NULL: the default), "w4a16-block", "w8a16-shadow", ...; or "f32" (no
+   * quantization: the static graphs compute in FP32). */
   const char *quant;
   /* Ops the precision policy keeps in float on the CPU: a comma list of softmax, qk, pv (NULL:
    * all three; "" or "none": none). */
@@ -428,7 +432,8 @@ const npulm_npu_profile *npulm_npu_profiles(int *n_out);
 
 /* What one decode step (one token) of the model's program reads. */
 typedef struct npulm_decode_traffic {
-  const char *quant;         /* how the program's NPU computes: "w8a8-naive", ..., or "f32" */
+  const char *quant; /* how the program's NPU computes: "w8a8-naive", ..., "w4a16-block-naive",
+                        or "f32" */
   uint64_t weight_bytes_npu; /* weights the NPU nodes read: int8 packed matmul weights with their
                                 per-channel data (float for an "f32" program), norm weights,
                                 embedding rows */

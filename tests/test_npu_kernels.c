@@ -528,6 +528,7 @@ static void test_matmul_group(void **state) {
       const bool wide = rand_range(&rng, 0, 1) == 1;
       arena_size = (arena_size + 63) / 64 * 64; /* the planner's alignment */
       sites[i].k = (int32_t)k;
+      sites[i].w_bits = 8;
       sites[i].packed = c[i].packed;
       sites[i].gemm = (struct npu_qs8_gemm_params){c[i].mult, c[i].shift, c[i].zx, 0};
       tensors[i + 1] = (struct npu_ir_tensor){.dtype = wide ? NPU_DT_I16 : NPU_DT_I8,
@@ -1918,12 +1919,19 @@ static void test_dispatch(void **state) {
   assert_true(uk.x8_lut == npu_x8_lut__scalar);
   assert_true(uk.qs8_gather_qs16 == npu_qs8_gather_qs16__scalar);
   assert_true(uk.qs16_rmsnorm_qs8 == npu_qs16_rmsnorm_qs8__scalar);
+  assert_true(uk.qs16_qc4w_gemm_qs16 == npu_qs16_qc4w_gemm_qs16__scalar);
+  assert_true(uk.qs16_lut == npu_qs16_lut__scalar);
 #if defined(__x86_64__)
   npu_ukernels_select(NPU_ISA_AVX2, &uk);
   assert_true(uk.qs8_gemm == npu_qs8_gemm__avx2);
   assert_true(uk.qs16_vadd == npu_qs16_vadd__avx2);
   assert_true(uk.qs16_rmsnorm_qs8 == npu_qs16_rmsnorm_qs8__avx2);
+  assert_true(uk.qs16_gemm_qs16 == npu_qs16_gemm_qs16__avx2);
+  assert_true(uk.qs16_rmsnorm_qs16 == npu_qs16_rmsnorm_qs16__avx2);
   npu_ukernels_select(NPU_ISA_AVX2 | NPU_ISA_AVX512VNNI, &uk);
+  assert_true(uk.qs8_qc4w_gemm == npu_qs8_qc4w_gemm__avx512vnni);
+  assert_true(uk.qs16_qc4w_gemm_qs16 == npu_qs16_qc4w_gemm_qs16__avx512vnni);
+  assert_true(uk.qs16_lut == npu_qs16_lut__avx2);
   assert_true(uk.qs8_gemm == npu_qs8_gemm__avx512vnni);
   assert_true(uk.qs8_gemm_qs16 == npu_qs8_gemm_qs16__avx512vnni);
   assert_true(uk.qs16_vadd == npu_qs16_vadd__avx2);

@@ -24,7 +24,17 @@
 /* ---- A tiny model ------------------------------------------------------------------------- */
 
 /* i32 fields per record of npulm.qsites (program_file.h) */
-enum { SITE_FIELDS = 38, SITE_QK = 23, SITE_SOFTMAX = 28, SITE_PV = 30, SITE_RMSNORM = 34 };
+enum {
+  SITE_FIELDS = 42,
+  SITE_QK = 23,
+  SITE_SOFTMAX = 28,
+  SITE_PV = 30,
+  SITE_RMSNORM = 34,
+  SITE_W_BITS = 38,
+  SITE_W_BLOCK = 39,
+  SITE_ACC_SHIFT = 40,
+  SITE_LUT_WIDE = 41
+};
 /* i32 fields per record of npulm.graph.G.tensors, and where the layer and the role are */
 enum { TENSOR_FIELDS = 14, TENSOR_KIND = 0, TENSOR_REF = 7, TENSOR_LAYER = 12, TENSOR_ROLE = 13 };
 
@@ -823,7 +833,7 @@ static void test_hostile_version_and_keys(void **state) {
   assert_int_equal(open_bytes(&im, im.data, im.size, &err), NPULM_OK);
 
   size_t v = value_at(&im, "npulm.program.version");
-  expect_patch(&im, "version 9", v, 9, NPULM_ERR_UNSUPPORTED, "version 9");
+  expect_patch(&im, "version 10", v, 10, NPULM_ERR_UNSUPPORTED, "version 10");
   expect_patch(&im, "version 7", v, 7, NPULM_ERR_UNSUPPORTED, "recompile");
   expect_patch(&im, "version 6", v, 6, NPULM_ERR_UNSUPPORTED, "recompile");
   expect_patch(&im, "version 5", v, 5, NPULM_ERR_UNSUPPORTED, "recompile");
@@ -1213,6 +1223,16 @@ static void assert_sites_equal(const struct npu_qsite *x, const struct npu_qsite
   assert_int_equal(x->rmsnorm.y_zero_point, y->rmsnorm.y_zero_point);
   assert_true((x->rmsnorm.mult == x->mult) == (y->rmsnorm.mult == y->mult));
   assert_memory_equal(x->lut, y->lut, sizeof(x->lut));
+  assert_int_equal(x->lut_wide, y->lut_wide);
+  if (x->lut_wide) assert_memory_equal(x->lut16, y->lut16, sizeof(x->lut16));
+  if (x->op == NPU_OP_MATMUL) {
+    assert_int_equal(x->w_bits, y->w_bits);
+    assert_int_equal(x->w_block, y->w_block);
+    assert_int_equal(x->gemm16.acc_shift, y->gemm16.acc_shift);
+    assert_int_equal(x->gemm16.y_zero_point, y->gemm16.y_zero_point);
+    assert_int_equal(x->gemm16.block, y->gemm16.block);
+    assert_true(y->gemm16.mult == y->mult && y->gemm16.shift == y->shift);
+  }
   assert_int_equal(x->n_outliers, y->n_outliers);
   assert_int_equal(x->outlier_dim, y->outlier_dim);
   size_t no = (size_t)x->n_outliers, dim = (size_t)x->outlier_dim;
@@ -1360,6 +1380,27 @@ static void test_round_trip_quantized(void **state) {
   print_message("stories260K, w8a8-shadow at threshold 3: %d outlier channels\n", outliers);
   assert_true(outliers > 0);
   assert_int_equal(quant_round_trip(path, NPU_QUANT_SMOOTH, 0.0f), 0);
+}
+
+/* Every precision: int16 activations, int4 weights per channel and in blocks (stories260K's FFN
+ * of 172 is no multiple of the block), with and without outlier handling; each program's int4
+ * matmuls are int4 but its classifier's int8. */
+static void test_round_trip_precisions(void **state) {
+  (void)state;
+  const char *path = test_shared_path("models/stories260K.gguf");
+  TEST_REQUIRE_FILE(path);
+  for (int prec = NPU_PREC_W8A16; prec < NPU_PREC_COUNT; prec++) {
+    quant_round_trip(path, npu_quant_mode_of((enum npu_precision)prec, NPU_OUTLIERS_NAIVE), 0.0f);
+  }
+  quant_round_trip(path, npu_quant_mode_of(NPU_PREC_W4A16_BLOCK, NPU_OUTLIERS_SHADOW), 3.0f);
+  quant_round_trip(path, npu_quant_mode_of(NPU_PREC_W8A16, NPU_OUTLIERS_SMOOTH), 0.0f);
+  struct tiny qwen2 = {.arch = "qwen2", .n_layers = 2}; /* biases in int16 units */
+  char *src = tmp_path();
+  write_tiny(src, &qwen2);
+  quant_round_trip(src, npu_quant_mode_of(NPU_PREC_W4A16_BLOCK, NPU_OUTLIERS_SMOOTH), 0.0f);
+  quant_round_trip(src, npu_quant_mode_of(NPU_PREC_W4A8, NPU_OUTLIERS_SHADOW), 2.0f);
+  unlink(src);
+  free(src);
 }
 
 /* The tiny models: biases (qwen2: folded into the packed weights), an untied classifier, GQA. */
@@ -1892,7 +1933,17 @@ static void test_hostile_quant(void **state) {
       {"transfer on the NPU", field_at(im, N, 9, q.transfer_node, 1), NPU_BE_NPU,
        "no integer data"},
       {"matmul on the CPU", field_at(im, N, 9, q.mm_node, 1), NPU_BE_CPU, "arena"},
-      {"quant mode 7", value_at(im, "npulm.quant.mode"), 7, "mode 7"},
+      {"quant mode 16", value_at(im, "npulm.quant.mode"), 16, "mode 16"},
+      /* weight formats and the narrowing of wide sums */
+      {"weight bits 5", field_at(im, S, SITE_FIELDS, q.mm, SITE_W_BITS), 5, "5 bits"},
+      {"int4 weights as int8's", field_at(im, S, SITE_FIELDS, q.mm, SITE_W_BITS), 4, "packed"},
+      {"int8 weights in blocks", field_at(im, S, SITE_FIELDS, q.mm, SITE_W_BLOCK), 32,
+       "8 bits in blocks of 32"},
+      {"narrowing shift 33", field_at(im, S, SITE_FIELDS, q.mm, SITE_ACC_SHIFT), 33, "shift 33"},
+      {"narrowing an int8 input", field_at(im, S, SITE_FIELDS, q.mm, SITE_ACC_SHIFT), 1, "narrows"},
+      {"int16 table for int8", field_at(im, S, SITE_FIELDS, q.silu, SITE_LUT_WIDE), 1, "luts16"},
+      {"wide GEMM field on a gather", field_at(im, S, SITE_FIELDS, q.gather, SITE_ACC_SHIFT), 1,
+       "must be 0"},
       {"quant mode f32", value_at(im, "npulm.quant.mode"), 0, "is not F32"},
       {"quant mode naive", value_at(im, "npulm.quant.mode"), 1, NULL}, /* a label only */
   };
@@ -2527,6 +2578,7 @@ int main(void) {
       cmocka_unit_test(test_ir_shape_overflow),
       cmocka_unit_test(test_round_trip_quantized),
       cmocka_unit_test(test_round_trip_quantized_tiny),
+      cmocka_unit_test(test_round_trip_precisions),
       cmocka_unit_test(test_lean_program),
       cmocka_unit_test(test_hostile_quant),
       cmocka_unit_test(test_hostile_quant_sweep),

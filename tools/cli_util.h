@@ -12,8 +12,12 @@
 
 /* The compile options' help lines (as `npulm compile --help` words them). */
 #define CLI_COMPILE_OPTIONS_HELP                                                                   \
-  "  --quant MODE       how the NPU computes: w8a8-smooth (default: SmoothQuant), w8a8-shadow\n"   \
-  "                     (outlier channels in float on the CPU), w8a8-naive, or f32\n"              \
+  "  --quant MODE       how the NPU computes: PRECISION-OUTLIERS, or f32. PRECISION: w8a8,\n"      \
+  "                     w8a16, w4a16, w4a16-block (int4 in blocks of 32 with integer block\n"      \
+  "                     scales), w4a8 (weights w, activations a; the classifier keeps int8\n"      \
+  "                     weights). OUTLIERS: smooth (SmoothQuant), shadow (outlier channels in\n"   \
+  "                     float on the CPU) or naive; a precision alone is naive (default\n"         \
+  "                     w8a8-smooth)\n"                                                            \
   "  --float-ops LIST   ops kept in float on the CPU, from softmax,qk,pv,rmsnorm (default\n"       \
   "                     softmax,qk,pv; 'none' for none; w8a8-shadow adds rmsnorm)\n"               \
   "  --calib FILE       calibration text (default: a built-in English text)\n"                     \

@@ -248,13 +248,22 @@ static void print_quant(const struct npu_program *p, FILE *out) {
   fprintf(out, "\nquantization: %s", npu_quant_mode_name(mode));
   if (mode == NPU_QUANT_F32) {
     fprintf(out, " (the NPU computes in FP32: nothing runs in int8)\n");
-  } else if (mode == NPU_QUANT_SHADOW) {
-    fprintf(out, " (input channels above %.1fx the median channel's run in float on the CPU)\n",
-            (double)p->shadow_threshold);
-  } else if (mode == NPU_QUANT_SMOOTH) {
-    fprintf(out, " (SmoothQuant, alpha %.2f)\n", (double)p->smooth_alpha);
   } else {
-    fprintf(out, " (per-tensor int8 activations, per-channel int8 weights)\n");
+    const int block = npu_quant_weight_block(mode), abits = npu_quant_act_bits(mode);
+    fprintf(out, ": int%d weights ", npu_quant_weight_bits(mode));
+    if (block > 0)
+      fprintf(out, "in blocks of %d along k (block scales 0..15 x the channel's)", block);
+    else fprintf(out, "per output channel");
+    fprintf(out, ", int%d activations per tensor (%s)", abits,
+            abits == 16 ? "symmetric" : "asymmetric");
+    if (npu_quant_outliers(mode) == NPU_OUTLIERS_SHADOW) {
+      fprintf(out, "; input channels above %.1fx the median channel's run in float on the CPU\n",
+              (double)p->shadow_threshold);
+    } else if (npu_quant_outliers(mode) == NPU_OUTLIERS_SMOOTH) {
+      fprintf(out, "; SmoothQuant, alpha %.2f\n", (double)p->smooth_alpha);
+    } else {
+      fprintf(out, "; no outlier handling\n");
+    }
   }
   if (p->n_graphs == 0) return;
   /* activation types of the decode graph, per backend */

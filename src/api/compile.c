@@ -99,13 +99,11 @@ static npulm_status quant_from_params(const npulm_compile_params *params,
   npu_quant_default_options(q);
   const char *name = params != NULL && params->quant != NULL ? params->quant : NULL;
   if (name != NULL) {
-    int mode = -1;
-    for (int i = 0; i < NPU_QUANT_MODE_COUNT; i++) {
-      if (strcmp(name, npu_quant_mode_name((enum npu_quant_mode)i)) == 0) mode = i;
-    }
+    const int mode = npu_quant_mode_parse(name);
     if (mode < 0) {
       return npu_fail(err, NPULM_ERR_ARG,
-                      "unknown quantization '%s' (w8a8-smooth, w8a8-shadow, w8a8-naive, f32)",
+                      "unknown quantization '%s' (a precision w8a8, w8a16, w4a16, w4a16-block or "
+                      "w4a8, alone or with -naive, -shadow or -smooth; or f32)",
                       name);
     }
     q->mode = (enum npu_quant_mode)mode;

@@ -59,7 +59,8 @@ struct range {
 
 struct matmul_group {
   const struct npu_ukernels *uk;
-  const int8_t *x;
+  const int8_t *x;    /* the input: int8, */
+  const int16_t *x16; /* or int16 (then x is NULL) */
   size_t rows, k, total;
   int32_t count;
   struct {
@@ -80,12 +81,25 @@ static void run_cols(const struct matmul_group *mg, size_t a, size_t b) {
     if (b <= at || a >= end) continue;
     const size_t n0 = (a > at ? a : at) - at, n1 = (b < end ? b : end) - at;
     const struct npu_qsite *site = mg->mm[i].site;
-    if (mg->mm[i].wide) {
-      mg->uk->qs8_gemm_qs16(mg->rows, n0, n1, mg->k, mg->x, mg->k, site->packed, mg->mm[i].y,
-                            mg->mm[i].cols, &site->gemm);
+    void *y = mg->mm[i].y;
+    const size_t rows = mg->rows, k = mg->k, cols = mg->mm[i].cols;
+    if (mg->x16 != NULL) { /* an int16 input: int16 output */
+      if (site->w_bits == 8) {
+        mg->uk->qs16_gemm_qs16(rows, n0, n1, k, mg->x16, k, site->packed, y, cols, &site->gemm16);
+      } else {
+        mg->uk->qs16_qc4w_gemm_qs16(rows, n0, n1, k, mg->x16, k, site->packed, y, cols,
+                                    &site->gemm16);
+      }
+    } else if (site->w_bits == 8) {
+      if (mg->mm[i].wide) {
+        mg->uk->qs8_gemm_qs16(rows, n0, n1, k, mg->x, k, site->packed, y, cols, &site->gemm);
+      } else {
+        mg->uk->qs8_gemm(rows, n0, n1, k, mg->x, k, site->packed, y, cols, &site->gemm);
+      }
+    } else if (mg->mm[i].wide) {
+      mg->uk->qs8_qc4w_gemm_qs16(rows, n0, n1, k, mg->x, k, site->packed, y, cols, &site->gemm);
     } else {
-      mg->uk->qs8_gemm(mg->rows, n0, n1, mg->k, mg->x, mg->k, site->packed, mg->mm[i].y,
-                       mg->mm[i].cols, &site->gemm);
+      mg->uk->qs8_qc4w_gemm(rows, n0, n1, k, mg->x, k, site->packed, y, cols, &site->gemm);
     }
   }
 }
@@ -146,8 +160,10 @@ void npu_emu_exec_matmuls(const struct npu_graph *g, int32_t first, int32_t coun
                           struct npu_pool *pool, uint8_t *const arena[NPU_BE_COUNT]) {
   const struct npu_ir_node *n = &g->nodes[first];
   const struct npu_ir_tensor *x = &g->tensors[n->in[0]];
+  const bool x16 = x->dtype == NPU_DT_I16;
   struct matmul_group mg = {.uk = uk,
-                            .x = addr(g, n->in[0], arena),
+                            .x = x16 ? NULL : addr(g, n->in[0], arena),
+                            .x16 = x16 ? addr(g, n->in[0], arena) : NULL,
                             .rows = (size_t)x->ne[0],
                             .k = (size_t)x->ne[1],
                             .count = count};
@@ -203,13 +219,18 @@ void npu_emu_exec_rows(const struct npu_graph *g, const struct npu_ir_node *n,
   }
   case NPU_OP_MUL: {
     const void *b = row_addr(g, n->in[1], arena, r0);
-    uk->qs8_vmul(count, a, b, y, &site->mul);
+    if (out->dtype == NPU_DT_I16) uk->qs16_vmul(count, a, b, y, &site->mul);
+    else uk->qs8_vmul(count, a, b, y, &site->mul);
     return;
   }
-  case NPU_OP_SILU: uk->x8_lut(count, a, y, site->lut); return;
+  case NPU_OP_SILU:
+    if (out->dtype == NPU_DT_I16) uk->qs16_lut(count, a, y, site->lut16);
+    else uk->x8_lut(count, a, y, site->lut);
+    return;
   case NPU_OP_RMSNORM:
     assert(out->ne[2] == 1);
-    uk->qs16_rmsnorm_qs8(rows, cols, a, y, &site->rmsnorm);
+    if (out->dtype == NPU_DT_I16) uk->qs16_rmsnorm_qs16(rows, cols, a, y, &site->rmsnorm);
+    else uk->qs16_rmsnorm_qs8(rows, cols, a, y, &site->rmsnorm);
     return;
   default: assert(!"not a row-wise op (ir/ops.inc)");
   }

@@ -13,19 +13,65 @@
 #include "base/pages.h"
 #include "base/pool.h"
 #include "compiler/qparams.h"
+#include "compiler/wquant.h"
 
 /* Headroom over the calibrated magnitude for int16 tensors: text unlike the calibration text may
  * go somewhat further, and int16 has resolution to spare. */
 #define I16_HEADROOM 2.0f
 
+static const char *const precision_names[NPU_PREC_COUNT] = {"w8a8", "w8a16", "w4a16", "w4a16-block",
+                                                            "w4a8"};
+
 const char *npu_quant_mode_name(enum npu_quant_mode mode) {
-  static const char *const names[NPU_QUANT_MODE_COUNT] = {"f32", "w8a8-naive", "w8a8-shadow",
-                                                          "w8a8-smooth"};
+  static const char *const names[NPU_QUANT_MODE_COUNT] = {"f32",
+                                                          "w8a8-naive",
+                                                          "w8a8-shadow",
+                                                          "w8a8-smooth",
+                                                          "w8a16-naive",
+                                                          "w8a16-shadow",
+                                                          "w8a16-smooth",
+                                                          "w4a16-naive",
+                                                          "w4a16-shadow",
+                                                          "w4a16-smooth",
+                                                          "w4a16-block-naive",
+                                                          "w4a16-block-shadow",
+                                                          "w4a16-block-smooth",
+                                                          "w4a8-naive",
+                                                          "w4a8-shadow",
+                                                          "w4a8-smooth"};
   return (unsigned)mode < NPU_QUANT_MODE_COUNT ? names[mode] : "?";
 }
 
+int npu_quant_mode_parse(const char *name) {
+  for (int i = 0; i < NPU_QUANT_MODE_COUNT; i++) {
+    if (strcmp(name, npu_quant_mode_name((enum npu_quant_mode)i)) == 0) return i;
+  }
+  for (int i = 0; i < NPU_PREC_COUNT; i++) {
+    if (strcmp(name, precision_names[i]) == 0) {
+      return npu_quant_mode_of((enum npu_precision)i, NPU_OUTLIERS_NAIVE);
+    }
+  }
+  return -1;
+}
+
+int npu_quant_weight_bits(enum npu_quant_mode mode) {
+  const enum npu_precision p = npu_quant_precision(mode);
+  return p == NPU_PREC_W8A8 || p == NPU_PREC_W8A16 ? 8 : 4;
+}
+
+int npu_quant_act_bits(enum npu_quant_mode mode) {
+  const enum npu_precision p = npu_quant_precision(mode);
+  return p == NPU_PREC_W8A8 || p == NPU_PREC_W4A8 ? 8 : 16;
+}
+
+int npu_quant_weight_block(enum npu_quant_mode mode) {
+  return npu_quant_precision(mode) == NPU_PREC_W4A16_BLOCK ? NPU_QC4W_BLOCK : 0;
+}
+
 uint32_t npu_quant_float_ops(enum npu_quant_mode mode, uint32_t float_ops) {
-  return mode == NPU_QUANT_SHADOW ? float_ops | 1u << NPU_OP_RMSNORM : float_ops;
+  return mode != NPU_QUANT_F32 && npu_quant_outliers(mode) == NPU_OUTLIERS_SHADOW
+             ? float_ops | 1u << NPU_OP_RMSNORM
+             : float_ops;
 }
 
 void npu_quant_default_options(struct npu_quant_options *o) {
@@ -355,9 +401,11 @@ static bool feeds_matmul(const struct npu_graph *g, int32_t t) {
   return false;
 }
 
-/* int8 unless no NPU consumer needs it: matmul inputs, SiLU and products are int8; the residual
- * stream and what the NPU hands back to the CPU are int16. */
-static enum npu_dtype npu_dtype_of(const struct npu_graph *g, int32_t t) {
+/* With int8 activations, int8 unless no NPU consumer needs it: matmul inputs, SiLU and products
+ * are int8; the residual stream and what the NPU hands back to the CPU are int16. With int16
+ * activations ('act_bits' 16), all int16. */
+static enum npu_dtype npu_dtype_of(const struct npu_graph *g, int32_t t, int act_bits) {
+  if (act_bits == 16) return NPU_DT_I16;
   for (int32_t i = 0; i < g->n_nodes; i++) {
     const struct npu_ir_node *n = &g->nodes[i];
     if (n->backend != NPU_BE_NPU) continue;
@@ -478,11 +526,75 @@ static void packed_written(const struct npu_program *p, const void *packed, uint
   if (p->spill != NULL) npu_pages_release(packed, (size_t)size);
 }
 
-/* A matmul: quantize W per output channel (outlier columns zeroed and kept in float), bias in
- * accumulator units, multipliers x_scale * w_scale[n] / y_scale, and pack; a block of rows at a
- * time (every step is per output channel). */
+/* The weight format of the matmul writing tensor 'out' in 'mode': the mode's, except that the
+ * classifier keeps int8 weights in every mode (as llama.cpp's Q4_0 and Q4_K_M keep the output
+ * matrix in Q6_K: the logits are the most sensitive product, and a tied embedding then shares
+ * its int8 matrix). */
+static void weight_format(const struct npu_graph *g, int32_t out, enum npu_quant_mode mode,
+                          uint8_t *bits, uint8_t *block) {
+  const bool classifier = g->tensors[out].role == NPU_ROLE_LOGITS;
+  *bits = (uint8_t)(classifier ? 8 : npu_quant_weight_bits(mode));
+  *block = (uint8_t)(classifier ? 0 : npu_quant_weight_block(mode));
+}
+
+static uint64_t matmul_packed_size(const struct npu_qsite *s, size_t rows, size_t cols) {
+  if (s->w_bits == 8 && s->w_block == 0) return npu_qs8_gemm_packed_size(rows, cols);
+  if (s->w_bits == 4 && (s->w_block == 0 || s->w_block == NPU_QC4W_BLOCK)) {
+    return npu_qc4w_gemm_packed_size(rows, cols, s->w_block);
+  }
+  return 0;
+}
+
+uint64_t npu_matmul_packed_size(const struct npu_qsite *s) {
+  return matmul_packed_size(s, (size_t)s->n, (size_t)s->k);
+}
+
+/* E[x_c^2] of each channel of a matmul's input, from its calibration statistics (NULL if it has
+ * none), or NULL with the status set. */
+static float *input_importance(const struct npu_calib *cal, const char *name, size_t cols) {
+  const struct npu_act_stats *st = npu_calib_find(cal, name);
+  if (st == NULL || st->n_channels != (int32_t)cols || st->count == 0) return NULL;
+  float *imp = malloc(cols * sizeof(float));
+  if (imp == NULL) return NULL;
+  const double rows = (double)(st->count / (uint64_t)st->n_channels);
+  for (size_t c = 0; c < cols; c++) imp[c] = (float)(st->chan_sumsq[c] / rows);
+  return imp;
+}
+
+/* The bound of |acc| of the rows of a matmul with an int16 input: |bias| + 32768 * sum_k
+ * |q_block * w| per row, the largest. */
+static int64_t wide_bound(const int8_t *wq, const uint8_t *bscale, const int32_t *bias, size_t rows,
+                          size_t cols, size_t block) {
+  int64_t worst = 0;
+  const size_t n_blocks = block > 0 ? (cols + block - 1) / block : 0;
+  for (size_t r = 0; r < rows; r++) {
+    int64_t sum = 0;
+    for (size_t c = 0; c < cols; c++) {
+      const int64_t q = block > 0 ? bscale[r * n_blocks + c / block] : 1;
+      sum += q * llabs(wq[r * cols + c]);
+    }
+    const int64_t b = bias != NULL ? llabs(bias[r]) : 0;
+    if (b + 32768 * sum > worst) worst = b + 32768 * sum;
+  }
+  return worst;
+}
+
+/* npu_narrow's shift for accumulators bounded by 'bound': the smallest that leaves no value past
+ * int32 after its rounding (so that nothing saturates). */
+static int32_t narrow_shift(int64_t bound) {
+  int32_t s = 0;
+  while (s < 32 && (s == 0 ? bound : (bound >> s) + 1) > INT32_MAX) s++;
+  return s;
+}
+
+/* A matmul: quantize W per output channel (outlier columns zeroed and kept in float; int4 per
+ * channel or in blocks as the mode says, the scales chosen by the weighted error on the
+ * calibration data), bias in accumulator units, multipliers x_scale * w_scale[n] / y_scale (times
+ * 2^acc_shift for an int16 input, whose sums npu_narrow narrows first), and pack; a block of rows
+ * at a time (every step is per output channel). */
 static npulm_status make_matmul(const struct npulm_model *m, struct npu_program *p,
                                 const struct npu_graph *g, const struct npu_ir_node *n,
+                                const struct npu_calib *cal, enum npu_quant_mode mode,
                                 struct npu_qsite *site, const int32_t *outliers, int32_t n_outliers,
                                 npulm_error *err) {
   const int32_t wi = g->tensors[n->in[1]].ref;
@@ -490,24 +602,30 @@ static npulm_status make_matmul(const struct npulm_model *m, struct npu_program 
   const struct npu_qtensor *x = qt(p, g, n->in[0]), *y = qt(p, g, n->out);
   const size_t rows = (size_t)w->ne1, cols = (size_t)w->ne0;
   const size_t block = rows < QUANT_ROWS ? rows : QUANT_ROWS;
-  const size_t packed_block = npu_qs8_gemm_packed_size(NPU_QS8_GEMM_NR, cols);
+  weight_format(g, n->out, mode, &site->w_bits, &site->w_block);
+  const size_t n_bscales = site->w_block > 0 ? (cols + site->w_block - 1) / site->w_block : 0;
+  const uint64_t packed_block = matmul_packed_size(site, NPU_QS8_GEMM_NR, cols);
+  const bool wide = x != NULL && x->dtype == NPU_DT_I16;
   float *wf = malloc(block * cols * sizeof(float)), *scales = malloc(rows * sizeof(float));
   float *scratch = w->data == NULL ? malloc(block * cols * sizeof(float)) : NULL;
+  float *imp = input_importance(cal, g->tensors[n->in[0]].name, cols);
   int8_t *wq = malloc(block * cols);
+  uint8_t *bscale = n_bscales > 0 ? malloc(block * n_bscales) : NULL;
   int32_t *bias = n->in[2] >= 0 ? malloc(rows * sizeof(int32_t)) : NULL;
   npulm_status st = NPULM_OK;
+  int64_t bound = 0;
   site->n = (int32_t)rows;
   site->k = (int32_t)cols;
   site->mult = malloc(rows * sizeof(int32_t));
   site->shift = malloc(rows * sizeof(int32_t));
-  site->packed_size = npu_qs8_gemm_packed_size(rows, cols);
+  site->packed_size = matmul_packed_size(site, rows, cols);
   site->packed = alloc_packed(p, site->packed_size);
   if (n_outliers > 0) {
     site->outliers = malloc((size_t)n_outliers * sizeof(int32_t));
     site->outlier_w = malloc(rows * (size_t)n_outliers * sizeof(float));
   }
   if (!wf || !scales || !wq || !site->mult || !site->shift || !site->packed ||
-      (w->data == NULL && !scratch) || (n->in[2] >= 0 && !bias) ||
+      (w->data == NULL && !scratch) || (n->in[2] >= 0 && !bias) || (n_bscales > 0 && !bscale) ||
       (n_outliers > 0 && (!site->outliers || !site->outlier_w))) {
     st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory quantizing '%s'", site->name);
     goto done;
@@ -516,6 +634,9 @@ static npulm_status make_matmul(const struct npulm_model *m, struct npu_program 
     st = npu_fail(err, NPULM_ERR_ARG, "'%s': operands without quantization", site->name);
     goto done;
   }
+  /* int8 weights keep the row maximum (the programs of before); int4 ones search */
+  const struct npu_wquant how = {
+      .bits = site->w_bits, .block = site->w_block, .imp = imp, .search = site->w_bits == 4};
   site->n_outliers = n_outliers;
   for (int32_t o = 0; o < n_outliers; o++) site->outliers[o] = outliers[o];
   for (size_t r0 = 0; r0 < rows && st == NPULM_OK; r0 += block) {
@@ -530,7 +651,7 @@ static npulm_status make_matmul(const struct npulm_model *m, struct npu_program 
         wf[r * cols + (size_t)outliers[o]] = 0.0f; /* the NPU's share of these channels is zero */
       }
     }
-    if (!npu_quantize_weights_per_channel(wf, nb, cols, wq, scales + r0)) {
+    if (!npu_quantize_weights(wf, nb, cols, &how, wq, scales + r0, bscale)) {
       st = npu_fail(err, NPULM_ERR_FORMAT, "weight of '%s' is not finite", site->name);
       break;
     }
@@ -542,23 +663,40 @@ static npulm_status make_matmul(const struct npulm_model *m, struct npu_program 
     /* an all-zero row has scale 0: any multiplier gives 0 */
     for (size_t r = r0; r < r0 + nb; r++) scales[r] = scales[r] > 0.0f ? scales[r] : 0.0f;
     uint8_t *packed = (uint8_t *)site->packed + r0 / NPU_QS8_GEMM_NR * packed_block;
-    if (!npu_quantize_multipliers(x->q.scale, scales + r0, nb, y->q.scale, site->mult + r0,
-                                  site->shift + r0) ||
-        !npu_qs8_gemm_pack(nb, cols, wq, bias != NULL ? bias + r0 : NULL, packed)) {
-      st = npu_fail(err, NPULM_ERR_ARG, "'%s': scales out of the fixed-point range", site->name);
+    const int32_t *b = bias != NULL ? bias + r0 : NULL;
+    if (site->w_bits == 8 ? !npu_qs8_gemm_pack(nb, cols, wq, b, packed)
+                          : !npu_qc4w_gemm_pack(nb, cols, wq, b, site->w_block, bscale, packed)) {
+      st = npu_fail(err, NPULM_ERR_ARG, "'%s': weights cannot be packed", site->name);
       break;
     }
-    packed_written(p, packed, npu_qs8_gemm_packed_size(nb, cols));
+    if (wide) {
+      const int64_t rows_bound = wide_bound(wq, bscale, b, nb, cols, site->w_block);
+      if (rows_bound > bound) bound = rows_bound;
+    }
+    packed_written(p, packed, matmul_packed_size(site, nb, cols));
+  }
+  /* the multipliers, once the accumulators' narrowing is known */
+  const int32_t acc_shift = wide ? narrow_shift(bound) : 0;
+  if (st == NPULM_OK && !npu_quantize_multipliers(ldexpf(x->q.scale, acc_shift), scales, rows,
+                                                  y->q.scale, site->mult, site->shift)) {
+    st = npu_fail(err, NPULM_ERR_ARG, "'%s': scales out of the fixed-point range", site->name);
   }
   site->gemm = (struct npu_qs8_gemm_params){.mult = site->mult,
                                             .shift = site->shift,
-                                            .x_zero_point = x->q.zero_point,
-                                            .y_zero_point = y->q.zero_point};
+                                            .x_zero_point = x != NULL ? x->q.zero_point : 0,
+                                            .y_zero_point = y != NULL ? y->q.zero_point : 0};
+  site->gemm16 = (struct npu_qs16_gemm_params){.mult = site->mult,
+                                               .shift = site->shift,
+                                               .acc_shift = acc_shift,
+                                               .y_zero_point = y != NULL ? y->q.zero_point : 0,
+                                               .block = site->w_block};
 done:
   free(wf);
   free(scratch);
   free(scales);
+  free(imp);
   free(wq);
+  free(bscale);
   free(bias);
   return st;
 }
@@ -634,7 +772,8 @@ static npulm_status make_gather(const struct npulm_model *m, struct npu_program 
 /* Whether the int8 table of gather site 'g' is row for row the packed weights of matmul site
  * 'mm' (a tied embedding, quantized the same way per row for both). */
 static bool same_table(const struct npu_qsite *g, const struct npu_qsite *mm) {
-  if (mm->op != NPU_OP_MATMUL || mm->n != g->n || mm->k != g->k || mm->n_outliers != 0) {
+  if (mm->op != NPU_OP_MATMUL || mm->w_bits != 8 || mm->n != g->n || mm->k != g->k ||
+      mm->n_outliers != 0) {
     return false;
   }
   enum { NR = NPU_QS8_GEMM_NR };
@@ -696,13 +835,14 @@ static npulm_status make_site(const struct npulm_model *m, struct npu_program *p
   switch ((enum npu_op)n->op) {
   case NPU_OP_MATMUL: {
     int32_t n_out = 0, *outliers = NULL;
-    if (o->mode == NPU_QUANT_SHADOW && shadowable(g, n->in[0])) {
+    if (npu_quant_outliers(o->mode) == NPU_OUTLIERS_SHADOW && shadowable(g, n->in[0])) {
       const struct npu_act_stats *st = npu_calib_find(cal, g->tensors[n->in[0]].name);
       if (st != NULL && (outliers = malloc((size_t)st->n_channels * sizeof(int32_t))) != NULL) {
         n_out = find_outliers(st, o->shadow_threshold, outliers);
       }
     }
-    npulm_status s = make_matmul(m, p, g, n, site, outliers, n_out > 0 ? n_out : 0, err);
+    npulm_status s =
+        make_matmul(m, p, g, n, cal, o->mode, site, outliers, n_out > 0 ? n_out : 0, err);
     free(outliers);
     if (s == NPULM_OK && site->n_outliers > 0 &&
         g->tensors[n->in[0]].role == NPU_ROLE_FFN_GATE_PAR) {
@@ -720,7 +860,10 @@ static npulm_status make_site(const struct npulm_model *m, struct npu_program *p
     }
     break;
   case NPU_OP_MUL:
-    if (a && b && y && a->dtype == NPU_DT_I8 && b->dtype == NPU_DT_I8 && y->dtype == NPU_DT_I8 &&
+    /* int8, or int16 with zero points 0 (the product then fits int32) */
+    if (a && b && y && a->dtype == y->dtype && b->dtype == y->dtype &&
+        (y->dtype == NPU_DT_I8 ||
+         (a->q.zero_point == 0 && b->q.zero_point == 0 && y->q.zero_point == 0)) &&
         npu_qmul_params_make(a->q.scale, a->q.zero_point, b->q.scale, b->q.zero_point, y->q.scale,
                              y->q.zero_point, &site->mul)) {
       return NPULM_OK;
@@ -730,6 +873,12 @@ static npulm_status make_site(const struct npulm_model *m, struct npu_program *p
     if (a && y && a->dtype == NPU_DT_I8 && y->dtype == NPU_DT_I8) {
       npu_lut_s8_build(npu_silu, a->q.scale, a->q.zero_point, y->q.scale, y->q.zero_point,
                        site->lut);
+      return NPULM_OK;
+    }
+    if (a && y && a->dtype == NPU_DT_I16 && y->dtype == NPU_DT_I16 && a->q.zero_point == 0 &&
+        y->q.zero_point == 0) {
+      npu_lut_s16_build(npu_silu, a->q.scale, y->q.scale, site->lut16);
+      site->lut_wide = 1;
       return NPULM_OK;
     }
     break;
@@ -759,7 +908,8 @@ static npulm_status make_site(const struct npulm_model *m, struct npu_program *p
     site->n = w->ne0;
     site->mult = malloc((size_t)w->ne0 * sizeof(int32_t));
     if (site->mult == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
-    if (a && y && a->dtype == NPU_DT_I16 && a->q.zero_point == 0 && y->dtype == NPU_DT_I8 &&
+    if (a && y && a->dtype == NPU_DT_I16 && a->q.zero_point == 0 &&
+        (y->dtype == NPU_DT_I8 || y->dtype == NPU_DT_I16) &&
         npu_rmsnorm_params_make(a->q.scale, w->data, (size_t)w->ne0, n->param, y->q.scale,
                                 y->q.zero_point, site->mult, &site->rmsnorm)) {
       return NPULM_OK;
@@ -1019,11 +1169,11 @@ static npulm_status quantize_tensors(const struct npulm_model *m, struct npu_pro
       probs->q = (struct npu_qparams){.scale = npu_prob_scale(), .zero_point = 0};
       continue;
     }
-    enum npu_dtype dt = npu_dtype_of(g0, t);
+    enum npu_dtype dt = npu_dtype_of(g0, t, npu_quant_act_bits(o->mode));
     const struct npu_act_stats *stats = npu_calib_find(cal, tensor->name);
     int32_t n_out = 0;
-    if (o->mode == NPU_QUANT_SHADOW && stats != NULL && feeds_matmul(g0, t) && shadowable(g0, t) &&
-        stats->n_channels <= 4 * m->cfg.ffn_dim + 16) {
+    if (npu_quant_outliers(o->mode) == NPU_OUTLIERS_SHADOW && stats != NULL &&
+        feeds_matmul(g0, t) && shadowable(g0, t) && stats->n_channels <= 4 * m->cfg.ffn_dim + 16) {
       n_out = find_outliers(stats, o->shadow_threshold, outliers);
     }
     st = add_qtensor(p, tensor->name, dt, stats, outliers, n_out > 0 ? n_out : 0, err);
@@ -1166,6 +1316,12 @@ npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_progra
     return npu_fail(err, NPULM_ERR_ARG, "%s needs a program compiled with its norms in float",
                     npu_quant_mode_name(o->mode));
   }
+  if (npu_quant_act_bits(o->mode) == 16 && !npu_attention_fused(p->opts.float_ops)) {
+    return npu_fail(err, NPULM_ERR_UNSUPPORTED,
+                    "%s computes attention in float (the default --float-ops): the integer "
+                    "NPU's attention reads int8 queries and caches",
+                    npu_quant_mode_name(o->mode));
+  }
   const struct npu_config *c = &m->cfg;
   const struct npu_graph *g0 = &p->graphs[0];
   struct npu_pool *pool = NULL;
@@ -1209,7 +1365,7 @@ npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_progra
   /* the statistics of attention scores and probabilities serve only attention on the NPU */
   const bool scores = !npu_attention_fused(p->opts.float_ops);
   if ((st = npu_calib_run_create(c, tokens, n_tokens, WINDOW, bos, scores, pool, &final, err)) ||
-      (o->mode == NPU_QUANT_SMOOTH &&
+      (npu_quant_outliers(o->mode) == NPU_OUTLIERS_SMOOTH &&
        (st = npu_calib_run_create(c, tokens, n_tokens, WINDOW, bos, scores, pool, &plain, err))) ||
       (st = npu_calib_embed(final, source_rows, &embd, err)) ||
       (plain != NULL && (st = npu_calib_embed(plain, source_rows, &embd, err))) ||

@@ -25,15 +25,57 @@
 #include "compiler/program.h"
 #include "kernels/npu/ukernels.h"
 
-enum npu_quant_mode {
-  NPU_QUANT_F32, /* no quantization: the NPU backend computes in FP32 (the static-graph oracle) */
-  NPU_QUANT_NAIVE,
-  NPU_QUANT_SHADOW,
-  NPU_QUANT_SMOOTH,
-  NPU_QUANT_MODE_COUNT
+/* How a program's NPU computes: a precision (the bits of its weights and of its activations) and
+ * an answer to activation outliers, or FP32. Stored in program files as one number: 0 for f32,
+ * else 1 + outliers + 3 * precision, so that w8a8's three modes keep the numbers 1, 2, 3 they had
+ * before the other precisions came. */
+enum npu_precision {
+  NPU_PREC_W8A8,  /* int8 weights per output channel, int8 activations (asymmetric) */
+  NPU_PREC_W8A16, /* int8 weights per output channel, int16 activations (symmetric) */
+  NPU_PREC_W4A16, /* int4 weights per output channel, int16 activations */
+  /* int4 weights in blocks of 32 along k, each block's scale an integer 0..15 times its
+   * channel's (LPBQ), int16 activations */
+  NPU_PREC_W4A16_BLOCK,
+  NPU_PREC_W4A8, /* int4 weights per output channel, int8 activations */
+  NPU_PREC_COUNT
 };
 
+enum npu_outliers { NPU_OUTLIERS_NAIVE, NPU_OUTLIERS_SHADOW, NPU_OUTLIERS_SMOOTH };
+
+enum npu_quant_mode {
+  NPU_QUANT_F32,   /* no quantization: the NPU backend computes in FP32 (the static-graph oracle) */
+  NPU_QUANT_NAIVE, /* w8a8-naive */
+  NPU_QUANT_SHADOW, /* w8a8-shadow */
+  NPU_QUANT_SMOOTH, /* w8a8-smooth */
+  NPU_QUANT_MODE_COUNT = 1 + 3 * NPU_PREC_COUNT
+};
+
+/* The mode of 'prec' with 'outliers'. */
+static inline enum npu_quant_mode npu_quant_mode_of(enum npu_precision prec,
+                                                    enum npu_outliers outliers) {
+  return (enum npu_quant_mode)(1 + (int)outliers + 3 * (int)prec);
+}
+
+/* The outlier answer and the precision of an integer mode (not f32). */
+static inline enum npu_outliers npu_quant_outliers(enum npu_quant_mode mode) {
+  return (enum npu_outliers)(((int)mode - 1) % 3);
+}
+static inline enum npu_precision npu_quant_precision(enum npu_quant_mode mode) {
+  return (enum npu_precision)(((int)mode - 1) / 3);
+}
+
+/* Bits of the matmuls' weights (8 or 4) and activations (8 or 16) in integer mode 'mode', and
+ * the weights' block along k (0: one scale per output channel). */
+int npu_quant_weight_bits(enum npu_quant_mode mode);
+int npu_quant_act_bits(enum npu_quant_mode mode);
+int npu_quant_weight_block(enum npu_quant_mode mode);
+
+/* "f32", "w8a8-naive", "w8a8-shadow", "w8a8-smooth", "w8a16-naive", ..., "w4a8-smooth". */
 const char *npu_quant_mode_name(enum npu_quant_mode mode);
+
+/* The mode named 'name' (as npu_quant_mode_name names it, or a precision alone, "w4a16", for its
+ * naive mode), or -1. */
+int npu_quant_mode_parse(const char *name);
 
 struct npu_quant_options {
   enum npu_quant_mode mode;
@@ -63,7 +105,11 @@ struct npu_qsite {
   uint64_t packed_size;
   int32_t *mult, *shift; /* (n) per output channel (matmul) or per table row (gather); an
                             RMSNORM's per-channel multipliers (mult only, n = its width) */
-  struct npu_qs8_gemm_params gemm;
+  /* matmul weights: 8 bits (npu_qs8_gemm_pack's layout) or 4 (npu_qc4w_gemm_pack's, one scale
+   * per channel if w_block is 0, else blocks of NPU_QC4W_BLOCK with integer block scales) */
+  uint8_t w_bits, w_block;
+  struct npu_qs8_gemm_params gemm;    /* int8 input */
+  struct npu_qs16_gemm_params gemm16; /* int16 input: its acc_shift, zero point and block */
   struct npu_qs8_gather_params gather;
   struct npu_qadd_params add;
   struct npu_qmul_params mul;
@@ -71,7 +117,9 @@ struct npu_qsite {
   struct npu_qs16_softmax_params softmax; /* SOFTMAX */
   struct npu_qs16_pv_params pv;           /* attention output (PV) */
   struct npu_qs16_rmsnorm_params rmsnorm; /* RMSNORM: n channels, its multipliers in 'mult' */
-  int8_t lut[256];
+  int8_t lut[256];                        /* SILU of int8 */
+  int16_t lut16[NPU_QS16_LUT_SIZE];       /* SILU of int16 (lut_wide) */
+  uint8_t lut_wide;
   /* shadow outliers of a matmul: input channels computed in float on the CPU */
   int32_t n_outliers;
   int32_t *outliers; /* (n_outliers) input channel indices */
@@ -123,6 +171,10 @@ npulm_status npu_quant_place_packed(struct npu_program *p, npulm_error *err);
 
 /* Free the integer data of 'p' (back to FP32 quant_mode). */
 void npu_quant_free(struct npu_program *p);
+
+/* Bytes of the packed weights of matmul site 's' ([n, k] in its w_bits / w_block format), or 0
+ * for a format no kernel reads. */
+uint64_t npu_matmul_packed_size(const struct npu_qsite *s);
 
 /* Lookups by name; NULL if absent. */
 const struct npu_qsite *npu_program_qsite(const struct npu_program *p, const char *name);

@@ -5,7 +5,7 @@
  * memory plan, weights and, for an integer NPU, every NPU operation's integer data — as one
  * mmap-able file, read back as hostile input.
  *
- * Format, version 8. A program file is a GGUF v3 file (ggml/docs/gguf.md), so the bounds-checked
+ * Format, version 9. A program file is a GGUF v3 file (ggml/docs/gguf.md), so the bounds-checked
  * GGUF reader parses it, the model loader and the tokenizer read it unchanged, and the float
  * weights it holds are used in place from the mapping. It is written whole or not at all (a
  * temporary file renamed into place) and every byte of it is checksummed (gguf_checksum.h). It
@@ -15,13 +15,14 @@
  *   (the source model's metadata, value for value and in its order: general.*, {arch}.*,
  *    tokenizer.ggml.*; except general.alignment, the npulm.* keys of an earlier program, and
  *    general.file_type, which becomes 0 = all F32 where the source has it)
- *   npulm.program.version      u32   8; any other value is refused (NPULM_ERR_UNSUPPORTED: version
+ *   npulm.program.version      u32   9; any other value is refused (NPULM_ERR_UNSUPPORTED: version
  *                                    1 files, FP32 only, version 2 files, without attention on
  *                                    the integer NPU, version 3 files, without its RMSNorm,
  *                                    version 4 files, without checksums, version 5 files,
  *                                    without tensor roles, version 6 files, with every float
- *                                    weight and no npulm.weights.float, and version 7 files,
- *                                    with every tensor name and I32 shifts, must be recompiled)
+ *                                    weight and no npulm.weights.float, version 7 files, with
+ *                                    every tensor name and I32 shifts, and version 8 files,
+ *                                    int8 only, must be recompiled)
  *   npulm.compile.chunks       i32[] prefill chunk sizes, ascending (may be empty)
  *   npulm.compile.buckets      i32[] context buckets, ascending
  *   npulm.compile.float_ops    u32   ops the precision policy keeps in float: bits 1 << enum npu_op
@@ -54,14 +55,16 @@
  *                                    out, layer, param (f32 bits)
  *   npulm.graph.G.subgraphs    i32[3 * n_subgraphs], per subgraph: first, count, backend
  *   npulm.quant.mode           u32   enum npu_quant_mode: 0 = f32 (the NPU computes in FP32; no
- *                                    other npulm.quant / npulm.qsite key is read), 1 = w8a8-naive,
- *                                    2 = w8a8-shadow, 3 = w8a8-smooth
+ *                                    other npulm.quant / npulm.qsite key is read), else 1 +
+ *                                    outliers (0 naive, 1 shadow, 2 smooth) + 3 * precision (0
+ *                                    w8a8, 1 w8a16, 2 w4a16, 3 w4a16-block, 4 w4a8): 1 =
+ *                                    w8a8-naive, ..., 15 = w4a8-smooth
  *   npulm.quant.smooth_alpha   f32   } the options the program was quantized with (mode != 0)
  *   npulm.quant.shadow_threshold f32 }
  *   npulm.qtensors             i32[3 * n], per quantized tensor name: dtype, scale (f32 bits),
  *                                    zero point (struct npu_qtensor)
  *   npulm.qtensor_names        str[n]
- *   npulm.qsites               i32[38 * n_sites], per site (struct npu_qsite): op, n, k,
+ *   npulm.qsites               i32[42 * n_sites], per site (struct npu_qsite): op, n, k,
  *                                    n_outliers, outlier_dim; gemm x_zero_point, y_zero_point;
  *                                    gather y_zero_point; add a_zero_point, b_zero_point,
  *                                    left_shift, a_mult, a_shift, b_mult, b_shift, y_mult, y_shift,
@@ -70,10 +73,16 @@
  *                                    mult, shift, s_zero_point (23 .. 27); softmax mult, shift
  *                                    (28, 29); pv v_zero_point, mult, shift, y_zero_point
  *                                    (30 .. 33); rmsnorm eps (low, high 32 bits), shift,
- *                                    y_zero_point (34 .. 37), with n its width. The fields of
- *                                    other ops than the site's are 0; a LAST_ROW site has none.
+ *                                    y_zero_point (34 .. 37), with n its width; gemm w_bits
+ *                                    (8 or 4), w_block (0, or 32 for int4), acc_shift (the
+ *                                    narrowing of an int16 input's sums, 0..32) (38 .. 40); SILU
+ *                                    lut_wide (41: 1 for an int16 table). The fields of other ops
+ *                                    than the site's are 0; a LAST_ROW site has none.
  *   npulm.qsite_names          str[n_sites], each shorter than NPU_IR_NAME_MAX bytes
- *   npulm.qsites.luts          i8[256 * number of SILU sites]: their tables, in site order
+ *   npulm.qsites.luts          i8[256 * number of SILU sites of int8]: their tables, in site
+ *                                    order
+ *   npulm.qsites.luts16        i16[513 * number of SILU sites of int16]: their tables
+ *                                    (npu_qs16_lut), in site order
  *   npulm.qsites.tables        i32[n_sites], optional: per site -1, or for a gather that reads
  *                                    its table out of a matmul's packed weights of the same
  *                                    [n, k] (a tied embedding, stored once) that matmul's site;
@@ -89,7 +98,8 @@
  *   output is stored once, as token_embd.weight; a SmoothQuant program stores its smoothed
  *   weights), and rope_freqs.weight where the model has it;
  *   then for each site S (0 .. n_sites - 1), those of its arrays it has:
- *     npulm.qsite.S.packed     I8  [packed_size]  matmul: npu_qs8_gemm_pack's layout of [n, k];
+ *     npulm.qsite.S.packed     I8  [packed_size]  matmul: npu_qs8_gemm_pack's layout of [n, k]
+ *                                                 (w_bits 8) or npu_qc4w_gemm_pack's (4);
  *                                                 gather: the int8 table [n rows, k]
  *     npulm.qsite.S.mult       I32 [n]            } per output channel / table row (an
  *     npulm.qsite.S.shift      I8  [n]            } rmsnorm: mult only, per channel; the
@@ -143,6 +153,7 @@
 #define NPU_PROGRAM_KEY_VERSION "npulm.program.version"
 #define FILE_ALIGNMENT 64u
 #define LUT_SIZE 256
+#define LUT16_SIZE NPU_QS16_LUT_SIZE
 #define GGML_I8 24 /* ggml type ids of the sites' integer arrays */
 #define GGML_I32 26
 
@@ -165,9 +176,14 @@ _Static_assert(NPU_ROLE_NONE == 0 && NPU_ROLE_EMBD == 1 && NPU_ROLE_ATTN_NORM ==
                    NPU_ROLE_LOGITS == 24 && NPU_ROLE_SHADOW_SUM == 28 && NPU_ROLE_COUNT == 29,
                "enum npu_tensor_role is stored in program files: bump NPU_PROGRAM_VERSION");
 _Static_assert(NPU_QUANT_F32 == 0 && NPU_QUANT_NAIVE == 1 && NPU_QUANT_SHADOW == 2 &&
-                   NPU_QUANT_SMOOTH == 3 && NPU_QUANT_MODE_COUNT == 4,
+                   NPU_QUANT_SMOOTH == 3 && NPU_QUANT_MODE_COUNT == 16 && NPU_PREC_W8A8 == 0 &&
+                   NPU_PREC_W8A16 == 1 && NPU_PREC_W4A16 == 2 && NPU_PREC_W4A16_BLOCK == 3 &&
+                   NPU_PREC_W4A8 == 4 && NPU_OUTLIERS_NAIVE == 0 && NPU_OUTLIERS_SHADOW == 1 &&
+                   NPU_OUTLIERS_SMOOTH == 2,
                "enum npu_quant_mode is stored in program files: bump NPU_PROGRAM_VERSION");
 _Static_assert(sizeof(((struct npu_qsite *)0)->lut) == LUT_SIZE, "a site's LUT is 256 bytes");
+_Static_assert(sizeof(((struct npu_qsite *)0)->lut16) == LUT16_SIZE * 2,
+               "a site's wide LUT is 513 int16 values");
 
 /* ---- Records: the i32 arrays of the metadata ---------------------------------------------------
  * Each list gives a record's fields in file order as X(NAME, member, kind[, group]): the member
@@ -259,7 +275,11 @@ static inline uint32_t npu_site_record_groups(enum npu_op op) {
   X(RMSNORM_EPS_LO, rmsnorm.eps, LO, NPU_SITE_RMSNORM)                                             \
   X(RMSNORM_EPS_HI, rmsnorm.eps, HI, NPU_SITE_RMSNORM)                                             \
   X(RMSNORM_SHIFT, rmsnorm.shift, I32, NPU_SITE_RMSNORM)                                           \
-  X(RMSNORM_Y_ZP, rmsnorm.y_zero_point, I32, NPU_SITE_RMSNORM)
+  X(RMSNORM_Y_ZP, rmsnorm.y_zero_point, I32, NPU_SITE_RMSNORM)                                     \
+  X(W_BITS, w_bits, U8, NPU_SITE_GEMM)                                                             \
+  X(W_BLOCK, w_block, U8, NPU_SITE_GEMM)                                                           \
+  X(GEMM_ACC_SHIFT, gemm16.acc_shift, I32, NPU_SITE_GEMM)                                          \
+  X(LUT_WIDE, lut_wide, U8, NPU_SITE_LUT)
 
 /* How a field is stored, and the size of the member it comes from. */
 enum npu_field_kind { FIELD_U8, FIELD_I32, FIELD_F32, FIELD_LO, FIELD_HI };
@@ -315,7 +335,7 @@ SUBGRAPH_RECORD(SUBGRAPH_CHECK)
 QTENSOR_RECORD(QTENSOR_CHECK)
 SITE_RECORD(SITE_CHECK)
 _Static_assert(NODE_IN0 + NPU_IR_MAX_IN == NODE_OUT, "a node record holds every input");
-_Static_assert(SITE_FIELDS == 38, "the site record's fields are stored: bump NPU_PROGRAM_VERSION");
+_Static_assert(SITE_FIELDS == 42, "the site record's fields are stored: bump NPU_PROGRAM_VERSION");
 
 static const struct npu_record_field INFO_TABLE[] = {INFO_RECORD(INFO_ENTRY)};
 static const struct npu_record_field TENSOR_TABLE[] = {TENSOR_RECORD(TENSOR_ENTRY)};

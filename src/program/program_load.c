@@ -558,8 +558,12 @@ static npulm_status load_site(const struct npu_gguf *g, struct npu_program *p, i
   const struct npu_gguf_tensor *t;
   npulm_status st;
   if (s->table_site < 0) {
-    uint64_t packed = op == NPU_OP_MATMUL ? npu_qs8_gemm_packed_size((size_t)s->n, (size_t)s->k)
-                                          : (uint64_t)s->n * (uint64_t)s->k;
+    uint64_t packed =
+        op == NPU_OP_MATMUL ? npu_matmul_packed_size(s) : (uint64_t)s->n * (uint64_t)s->k;
+    if (packed == 0) {
+      return npu_program_site_fail(err, p, si, "has weights of %d bits in blocks of %d", s->w_bits,
+                                   s->w_block);
+    }
     if ((st = site_tensor(g, p, si, "packed", GGML_I8, packed, 0, &t, err)) != NPULM_OK) return st;
     s->packed = (void *)t->data; /* in place: p->qsites_mapped */
     s->packed_size = packed;
@@ -578,6 +582,10 @@ static npulm_status load_site(const struct npu_gguf *g, struct npu_program *p, i
   if (groups & NPU_SITE_GEMM) {
     s->gemm.mult = s->mult;
     s->gemm.shift = s->shift;
+    s->gemm16.mult = s->mult;
+    s->gemm16.shift = s->shift;
+    s->gemm16.y_zero_point = s->gemm.y_zero_point;
+    s->gemm16.block = s->w_block;
   } else {
     s->gather.mult = s->mult;
     s->gather.shift = s->shift;
@@ -610,7 +618,7 @@ static npulm_status load_site(const struct npu_gguf *g, struct npu_program *p, i
 }
 
 static npulm_status load_sites(const struct npu_gguf *g, struct npu_program *p, npulm_error *err) {
-  struct npu_gguf_arr rec, luts;
+  struct npu_gguf_arr rec, luts, luts16;
   int32_t n;
   npulm_status st = get_records(g, "npulm.qsites", SITE_FIELDS, &rec, &n, err);
   if (st != NPULM_OK) return st;
@@ -622,18 +630,26 @@ static npulm_status load_sites(const struct npu_gguf *g, struct npu_program *p, 
       NPULM_OK) {
     return st;
   }
-  int32_t n_luts = 0; /* sites of an op with a LUT (SILU); load_site refuses any other op */
+  /* sites of an op with a LUT (SILU; load_site refuses any other op): int8 or int16 tables */
+  int32_t n_luts = 0, n_luts16 = 0;
   for (int32_t i = 0; i < n; i++) {
     int32_t op = arr_i32(&rec, (uint64_t)i * SITE_FIELDS + SITE_OP);
-    n_luts += op >= 0 && op < NPU_OP_COUNT && (npu_op_info((enum npu_op)op)->sites & NPU_SITE_LUT);
+    if (op < 0 || op >= NPU_OP_COUNT || !(npu_op_info((enum npu_op)op)->sites & NPU_SITE_LUT)) {
+      continue;
+    }
+    if (arr_i32(&rec, (uint64_t)i * SITE_FIELDS + SITE_LUT_WIDE) != 0) n_luts16++;
+    else n_luts++;
   }
-  if ((st = npu_gguf_get_arr(g, "npulm.qsites.luts", NPU_GGUF_I8, &luts, err)) != NPULM_OK) {
+  if ((st = npu_gguf_get_arr(g, "npulm.qsites.luts", NPU_GGUF_I8, &luts, err)) != NPULM_OK ||
+      (st = npu_gguf_get_arr(g, "npulm.qsites.luts16", NPU_GGUF_I16, &luts16, err)) != NPULM_OK) {
     return st;
   }
-  if (luts.n != (uint64_t)n_luts * LUT_SIZE) {
+  if (luts.n != (uint64_t)n_luts * LUT_SIZE || luts16.n != (uint64_t)n_luts16 * LUT16_SIZE) {
     return npu_fail(err, NPULM_ERR_FORMAT,
-                    "'npulm.qsites.luts' has %llu values for %d SILU sites of %d each",
-                    (unsigned long long)luts.n, n_luts, LUT_SIZE);
+                    "'npulm.qsites.luts' and '.luts16' have %llu and %llu values for %d and %d "
+                    "SILU sites of %d and %d each",
+                    (unsigned long long)luts.n, (unsigned long long)luts16.n, n_luts, n_luts16,
+                    LUT_SIZE, LUT16_SIZE);
   }
   /* which gathers read their table out of a matmul's packed weights (absent: none) */
   for (int32_t i = 0; i < n; i++) p->qsites[i].table_site = -1;
@@ -655,12 +671,17 @@ static npulm_status load_sites(const struct npu_gguf *g, struct npu_program *p, 
       p->qsites[i].table_site = owner;
     }
   }
-  for (int32_t i = 0, lut = 0; i < n; i++) {
+  for (int32_t i = 0, lut = 0, lut16 = 0; i < n; i++) {
     int32_t f[SITE_FIELDS];
     record_at(&rec, i, SITE_FIELDS, f);
     if ((st = load_site(g, p, i, f, err)) != NPULM_OK) return st;
-    if (npu_op_info((enum npu_op)p->qsites[i].op)->sites & NPU_SITE_LUT) {
-      memcpy(p->qsites[i].lut, luts.data + (size_t)lut++ * LUT_SIZE, LUT_SIZE);
+    struct npu_qsite *s = &p->qsites[i];
+    if (!(npu_op_info((enum npu_op)s->op)->sites & NPU_SITE_LUT)) continue;
+    if (s->lut_wide) {
+      memcpy(s->lut16, (const uint8_t *)luts16.data + (size_t)lut16++ * sizeof(s->lut16),
+             sizeof(s->lut16));
+    } else {
+      memcpy(s->lut, luts.data + (size_t)lut++ * LUT_SIZE, LUT_SIZE);
     }
   }
   /* borrowed tables point at their matmul's packed weights (npu_program_verify checks the pair) */

@@ -291,10 +291,12 @@ static npulm_status add_quant(struct npu_gguf_writer *w, const struct npu_progra
   int32_t *rec = malloc((n_rec ? n_rec : 1) * sizeof(*rec));
   const char **names = malloc((n_names ? n_names : 1) * sizeof(*names));
   int8_t *luts = malloc((size_t)(p->n_qsites ? p->n_qsites : 1) * LUT_SIZE);
-  if (rec == NULL || names == NULL || luts == NULL) {
+  int16_t *luts16 = malloc((size_t)(p->n_qsites ? p->n_qsites : 1) * LUT16_SIZE * 2);
+  if (rec == NULL || names == NULL || luts == NULL || luts16 == NULL) {
     free(rec);
     free(names);
     free(luts);
+    free(luts16);
     return npu_fail(err, NPULM_ERR_NOMEM, "out of memory writing the integer data");
   }
   for (int32_t i = 0; i < p->n_qtensors; i++) {
@@ -306,12 +308,14 @@ static npulm_status add_quant(struct npu_gguf_writer *w, const struct npu_progra
   npu_gguf_writer_add_arr(w, "npulm.qtensors", NPU_GGUF_I32, rec,
                           (size_t)p->n_qtensors * QTENSOR_FIELDS);
   npu_gguf_writer_add_arr_str(w, "npulm.qtensor_names", names, (size_t)p->n_qtensors);
-  size_t n_luts = 0;
+  size_t n_luts = 0, n_luts16 = 0;
   for (int32_t i = 0; i < p->n_qsites; i++) {
     const struct npu_qsite *s = &p->qsites[i];
     npu_record_store(SITE_TABLE, SITE_FIELDS, s, npu_site_record_groups((enum npu_op)s->op),
                      rec + (size_t)i * SITE_FIELDS);
-    if (npu_op_info((enum npu_op)s->op)->sites & NPU_SITE_LUT) {
+    if ((npu_op_info((enum npu_op)s->op)->sites & NPU_SITE_LUT) && s->lut_wide) {
+      memcpy(luts16 + n_luts16++ * LUT16_SIZE, s->lut16, sizeof(s->lut16));
+    } else if (npu_op_info((enum npu_op)s->op)->sites & NPU_SITE_LUT) {
       memcpy(luts + n_luts++ * LUT_SIZE, s->lut, LUT_SIZE);
     }
     names[i] = s->name;
@@ -319,6 +323,7 @@ static npulm_status add_quant(struct npu_gguf_writer *w, const struct npu_progra
   npu_gguf_writer_add_arr(w, "npulm.qsites", NPU_GGUF_I32, rec, (size_t)p->n_qsites * SITE_FIELDS);
   npu_gguf_writer_add_arr_str(w, "npulm.qsite_names", names, (size_t)p->n_qsites);
   npu_gguf_writer_add_arr(w, "npulm.qsites.luts", NPU_GGUF_I8, luts, n_luts * LUT_SIZE);
+  npu_gguf_writer_add_arr(w, "npulm.qsites.luts16", NPU_GGUF_I16, luts16, n_luts16 * LUT16_SIZE);
   bool borrowed = false;
   for (int32_t i = 0; i < p->n_qsites; i++) {
     rec[i] = p->qsites[i].table_site;
@@ -330,6 +335,7 @@ static npulm_status add_quant(struct npu_gguf_writer *w, const struct npu_progra
   free(rec);
   free(names);
   free(luts);
+  free(luts16);
   return npu_gguf_writer_status(w, err);
 }
 

@@ -259,13 +259,19 @@ static const char *check_int_node(const struct verify_ctx *v, int32_t i, char *w
   }
   switch ((enum npu_op)n->op) {
   case NPU_OP_MATMUL:
-    if (a->dtype != NPU_DT_I8 || !is_int(out->dtype)) return "is not I8 -> I8/I16";
+    if (a->dtype == NPU_DT_I16 ? a->q.zero_point != 0 || out->dtype != NPU_DT_I16
+                               : a->dtype != NPU_DT_I8 || !is_int(out->dtype)) {
+      return "is not I8 -> I8/I16 nor symmetric I16 -> I16";
+    }
+    if (a->dtype == NPU_DT_I8 && site->gemm16.acc_shift != 0) {
+      return "narrows the sums of an I8 input";
+    }
     if (site->k != a->ne[1] || site->n != out->ne[1]) {
       snprintf(why, cap, "has integer data of [n %d, k %d] for a [%d] -> [%d] product", site->n,
                site->k, a->ne[1], out->ne[1]);
       return why;
     }
-    if (site->gemm.x_zero_point != a->q.zero_point ||
+    if (site->gemm.x_zero_point != (a->dtype == NPU_DT_I8 ? a->q.zero_point : 0) ||
         site->gemm.y_zero_point != out->q.zero_point) {
       return "has GEMM zero points that are not its tensors'";
     }
@@ -292,8 +298,12 @@ static const char *check_int_node(const struct verify_ctx *v, int32_t i, char *w
     }
     return NULL;
   case NPU_OP_MUL:
-    if (a->dtype != NPU_DT_I8 || b->dtype != NPU_DT_I8 || out->dtype != NPU_DT_I8) {
-      return "is not I8 x I8 -> I8";
+    if (a->dtype != out->dtype || b->dtype != out->dtype || !is_int(out->dtype)) {
+      return "is not I8 x I8 -> I8 nor I16 x I16 -> I16";
+    }
+    if (out->dtype == NPU_DT_I16 &&
+        (a->q.zero_point != 0 || b->q.zero_point != 0 || out->q.zero_point != 0)) {
+      return "multiplies I16 tensors that are not symmetric";
     }
     if (site->mul.a_zero_point != a->q.zero_point || site->mul.b_zero_point != b->q.zero_point ||
         site->mul.y_zero_point != out->q.zero_point) {
@@ -301,11 +311,16 @@ static const char *check_int_node(const struct verify_ctx *v, int32_t i, char *w
     }
     return NULL;
   case NPU_OP_SILU:
-    if (a->dtype != NPU_DT_I8 || out->dtype != NPU_DT_I8) return "is not I8 -> I8";
+    if (site->lut_wide ? a->dtype != NPU_DT_I16 || out->dtype != NPU_DT_I16 ||
+                             a->q.zero_point != 0 || out->q.zero_point != 0
+                       : a->dtype != NPU_DT_I8 || out->dtype != NPU_DT_I8) {
+      return site->lut_wide ? "has an int16 table but is not symmetric I16 -> I16"
+                            : "has an int8 table but is not I8 -> I8";
+    }
     return NULL;
   case NPU_OP_RMSNORM: /* the site's own ranges: verify_site */
-    if (a->dtype != NPU_DT_I16 || a->q.zero_point != 0 || out->dtype != NPU_DT_I8) {
-      return "is not symmetric I16 -> I8";
+    if (a->dtype != NPU_DT_I16 || a->q.zero_point != 0 || !is_int(out->dtype)) {
+      return "is not symmetric I16 -> I8/I16";
     }
     if (site->n != a->ne[1]) {
       snprintf(why, cap, "has %d multipliers for a norm of width %d", site->n, a->ne[1]);
@@ -823,6 +838,57 @@ static const char *check_packed(const struct npu_qsite *s, char *why, size_t cap
   return NULL;
 }
 
+/* The packed int4 weights of a matmul site hold what npu_qc4w_gemm_pack writes: |bias| <= 2^30,
+ * block scales in [0, 15], each channel's wsum the sum of its weights times their block scales,
+ * weight 0 (nibble 8) in the padding. NULL or what is wrong. */
+static const char *check_packed_qc4w(const struct npu_qsite *s, char *why, size_t cap) {
+  enum { NR = NPU_QS8_GEMM_NR, BLOCK = NPU_QC4W_BLOCK };
+  const size_t n = (size_t)s->n, k = (size_t)s->k, block = s->w_block;
+  const size_t kp = block > 0 ? (k + BLOCK - 1) / BLOCK * BLOCK : (k + 7) / 8 * 8;
+  const size_t chunk = block > 0 ? NR + 4 * 64 : 64; /* bytes per 32 k (block) or 8 k */
+  const size_t chunk_k = block > 0 ? BLOCK : 8;
+  const size_t block_size = npu_qc4w_gemm_packed_size(NR, k, block);
+  const uint8_t *base = s->packed;
+  for (size_t n0 = 0; n0 < n; n0 += NR, base += block_size) {
+    const uint8_t *data = base + 2 * NR * sizeof(int32_t);
+    const size_t valid = n - n0 < NR ? n - n0 : NR;
+    int64_t sum[NR] = {0};
+    int bad = 0;
+    for (size_t c = 0; c < kp / chunk_k; c++) {
+      const uint8_t *at = data + c * chunk;
+      const uint8_t *scale = block > 0 ? at : NULL;
+      const uint8_t *pairs = block > 0 ? at + NR : at;
+      for (size_t j = 0; j < NR; j++) {
+        const int32_t q = scale != NULL ? scale[j] : 1;
+        bad |= q > 15;
+        for (size_t pr = 0; pr < chunk_k / 8; pr++) {
+          for (size_t t = 0; t < 8; t++) {
+            const uint8_t byte = pairs[pr * 64 + j * 4 + t % 4];
+            const int32_t w = (t < 4 ? byte & 15 : byte >> 4) - 8;
+            const size_t kk = c * chunk_k + pr * 8 + t;
+            bad |= (kk >= k || j >= valid) && w != 0;
+            sum[j] += (int64_t)q * w;
+          }
+        }
+      }
+    }
+    if (bad) return "packed int4 weights have a block scale above 15 or non-zero padding";
+    for (size_t j = 0; j < NR; j++) {
+      int32_t bias = load_i32(base + 4 * j), wsum = load_i32(base + 4 * (NR + j));
+      if (n0 + j >= n ? bias != 0 || wsum != 0 : bias > (1 << 30) || bias < -(1 << 30)) {
+        snprintf(why, cap, "packed channel %zu has an invalid bias %d", n0 + j, bias);
+        return why;
+      }
+      if (n0 + j < n && wsum != sum[j]) {
+        snprintf(why, cap, "packed channel %zu has weight sum %d, not %lld", n0 + j, wsum,
+                 (long long)sum[j]);
+        return why;
+      }
+    }
+  }
+  return NULL;
+}
+
 /* Every value of a float array is finite. */
 static bool all_finite(const float *x, size_t n) {
   for (size_t i = 0; i < n; i++) {
@@ -863,9 +929,16 @@ static npulm_status verify_site(const struct npu_program *p, int32_t i, npulm_er
     if (s->n < 1 || s->k < 1 || ((s->op == NPU_OP_MATMUL || owner) && s->k > NPU_QS8_GEMM_MAX_K)) {
       return npu_program_site_fail(err, p, i, "has an invalid shape [n %d, k %d]", s->n, s->k);
     }
-    uint64_t want = s->op == NPU_OP_MATMUL || owner
-                        ? npu_qs8_gemm_packed_size((size_t)s->n, (size_t)s->k)
-                        : (uint64_t)s->n * (uint64_t)s->k;
+    if (owner != NULL && owner->w_bits != 8) {
+      return npu_program_site_fail(err, p, i, "reads its table from int4 weights");
+    }
+    uint64_t want = s->op == NPU_OP_MATMUL ? npu_matmul_packed_size(s)
+                    : owner != NULL        ? npu_qs8_gemm_packed_size((size_t)s->n, (size_t)s->k)
+                                           : (uint64_t)s->n * (uint64_t)s->k;
+    if (want == 0) {
+      return npu_program_site_fail(err, p, i, "has weights of %d bits in blocks of %d", s->w_bits,
+                                   s->w_block);
+    }
     if (s->packed == NULL || s->packed_size != want) {
       return npu_program_site_fail(
           err, p, i, "has %llu bytes of packed weights, not the %llu of [n %d, k %d]",
@@ -896,7 +969,14 @@ static npulm_status verify_site(const struct npu_program *p, int32_t i, npulm_er
       return npu_program_site_fail(err, p, i, "has GEMM zero points %d, %d out of range",
                                    q->x_zero_point, q->y_zero_point);
     }
-    const char *why = check_packed(s, detail, sizeof(detail));
+    if (s->gemm16.acc_shift < 0 || s->gemm16.acc_shift > 32 ||
+        s->gemm16.y_zero_point != q->y_zero_point || s->gemm16.block != s->w_block ||
+        s->gemm16.mult != s->mult || s->gemm16.shift != s->shift) {
+      return npu_program_site_fail(err, p, i, "has wide GEMM parameters out of range (shift %d)",
+                                   s->gemm16.acc_shift);
+    }
+    const char *why = s->w_bits == 8 ? check_packed(s, detail, sizeof(detail))
+                                     : check_packed_qc4w(s, detail, sizeof(detail));
     if (why != NULL) return npu_program_site_fail(err, p, i, "%s", why);
     if (s->n_outliers < 0 || s->n_outliers > s->k) {
       return npu_program_site_fail(err, p, i, "has %d outlier channels of %d", s->n_outliers, s->k);
@@ -961,7 +1041,9 @@ static npulm_status verify_site(const struct npu_program *p, int32_t i, npulm_er
     }
     return NPULM_OK;
   }
-  case NPU_OP_SILU: return NPULM_OK; /* any table of 256 int8 values */
+  case NPU_OP_SILU: /* any table of 256 int8 or 513 int16 values */
+    if (s->lut_wide > 1) return npu_program_site_fail(err, p, i, "has table kind %d", s->lut_wide);
+    return NPULM_OK;
   case NPU_OP_QK: {
     const struct npu_qs8_qk_params *q = &s->qk;
     if (!requant_ok(q->mult, q->shift) || !zp_fits(NPU_DT_I8, q->q_zero_point) ||

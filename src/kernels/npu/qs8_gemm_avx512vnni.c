@@ -27,10 +27,7 @@
 #if defined(__x86_64__)
 
 #include "kernels/npu/qs8_gemm_x86.h"
-
-#define NPU_VNNI_ISA "avx2,fma,avx512f,avx512vl,avx512bw,avx512vnni"
-#define NPU_TARGET_VNNI __attribute__((target(NPU_VNNI_ISA)))
-#define NPU_INLINE_VNNI static inline __attribute__((always_inline, target(NPU_VNNI_ISA)))
+#include "kernels/npu/vnni_util.h"
 
 enum {
   NR = NPU_QS8_GEMM_NR,
@@ -43,19 +40,8 @@ NPU_INLINE_VNNI __m256i x_u8(int32_t word) {
   return _mm256_xor_si256(_mm256_set1_epi32(word), _mm256_set1_epi8((char)0x80));
 }
 
-/* acc += per lane the 4 products u8 x s8 of a 4-byte group (vpdpbusd, modular). For GCC inline
- * assembly: with the intrinsic GCC 12 keeps a copy of each accumulator and spills the 6 x 32
- * tile's 24 to the stack every k group; pinned in place, they stay in registers, and s8 still
- * comes straight from memory where it is used once. Clang allocates the intrinsic well, but turns
- * the "vm" operand into a stack copy. */
-NPU_INLINE_VNNI __m256i dpbusd(__m256i acc, __m256i u8, __m256i s8) {
-#if defined(__clang__)
-  return _mm256_dpbusd_epi32(acc, u8, s8);
-#else
-  __asm__("vpdpbusd {%2, %1, %0|%0, %1, %2}" : "+v"(acc) : "v"(u8), "vm"(s8));
-  return acc;
-#endif
-}
+/* vpdpbusd (vnni_util.h). */
+#define dpbusd npu_vnni_dpbusd
 
 /* Row r of a prefill tile, one k group: 'xword' its 4 x bytes; w0..w3 the group's weight rows. */
 #define ROW_STEP(r, xword)                                                                         \

@@ -2,11 +2,11 @@
  * packing API, and the choice of the best variant for this CPU. The variants themselves
  * (npu_<family>__scalar everywhere; __avx2 and __avx512vnni on x86-64; __neon on AArch64, and for
  * the int8-activation GEMMs __neondot with the dot product and __neoni8mm with the int8 matrix
- * multiply) are listed once in src/kernels/npu/ukernels.inc, which feeds the
- * declarations below, the dispatch in ukernels.c and the tests. Every family has a NEON variant;
- * the CPU backend's kernels (src/kernels/cpu) have AVX2 ones only and run their portable scalar
- * variants on AArch64. Integer-only by contract: requantization is
- * src/kernels/npu/fixedpoint.h. Kernels never allocate and keep no state. */
+ * multiply) are listed once in src/kernels/npu/ukernels.inc, which feeds the declarations below,
+ * the dispatch in ukernels.c and the tests. Every family has a NEON variant; the CPU backend's
+ * kernels (src/kernels/cpu) have AVX2 ones only and run their portable scalar variants on
+ * AArch64. Integer-only by contract: requantization is src/kernels/npu/fixedpoint.h. Kernels never
+ * allocate and keep no state. */
 #ifndef NPU_KERNELS_NPU_UKERNELS_H
 #define NPU_KERNELS_NPU_UKERNELS_H
 
@@ -109,7 +109,7 @@ void npu_qs8_gemm_unpack_row(size_t k, const void *restrict packed, size_t r, si
  *
  * npu_qs16_gemm_qs16 (w8a16): x int16 [m, k], symmetric (zero point 0) per tensor, row i at
  * x + i * x_stride; weights int8 in [-127, 127] packed by npu_qs8_gemm_pack (the int8 layout
- * above; wsum unused); output int16:
+ * above; its wsum is read only by the AVX512-VNNI variant, below); output int16:
  *   acc[i, n] = bias[n] + sum_k x[i, k] * w[n, k]                      (exact: int64)
  *   y[i, n]   = npu_requantize_s16(npu_narrow(acc, acc_shift), mult[n], shift[n], y_zero_point)
  * npu_narrow of fixedpoint.h; choose acc_shift at compile time so that the bound of |acc| after
@@ -128,6 +128,21 @@ void npu_qs8_gemm_unpack_row(size_t k, const void *restrict packed, size_t r, si
  *          512 k below 256 * 2 * 32768 * 127 < 2^31;
  *   w4a16: a 32-k block dot is below 32 * 32768 * 8 = 2^23, times q <= 15 below 2^27; 16 blocks
  *          (512 k) below 2^31.
+ * AVX2 (qs16_gemm_x86.h): a 16-byte quarter of a 4-k group (4 channels x 4 k) sign-extended
+ * (vpmovsxbw; int4: the nibbles zero-extended by vpmovzxbw, masked or shifted, minus 8) is one
+ * ymm of int16 whose vpmaddwd with the broadcast group x0 x1 x2 x3 gives channel j's two pair
+ * sums in lanes 2j, 2j + 1 (NEON: vmull_s16 / vmlal_s16 and a pairwise add); vphaddd adds them
+ * when a span is folded into int64. With block scales a 32-k chunk's lanes are multiplied by q
+ * (vpmulld; NEON vmulq_s32) before they join the span's.
+ * The AVX512-VNNI variants instead split each int16 x into bytes, x = 256 (hi + 128) + lo - 32768
+ * (lo, hi + 128 unsigned), so that vpdpbusd (u8 x s8; NEON: usdot, or sdot with the offset on lo
+ * instead) multiplies them with the int8 or decoded int4 weights directly:
+ *   sum_k x w = 256 A + B - 32768 wsum,   A = sum_k (hi + 128) w,   B = sum_k lo w,
+ * which relies on the packed head's wsum (sum_k q w) and on A, B fitting int32 lanes for every
+ * k <= 32768 (|A|, |B| <= 32768 * 255 * 127 < 2^31; w4a16: <= 32768 * 255 * 8 * 15 < 2^31).
+ * The w4a8 variants decode the nibble pairs and then run the int8 GEMM's steps (vpmaddubsw with
+ * vpsignb, or vpdpbusd of x + 128 with the zero point and the 128 folded into
+ * bias - (x_zero_point + 128) * wsum): the head's wsum for block 0 is sum_k w.
  * Ranges: k in [1, 32768]; |bias| <= 2^30; acc_shift in [0, 32]; y_zero_point in [-32768,
  * 32767]; mult/shift as in fixedpoint.h. Columns [n_begin, n_end), n_begin a multiple of 16, y
  * row i at y + i * y_stride elements, as for npu_qs8_gemm. No scratch memory. */
@@ -437,8 +452,8 @@ struct npu_ukernels {
 void npu_ukernels_select(uint32_t isa, struct npu_ukernels *uk_out);
 
 /* The variant name ("scalar", "avx2", "avx512vnni", "neon", "neondot", "neoni8mm") of the kernel
- * 'uk' holds for 'family'
- * ("qs8_gemm", ...), for reports; "?" if the family is unknown or no listed variant. */
+ * 'uk' holds for 'family' ("qs8_gemm", ...), for reports; "?" if the family is unknown or no listed
+ * variant. */
 const char *npu_ukernels_variant(const struct npu_ukernels *uk, const char *family);
 
 #endif /* NPU_KERNELS_NPU_UKERNELS_H */
