@@ -3,8 +3,9 @@
 # cross build ($NPULM_BIN, through $NPULM_EXEC, qemu-aarch64), must print the same text, whether
 # the model is compiled on each side or one program file compiled on the host runs on both; and so
 # must each tier of the AArch64 GEMMs: smmla on qemu's default CPU (every extension), sdot on a
-# Cortex-A76 (dot product, no int8 matrix multiply), plain NEON on a Cortex-A53. NPULM_EXEC must
-# take qemu's -cpu option. Prints TAP lines. `make CROSS=aarch64 test-cross` runs it.
+# Cortex-A76 (dot product, no int8 matrix multiply), plain NEON on a Cortex-A53; and so must the
+# programs of the other precisions (w8a16, w4a16, w4a16-block, w4a8). NPULM_EXEC must take qemu's
+# -cpu option. Prints TAP lines. `make CROSS=aarch64 test-cross` runs it.
 . "$(dirname "$0")/../cli/tap.sh"
 require_model cross
 host=${NPULM_HOST_BIN:-build/npulm}
@@ -32,5 +33,19 @@ for cpu in cortex-a76 cortex-a53; do
   $exec_ -cpu $cpu "$bin" run -m "$tmp/int.npu" -p "$prompt" -n 40 --temp 0 -t 2 \
     >"$tmp/$cpu.txt" 2>/dev/null
   same "x86-64 program file: the same text on qemu's $cpu" "$tmp/host_int.txt" "$tmp/$cpu.txt"
+done
+# the other precisions (int16 activations: int16 x int8 or int4 GEMMs, the int16 norm and table;
+# int4 weights with int8 activations: every tier of the w4a8 GEMMs), one program each
+for quant in w8a16 w4a16 w4a16-block "w4a8 --float-ops none"; do
+  q=${quant%% *}
+  "$host" compile -m "$model" -o "$tmp/$q.npu" --quant $quant >/dev/null 2>&1
+  "$host" run -m "$tmp/$q.npu" -p "$prompt" -n 40 --temp 0 -t 2 >"$tmp/host_$q.txt" 2>/dev/null
+  for cpu in max cortex-a53; do
+    [ $cpu = max ] || [ $q = w4a8 ] || continue
+    $exec_ -cpu $cpu "$bin" run -m "$tmp/$q.npu" -p "$prompt" -n 40 --temp 0 -t 2 \
+      >"$tmp/${q}_$cpu.txt" 2>/dev/null
+    same "x86-64 $q program file: the same text on qemu's $cpu" "$tmp/host_$q.txt" \
+      "$tmp/${q}_$cpu.txt"
+  done
 done
 echo "1..$n"
