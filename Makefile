@@ -4,7 +4,7 @@
 # its warnings on a variable read before it is set on some path, as errors, in build-clang/.
 # `make TSAN=1 test` runs the tests under ThreadSanitizer (clang) in build-tsan/.
 # `make format` applies .clang-format to every C file; `make format-check` fails on any that differs.
-# `make CROSS=aarch64` cross-builds everything (library, CLI, tests) for AArch64 Linux with
+# `make CROSS=aarch64` cross-builds the library, CLI, tests and benchmarks for AArch64 Linux with
 # aarch64-linux-gnu-gcc in build-aarch64/ (Debian's arm64 libraries: .ci/install-deps);
 # `make CROSS=aarch64 test-cross` runs the kernel tests and the end-to-end checks of tests/cross/
 # under qemu-aarch64, against the x86 build in build/ (which it builds first).
@@ -89,7 +89,7 @@ ifeq ($(CLANG),1)
 all: $(TESTS) $(BENCHES) $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard fuzz/*.c)))
 endif
 ifeq ($(CROSS),aarch64)
-all: $(TESTS)
+all: $(TESTS) $(BENCHES)
 endif
 
 # Under ThreadSanitizer the first race ends the process; and clang 14's TSan cannot place its
@@ -105,8 +105,9 @@ test: $(BUILD)/npulm $(TESTS)
 	@$(TEST_ENV) $(TEST_WRAP) tests/run.sh $(BUILD)
 
 # The cross build's tests under qemu-aarch64 (`make CROSS=aarch64 test-cross`): the kernel tests
-# and those quick under emulation, then tests/cross/, which compares the AArch64 build's text with
-# the host build's (build/npulm, made first). Debian's cross loader (libc6-arm64-cross) and its
+# and those quick under emulation, the NPU's float-free check on the AArch64 objects, then
+# tests/cross/, which compares the AArch64 build's text with the host build's (build/npulm, made
+# first). Debian's cross loader (libc6-arm64-cross) and its
 # arm64 libc (libc6:arm64, which the arm64 libraries bring) may be different releases that must
 # not be mixed: the loader finds the libc beside it first (LD_LIBRARY_PATH), the other libraries
 # where multiarch puts them.
@@ -118,7 +119,7 @@ ifeq ($(CROSS),aarch64)
 test-cross: $(BUILD)/npulm $(CROSS_TESTS:%=$(BUILD)/tests/%)
 	@$(MAKE) --no-print-directory CROSS= build/npulm
 	@NPULM_EXEC="$(QEMU_AARCH64)" NPULM_HOST_BIN=build/npulm tests/run.sh $(BUILD) \
-	  $(CROSS_TESTS:%=$(BUILD)/tests/%) tests/cross/test_*.sh
+	  $(CROSS_TESTS:%=$(BUILD)/tests/%) tests/cli/test_npu_float_free.sh tests/cross/test_*.sh
 else
 test-cross:
 	$(error test-cross runs a cross build's tests: make CROSS=aarch64 test-cross)
