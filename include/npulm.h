@@ -97,6 +97,9 @@ void npulm_model_get_info(const npulm_model *model, npulm_model_info *info_out);
 #define NPULM_MAX_CHUNKS 8
 #define NPULM_MAX_BUCKETS 32
 
+/* npulm_compile_params.smooth_alpha: SmoothQuant's alpha chosen per block and matmul input. */
+#define NPULM_SMOOTH_ALPHA_AUTO (-1.0f)
+
 typedef struct npulm_compile_params {
   int chunks[NPULM_MAX_CHUNKS]; /* prefill chunk sizes; n_chunks = 0: 16, 64 and 128, less
                                    those longer than the model's context */
@@ -116,8 +119,12 @@ typedef struct npulm_compile_params {
   const char *float_ops;
   const char *calib_text; /* calibration text (NULL: a built-in text) */
   size_t calib_len;
-  int calib_tokens;       /* use at most this many tokens of it (0: 1024) */
-  float smooth_alpha;     /* SmoothQuant strength (0: 0.5) */
+  int calib_tokens; /* use at most this many tokens of it (0: 1024) */
+  /* SmoothQuant strength: in (0, 1) one alpha for every matmul input (0: 0.5);
+   * NPULM_SMOOTH_ALPHA_AUTO: chosen for each block and matmul input (those of q/k/v, gate/up,
+   * down, the output projection) as the one of least predicted int8 error, no smoothing among
+   * the candidates (it helps stories27M, not the two small models: bench/ACCURACY.md) */
+  float smooth_alpha;
   float shadow_threshold; /* outlier channel: absmax > this x the median channel's (0: 6) */
   /* A program file saved from an integer program holds, besides the NPU's int8 data, only the
    * float weights the CPU reads: it cannot run the reference forward nor be compiled again (the
@@ -374,11 +381,26 @@ typedef struct npulm_roofline {
   uint64_t cache_bytes;  /* the last-level cache size the system reports (0 if unknown) */
   char kernel[32];       /* the int8 GEMM variant measured, e.g. "qs8_gemm__avx2" */
   double seconds;        /* how long measuring took */
+  /* The other precisions' GEMM kernels, measured the way int8_macs is (one cache-resident
+   * shape each): MAC/s and the variant measured */
+  double w4a8_macs;        /* int4 weights x int8 inputs: qs8_qc4w_gemm */
+  double w8a16_macs;       /* int8 weights x int16 inputs: qs16_gemm_qs16 */
+  double w4a16_macs;       /* int4 weights per channel x int16: qs16_qc4w_gemm_qs16, block 0 */
+  double w4a16_block_macs; /* int4 weights in 32-k blocks x int16: the same, block 32 */
+  char kernel_w4a8[32];    /* e.g. "qs8_qc4w_gemm__scalar" */
+  char kernel_w8a16[32];
+  char kernel_w4a16[32]; /* both int4 x int16 measurements */
 } npulm_roofline;
 
-/* Measure int8 MAC/s with the NPU's GEMM microkernel and memory bandwidth with a streaming read
- * and copy, on 'n_threads' threads (0: one per online CPU) that persist for the whole measurement
- * and work at once. Takes about a second; allocates a few hundred MiB for the duration. */
+/* The host's compute ceiling for a program computing in 'quant' (a mode name, as
+ * npulm_decode_traffic names it: "w4a16-naive", or a precision alone: "w4a16"): the MAC/s of the
+ * GEMM kernel of its matmuls' precision (f32_macs for "f32"); 0 for a name it does not know. */
+double npulm_roofline_peak(const npulm_roofline *host, const char *quant);
+
+/* Measure int8 MAC/s with the NPU's GEMM microkernel (and the MAC/s of the int4-weight and
+ * int16-input GEMMs) and memory bandwidth with a streaming read and copy, on 'n_threads' threads
+ * (0: one per online CPU) that persist for the whole measurement and work at once. Takes a second
+ * or two; allocates a few hundred MiB for the duration. */
 npulm_status npulm_roofline_measure(int n_threads, npulm_roofline *out, npulm_error *err);
 
 /* npulm_roofline_measure's memory ceiling alone (read_bytes, copy_bytes, mem_bytes; the compute
@@ -420,6 +442,9 @@ typedef struct npulm_npu_profile {
   const char *name;      /* short id: "hexagon-v75", "m4-ane", "mtl-npu" */
   const char *part;      /* e.g. "Qualcomm Hexagon V75 NPU (Snapdragon 8 Gen 3)" */
   double int8_tops;      /* dense int8 tera-operations per second (1 MAC = 2 operations) */
+  double w8a16_tops;     /* int16 activations x int8 weights, the same way */
+  double w4a8_tops;      /* int4 weights x int8 activations */
+  double w4a16_tops;     /* int4 weights x int16 activations (per channel or in blocks) */
   double fp16_tflops;    /* dense fp16 tera-FLOPs per second */
   double dram_gbs;       /* DRAM bandwidth, 1e9 bytes per second */
   double sram_mib;       /* on-chip memory that holds a graph's activations */
@@ -429,6 +454,10 @@ typedef struct npulm_npu_profile {
 
 /* The built-in NPU profiles; '*n_out' receives their number. */
 const npulm_npu_profile *npulm_npu_profiles(int *n_out);
+
+/* The profile's peak MAC/s for a program computing in 'quant' (as for npulm_roofline_peak): the
+ * rate of its matmuls' precision (fp16 for "f32"); 0 for a name it does not know. */
+double npulm_npu_profile_peak(const npulm_npu_profile *profile, const char *quant);
 
 /* What one decode step (one token) of the model's program reads. */
 typedef struct npulm_decode_traffic {
@@ -457,7 +486,8 @@ int npulm_program_max_rows(const npulm_model *model);
 /* The cost model's prediction of one run. */
 typedef struct npulm_prediction {
   double seconds;    /* the whole run: the sum of the four parts below */
-  double npu_s;      /* NPU nodes: each max(MACs / peak, DRAM bytes / bandwidth) */
+  double npu_s;      /* NPU nodes: each max(MACs / peak, DRAM bytes / bandwidth), a matmul's
+                        peak that of its precision (its weights' bits and its input's type) */
   double cpu_s;      /* CPU nodes, the same at the host's measured rates */
   double dispatch_s; /* one dispatch per NPU subgraph per step */
   double transfer_s; /* tensors crossing between CPU and NPU (written, then read, in DRAM) */
@@ -469,11 +499,15 @@ typedef struct npulm_prediction {
 
 /* Predict a llama-bench test on the model's program: 'n_prompt' tokens in one evaluation (pp), or
  * 'n_gen' single-token evaluations (tg), starting from an empty cache, cut into steps as a session
- * cuts them. NPU nodes run on 'profile' (NULL: on this host at 'host''s int8 rate and bandwidth,
+ * cuts them. NPU nodes run on 'profile' (NULL: on this host at 'host''s GEMM rates and bandwidth,
  * with no dispatch or transfer cost: the host's own roofline bound); CPU nodes at the 'host' rates.
+ * An NPU matmul runs at the rate of its precision: the bits of its weights (8 or 4, per channel or
+ * in blocks) and the type of its input (int8 or int16), at the profile's *_tops or the host's
+ * *_macs; the other NPU nodes at the int8 rate (fp16 for an "f32" program).
  * Activations count as DRAM traffic only when a graph's NPU arena exceeds the profile's SRAM (the
  * host's last-level cache for NULL). Element-wise ops count one MAC per output element. CPU and
- * NPU work is summed, not overlapped: a bound for a serial schedule. */
+ * NPU work is summed, not overlapped: a bound for a serial schedule. NPULM_ERR_ARG if a rate the
+ * program needs is not positive (a profile's, or a host's measured without that kernel). */
 npulm_status npulm_predict(const npulm_model *model, const npulm_npu_profile *profile,
                            const npulm_roofline *host, int n_prompt, int n_gen,
                            npulm_prediction *out, npulm_error *err);

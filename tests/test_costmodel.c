@@ -1,7 +1,9 @@
 /* The NPU cost model and the host roofline: the profile list, predictions that grow with the MACs
  * and shrink with the peak rate, decode bound by bandwidth (the bytes a token must read), prefill
- * by MACs, decode traffic that adds up, a roofline measurement with positive ceilings (all of
- * them, or the memory ones alone), and repetitions placed against the ceilings around them. */
+ * by MACs, decode traffic that adds up, each matmul at its own precision's rate (w4a16 reads fewer
+ * bytes than w8a8 and computes at the 16-bit rate), a roofline measurement with positive ceilings
+ * (all of them, or the memory ones alone), and repetitions placed against the ceilings around
+ * them. */
 #include <math.h>
 #include <string.h>
 
@@ -14,6 +16,10 @@ static npulm_roofline fake_host(void) {
   memset(&h, 0, sizeof(h));
   h.n_threads = 1;
   h.int8_macs = 50e9;
+  h.w4a8_macs = 40e9;
+  h.w8a16_macs = 25e9;
+  h.w4a16_macs = 20e9;
+  h.w4a16_block_macs = 15e9;
   h.f32_macs = 20e9;
   h.read_bytes = h.copy_bytes = h.mem_bytes = 10e9;
   h.cache_bytes = 32u << 20;
@@ -49,10 +55,34 @@ static void test_profiles(void **state) {
     assert_non_null(p[i].estimates);
     assert_true(p[i].int8_tops > 1 && p[i].int8_tops < 1000);
     assert_true(p[i].fp16_tflops > 0 && p[i].fp16_tflops <= p[i].int8_tops);
+    /* every precision has a rate, none above int8 x int8 */
+    assert_true(p[i].w8a16_tops > 0 && p[i].w8a16_tops <= p[i].int8_tops);
+    assert_true(p[i].w4a8_tops > 0 && p[i].w4a8_tops <= p[i].int8_tops);
+    assert_true(p[i].w4a16_tops > 0 && p[i].w4a16_tops <= p[i].int8_tops);
+    /* the peak of a mode or a precision name is its matmuls' rate */
+    assert_true(npulm_npu_profile_peak(&p[i], "w8a8-smooth") == p[i].int8_tops * 0.5e12);
+    assert_true(npulm_npu_profile_peak(&p[i], "w8a16") == p[i].w8a16_tops * 0.5e12);
+    assert_true(npulm_npu_profile_peak(&p[i], "w4a16-block-naive") == p[i].w4a16_tops * 0.5e12);
+    assert_true(npulm_npu_profile_peak(&p[i], "w4a8-shadow") == p[i].w4a8_tops * 0.5e12);
+    assert_true(npulm_npu_profile_peak(&p[i], "f32") == p[i].fp16_tflops * 0.5e12);
+    assert_true(npulm_npu_profile_peak(&p[i], "w2a2") == 0.0);
     assert_true(p[i].dram_gbs > 10 && p[i].dram_gbs < 1000);
     assert_true(p[i].sram_mib > 0);
     assert_true(p[i].dispatch_us >= 0);
   }
+}
+
+/* The host's peak by precision: each GEMM kernel's own rate, blocks apart. */
+static void test_host_peak(void **state) {
+  (void)state;
+  const npulm_roofline h = fake_host();
+  assert_true(npulm_roofline_peak(&h, "w8a8-naive") == h.int8_macs);
+  assert_true(npulm_roofline_peak(&h, "w8a16-smooth") == h.w8a16_macs);
+  assert_true(npulm_roofline_peak(&h, "w4a16") == h.w4a16_macs);
+  assert_true(npulm_roofline_peak(&h, "w4a16-block") == h.w4a16_block_macs);
+  assert_true(npulm_roofline_peak(&h, "w4a8-naive") == h.w4a8_macs);
+  assert_true(npulm_roofline_peak(&h, "f32") == h.f32_macs);
+  assert_true(npulm_roofline_peak(&h, "int8") == 0.0);
 }
 
 static void test_no_program(void **state) {
@@ -177,6 +207,76 @@ static void test_decode_bandwidth_bound(void **state) {
   npulm_model_close(m);
 }
 
+/* The same model compiled w4a16 and w8a8: w4a16's int4 weights make a decode step read fewer
+ * bytes, and its int16 inputs make prefill's matmuls run at the 16-bit rate, half the int8 one on
+ * Hexagon V75 (an estimate), so prefill there takes longer where it is bound by MACs. A w8a8
+ * program does not see the other precisions' rates. */
+static void test_precisions(void **state) {
+  (void)state;
+  npulm_model *m8 = open_compiled("w8a8-naive");
+  if (m8 == NULL) skip();
+  npulm_model *m4 = open_compiled("w4a16-naive");
+  npulm_error err;
+  npulm_decode_traffic t8, t4;
+  assert_int_equal(npulm_decode_traffic_at(m8, 0, &t8, &err), NPULM_OK);
+  assert_int_equal(npulm_decode_traffic_at(m4, 0, &t4, &err), NPULM_OK);
+  assert_string_equal(t4.quant, "w4a16-naive");
+  print_message("decode weight bytes: w8a8 %llu, w4a16 %llu\n",
+                (unsigned long long)t8.weight_bytes_npu, (unsigned long long)t4.weight_bytes_npu);
+  assert_true(t4.weight_bytes_npu < 0.8 * (double)t8.weight_bytes_npu);
+  assert_true(t4.model_bytes < t8.model_bytes);
+
+  const npulm_roofline h = fake_host();
+  int n_prof;
+  const npulm_npu_profile *prof = npulm_npu_profiles(&n_prof);
+  const npulm_npu_profile *hex = NULL;
+  for (int i = 0; i < n_prof; i++) {
+    if (strcmp(prof[i].name, "hexagon-v75") == 0) hex = &prof[i];
+  }
+  assert_non_null(hex);
+  assert_true(hex->w8a16_tops == 0.5 * hex->int8_tops && hex->w4a16_tops == hex->w8a16_tops);
+  /* decode on the profile: fewer DRAM bytes */
+  npulm_prediction g8, g4;
+  assert_int_equal(npulm_predict(m8, hex, &h, 0, 16, &g8, &err), NPULM_OK);
+  assert_int_equal(npulm_predict(m4, hex, &h, 0, 16, &g4, &err), NPULM_OK);
+  assert_true(g4.bytes < g8.bytes);
+  /* prefill with memory out of the way (a bandwidth no byte waits for): bound by the MAC rates */
+  npulm_npu_profile fast_mem = *hex;
+  fast_mem.dram_gbs *= 1e6;
+  fast_mem.sram_mib *= 1e6;
+  npulm_prediction p8, p4;
+  assert_int_equal(npulm_predict(m8, &fast_mem, &h, 128, 0, &p8, &err), NPULM_OK);
+  assert_int_equal(npulm_predict(m4, &fast_mem, &h, 128, 0, &p4, &err), NPULM_OK);
+  print_message("pp128 NPU time on %s: w8a8 %.3f us, w4a16 %.3f us\n", hex->name, p8.npu_s * 1e6,
+                p4.npu_s * 1e6);
+  assert_true(p4.npu_s > 1.5 * p8.npu_s);
+  /* w8a8 reads only the int8 rate: the int4 / int16 rates do not move it */
+  npulm_npu_profile other = fast_mem;
+  other.w8a16_tops /= 100;
+  other.w4a8_tops /= 100;
+  other.w4a16_tops /= 100;
+  npulm_prediction q8, q4;
+  assert_int_equal(npulm_predict(m8, &other, &h, 128, 0, &q8, &err), NPULM_OK);
+  assert_true(q8.npu_s == p8.npu_s);
+  assert_int_equal(npulm_predict(m4, &other, &h, 128, 0, &q4, &err), NPULM_OK);
+  assert_true(q4.npu_s > 10 * p4.npu_s);
+  /* a profile or a host without a rate the program needs is refused */
+  other.w4a16_tops = 0;
+  assert_int_equal(npulm_predict(m4, &other, &h, 128, 0, &q4, &err), NPULM_ERR_ARG);
+  npulm_roofline h0 = h;
+  h0.w4a16_macs = 0;
+  assert_int_equal(npulm_predict(m4, NULL, &h0, 128, 0, &q4, &err), NPULM_ERR_ARG);
+  assert_non_null(strstr(err.msg, "int4 weights x int16"));
+  assert_int_equal(npulm_predict(m8, NULL, &h0, 128, 0, &q8, &err), NPULM_OK);
+  /* on the host, w4a16's matmuls at its kernel's rate: slower than int8's in the fake rates */
+  npulm_roofline h_cache = h;
+  assert_int_equal(npulm_predict(m8, NULL, &h_cache, 128, 0, &p8, &err), NPULM_OK);
+  assert_int_equal(npulm_predict(m4, NULL, &h_cache, 128, 0, &p4, &err), NPULM_OK);
+  assert_true(p4.npu_s > p8.npu_s);
+  npulm_model_close(m8);
+  npulm_model_close(m4);
+}
+
 /* An FP32 program reads four bytes per weight: four times the w8a8 one. */
 static void test_f32_program_reads_more(void **state) {
   (void)state;
@@ -207,11 +307,20 @@ static void test_roofline_measure(void **state) {
   assert_true(r.mem_bytes == fmax(r.read_bytes, r.copy_bytes));
   assert_true(r.buffer_bytes >= 256ull << 20);
   assert_non_null(strstr(r.kernel, "qs8_gemm__"));
+  print_message("1 thread: w4a8 %.2f (%s), w8a16 %.2f (%s), w4a16 %.2f / blocks %.2f (%s) GMAC/s\n",
+                r.w4a8_macs * 1e-9, r.kernel_w4a8, r.w8a16_macs * 1e-9, r.kernel_w8a16,
+                r.w4a16_macs * 1e-9, r.w4a16_block_macs * 1e-9, r.kernel_w4a16);
+  assert_true(r.w4a8_macs > 1e7 && r.w8a16_macs > 1e7 && r.w4a16_macs > 1e7 &&
+              r.w4a16_block_macs > 1e7);
+  assert_non_null(strstr(r.kernel_w4a8, "qs8_qc4w_gemm__"));
+  assert_non_null(strstr(r.kernel_w8a16, "qs16_gemm_qs16__"));
+  assert_non_null(strstr(r.kernel_w4a16, "qs16_qc4w_gemm_qs16__"));
   assert_int_equal(npulm_roofline_measure(-1, &r, &err), NPULM_ERR_ARG);
   /* the memory ceiling alone */
   assert_int_equal(npulm_roofline_measure_memory(1, &r, &err), NPULM_OK);
   assert_int_equal(r.n_threads, 1);
-  assert_true(r.int8_macs == 0.0 && r.f32_macs == 0.0);
+  assert_true(r.int8_macs == 0.0 && r.f32_macs == 0.0 && r.w4a8_macs == 0.0 &&
+              r.w8a16_macs == 0.0 && r.w4a16_macs == 0.0 && r.w4a16_block_macs == 0.0);
   assert_true(r.read_bytes > 1e8 && r.copy_bytes > 1e8);
   assert_true(r.mem_bytes == fmax(r.read_bytes, r.copy_bytes));
   assert_int_equal(npulm_roofline_measure_memory(-1, &r, &err), NPULM_ERR_ARG);
@@ -274,9 +383,11 @@ static void test_roofline_pair(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_profiles),
+      cmocka_unit_test(test_host_peak),
       cmocka_unit_test(test_no_program),
       cmocka_unit_test(test_monotonic_in_macs),
       cmocka_unit_test(test_decode_bandwidth_bound),
+      cmocka_unit_test(test_precisions),
       cmocka_unit_test(test_f32_program_reads_more),
       cmocka_unit_test(test_roofline_measure),
       cmocka_unit_test(test_roofline_pair),

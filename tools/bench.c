@@ -1,7 +1,8 @@
 /* npulm bench: prefill (pp N) and decode (tg N) speeds measured the way llama.cpp's llama-bench
- * measures them, printed as its table or its JSON; with --roofline, this host's int8 MAC/s and
- * memory bandwidth ceilings, every figure placed against them, the NPU cost model's prediction
- * for each public NPU profile, and (--plot) the roofline drawn as SVG. Uses only npulm.h.
+ * measures them, printed as its table or its JSON; with --roofline, this host's MAC/s (of the
+ * GEMM of each precision: int8, w4a8, w8a16, w4a16) and memory bandwidth ceilings, every figure
+ * placed against them, the NPU cost model's prediction for each public NPU profile, and (--plot)
+ * the roofline drawn as SVG. Uses only npulm.h.
  *
  * llama-bench's method (tools/llama-bench/llama-bench.cpp), followed here: one context per test
  * sized n_prompt + n_gen; a warmup (pp: one whole prompt run; tg: one single-token step); then per
@@ -46,9 +47,10 @@ const char npulm_usage_bench[] =
     "  -r, --repetitions N   repetitions of each test (default 5)\n"
     "  -o, --output FORMAT   md (a llama-bench table, default) or json (llama-bench's JSON fields)\n"
     "  --no-warmup           skip the warmup runs\n"
-    "  --roofline            measure this host's int8 MAC/s (the NPU's GEMM kernel) and memory\n"
-    "                        bandwidth (before and after the tests; the better of the two), place\n"
-    "                        every test against them, and predict each test on the NPU profiles\n"
+    "  --roofline            measure this host's MAC/s (the NPU's GEMM kernel of each precision:\n"
+    "                        the program's own is its compute ceiling) and memory bandwidth\n"
+    "                        (before and after the tests; the better of the two), place every\n"
+    "                        test against them, and predict each test on the NPU profiles\n"
     "                        (Hexagon V75, Apple M4 ANE, Meteor Lake NPU); also measure the\n"
     "                        bandwidth right before and after every repetition, and place each\n"
     "                        repetition against the ceiling they give where the two agree within\n"
@@ -99,7 +101,8 @@ struct model_desc {
   uint64_t size; /* bytes of the weights the program holds */
   uint64_t n_params;
   const char *quant;
-  int n_ubatch; /* the largest rows of a prefill step */
+  char precision[24]; /* the quant's precision ("w4a16-block" of "w4a16-block-smooth"), or "f32" */
+  int n_ubatch;       /* the largest rows of a prefill step */
   char cpu[128];
 };
 
@@ -343,6 +346,10 @@ static void describe_model(const char *cmd, const npulm_model *model, const char
   d->size = t.model_bytes;
   d->n_params = info.n_params;
   d->quant = t.quant;
+  /* the precision: the mode name less its outlier answer (the last '-' part) */
+  snprintf(d->precision, sizeof(d->precision), "%s", t.quant);
+  char *dash = strrchr(d->precision, '-');
+  if (dash != NULL) *dash = '\0';
   cpu_name(d->cpu, sizeof(d->cpu));
 }
 
@@ -384,9 +391,9 @@ static void print_md_row(const struct model_desc *d, const struct result *r) {
 
 /* ---- roofline ------------------------------------------------------------------------------ */
 
-/* The compute ceiling that applies to the program's arithmetic. */
+/* The compute ceiling that applies to the program's arithmetic: its precision's GEMM rate. */
 static double peak_macs(const struct model_desc *d, const npulm_roofline *h) {
-  return strcmp(d->quant, "f32") == 0 ? h->f32_macs : h->int8_macs;
+  return npulm_roofline_peak(h, d->precision);
 }
 
 struct placement {
@@ -470,6 +477,10 @@ static void roofline_for(const char *cmd, const npulm_model *model, struct resul
  * low whenever another job holds a core for its windows. */
 static void best_of(npulm_roofline *h, const npulm_roofline *other) {
   h->int8_macs = fmax(h->int8_macs, other->int8_macs);
+  h->w4a8_macs = fmax(h->w4a8_macs, other->w4a8_macs);
+  h->w8a16_macs = fmax(h->w8a16_macs, other->w8a16_macs);
+  h->w4a16_macs = fmax(h->w4a16_macs, other->w4a16_macs);
+  h->w4a16_block_macs = fmax(h->w4a16_block_macs, other->w4a16_block_macs);
   h->f32_macs = fmax(h->f32_macs, other->f32_macs);
   h->read_bytes = fmax(h->read_bytes, other->read_bytes);
   h->copy_bytes = fmax(h->copy_bytes, other->copy_bytes);
@@ -477,20 +488,25 @@ static void best_of(npulm_roofline *h, const npulm_roofline *other) {
   h->seconds += other->seconds;
 }
 
-static void print_host(FILE *f, const npulm_roofline *h) {
+/* The host's ceilings; the ridge point is that of the program's precision ('d'). */
+static void print_host(FILE *f, const npulm_roofline *h, const struct model_desc *d) {
   fprintf(f,
           "roofline of this host, %d threads (the better of a measurement before and one after "
           "the tests, %.1f s in all):\n"
           "  int8 compute  %8.2f GMAC/s  NPU kernel %s on cache-resident shapes\n"
+          "  w4a8 compute  %8.2f GMAC/s  NPU kernel %s\n"
+          "  w8a16 compute %8.2f GMAC/s  NPU kernel %s\n"
+          "  w4a16 compute %8.2f GMAC/s  NPU kernel %s (per channel; in 32-k blocks %.2f)\n"
           "  f32 compute   %8.2f GMAC/s  CPU backend matmul\n"
           "  memory        %8.2f GB/s    the better of a streaming read (%.2f GB/s) and copy "
           "(%.2f GB/s,\n"
           "                                 reads + writes counted) through %.0f MiB\n"
-          "  ridge point   %8.2f MAC/byte (int8)\n",
-          h->n_threads, h->seconds, h->int8_macs * 1e-9, h->kernel, h->f32_macs * 1e-9,
-          h->mem_bytes * 1e-9, h->read_bytes * 1e-9, h->copy_bytes * 1e-9,
-          (double)h->buffer_bytes / (1024.0 * 1024.0),
-          h->mem_bytes > 0 ? h->int8_macs / h->mem_bytes : 0.0);
+          "  ridge point   %8.2f MAC/byte (%s)\n",
+          h->n_threads, h->seconds, h->int8_macs * 1e-9, h->kernel, h->w4a8_macs * 1e-9,
+          h->kernel_w4a8, h->w8a16_macs * 1e-9, h->kernel_w8a16, h->w4a16_macs * 1e-9,
+          h->kernel_w4a16, h->w4a16_block_macs * 1e-9, h->f32_macs * 1e-9, h->mem_bytes * 1e-9,
+          h->read_bytes * 1e-9, h->copy_bytes * 1e-9, (double)h->buffer_bytes / (1024.0 * 1024.0),
+          h->mem_bytes > 0 ? peak_macs(d, h) / h->mem_bytes : 0.0, d->precision);
 }
 
 static void print_roofline_table(const struct model_desc *d, const struct result *rs, int n) {
@@ -553,7 +569,7 @@ static void print_roofline_table(const struct model_desc *d, const struct result
       printf("; each against the better of its two, %.1f%% (median)\n", pb.pct_all);
     } else {
       printf("%s: %.3f GMAC per run; the %s ceiling allows %.1f t/s, measured %.1f%% of it\n", name,
-             r->bound.macs * 1e-9, strcmp(d->quant, "f32") == 0 ? "f32" : "int8",
+             r->bound.macs * 1e-9, d->precision,
              n_tokens(r) * peak_macs(d, r->host) / (double)r->bound.macs,
              100.0 * avg_ts(r) * (double)r->bound.macs / n_tokens(r) / peak_macs(d, r->host));
     }
@@ -561,10 +577,11 @@ static void print_roofline_table(const struct model_desc *d, const struct result
   printf("\nNPU profiles (the cost model: per node max(MACs / peak, DRAM bytes / bandwidth), CPU "
          "nodes at this host's rates, plus dispatch per NPU subgraph and DRAM transfers):\n");
   for (int p = 0; p < n_prof; p++) {
-    printf("  %-12s %s: %.1f int8 TOPS, %.1f fp16 TFLOPS, %.1f GB/s, %.0f MiB SRAM, %.0f us per "
-           "dispatch (estimates: %s)\n",
-           prof[p].name, prof[p].part, prof[p].int8_tops, prof[p].fp16_tflops, prof[p].dram_gbs,
-           prof[p].sram_mib, prof[p].dispatch_us, prof[p].estimates);
+    printf("  %-12s %s: %.1f int8 TOPS (w8a16 %.1f, w4a8 %.1f, w4a16 %.1f), %.1f fp16 TFLOPS, "
+           "%.1f GB/s, %.0f MiB SRAM, %.0f us per dispatch (estimates: %s)\n",
+           prof[p].name, prof[p].part, prof[p].int8_tops, prof[p].w8a16_tops, prof[p].w4a8_tops,
+           prof[p].w4a16_tops, prof[p].fp16_tflops, prof[p].dram_gbs, prof[p].sram_mib,
+           prof[p].dispatch_us, prof[p].estimates);
   }
   for (int i = 0; i < n; i++) {
     const struct result *r = &rs[i];
@@ -692,7 +709,6 @@ static bool write_svg(const char *path, const struct model_desc *d, const struct
   int n_prof;
   const npulm_npu_profile *prof = npulm_npu_profiles(&n_prof);
   if (n_prof > MAX_PROFILES) n_prof = MAX_PROFILES;
-  const bool f32 = strcmp(d->quant, "f32") == 0;
   /* ranges: every point, ridge and ceiling, padded to whole decades */
   double xmin = 1e300, xmax = 0, ymin = 1e300, ymax = 0;
   for (int i = 0; i < n; i++) {
@@ -709,7 +725,7 @@ static bool write_svg(const char *path, const struct model_desc *d, const struct
     ymax = fmax(ymax, peak);
   }
   for (int p = 0; p < n_prof; p++) {
-    const double peak = (f32 ? prof[p].fp16_tflops : prof[p].int8_tops) * 0.5e12;
+    const double peak = npulm_npu_profile_peak(&prof[p], d->precision);
     const double ridge = peak / (prof[p].dram_gbs * 1e9);
     xmin = fmin(xmin, ridge), xmax = fmax(xmax, ridge);
     ymax = fmax(ymax, peak);
@@ -760,14 +776,14 @@ static bool write_svg(const char *path, const struct model_desc *d, const struct
   fprintf(f,
           "<text transform=\"translate(24 %d) rotate(-90)\" text-anchor=\"middle\" "
           "font-size=\"14\">performance (%s MAC/s)</text>\n",
-          (PY0 + PY1) / 2, f32 ? "f32" : "int8");
+          (PY0 + PY1) / 2, d->precision);
   /* ceilings: NPU profiles dashed, this host solid */
   static const char *const colors[] = {"#2ca02c", "#9467bd", "#8c564b", "#e377c2",
                                        "#7f7f7f", "#bcbd22", "#17becf", "#aec7e8"};
   int ly = PY0 + 8;
   const int lx = PX1 + 20;
   for (int p = 0; p < n_prof; p++) {
-    const double peak = (f32 ? prof[p].fp16_tflops : prof[p].int8_tops) * 0.5e12;
+    const double peak = npulm_npu_profile_peak(&prof[p], d->precision);
     svg_ceiling(f, &a, peak, prof[p].dram_gbs * 1e9, colors[p], " stroke-dasharray=\"7 4\"", 1.6);
     fprintf(f,
             "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"1.6\" "
@@ -926,10 +942,18 @@ static json_t *result_json(const struct model_desc *d, const struct result *r) {
     json_t *rl = json_object();
     json_object_set_new(rl, "int8_macs_per_s", json_real(h->int8_macs));
     json_object_set_new(rl, "f32_macs_per_s", json_real(h->f32_macs));
+    json_object_set_new(rl, "w4a8_macs_per_s", json_real(h->w4a8_macs));
+    json_object_set_new(rl, "w8a16_macs_per_s", json_real(h->w8a16_macs));
+    json_object_set_new(rl, "w4a16_macs_per_s", json_real(h->w4a16_macs));
+    json_object_set_new(rl, "w4a16_block_macs_per_s", json_real(h->w4a16_block_macs));
     json_object_set_new(rl, "mem_bytes_per_s", json_real(h->mem_bytes));
     json_object_set_new(rl, "read_bytes_per_s", json_real(h->read_bytes));
     json_object_set_new(rl, "copy_bytes_per_s", json_real(h->copy_bytes));
     json_object_set_new(rl, "kernel", json_string(h->kernel));
+    json_object_set_new(rl, "kernel_w4a8", json_string(h->kernel_w4a8));
+    json_object_set_new(rl, "kernel_w8a16", json_string(h->kernel_w8a16));
+    json_object_set_new(rl, "kernel_w4a16", json_string(h->kernel_w4a16));
+    json_object_set_new(rl, "precision", json_string(d->precision));
     json_object_set_new(rl, "macs", json_integer((json_int_t)r->bound.macs));
     json_object_set_new(rl, "bytes", json_integer((json_int_t)r->bound.bytes));
     json_object_set_new(rl, "macs_per_s", json_real(pl.macs_s));
@@ -1095,7 +1119,7 @@ int npulm_cmd_bench(int argc, char **argv) {
       }
       best_of(&hosts[t], &before[t]);
       if (!o.json) printf("\n");
-      print_host(o.json ? stderr : stdout, &hosts[t]);
+      print_host(o.json ? stderr : stdout, &hosts[t], &d);
     }
     for (int i = 0; i < n_tests; i++) {
       int t = 0;

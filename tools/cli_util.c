@@ -129,7 +129,14 @@ bool cli_compile_option(struct cli_args *a, npulm_compile_params *cp, bool ctx_i
   } else if (cli_is_opt(o, NULL, "--calib-tokens")) {
     cp->calib_tokens = (int)cli_opt_int(a, 1, 1 << 24);
   } else if (cli_is_opt(o, NULL, "--smooth-alpha")) {
-    cp->smooth_alpha = cli_opt_float(a);
+    /* "auto": chosen per block and matmul input */
+    const char *v = a->i + 1 < a->argc ? a->argv[a->i + 1] : NULL;
+    if (v != NULL && strcmp(v, "auto") == 0) {
+      a->i++;
+      cp->smooth_alpha = NPULM_SMOOTH_ALPHA_AUTO;
+    } else {
+      cp->smooth_alpha = cli_opt_float(a);
+    }
   } else if (cli_is_opt(o, NULL, "--shadow-threshold")) {
     cp->shadow_threshold = cli_opt_float(a);
   } else if (cli_is_opt(o, NULL, "--keep-float")) {

@@ -22,7 +22,8 @@
   "                     softmax,qk,pv; 'none' for none; w8a8-shadow adds rmsnorm)\n"               \
   "  --calib FILE       calibration text (default: a built-in English text)\n"                     \
   "  --calib-tokens N   calibrate on at most N tokens of it (default 1024)\n"                      \
-  "  --smooth-alpha A   SmoothQuant migration strength in (0, 1) (default 0.5)\n"                  \
+  "  --smooth-alpha A   SmoothQuant migration strength in (0, 1) (default 0.5), or auto: chosen\n" \
+  "                     per layer and matmul input by the least predicted int8 error\n"            \
   "  --shadow-threshold T  outlier channel: calibrated max above T x the median (default 6)\n"     \
   "  --chunks LIST      prefill chunk sizes, ascending, comma-separated (default 16,64,128)\n"     \
   "  --buckets LIST     context buckets, ascending (default: powers of two from 128 up to the\n"   \

@@ -31,37 +31,102 @@
  *   Compute Engines, 9.5 TOPS at the 155H's 1.16 GHz. Memory: dual-channel DDR5-5600, 89.6 GB/s
  *   (LPDDR5X-7467 parts reach ~120 GB/s). FP16 at half rate, the scratchpad size (TechPowerUp's
  *   Meteor Lake deep dive calls it "a tiny scratchpad RAM") and ~200 us per inference request are
- *   estimates. */
+ *   estimates.
+ * The other precisions (w8a16: int16 activations x int8 weights; w4a8, w4a16: int4 weights). No
+ * vendor publishes a TOPS figure for any of them on these parts, so every such rate is an
+ * estimate; what is published is which precisions each part runs and how:
+ * - Hexagon: Qualcomm's Snapdragon 8 Gen 2 launch (Nov 2022; e.g. Liliputing 2022-11-15,
+ *   TechInsights "Hexagon Adds INT4 Support") added INT4 to the Hexagon NPU, claiming "60%"
+ *   better performance per watt for sustained AI inference, not a rate. Qualcomm AI Hub ships its
+ *   LLMs for the HTP in w4a16 and w8a16 (qualcomm/ai-hub-models issue #269), and ExecuTorch's QNN
+ *   backend runs Llama 3.2 on the HTP with 16-bit activations and 8-bit weights ("16a8w",
+ *   pytorch/executorch issue #6684): the HTP runs 16 x 8 and 16 x 4 programs. Estimates: 16-bit
+ *   activations x 8-bit weights at half the 8 x 8 rate (as if a 16-bit operand took two 8-bit
+ *   lanes of the MAC array); int4 weights at the rate of their activations' width (as if unpacked
+ *   to 8 bits before the MACs: the bytes halve, the MAC rate does not double).
+ * - Apple Neural Engine: Core ML runs int8 x int8 on the Neural Engine only from A17 Pro / M4
+ *   (coremltools "What's New": "activation quantization (W8A8 mode), accelerated on NE for A17
+ *   pro/M4 chips"; 4-bit weights with per-block scales from iOS 18), and weight-only quantized
+ *   weights are decompressed: "All computation at runtime uses float precision"
+ *   (coremltools.optimize.coreml.linear_quantize_weights). Core ML documents no int16 activations,
+ *   so w8a16 and w4a16 programs are costed at the fp16 rate (an estimate itself); w4a8 at the int8
+ *   rate (int4 weights expanded to int8: an estimate, Apple documents no int4 x int8 mode).
+ * - Intel NPU: OpenVINO's weight compression keeps "activations as floating-point numbers" with
+ *   int4 / int8 weights (OpenVINO "LLM Weight Compression"), and OpenVINO GenAI on the NPU wants
+ *   symmetric int4 weights ("symmetrically-quantized 4-bit (INT4) models are preferred for
+ *   inference on NPU"): int4 weights run as fp16 compute. So w8a16 and w4a16 at the fp16 rate and
+ *   w4a8 at the int8 rate (estimates). */
 static const npulm_npu_profile profiles[] = {
     {.name = "hexagon-v75",
      .part = "Qualcomm Hexagon V75 NPU (Snapdragon 8 Gen 3)",
      .int8_tops = 45.0,
+     .w8a16_tops = 22.5,
+     .w4a8_tops = 45.0,
+     .w4a16_tops = 22.5,
      .fp16_tflops = 22.5,
      .dram_gbs = 76.8,
      .sram_mib = 8.0,
      .dispatch_us = 100.0,
-     .estimates = "int8 TOPS (third-party), fp16 TFLOPS, SRAM, dispatch"},
+     .estimates = "int8 TOPS (third-party), w8a16/w4a8/w4a16 TOPS, fp16 TFLOPS, SRAM, dispatch"},
     {.name = "m4-ane",
      .part = "Apple M4 Neural Engine",
      .int8_tops = 38.0,
+     .w8a16_tops = 19.0,
+     .w4a8_tops = 38.0,
+     .w4a16_tops = 19.0,
      .fp16_tflops = 19.0,
      .dram_gbs = 120.0,
      .sram_mib = 8.0,
      .dispatch_us = 100.0,
-     .estimates = "precision of the 38 TOPS, fp16 TFLOPS, SRAM, dispatch"},
+     .estimates = "precision of the 38 TOPS, w8a16/w4a8/w4a16 TOPS (fp16 and int8 rates), "
+                  "fp16 TFLOPS, SRAM, dispatch"},
     {.name = "mtl-npu",
      .part = "Intel Meteor Lake NPU 3720 (Core Ultra)",
      .int8_tops = 11.0,
+     .w8a16_tops = 5.5,
+     .w4a8_tops = 11.0,
+     .w4a16_tops = 5.5,
      .fp16_tflops = 5.5,
      .dram_gbs = 89.6,
      .sram_mib = 4.0,
      .dispatch_us = 200.0,
-     .estimates = "fp16 TFLOPS, SRAM, dispatch"},
+     .estimates = "w8a16/w4a8/w4a16 TOPS (fp16 and int8 rates), fp16 TFLOPS, SRAM, dispatch"},
 };
 
 const npulm_npu_profile *npulm_npu_profiles(int *n_out) {
   *n_out = (int)(sizeof(profiles) / sizeof(profiles[0]));
   return profiles;
+}
+
+/* MAC/s of a matmul with 'w_bits' weights (8 or 4; in k blocks if 'w_block' is not 0) and int16
+ * inputs if 'a16' (else int8), on 'p' (NULL: on the host 'h'). */
+static double matmul_rate(const npulm_npu_profile *p, const npulm_roofline *h, int w_bits,
+                          int w_block, bool a16) {
+  if (p != NULL) {
+    const double tops =
+        w_bits == 4 ? (a16 ? p->w4a16_tops : p->w4a8_tops) : (a16 ? p->w8a16_tops : p->int8_tops);
+    return tops * 0.5e12; /* 1 MAC = 2 operations */
+  }
+  if (w_bits == 4) return a16 ? (w_block != 0 ? h->w4a16_block_macs : h->w4a16_macs) : h->w4a8_macs;
+  return a16 ? h->w8a16_macs : h->int8_macs;
+}
+
+/* The rate of the matmuls of a program in mode 'quant' (see npulm_roofline_peak), or 0. */
+static double quant_peak(const npulm_npu_profile *p, const npulm_roofline *h, const char *quant) {
+  const int mode = quant != NULL ? npu_quant_mode_parse(quant) : -1;
+  if (mode < 0) return 0.0;
+  if (mode == NPU_QUANT_F32) return p != NULL ? p->fp16_tflops * 0.5e12 : h->f32_macs;
+  return matmul_rate(p, h, npu_quant_weight_bits((enum npu_quant_mode)mode),
+                     npu_quant_weight_block((enum npu_quant_mode)mode),
+                     npu_quant_act_bits((enum npu_quant_mode)mode) == 16);
+}
+
+double npulm_npu_profile_peak(const npulm_npu_profile *profile, const char *quant) {
+  return quant_peak(profile, NULL, quant);
+}
+
+double npulm_roofline_peak(const npulm_roofline *host, const char *quant) {
+  return quant_peak(NULL, host, quant);
 }
 
 /* What one node of one step moves and computes. */
@@ -73,11 +138,16 @@ struct node_cost {
   double act_bytes;    /* activations read and written (DRAM traffic only if they spill) */
   double io_bytes;     /* token ids and logits: always in DRAM */
   bool transfer;       /* a TRANSFER node: act_bytes cross between the backends */
+  /* an integer NPU matmul's precision (w_bits 0 for every other node): its rate */
+  int w_bits, w_block;
+  bool a16; /* int16 input */
 };
 
 /* Rates one run is costed at. */
 struct target {
-  double npu_macs;         /* NPU MAC/s for this program's arithmetic (int8, or fp16 for f32) */
+  double npu_macs;         /* NPU MAC/s of every node but an integer matmul (int8, or fp16 for
+                              an FP32 program) */
+  double npu_mm[2][2][2];  /* NPU MAC/s of an integer matmul: [int4][in blocks][int16 input] */
   double npu_bytes;        /* NPU DRAM bytes/s */
   double npu_sram;         /* bytes of on-chip memory for the NPU's activations */
   double npu_weight_scale; /* bytes per weight element of an FP32 program's NPU matmul, / 4 */
@@ -142,6 +212,11 @@ static void node_cost(const struct npu_program *p, const struct npu_config *c,
     const struct npu_ir_tensor *x = &g->tensors[n->in[0]];
     nc->macs = (double)x->ne[0] * (double)y->ne[1] * (double)x->ne[1];
     nc->weight_bytes = matmul_weight_bytes(g, n, site, f32_scale);
+    if (site != NULL && n->backend == NPU_BE_NPU) {
+      nc->w_bits = site->w_bits;
+      nc->w_block = site->w_block;
+      nc->a16 = x->dtype == NPU_DT_I16;
+    }
     break;
   }
   case NPU_OP_GATHER: {
@@ -212,7 +287,10 @@ static double node_time(const struct target *tg, const struct npu_graph *g,
   const bool spills = (double)g->arena_size[n->backend] > sram;
   const double bytes =
       nc->weight_bytes + nc->kv_bytes + nc->io_bytes + (spills ? nc->act_bytes : 0.0);
-  const double compute = nc->macs / (npu ? tg->npu_macs : tg->cpu_macs);
+  const double rate = !npu              ? tg->cpu_macs
+                      : nc->w_bits != 0 ? tg->npu_mm[nc->w_bits == 4][nc->w_block != 0][nc->a16]
+                                        : tg->npu_macs;
+  const double compute = nc->macs / rate;
   const double memory = bytes / (npu ? tg->npu_bytes : tg->cpu_bytes);
   return compute > memory ? compute : memory;
 }
@@ -346,7 +424,8 @@ npulm_status npulm_predict(const npulm_model *model, const npulm_npu_profile *pr
     return npu_fail(err, NPULM_ERR_ARG, "the host rates must be measured (npulm_roofline_measure)");
   }
   if (profile != NULL &&
-      !(profile->int8_tops > 0 && profile->fp16_tflops > 0 && profile->dram_gbs > 0 &&
+      !(profile->int8_tops > 0 && profile->w8a16_tops > 0 && profile->w4a8_tops > 0 &&
+        profile->w4a16_tops > 0 && profile->fp16_tflops > 0 && profile->dram_gbs > 0 &&
         profile->sram_mib >= 0 && profile->dispatch_us >= 0)) {
     return npu_fail(err, NPULM_ERR_ARG, "NPU profile '%s' has a rate that is not positive",
                     profile->name != NULL ? profile->name : "?");
@@ -356,6 +435,26 @@ npulm_status npulm_predict(const npulm_model *model, const npulm_npu_profile *pr
   struct target tg = {.cpu_macs = host->f32_macs,
                       .cpu_bytes = host->mem_bytes,
                       .cpu_cache = (double)host->cache_bytes};
+  for (int w4 = 0; w4 < 2; w4++) {
+    for (int blk = 0; blk < 2; blk++) {
+      for (int a16 = 0; a16 < 2; a16++) {
+        tg.npu_mm[w4][blk][a16] =
+            matmul_rate(profile, host, w4 ? 4 : 8, blk ? NPU_QC4W_BLOCK : 0, a16);
+      }
+    }
+  }
+  /* the host must have measured the rate of every precision the program's matmuls compute in
+   * (their inputs are int16 exactly when the mode's activations are) */
+  for (int32_t i = 0; int8 && profile == NULL && i < p->n_qsites; i++) {
+    const struct npu_qsite *site = &p->qsites[i];
+    const bool a16 = npu_quant_act_bits((enum npu_quant_mode)p->quant_mode) == 16;
+    if (site->op == NPU_OP_MATMUL && !(tg.npu_mm[site->w_bits == 4][site->w_block != 0][a16] > 0)) {
+      return npu_fail(err, NPULM_ERR_ARG,
+                      "the host's rate of int%d weights%s x int%d inputs must be measured "
+                      "(npulm_roofline_measure)",
+                      site->w_bits, site->w_block != 0 ? " in blocks" : "", a16 ? 16 : 8);
+    }
+  }
   double f32_scale = 1.0;
   if (profile != NULL) {
     tg.npu_macs = int8 ? profile->int8_tops * 0.5e12 : profile->fp16_tflops * 0.5e12;

@@ -8,6 +8,7 @@
 #include "base/common.h"
 #include "compiler/program.h"
 #include "compiler/quantize.h"
+#include "compiler/smooth.h"
 
 /* 'n' bytes as "512 B", "1.5 KiB", "12.0 MiB", "1.25 GiB". */
 static const char *human_bytes(uint64_t n, char *buf, size_t cap) {
@@ -217,7 +218,7 @@ static void print_memory(const struct npulm_model *m, const struct npu_program *
   const bool integer = p->quant_mode != NPU_QUANT_F32;
   fprintf(out, "\nmemory:\n");
   fprintf(out, "  weights    %s F32 in %d tensors%s%s\n", human_bytes(bytes, b0, sizeof(b0)),
-          n_tensors, integer ? " read in float by the CPU (the NPU's: int8, below)" : "",
+          n_tensors, integer ? " read in float by the CPU (the NPU's: integers, below)" : "",
           c->tied_output && (shared || !integer) ? " (the output layer shares the token embedding)"
                                                  : "");
   int32_t max_ctx = p->opts.buckets[p->opts.n_buckets - 1];
@@ -242,6 +243,36 @@ static void print_memory(const struct npulm_model *m, const struct npu_program *
   }
 }
 
+/* SmoothQuant's alpha: the forced one, or those chosen for each block and matmul input (when the
+ * program was quantized here: a program file keeps only that they were chosen). */
+static void print_smooth(const struct npu_program *p, FILE *out) {
+  if (p->smooth_alpha != NPU_SMOOTH_AUTO) {
+    fprintf(out, "; SmoothQuant, alpha %.2f\n", (double)p->smooth_alpha);
+    return;
+  }
+  fprintf(out, "; SmoothQuant, alpha chosen per block and matmul input by the predicted error%s\n",
+          p->smooth_alphas != NULL ? " (- = not smoothed)" : "");
+  if (p->smooth_alphas == NULL || p->n_graphs == 0) return;
+  fprintf(out, "  %-6s", "block");
+  for (int gi = 0; gi < NPU_SMOOTH_GROUPS; gi++) {
+    fprintf(out, " %8s", npu_smooth_group_name((enum npu_smooth_group)gi));
+  }
+  fprintf(out, "\n");
+  int32_t n_layers = 0;
+  for (int32_t i = 0; i < p->graphs[0].n_nodes; i++) {
+    if (p->graphs[0].nodes[i].layer >= n_layers) n_layers = p->graphs[0].nodes[i].layer + 1;
+  }
+  for (int32_t l = 0; l < n_layers; l++) {
+    fprintf(out, "  %-6d", (int)l);
+    for (int gi = 0; gi < NPU_SMOOTH_GROUPS; gi++) {
+      const float a = p->smooth_alphas[(size_t)l * NPU_SMOOTH_GROUPS + (size_t)gi];
+      if (a == NPU_SMOOTH_NONE) fprintf(out, " %8s", "-");
+      else fprintf(out, " %8.2f", (double)a);
+    }
+    fprintf(out, "\n");
+  }
+}
+
 /* The quantization: mode, tensor types, outliers. */
 static void print_quant(const struct npu_program *p, FILE *out) {
   enum npu_quant_mode mode = (enum npu_quant_mode)p->quant_mode;
@@ -260,7 +291,7 @@ static void print_quant(const struct npu_program *p, FILE *out) {
       fprintf(out, "; input channels above %.1fx the median channel's run in float on the CPU\n",
               (double)p->shadow_threshold);
     } else if (npu_quant_outliers(mode) == NPU_OUTLIERS_SMOOTH) {
-      fprintf(out, "; SmoothQuant, alpha %.2f\n", (double)p->smooth_alpha);
+      print_smooth(p, out);
     } else {
       fprintf(out, "; no outlier handling\n");
     }
@@ -296,18 +327,26 @@ static void print_quant(const struct npu_program *p, FILE *out) {
     n_i16 += p->qtensors[i].dtype == NPU_DT_I16;
   }
   bool tied = false;
+  int32_t n_w4 = 0, n_w8 = 0; /* matmuls by weight bits */
   for (int32_t i = 0; i < p->n_qsites; i++) {
-    tied |= p->qsites[i].table_site >= 0;
-    n_outliers += p->qsites[i].n_outliers;
-    n_shadowed += p->qsites[i].n_outliers > 0;
-    if (p->qsites[i].table_site < 0) packed += p->qsites[i].packed_size; /* tied: once */
+    const struct npu_qsite *s = &p->qsites[i];
+    tied |= s->table_site >= 0;
+    n_outliers += s->n_outliers;
+    n_shadowed += s->n_outliers > 0;
+    if (s->table_site < 0) packed += s->packed_size; /* tied: once */
+    if (s->op == NPU_OP_MATMUL) {
+      n_w4 += s->w_bits == 4;
+      n_w8 += s->w_bits == 8;
+    }
   }
   char b0[32];
   fprintf(out,
-          "  quantization table: %d tensors (%d I8, %d I16); %d NPU operations with %s of int8 "
+          "  quantization table: %d tensors (%d I8, %d I16); %d NPU operations with %s of integer "
           "weights and tables%s\n",
           p->n_qtensors, n_i8, n_i16, p->n_qsites, human_bytes(packed, b0, sizeof(b0)),
           tied ? " (the embedding gathered from the classifier's)" : "");
+  fprintf(out, "  matmul weights: %d int8, %d int4%s\n", n_w8, n_w4,
+          n_w4 > 0 ? " (the classifier keeps int8)" : "");
   fprintf(out, "  outlier channels: %d in %d matmul%s%s\n", n_outliers, n_shadowed,
           n_shadowed == 1 ? "" : "s",
           n_outliers > 0 ? " (computed in float on the CPU, added back on the NPU)" : "");
@@ -325,10 +364,10 @@ static void print_macs(const struct npu_program *p, FILE *out) {
     }
   }
   fprintf(out,
-          "\nMACs per step (int8: on the NPU in int8; shadow: outlier channels in float on the "
-          "CPU):\n");
-  fprintf(out, "  graph  step      rows    ctx   weight matmuls   int8  shadow   with attention"
-               "   int8\n");
+          "\nMACs per step (integer: on the NPU in integers, int8 or int4 weights by int8 or int16 "
+          "activations; shadow: outlier channels in float on the CPU):\n");
+  fprintf(out, "  graph  step      rows    ctx   weight matmuls integer shadow   with attention"
+               " integer\n");
   for (int k = 0; k < 2; k++) {
     if (pick[k] < 0) continue;
     const struct npu_graph *g = &p->graphs[pick[k]];
@@ -336,7 +375,7 @@ static void print_macs(const struct npu_program *p, FILE *out) {
     npu_program_mac_stats(p, g, &st);
     char b0[32], b1[32];
     uint64_t all = st.matmul + st.attention;
-    fprintf(out, "  %5d  %-7s %6d %6d %16s %5.1f%% %6.1f%% %16s %5.1f%%\n", pick[k],
+    fprintf(out, "  %5d  %-7s %6d %6d %16s %6.1f%% %6.1f%% %16s %6.1f%%\n", pick[k],
             g->rows == 1 ? "decode" : "prefill", g->rows, g->ctx,
             human_count(st.matmul, b0, sizeof(b0)), percent(st.matmul_int8, st.matmul),
             percent(st.matmul_shadow, st.matmul), human_count(all, b1, sizeof(b1)),

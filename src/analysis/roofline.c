@@ -1,12 +1,13 @@
 /* npulm_roofline_measure: this host's two roofline ceilings. The compute ceiling is the int8 MAC
  * rate of the NPU's own GEMM microkernel (the variant npu_ukernels_select picks for this CPU) on
- * cache-resident shapes, the best of several; the memory ceiling is the rate of a streaming read
- * and of a streaming copy through a buffer several times the last-level cache, in pages like the
- * packed weights' (npu_pages_alloc_huge: streaming from huge pages is faster, and the ceiling must
- * not be measured slower than the engine can read). Every phase runs
- * on all threads at once: the threads are created once and persist for the whole measurement,
- * meeting at a barrier before each timed window, so a window's rate is total work / the longest
- * thread's time, and a phase reports its best window. */
+ * cache-resident shapes, the best of several, and for each other precision (w4a8, w8a16, w4a16
+ * per channel and in blocks) the rate of its GEMM kernel on one cache-resident shape; the memory
+ * ceiling is the rate of a streaming read and of a streaming copy through a buffer several times
+ * the last-level cache, in pages like the packed weights' (npu_pages_alloc_huge: streaming from
+ * huge pages is faster, and the ceiling must not be measured slower than the engine can read).
+ * Every phase runs on all threads at once: the threads are created once and persist for the whole
+ * measurement, meeting at a barrier before each timed window, so a window's rate is total work /
+ * the longest thread's time, and a phase reports its best window. */
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -35,10 +36,15 @@
  * (m a multiple of the AVX2 kernel's 3-row tile, n of its 16 channels). */
 static const size_t gemm_shapes[][3] = {{48, 256, 1024}, {96, 128, 768}, {24, 512, 512}};
 #define N_GEMM (sizeof(gemm_shapes) / sizeof(gemm_shapes[0]))
+/* The one shape of the other precisions' GEMMs {m, n, k}: smaller, since some have only a scalar
+ * kernel (a call must stay well inside a window); k a multiple of the int4 blocks. */
+static const size_t prec_shape[3] = {24, 128, 512};
 /* The float matmul shape {rows, n, k} (x 96 KiB, w 512 KiB). */
 static const int32_t f32_shape[3] = {48, 256, 512};
 
-enum { PH_F32 = N_GEMM, PH_READ, PH_COPY, PH_COUNT };
+/* Phases: the int8 shapes, then the other precisions' kernels (w4a16 twice: per channel and in
+ * blocks), the float matmul, then memory. */
+enum { PH_W4A8 = N_GEMM, PH_W8A16, PH_W4A16, PH_W4A16_BLOCK, PH_F32, PH_READ, PH_COPY, PH_COUNT };
 
 /* A barrier that the main thread can abort (when creating a thread fails, the ones already
  * waiting must be let go). */
@@ -80,7 +86,10 @@ struct shared {
   struct npu_cpu_ukernels cpu_uk;
   int n_threads;
   const int8_t *x;             /* (max m * k) int8 GEMM input */
+  const int16_t *x16;          /* (prec_shape m * k) int16 GEMM input */
   const void *packed[N_GEMM];  /* packed weights of each shape */
+  const void *packed8;         /* prec_shape's int8 weights (qs16_gemm_qs16) */
+  const void *packed4[2];      /* prec_shape's int4 weights: per channel, in 32-k blocks */
   const int32_t *mult, *shift; /* (max n) requantization */
   const float *fx, *fw;        /* float matmul operands */
   uint8_t *stream;             /* (n_threads * slice) bytes */
@@ -91,7 +100,7 @@ struct shared {
 struct worker {
   struct shared *sh;
   int id;
-  int8_t *y;                         /* (max m * n) */
+  int8_t *y;                         /* (max m * n) int8, or int16 for the int16 GEMMs */
   float *fy;                         /* (rows * n) */
   uint64_t units[PH_COUNT][WINDOWS]; /* calls or passes completed */
   double elapsed[PH_COUNT][WINDOWS];
@@ -141,6 +150,20 @@ static void run_unit(struct worker *w, int ph) {
     const size_t m = gemm_shapes[ph][0], n = gemm_shapes[ph][1], k = gemm_shapes[ph][2];
     const struct npu_qs8_gemm_params p = {sh->mult, sh->shift, -3, 2};
     sh->uk.qs8_gemm(m, 0, n, k, sh->x, k, sh->packed[ph], w->y, n, &p);
+  } else if (ph == PH_W4A8) {
+    const size_t m = prec_shape[0], n = prec_shape[1], k = prec_shape[2];
+    const struct npu_qs8_gemm_params p = {sh->mult, sh->shift, -3, 2};
+    sh->uk.qs8_qc4w_gemm(m, 0, n, k, sh->x, k, sh->packed4[0], w->y, n, &p);
+  } else if (ph <= PH_W4A16_BLOCK) {
+    const size_t m = prec_shape[0], n = prec_shape[1], k = prec_shape[2];
+    const struct npu_qs16_gemm_params p = {sh->mult, sh->shift, 8, 0,
+                                           ph == PH_W4A16_BLOCK ? NPU_QC4W_BLOCK : 0};
+    int16_t *y = (int16_t *)(void *)w->y;
+    if (ph == PH_W8A16) sh->uk.qs16_gemm_qs16(m, 0, n, k, sh->x16, k, sh->packed8, y, n, &p);
+    else {
+      sh->uk.qs16_qc4w_gemm_qs16(m, 0, n, k, sh->x16, k, sh->packed4[ph == PH_W4A16_BLOCK], y, n,
+                                 &p);
+    }
   } else if (ph == PH_F32) {
     sh->cpu_uk.f32_matmul(w->fy, sh->fx, sh->fw, NULL, f32_shape[0], f32_shape[2], f32_shape[1]);
   } else if (ph == PH_READ) {
@@ -177,6 +200,7 @@ static double unit_work(const struct shared *sh, int ph) {
   if (ph < (int)N_GEMM) {
     return (double)gemm_shapes[ph][0] * (double)gemm_shapes[ph][1] * (double)gemm_shapes[ph][2];
   }
+  if (ph < PH_F32) return (double)prec_shape[0] * (double)prec_shape[1] * (double)prec_shape[2];
   if (ph == PH_F32) return (double)f32_shape[0] * (double)f32_shape[1] * (double)f32_shape[2];
   return (double)sh->slice; /* read: slice bytes; copy: slice/2 read + slice/2 written */
 }
@@ -252,6 +276,12 @@ static npulm_status measure(int n_threads, int first_phase, npulm_roofline *out,
   npu_cpu_ukernels_select(npu_isa_detect(), &sh.cpu_uk);
   snprintf(out->kernel, sizeof(out->kernel), "qs8_gemm__%s",
            npu_ukernels_variant(&sh.uk, "qs8_gemm"));
+  snprintf(out->kernel_w4a8, sizeof(out->kernel_w4a8), "qs8_qc4w_gemm__%s",
+           npu_ukernels_variant(&sh.uk, "qs8_qc4w_gemm"));
+  snprintf(out->kernel_w8a16, sizeof(out->kernel_w8a16), "qs16_gemm_qs16__%s",
+           npu_ukernels_variant(&sh.uk, "qs16_gemm_qs16"));
+  snprintf(out->kernel_w4a16, sizeof(out->kernel_w4a16), "qs16_qc4w_gemm_qs16__%s",
+           npu_ukernels_variant(&sh.uk, "qs16_qc4w_gemm_qs16"));
 
   /* the streamed buffer: 4x the last-level cache, at least 256 MiB, at most 1 GiB */
   const uint64_t cache = llc_bytes();
@@ -267,7 +297,17 @@ static npulm_status measure(int n_threads, int first_phase, npulm_roofline *out,
     if (m * n > max_y) max_y = m * n;
     if (n > max_n) max_n = n;
   }
+  const size_t pm = prec_shape[0], pn = prec_shape[1], pk = prec_shape[2];
+  if (pm * pk > max_x) max_x = pm * pk;
+  if (2 * pm * pn > max_y) max_y = 2 * pm * pn; /* int16 outputs */
+  if (pn > max_n) max_n = pn;
   int8_t *x = alloc64(max_x), *w = NULL;
+  int16_t *x16 = alloc64(pm * pk * sizeof(int16_t));
+  int8_t *w8 = malloc(pn * pk), *w4 = malloc(pn * pk);
+  uint8_t *bscale = malloc(pn * (pk / NPU_QC4W_BLOCK));
+  void *packed8 = alloc64(npu_qs8_gemm_packed_size(pn, pk));
+  void *packed4[2] = {alloc64(npu_qc4w_gemm_packed_size(pn, pk, 0)),
+                      alloc64(npu_qc4w_gemm_packed_size(pn, pk, NPU_QC4W_BLOCK))};
   int32_t *mult = malloc(max_n * sizeof(int32_t)), *shift = malloc(max_n * sizeof(int32_t));
   void *packed[N_GEMM] = {NULL};
   const size_t fx_n = (size_t)f32_shape[0] * (size_t)f32_shape[2];
@@ -279,7 +319,8 @@ static npulm_status measure(int n_threads, int first_phase, npulm_roofline *out,
   int n_started = 0;
   bool barrier_made = false;
   if (x == NULL || mult == NULL || shift == NULL || fx == NULL || fw == NULL || stream == NULL ||
-      workers == NULL || threads == NULL) {
+      workers == NULL || threads == NULL || x16 == NULL || w8 == NULL || w4 == NULL ||
+      bscale == NULL || packed8 == NULL || packed4[0] == NULL || packed4[1] == NULL) {
     st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory allocating %llu MiB to measure bandwidth",
                   (unsigned long long)(sh.slice * (size_t)n_threads / MIB));
     goto done;
@@ -310,6 +351,25 @@ static npulm_status measure(int n_threads, int first_phase, npulm_roofline *out,
     }
     sh.packed[s] = packed[s];
   }
+  /* the other precisions: int16 inputs of any sign, int8 weights in [-127, 127], int4 weights in
+   * [-8, 7] with block scales in [0, 15] */
+  for (size_t i = 0; i < pm * pk; i++) x16[i] = (int16_t)xorshift(&rng);
+  for (size_t i = 0; i < pn * pk; i++) {
+    w8[i] = (int8_t)((int)(xorshift(&rng) % 255) - 127);
+    w4[i] = (int8_t)((int)(xorshift(&rng) % 16) - 8);
+  }
+  for (size_t i = 0; i < pn * (pk / NPU_QC4W_BLOCK); i++)
+    bscale[i] = (uint8_t)(xorshift(&rng) % 16);
+  if (!npu_qs8_gemm_pack(pn, pk, w8, NULL, packed8) ||
+      !npu_qc4w_gemm_pack(pn, pk, w4, NULL, 0, NULL, packed4[0]) ||
+      !npu_qc4w_gemm_pack(pn, pk, w4, NULL, NPU_QC4W_BLOCK, bscale, packed4[1])) {
+    st = npu_fail(err, NPULM_ERR_ARG, "cannot pack the benchmark weights");
+    goto done;
+  }
+  sh.x16 = x16;
+  sh.packed8 = packed8;
+  sh.packed4[0] = packed4[0];
+  sh.packed4[1] = packed4[1];
   for (size_t i = 0; i < fx_n; i++) fx[i] = (float)((int)(xorshift(&rng) % 2001) - 1000) * 1e-3f;
   for (size_t i = 0; i < fw_n; i++) fw[i] = (float)((int)(xorshift(&rng) % 2001) - 1000) * 1e-3f;
   /* commit every page of the streamed buffer before timing */
@@ -375,6 +435,10 @@ done:
     for (size_t s = 0; s < N_GEMM; s++) {
       if (rate[s] > out->int8_macs) out->int8_macs = rate[s];
     }
+    out->w4a8_macs = rate[PH_W4A8];
+    out->w8a16_macs = rate[PH_W8A16];
+    out->w4a16_macs = rate[PH_W4A16];
+    out->w4a16_block_macs = rate[PH_W4A16_BLOCK];
     out->f32_macs = rate[PH_F32];
     out->read_bytes = rate[PH_READ];
     out->copy_bytes = rate[PH_COPY];
@@ -398,6 +462,13 @@ done:
   free(w);
   for (size_t s = 0; s < N_GEMM; s++) free(packed[s]);
   free(x);
+  free(x16);
+  free(w8);
+  free(w4);
+  free(bscale);
+  free(packed8);
+  free(packed4[0]);
+  free(packed4[1]);
   free(mult);
   free(shift);
   free(fx);

@@ -10,6 +10,7 @@
 #include "base/common.h"
 #include "compiler/program.h"
 #include "compiler/quantize.h"
+#include "compiler/smooth.h"
 #include "io/gguf.h"
 #include "io/gguf_checksum.h"
 #include "model/model.h"
@@ -114,10 +115,12 @@ static npulm_status quant_from_params(const npulm_compile_params *params,
     q->shadow_threshold = params->shadow_threshold;
   }
   /* (a program file refuses options that are not finite, so compiling does too) */
-  if (!(q->smooth_alpha > 0.0f && q->smooth_alpha < 1.0f) || !(q->shadow_threshold > 1.0f) ||
-      !isfinite(q->shadow_threshold)) {
+  /* NPULM_SMOOTH_ALPHA_AUTO is NPU_SMOOTH_AUTO (tests/test_smooth.c) */
+  if (!(q->smooth_alpha == NPU_SMOOTH_AUTO || (q->smooth_alpha > 0.0f && q->smooth_alpha < 1.0f)) ||
+      !(q->shadow_threshold > 1.0f) || !isfinite(q->shadow_threshold)) {
     return npu_fail(err, NPULM_ERR_ARG,
-                    "smooth alpha must be in (0, 1) and the shadow threshold finite and above 1");
+                    "smooth alpha must be in (0, 1) (or auto) and the shadow threshold finite and "
+                    "above 1");
   }
   return NPULM_OK;
 }

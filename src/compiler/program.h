@@ -50,7 +50,11 @@ struct npu_program {
   /* Integer NPU (set by npu_quantize_program; quant_mode 0 = the NPU computes in FP32): the
    * integer data of each NPU operation and the quantization of each named tensor. */
   int32_t quant_mode; /* enum npu_quant_mode */
+  /* smooth_alpha: the alpha SmoothQuant was forced to, or -1 (NPU_SMOOTH_AUTO): chosen per block
+   * and group; smooth_alphas (n_layers, 4 groups, in memory only: NULL for a program read from a
+   * file): the alphas it took, -2 (NPU_SMOOTH_NONE) where it left a group alone */
   float smooth_alpha, shadow_threshold;
+  float *smooth_alphas;
   int32_t n_qsites;
   struct npu_qsite *qsites;
   int32_t n_qtensors;

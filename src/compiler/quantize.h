@@ -7,7 +7,8 @@
  *           magnitude exceeds a threshold get zero weights on the NPU (so their int8 range is set
  *           by the other channels) and are computed in float on the CPU, then added back;
  *   smooth  SmoothQuant: per input channel factors s = amax^alpha / wmax^(1-alpha) divide the
- *           activation (folded into the op before it) and multiply the weight columns.
+ *           activation (folded into the op before it) and multiply the weight columns; alpha
+ *           fixed, or chosen per block and matmul input by a predicted error (smooth.h).
  * Conventions (documented in README): matmul inputs are int8 asymmetric per tensor; weights int8
  * symmetric per output channel in [-127, 127]; the residual stream and matmul outputs that leave
  * the NPU (q, k, v, logits) are int16 symmetric; gate/up/SiLU/product are int8.
@@ -79,7 +80,8 @@ int npu_quant_mode_parse(const char *name);
 
 struct npu_quant_options {
   enum npu_quant_mode mode;
-  float smooth_alpha;     /* SmoothQuant migration strength, default 0.5 */
+  float smooth_alpha;     /* SmoothQuant migration strength in (0, 1), default 0.5, or
+                             NPU_SMOOTH_AUTO: chosen per block and group (compiler/smooth.h) */
   float shadow_threshold; /* a channel is an outlier if its calibrated absmax exceeds this many
                              times the median channel absmax of the tensor (default 6) */
   int n_threads;          /* calibration threads (0: one per online CPU) */

@@ -8,8 +8,8 @@
 
 /* Quantize n weights at 'scale' into [qmin, qmax] (round half away from zero, as the other
  * quantizers); the weighted squared error. */
-static double quant_run(const float *w, size_t n, const float *imp, float scale, int qmin,
-                        int qmax, int8_t *q) {
+static double quant_run(const float *w, size_t n, const float *imp, float scale, int qmin, int qmax,
+                        int8_t *q) {
   double err = 0.0;
   for (size_t c = 0; c < n; c++) {
     float v = scale > 0.0f ? roundf(w[c] / scale) : 0.0f;
@@ -78,7 +78,7 @@ static double block_row(const float *w, size_t n, size_t block, const float *imp
     }
     const float ideal = bmax / (7.0f * row_scale_);
     int lo = (int)ceilf(ideal), hi = lo;
-    if (search) lo -= 2, hi += 1;
+    if (search) lo -= 3, hi += 2;
     lo = lo < 1 ? 1 : lo > BSCALE_MAX ? BSCALE_MAX : lo;
     hi = hi < lo ? lo : hi > BSCALE_MAX ? BSCALE_MAX : hi;
     int best = lo;
@@ -113,8 +113,8 @@ bool npu_quantize_weights(const float *w, size_t rows, size_t cols, const struct
     float best = top;
     if (how->search && top > 0.0f) {
       double best_err = INFINITY;
-      for (int i = 0; i <= 8; i++) {
-        const float s = top * (1.0f - 0.05f * (float)i);
+      for (int i = 0; i <= 20; i++) {
+        const float s = top * (1.0f - 0.02f * (float)i);
         const double e = block_row(row, cols, how->block, how->imp, s, true, q, bs);
         if (e < best_err) best_err = e, best = s;
       }

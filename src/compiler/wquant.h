@@ -15,12 +15,12 @@
 
 /* How to quantize a matrix's rows. */
 struct npu_wquant {
-  int bits;           /* 8: values in [-127, 127]; 4: values in [-8, 7] */
-  size_t block;       /* 0: one scale per row; else (bits 4) blocks of this many columns, each with
-                         an integer scale in [0, 15] times the row's */
-  const float *imp;   /* (cols) E[x_c^2] of the input channel each column multiplies, or NULL
-                         (every column alike) */
-  bool search;        /* choose the scales by the weighted error (else the row's maximum) */
+  int bits;         /* 8: values in [-127, 127]; 4: values in [-8, 7] */
+  size_t block;     /* 0: one scale per row; else (bits 4) blocks of this many columns, each with
+                       an integer scale in [0, 15] times the row's */
+  const float *imp; /* (cols) E[x_c^2] of the input channel each column multiplies, or NULL
+                       (every column alike) */
+  bool search;      /* choose the scales by the weighted error (else the row's maximum) */
 };
 
 /* Quantize w [rows, cols] (row r at w + r * cols) as 'how' says: q_out [rows, cols], the rows'

@@ -59,7 +59,8 @@
  *                                    outliers (0 naive, 1 shadow, 2 smooth) + 3 * precision (0
  *                                    w8a8, 1 w8a16, 2 w4a16, 3 w4a16-block, 4 w4a8): 1 =
  *                                    w8a8-naive, ..., 15 = w4a8-smooth
- *   npulm.quant.smooth_alpha   f32   } the options the program was quantized with (mode != 0)
+ *   npulm.quant.smooth_alpha   f32   } the options the program was quantized with (mode != 0;
+ *                                      smooth_alpha -1: chosen per block and matmul input)
  *   npulm.quant.shadow_threshold f32 }
  *   npulm.qtensors             i32[3 * n], per quantized tensor name: dtype, scale (f32 bits),
  *                                    zero point (struct npu_qtensor)

@@ -101,6 +101,12 @@ check "bench -o json: nothing but JSON" json_only
 
 ceilings() {
   grep -Eq '^  int8 compute +[0-9]*[1-9][0-9]*\.[0-9]+ GMAC/s' "$tmp/roof" &&
+    grep -Eq '^  w4a8 compute +[0-9.]+ GMAC/s  NPU kernel qs8_qc4w_gemm__' "$tmp/roof" &&
+    grep -Eq '^  w8a16 compute +[0-9.]+ GMAC/s  NPU kernel qs16_gemm_qs16__' "$tmp/roof" &&
+    grep -Eq '^  w4a16 compute +[0-9.]+ GMAC/s  NPU kernel qs16_qc4w_gemm_qs16__.* blocks [0-9.]+\)$' "$tmp/roof" &&
+    ! grep -Eq '^  w[48]a[0-9]+ compute +0\.00 ' "$tmp/roof" &&
+    grep -Eq '^  ridge point +[0-9.]+ MAC/byte \(w8a8\)$' "$tmp/roof" &&
+    grep -q '^pp16: .* the w8a8 ceiling allows' "$tmp/roof" &&
     grep -Eq '^  memory +[0-9.]+ GB/s' "$tmp/roof" &&
     ! grep -Eq '^  (int8 compute|memory) +0\.00 ' "$tmp/roof" &&
     grep -Eq '^\| +pp16 \| +1 \| +[0-9.]+ \| .*% \|' "$tmp/roof" &&
@@ -161,6 +167,26 @@ if command -v python3 >/dev/null 2>&1; then
     paired_json "$rss"
 else
   n=$((n + 1)); echo "ok $n - bench --roofline paired json # SKIP no python3"
+fi
+# a w4a16 program is placed against its own ceiling: the host's w4a16 GEMM, named as such
+precision_json() {
+  "$bin" bench -m "$model" -p 16 -n 0 -r 1 -t 1 --roofline --quant w4a16 -o json \
+    >"$tmp/w4a16.json" 2>/dev/null &&
+    python3 - "$tmp/w4a16.json" <<'EOF'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+rl = rows[0]["roofline"]
+assert rows[0]["quant"] == "w4a16-naive" and rl["precision"] == "w4a16", rl
+assert rl["peak_macs_per_s"] == rl["w4a16_macs_per_s"] > 0, rl
+for k in ["w4a8_macs_per_s", "w8a16_macs_per_s", "w4a16_block_macs_per_s"]:
+    assert rl[k] > 0, (k, rl)
+assert rl["kernel_w4a16"].startswith("qs16_qc4w_gemm_qs16__"), rl
+EOF
+}
+if command -v python3 >/dev/null 2>&1; then
+  check "bench --roofline --quant w4a16: placed against the w4a16 GEMM's ceiling" precision_json
+else
+  n=$((n + 1)); echo "ok $n - bench --roofline precision json # SKIP no python3"
 fi
 svg() {
   head -c 200 "$tmp/roof.svg" | grep -q '^<svg ' && tail -1 "$tmp/roof.svg" | grep -q '</svg>' &&
