@@ -1957,6 +1957,7 @@ static void test_dispatch(void **state) {
   assert_true(uk.qs8_gemm_qs16 == npu_qs8_gemm_qs16__neondot);
   assert_true(uk.qs8_qc4w_gemm == npu_qs8_qc4w_gemm__neondot);
   assert_true(uk.qs8_qc4w_gemm_qs16 == npu_qs8_qc4w_gemm_qs16__neondot);
+  assert_true(uk.qs8_qk_qs16 == npu_qs8_qk_qs16__neondot);
   assert_true(uk.qs16_vadd == npu_qs16_vadd__neon);
 #endif
 #if NPU_NEON_I8MM_VARIANTS

@@ -1,12 +1,12 @@
 /* The NPU's integer microkernels: one function type per family, the parameter structs, the weight
  * packing API, and the choice of the best variant for this CPU. The variants themselves
  * (npu_<family>__scalar everywhere; __avx2 and __avx512vnni on x86-64; __neon on AArch64, and for
- * the int8-activation GEMMs __neondot with the dot product and __neoni8mm with the int8 matrix
- * multiply) are listed once in src/kernels/npu/ukernels.inc, which feeds the declarations below,
- * the dispatch in ukernels.c and the tests. Every family has a NEON variant; the CPU backend's
- * kernels (src/kernels/cpu) have AVX2 ones only and run their portable scalar variants on
- * AArch64. Integer-only by contract: requantization is src/kernels/npu/fixedpoint.h. Kernels never
- * allocate and keep no state. */
+ * the int8-activation GEMMs and the attention scores __neondot with the dot product, for those
+ * GEMMs __neoni8mm with the int8 matrix multiply) are listed once in src/kernels/npu/ukernels.inc,
+ * which feeds the declarations below, the dispatch in ukernels.c and the tests. Every family has a
+ * NEON variant; the CPU backend's kernels (src/kernels/cpu) have AVX2 ones only and run their
+ * portable scalar variants on AArch64. Integer-only by contract: requantization is
+ * src/kernels/npu/fixedpoint.h. Kernels never allocate and keep no state. */
 #ifndef NPU_KERNELS_NPU_UKERNELS_H
 #define NPU_KERNELS_NPU_UKERNELS_H
 
