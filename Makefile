@@ -4,6 +4,10 @@
 # its warnings on a variable read before it is set on some path, as errors, in build-clang/.
 # `make TSAN=1 test` runs the tests under ThreadSanitizer (clang) in build-tsan/.
 # `make format` applies .clang-format to every C file; `make format-check` fails on any that differs.
+# `make CROSS=aarch64` cross-builds the library, CLI, tests and benchmarks for AArch64 Linux with
+# aarch64-linux-gnu-gcc in build-aarch64/ (Debian's arm64 libraries: .ci/install-deps);
+# `make CROSS=aarch64 test-cross` runs the kernel tests and the end-to-end checks of tests/cross/
+# under qemu-aarch64, against the x86 build in build/ (which it builds first).
 
 BUILD := build
 OPT := -O2 -g
@@ -24,6 +28,12 @@ else ifeq ($(CLANG),1)
 CC := clang
 BUILD := build-clang
 WARN += $(CLANG_WARN)
+else ifeq ($(CROSS),aarch64)
+CC := aarch64-linux-gnu-gcc
+AR := aarch64-linux-gnu-ar
+BUILD := build-aarch64
+else ifneq ($(CROSS),)
+$(error CROSS=$(CROSS): the only cross target is aarch64)
 endif
 
 # -ffp-contract=off: no fused multiply-adds, whose single rounding would break the float kernels'
@@ -78,6 +88,9 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libnpulm.a
 ifeq ($(CLANG),1)
 all: $(TESTS) $(BENCHES) $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard fuzz/*.c)))
 endif
+ifeq ($(CROSS),aarch64)
+all: $(TESTS) $(BENCHES)
+endif
 
 # Under ThreadSanitizer the first race ends the process; and clang 14's TSan cannot place its
 # shadow memory under a newer kernel's wider address randomization (vm.mmap_rnd_bits > 28), so the
@@ -90,6 +103,27 @@ endif
 
 test: $(BUILD)/npulm $(TESTS)
 	@$(TEST_ENV) $(TEST_WRAP) tests/run.sh $(BUILD)
+
+# The cross build's tests under qemu-aarch64 (`make CROSS=aarch64 test-cross`): the kernel tests
+# and those quick under emulation, the NPU's float-free check on the AArch64 objects, then
+# tests/cross/, which compares the AArch64 build's text with the host build's (build/npulm, made
+# first). Debian's cross loader (libc6-arm64-cross) and its
+# arm64 libc (libc6:arm64, which the arm64 libraries bring) may be different releases that must
+# not be mixed: the loader finds the libc beside it first (LD_LIBRARY_PATH), the other libraries
+# where multiarch puts them.
+QEMU_AARCH64 := qemu-aarch64 -L /usr/aarch64-linux-gnu -E LD_LIBRARY_PATH=/usr/aarch64-linux-gnu/lib
+CROSS_TESTS := test_npu_kernels test_cpu_kernels test_costmodel test_dequant test_gguf test_model \
+               test_pages
+.PHONY: test-cross
+ifeq ($(CROSS),aarch64)
+test-cross: $(BUILD)/npulm $(CROSS_TESTS:%=$(BUILD)/tests/%)
+	@$(MAKE) --no-print-directory CROSS= build/npulm
+	@NPULM_EXEC="$(QEMU_AARCH64)" NPULM_HOST_BIN=build/npulm tests/run.sh $(BUILD) \
+	  $(CROSS_TESTS:%=$(BUILD)/tests/%) tests/cli/test_npu_float_free.sh tests/cross/test_*.sh
+else
+test-cross:
+	$(error test-cross runs a cross build's tests: make CROSS=aarch64 test-cross)
+endif
 
 # libFuzzer harnesses (clang only; fuzz/README.md): `make fuzz` builds build-fuzz/fuzz_gguf and its
 # seeds in build-fuzz/seeds/gguf/, `make fuzz-program` build-fuzz/fuzz_program and its seeds (a
@@ -138,7 +172,7 @@ fuzz-run-gguf fuzz-run-program: fuzz-run-%: $(FUZZ)/fuzz_% $(FUZZ)/seeds/%
 	  | sed 's/^/fuzz_$*: /'
 
 clean:
-	rm -rf build build-san build-clang build-tsan $(FUZZ)
+	rm -rf build build-san build-clang build-tsan build-aarch64 $(FUZZ)
 
 # Every C file of the repository in .clang-format's style: `make format` rewrites them in place,
 # `make format-check` (CI) lists each file that differs and fails.

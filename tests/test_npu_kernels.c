@@ -1938,6 +1938,36 @@ static void test_dispatch(void **state) {
   assert_true(uk.qs16_rmsnorm_qs8 == npu_qs16_rmsnorm_qs8__avx2);
   npu_ukernels_select(NPU_ISA_AVX512VNNI, &uk); /* never detected without AVX2 */
   assert_true(uk.qs8_gemm == npu_qs8_gemm__scalar);
+#elif defined(__aarch64__)
+  assert_true((npu_isa_detect() & NPU_ISA_NEON) != 0); /* baseline on AArch64 */
+  npu_ukernels_select(NPU_ISA_NEON, &uk);
+  assert_true(uk.qs8_gemm == npu_qs8_gemm__neon);
+  assert_true(uk.qs8_gemm_qs16 == npu_qs8_gemm_qs16__neon);
+  assert_true(uk.x8_lut == npu_x8_lut__neon);
+  assert_true(uk.qs16_rmsnorm_qs8 == npu_qs16_rmsnorm_qs8__neon);
+  assert_true(uk.qs16_qc4w_gemm_qs16 == npu_qs16_qc4w_gemm_qs16__neon);
+  /* every family has a NEON variant: none is left to its scalar one */
+#define NPU_UKERNEL(family, variant, isa)                                                          \
+  assert_string_not_equal(npu_ukernels_variant(&uk, #family), "scalar");
+#include "kernels/npu/ukernels.inc"
+#undef NPU_UKERNEL
+#if NPU_NEON_DOTPROD_VARIANTS
+  npu_ukernels_select(NPU_ISA_NEON | NPU_ISA_DOTPROD, &uk);
+  assert_true(uk.qs8_gemm == npu_qs8_gemm__neondot);
+  assert_true(uk.qs8_gemm_qs16 == npu_qs8_gemm_qs16__neondot);
+  assert_true(uk.qs8_qc4w_gemm == npu_qs8_qc4w_gemm__neondot);
+  assert_true(uk.qs8_qc4w_gemm_qs16 == npu_qs8_qc4w_gemm_qs16__neondot);
+  assert_true(uk.qs8_qk_qs16 == npu_qs8_qk_qs16__neondot);
+  assert_true(uk.qs16_vadd == npu_qs16_vadd__neon);
+#endif
+#if NPU_NEON_I8MM_VARIANTS
+  npu_ukernels_select(NPU_ISA_NEON | NPU_ISA_DOTPROD | NPU_ISA_I8MM, &uk);
+  assert_true(uk.qs8_gemm == npu_qs8_gemm__neoni8mm);
+  assert_true(uk.qs8_qc4w_gemm_qs16 == npu_qs8_qc4w_gemm_qs16__neoni8mm);
+  assert_true(uk.qs16_gemm_qs16 == npu_qs16_gemm_qs16__neon);
+#endif
+  npu_ukernels_select(NPU_ISA_DOTPROD, &uk); /* never detected without NEON */
+  assert_true(uk.qs8_gemm == npu_qs8_gemm__scalar);
 #endif
   npu_ukernels_select(npu_isa_detect(), &uk);
   /* Every family is filled. */

@@ -9,8 +9,10 @@
 /* Instruction-set extensions a variant needs (bit mask); 0 = plain C. */
 enum npu_isa {
   NPU_ISA_AVX2 = 1u << 0,       /* x86-64 AVX2 + FMA */
-  NPU_ISA_NEON = 1u << 1,       /* AArch64 Advanced SIMD (reserved for the phone kernels) */
+  NPU_ISA_NEON = 1u << 1,       /* AArch64 Advanced SIMD (baseline on every AArch64 CPU) */
   NPU_ISA_AVX512VNNI = 1u << 2, /* x86-64 AVX512F/VL/BW + AVX512-VNNI (vpdpbusd on ymm) */
+  NPU_ISA_DOTPROD = 1u << 3,    /* AArch64 dot product, sdot (Armv8.2-A FEAT_DotProd) */
+  NPU_ISA_I8MM = 1u << 4,       /* AArch64 int8 matrix multiply, smmla (Armv8.6-A FEAT_I8MM) */
 };
 
 /* The NPU_ISA_* extensions this CPU has. */

@@ -417,7 +417,10 @@ at_impl(float *restrict out, const float *restrict q, const float *restrict k,
   const int32_t group = heads / kv_heads;
   const size_t q_cols = (size_t)heads * (size_t)hd, kv_cols = (size_t)kv_heads * (size_t)hd;
   const int32_t nh = group < AT_PAIRS ? group : AT_PAIRS, nt = AT_PAIRS / nh;
-  float s[AT_KEYS], s1[AT_KEYS], max[AT_PAIRS], sum[AT_PAIRS];
+  float s[AT_KEYS], max[AT_PAIRS], sum[AT_PAIRS];
+#ifdef NPU_HAVE_AVX2_CLONE
+  float s1[AT_KEYS]; /* the second row's scores of the two-row AVX2 step */
+#endif
   for (int32_t kvh = 0; kvh < kv_heads; kvh++) {
     const float *kh = k + (size_t)kvh * (size_t)hd, *vh = v + (size_t)kvh * (size_t)hd;
     const int32_t h_end = (kvh + 1) * group;

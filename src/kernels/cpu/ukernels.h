@@ -1,7 +1,8 @@
 /* The CPU backend's microkernels that come in more than one variant (its float kernels, and the
  * conversions between float and the NPU's integer activations): one function type per family, and
- * the choice of the best variant for this CPU. The variants (npu_<family>__scalar, __avx2) are
- * listed once in src/kernels/cpu/ukernels.inc, which feeds the declarations below, the dispatch in
+ * the choice of the best variant for this CPU. The variants (npu_<family>__scalar, __avx2; none
+ * for NEON yet: on AArch64 the scalar ones run, which give the same bits) are listed once in
+ * src/kernels/cpu/ukernels.inc, which feeds the declarations below, the dispatch in
  * ukernels.c and tests/test_cpu_kernels.c. Every variant gives the bits of its family's scalar
  * one; the float kernels' scalar ones give the reference forward's (kernels.h, f32_util.h) and are
  * portable C (GCC/Clang vector extensions). Kernels never allocate and keep no state. Shapes and

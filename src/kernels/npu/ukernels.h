@@ -1,9 +1,12 @@
 /* The NPU's integer microkernels: one function type per family, the parameter structs, the weight
  * packing API, and the choice of the best variant for this CPU. The variants themselves
- * (npu_<family>__scalar, __avx2, later __neon) are listed once in src/kernels/npu/ukernels.inc,
- * which feeds the declarations below, the dispatch in ukernels.c and the tests. Integer-only by
- * contract: requantization is src/kernels/npu/fixedpoint.h. Kernels never allocate and keep no
- * state. */
+ * (npu_<family>__scalar everywhere; __avx2 and __avx512vnni on x86-64; __neon on AArch64, and for
+ * the int8-activation GEMMs and the attention scores __neondot with the dot product, for those
+ * GEMMs __neoni8mm with the int8 matrix multiply) are listed once in src/kernels/npu/ukernels.inc,
+ * which feeds the declarations below, the dispatch in ukernels.c and the tests. Every family has a
+ * NEON variant; the CPU backend's kernels (src/kernels/cpu) have AVX2 ones only and run their
+ * portable scalar variants on AArch64. Integer-only by contract: requantization is
+ * src/kernels/npu/fixedpoint.h. Kernels never allocate and keep no state. */
 #ifndef NPU_KERNELS_NPU_UKERNELS_H
 #define NPU_KERNELS_NPU_UKERNELS_H
 
@@ -29,7 +32,8 @@
  *        int8  w[kp / 4][16][4]                   w[16b + j][4g + t] at [g][j][t], zero-padded
  *      block size = 128 + 16 * kp bytes (npu_qs8_gemm_packed_size(N, k) = blocks * that).
  *    Each 32-byte row of 8 channels x 4 k is what vpmaddubsw (AVX2), vpdpbusd (AVX512-VNNI, one
- *    ymm) and sdot (NEON dot product, two 16-byte halves) consume: the layout is shared by every
+ *    ymm) and sdot (NEON dot product, two 16-byte halves) consume, and each 8-byte half of a
+ *    16-byte row (2 channels x 4 k) what vmull_s8 (plain NEON) does: the layout is shared by every
  *    variant of the family.
  * Columns [n_begin, n_end) (n_end <= N) are computed, for all m rows; n_begin must be a multiple
  * of 16 (split work across threads in multiples of 16 columns, or split rows by offsetting x and
@@ -397,6 +401,22 @@ typedef void npu_qs16_pv_qs8_fn(const struct npu_attn_shape *restrict shape,
 
 /* ---- variants and dispatch --------------------------------------------------------------------*/
 
+/* Whether this compiler builds the AArch64 variants that need the dot product (__neondot) or the
+ * int8 matrix multiply (__neoni8mm), which are chosen at run time: GCC gives their intrinsics to a
+ * function with a target attribute (neon_util.h); clang 14's arm_neon.h only where the whole file
+ * is compiled for the extension (-march=armv8.2-a+dotprod, +i8mm), so a clang build without them
+ * leaves those variants out and runs the plain NEON ones. */
+#if defined(__aarch64__) && (!defined(__clang__) || defined(__ARM_FEATURE_DOTPROD))
+#define NPU_NEON_DOTPROD_VARIANTS 1
+#else
+#define NPU_NEON_DOTPROD_VARIANTS 0
+#endif
+#if NPU_NEON_DOTPROD_VARIANTS && (!defined(__clang__) || defined(__ARM_FEATURE_MATMUL_INT8))
+#define NPU_NEON_I8MM_VARIANTS 1
+#else
+#define NPU_NEON_I8MM_VARIANTS 0
+#endif
+
 /* Declarations of every variant: npu_qs8_gemm__scalar, npu_qs8_gemm__avx2, ... */
 #define NPU_UKERNEL(family, variant, isa) npu_##family##_fn npu_##family##__##variant;
 #include "kernels/npu/ukernels.inc"
@@ -431,8 +451,9 @@ struct npu_ukernels {
  * in 'isa' (pass npu_isa_detect(), or 0 to force the scalar reference kernels). */
 void npu_ukernels_select(uint32_t isa, struct npu_ukernels *uk_out);
 
-/* The variant name ("scalar", "avx2", "avx512vnni", ...) of the kernel 'uk' holds for 'family'
- * ("qs8_gemm", ...), for reports; "?" if the family is unknown or no listed variant. */
+/* The variant name ("scalar", "avx2", "avx512vnni", "neon", "neondot", "neoni8mm") of the kernel
+ * 'uk' holds for 'family' ("qs8_gemm", ...), for reports; "?" if the family is unknown or no listed
+ * variant. */
 const char *npu_ukernels_variant(const struct npu_ukernels *uk, const char *family);
 
 #endif /* NPU_KERNELS_NPU_UKERNELS_H */
