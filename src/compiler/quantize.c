@@ -175,16 +175,6 @@ const struct npu_qtensor *npu_program_qtensor(const struct npu_program *p, const
 
 /* ---- A block's weights and statistics ------------------------------------------------------- */
 
-/* The weight (slot 1) or bias (slot 2) that the op writing the tensor of 'role' in 'layer' of
- * graph 'g' reads: its number in the program's weight table, or -1. */
-static int32_t weight_of(const struct npu_graph *g, int32_t layer, enum npu_tensor_role role,
-                         int slot) {
-  int32_t w = npu_ir_writer_of(g, npu_ir_find_tensor(g, layer, role));
-  if (w < 0 || g->nodes[w].in[slot] < 0) return -1;
-  const struct npu_ir_tensor *t = &g->tensors[g->nodes[w].in[slot]];
-  return t->kind == NPU_TK_WEIGHT ? t->ref : -1;
-}
-
 /* The calibration statistics of the tensor of 'role' in 'layer' of graph 'g' (by its name, which
  * the reference forward gives its values too), or NULL. */
 static const struct npu_act_stats *stats_of(const struct npu_calib *cal, const struct npu_graph *g,
@@ -215,7 +205,7 @@ static void layer_view(const struct npu_program *p, int32_t l, struct npu_layer_
                  {&lw->w_up, NPU_ROLE_FFN_UP, 1},
                  {&lw->w_down, NPU_ROLE_FFN_DOWN, 1}};
   for (size_t f = 0; f < sizeof(read_by) / sizeof(read_by[0]); f++) {
-    int32_t wi = weight_of(&p->graphs[0], l, read_by[f].role, read_by[f].slot);
+    int32_t wi = npu_ir_weight_of(&p->graphs[0], l, read_by[f].role, read_by[f].slot);
     if (wi >= 0) *read_by[f].field = p->weights[wi].data;
   }
 }
@@ -585,8 +575,8 @@ done:
  * the NPU: the CPU recomputes the outlier channels from the FFN norm output with these rows. */
 static npulm_status keep_ffn_rows(struct npu_program *p, const struct npu_graph *g, int32_t layer,
                                   struct npu_qsite *site, npulm_error *err) {
-  int32_t gi = weight_of(g, layer, NPU_ROLE_FFN_GATE, 1);
-  int32_t ui = weight_of(g, layer, NPU_ROLE_FFN_UP, 1);
+  int32_t gi = npu_ir_weight_of(g, layer, NPU_ROLE_FFN_GATE, 1);
+  int32_t ui = npu_ir_weight_of(g, layer, NPU_ROLE_FFN_UP, 1);
   if (gi < 0 || ui < 0)
     return npu_fail(err, NPULM_ERR_ARG, "'%s': FFN weights missing", site->name);
   size_t dim = (size_t)p->weights[gi].ne0;
@@ -1148,7 +1138,7 @@ static npulm_status source_rows(void *user, int64_t row0, int64_t n_rows, float 
 /* Bytes a streaming compile's spill file needs: every matrix packed for its matmul, the
  * embedding once more as the gather's table, each 64-byte aligned. */
 static size_t spill_bound(const struct npu_program *p) {
-  const int32_t embd = weight_of(&p->graphs[0], -1, NPU_ROLE_EMBD, 1);
+  const int32_t embd = npu_ir_weight_of(&p->graphs[0], -1, NPU_ROLE_EMBD, 1);
   size_t total = 0;
   for (int32_t i = 0; i < p->n_weights; i++) {
     const struct npu_weight *w = &p->weights[i];
@@ -1235,9 +1225,9 @@ npulm_status npu_quantize_program(const struct npulm_model *m, struct npu_progra
       goto done;
     }
   }
-  struct rows_source embd = {m, p, weight_of(g0, -1, NPU_ROLE_EMBD, 1)};
-  struct rows_source output = {m, p, weight_of(g0, -1, NPU_ROLE_LOGITS, 1)};
-  int32_t output_norm = weight_of(g0, -1, NPU_ROLE_OUTPUT_NORM, 1);
+  struct rows_source embd = {m, p, npu_ir_weight_of(g0, -1, NPU_ROLE_EMBD, 1)};
+  struct rows_source output = {m, p, npu_ir_weight_of(g0, -1, NPU_ROLE_LOGITS, 1)};
+  int32_t output_norm = npu_ir_weight_of(g0, -1, NPU_ROLE_OUTPUT_NORM, 1);
   if (embd.wi < 0 || output.wi < 0 || output_norm < 0) {
     st = npu_fail(err, NPULM_ERR_ARG, "the graph has no embedding, output norm or classifier");
     goto done;

@@ -32,16 +32,6 @@ static float *own_weight(struct npu_program *p, int32_t wi) {
   return copy;
 }
 
-/* The weight (slot 1) or bias (slot 2) that the op writing the tensor of 'role' in 'layer' of
- * graph 'g' reads: its number in the program's weight table, or -1. */
-static int32_t weight_of(const struct npu_graph *g, int32_t layer, enum npu_tensor_role role,
-                         int slot) {
-  int32_t w = npu_ir_writer_of(g, npu_ir_find_tensor(g, layer, role));
-  if (w < 0 || g->nodes[w].in[slot] < 0) return -1;
-  const struct npu_ir_tensor *t = &g->tensors[g->nodes[w].in[slot]];
-  return t->kind == NPU_TK_WEIGHT ? t->ref : -1;
-}
-
 /* The calibration statistics of the tensor of 'role' in 'layer' of graph 'g', or NULL. */
 static const struct npu_act_stats *stats_of(const struct npu_calib *cal, const struct npu_graph *g,
                                             int32_t layer, enum npu_tensor_role role) {
@@ -303,7 +293,7 @@ npulm_status npu_smooth_layer(const struct npulm_model *m, struct npu_program *p
     int32_t wi[3];
     int n_mm = 0;
     for (int k = 0; k < 3 && gr->mm[k] != NPU_ROLE_NONE; k++) {
-      wi[n_mm] = weight_of(g, l, gr->mm[k], 1);
+      wi[n_mm] = npu_ir_weight_of(g, l, gr->mm[k], 1);
       if (wi[n_mm] < 0) goto missing;
       const struct npu_weight *w = &p->weights[wi[n_mm]];
       mm[n_mm++] = (struct npu_smooth_matmul){w->data, w->ne1, w->ne0};
@@ -350,7 +340,7 @@ npulm_status npu_smooth_layer(const struct npulm_model *m, struct npu_program *p
     if (chosen == NPU_SMOOTH_NONE) continue;
     for (int32_t i = 0; i < a->n_channels; i++) f[i] = s[per_kv ? kv_of[i] : i];
     for (int k = 0; k < 2 && gr->fold[k] != NPU_ROLE_NONE; k++) {
-      const int32_t fw = weight_of(g, l, gr->fold[k], gr->fold_slot[k]);
+      const int32_t fw = npu_ir_weight_of(g, l, gr->fold[k], gr->fold_slot[k]);
       if (fw < 0 && gr->fold_slot[k] == 2) continue; /* no bias */
       if (fw < 0) goto missing;
       if (!divide_rows(p, fw, s)) goto nomem;

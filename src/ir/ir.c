@@ -462,6 +462,14 @@ int32_t npu_ir_writer_of(const struct npu_graph *g, int32_t t) {
   return -1;
 }
 
+int32_t npu_ir_weight_of(const struct npu_graph *g, int32_t layer, enum npu_tensor_role role,
+                         int slot) {
+  int32_t w = npu_ir_writer_of(g, npu_ir_find_tensor(g, layer, role));
+  if (w < 0 || g->nodes[w].in[slot] < 0) return -1;
+  const struct npu_ir_tensor *t = &g->tensors[g->nodes[w].in[slot]];
+  return t->kind == NPU_TK_WEIGHT ? t->ref : -1;
+}
+
 int32_t npu_ir_reader_of(const struct npu_graph *g, int32_t t, int32_t from) {
   for (int32_t i = from < 0 ? 0 : from; i < g->n_nodes; i++) {
     for (int s = 0; s < NPU_IR_MAX_IN; s++) {

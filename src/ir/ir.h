@@ -234,6 +234,11 @@ int32_t npu_ir_find_tensor(const struct npu_graph *g, int32_t layer, enum npu_te
 /* The node that writes tensor 't', or -1 (weights, token ids, a KV cache read before written). */
 int32_t npu_ir_writer_of(const struct npu_graph *g, int32_t t);
 
+/* The weight (slot 1) or bias (slot 2) that the op writing the tensor of 'role' in 'layer' reads:
+ * its number in the program's weight table (the tensor's ref), or -1. */
+int32_t npu_ir_weight_of(const struct npu_graph *g, int32_t layer, enum npu_tensor_role role,
+                         int slot);
+
 /* The first node from index 'from' on that reads tensor 't', or -1. */
 int32_t npu_ir_reader_of(const struct npu_graph *g, int32_t t, int32_t from);
 
