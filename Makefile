@@ -113,7 +113,7 @@ test: $(BUILD)/npulm $(TESTS)
 # where multiarch puts them.
 QEMU_AARCH64 := qemu-aarch64 -L /usr/aarch64-linux-gnu -E LD_LIBRARY_PATH=/usr/aarch64-linux-gnu/lib
 CROSS_TESTS := test_npu_kernels test_cpu_kernels test_costmodel test_dequant test_gguf test_model \
-               test_pages
+               test_pages test_ref test_sampler test_scheduler test_synth test_threads test_tokenizer
 .PHONY: test-cross
 ifeq ($(CROSS),aarch64)
 test-cross: $(BUILD)/npulm $(CROSS_TESTS:%=$(BUILD)/tests/%)
