@@ -1403,6 +1403,52 @@ static void test_round_trip_precisions(void **state) {
   free(src);
 }
 
+/* The verifier holds int4 packed weights to what npu_qc4w_gemm_pack writes: a block scale above
+ * 15, a non-zero padding nibble, a wrong weight sum are each refused; restored, accepted.
+ * stories260K's ffn_down has k = 172: its last 32-k chunk has 20 nibbles of padding a channel. */
+static void test_verify_int4_packing(void **state) {
+  (void)state;
+  const char *path = test_shared_path("models/stories260K.gguf");
+  TEST_REQUIRE_FILE(path);
+  npulm_model *m = open_ok(path);
+  struct npu_compile_options o;
+  small_options(m, &o);
+  quantize_ok(m, &o, npu_quant_mode_of(NPU_PREC_W4A16_BLOCK, NPU_OUTLIERS_NAIVE), 0.0f);
+  struct npu_qsite *s = NULL;
+  for (int32_t i = 0; i < m->program->n_qsites && s == NULL; i++) {
+    if (strcmp(m->program->qsites[i].name, "blk.0.ffn_down") == 0) s = &m->program->qsites[i];
+  }
+  assert_non_null(s);
+  assert_int_equal(s->w_bits, 4);
+  assert_int_equal(s->w_block, NPU_QC4W_BLOCK);
+  assert_int_equal(s->k, 172);
+  uint8_t *packed = s->packed;
+  const size_t chunk = NPU_QS8_GEMM_NR + 4 * 64, head = 2 * NPU_QS8_GEMM_NR * sizeof(int32_t);
+  struct {
+    const char *what;
+    size_t at;     /* byte of the packed weights */
+    uint8_t value; /* set to this */
+    const char *needle;
+  } cases[] = {
+      /* channel 0's block scale of chunk 1 */
+      {"block scale 16", head + chunk, 16, "block scale"},
+      /* chunk 5 holds k = 160 .. 191; pair 2 of it k = 176 .. 183, past k: byte [j 0, t 0] */
+      {"padding nibble", head + 5 * chunk + NPU_QS8_GEMM_NR + 2 * 64, 0x88 ^ 0x01, "padding"},
+      /* channel 3's wsum (its low byte) */
+      {"weight sum", 4 * (NPU_QS8_GEMM_NR + 3), 0, "weight sum"},
+  };
+  for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+    const uint8_t saved = packed[cases[c].at];
+    packed[cases[c].at] = cases[c].value == saved ? (uint8_t)(saved + 1) : cases[c].value;
+    npulm_error err = {{0}};
+    assert_int_equal(npu_program_verify(m, m->program, &err), NPULM_ERR_FORMAT);
+    if (strstr(err.msg, cases[c].needle) == NULL) fail_msg("%s: '%s'", cases[c].what, err.msg);
+    packed[cases[c].at] = saved;
+    assert_int_equal(npu_program_verify(m, m->program, &err), NPULM_OK);
+  }
+  npulm_model_close(m);
+}
+
 /* The tiny models: biases (qwen2: folded into the packed weights), an untied classifier, GQA. */
 static void test_round_trip_quantized_tiny(void **state) {
   (void)state;
@@ -2579,6 +2625,7 @@ int main(void) {
       cmocka_unit_test(test_round_trip_quantized),
       cmocka_unit_test(test_round_trip_quantized_tiny),
       cmocka_unit_test(test_round_trip_precisions),
+      cmocka_unit_test(test_verify_int4_packing),
       cmocka_unit_test(test_lean_program),
       cmocka_unit_test(test_hostile_quant),
       cmocka_unit_test(test_hostile_quant_sweep),
