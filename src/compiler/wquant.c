@@ -26,13 +26,18 @@ static double quant_run(const float *w, size_t n, const float *imp, float scale,
  * |w / scale| < 2^22 a candidate scale gives) instead of quant_run's division and roundf, a few
  * times faster, in float; the search only compares candidates, and the chosen scale is then
  * applied by quant_run. */
+/* w * inv rounded half to even by the 1.5 * 2^23 trick, clamped to [lo, hi]. */
+static inline float search_round(float w, float inv, float lo, float hi) {
+  const float magic = 12582912.0f, v = (w * inv + magic) - magic;
+  return v < lo ? lo : v > hi ? hi : v;
+}
+
 static float search_err(const float *w, size_t n, const float *imp, float scale, int qmin,
                         int qmax) {
-  const float inv = 1.0f / scale, lo = (float)qmin, hi = (float)qmax, magic = 12582912.0f;
+  const float inv = 1.0f / scale, lo = (float)qmin, hi = (float)qmax;
   float err = 0.0f;
   for (size_t c = 0; c < n; c++) {
-    float v = (w[c] * inv + magic) - magic;
-    v = v < lo ? lo : v > hi ? hi : v;
+    const float v = search_round(w[c], inv, lo, hi);
     const float e = w[c] - scale * v;
     err += (imp != NULL ? imp[c] : 1.0f) * e * e;
   }
@@ -41,11 +46,8 @@ static float search_err(const float *w, size_t n, const float *imp, float scale,
 
 /* The integers search_err rounds to, for a least-squares refit. */
 static void search_q(const float *w, size_t n, float scale, int qmin, int qmax, int8_t *q) {
-  const float inv = 1.0f / scale, lo = (float)qmin, hi = (float)qmax, magic = 12582912.0f;
-  for (size_t c = 0; c < n; c++) {
-    float v = (w[c] * inv + magic) - magic;
-    q[c] = (int8_t)(v < lo ? lo : v > hi ? hi : v);
-  }
+  const float inv = 1.0f / scale, lo = (float)qmin, hi = (float)qmax;
+  for (size_t c = 0; c < n; c++) q[c] = (int8_t)search_round(w[c], inv, lo, hi);
 }
 
 /* The least-squares scale for fixed integers q: sum imp w q / sum imp q^2 (0 if all q are 0). */

@@ -3,8 +3,7 @@
 #include <assert.h>
 #include <string.h>
 
-#include "kernels/npu/fixedpoint.h"
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/qs8_gemm_scalar.h"
 
 /* Both output types; 'y16' non-NULL selects int16. Each 16-channel block is read group by group
  * (4 k values x 16 channels), the order of the packed layout. */
@@ -38,15 +37,8 @@ static inline void gemm_scalar(size_t m, size_t n_begin, size_t n_end, size_t k,
           acc[j] += xg[0] * wg[j * KR] + xg[1] * wg[j * KR + 1] + xg[2] * wg[j * KR + 2] +
                     xg[3] * wg[j * KR + 3];
       }
-      for (size_t j = 0; j < nc; j++) {
-        const size_t n = n0 + j;
-        if (y16 != NULL)
-          y16[i * y_stride + n] =
-              npu_requantize_s16(acc[j], p->mult[n], p->shift[n], p->y_zero_point);
-        else
-          y8[i * y_stride + n] =
-              npu_requantize_s8(acc[j], p->mult[n], p->shift[n], p->y_zero_point);
-      }
+      npu_qs8_gemm_store_scalar(acc, n0, nc, y16 != NULL ? NULL : y8 + i * y_stride,
+                                y16 != NULL ? y16 + i * y_stride : NULL, p);
     }
   }
 }

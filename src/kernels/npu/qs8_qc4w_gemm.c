@@ -3,8 +3,7 @@
 #include <assert.h>
 #include <string.h>
 
-#include "kernels/npu/fixedpoint.h"
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/qs8_gemm_scalar.h"
 
 /* Both output types; 'y16' non-NULL selects int16. Each 16-channel block is read nibble pair by
  * nibble pair (8 k values x 16 channels), the order of the packed layout. */
@@ -38,15 +37,8 @@ static void gemm_scalar(size_t m, size_t n_begin, size_t n_end, size_t k, const 
             acc[j] += xp[t] * ((b & 0x0F) - 8) + xp[4 + t] * ((b >> 4) - 8);
           }
       }
-      for (size_t j = 0; j < nc; j++) {
-        const size_t n = n0 + j;
-        if (y16 != NULL)
-          y16[i * y_stride + n] =
-              npu_requantize_s16(acc[j], p->mult[n], p->shift[n], p->y_zero_point);
-        else
-          y8[i * y_stride + n] =
-              npu_requantize_s8(acc[j], p->mult[n], p->shift[n], p->y_zero_point);
-      }
+      npu_qs8_gemm_store_scalar(acc, n0, nc, y16 != NULL ? NULL : y8 + i * y_stride,
+                                y16 != NULL ? y16 + i * y_stride : NULL, p);
     }
   }
 }
