@@ -8,9 +8,8 @@
 
 /* Channels n0 .. n0 + nc - 1 of output row 'y_row' (int8 at y8, or int16 at y16 when it is not
  * NULL; element n of the row) from their accumulators acc[0 .. nc - 1]. */
-static inline void npu_qs8_gemm_store_scalar(const int32_t *acc, size_t n0, size_t nc,
-                                             int8_t *y8, int16_t *y16,
-                                             const struct npu_qs8_gemm_params *p) {
+static inline void npu_qs8_gemm_store_scalar(const int32_t *acc, size_t n0, size_t nc, int8_t *y8,
+                                             int16_t *y16, const struct npu_qs8_gemm_params *p) {
   for (size_t j = 0; j < nc; j++) {
     const size_t n = n0 + j;
     if (y16 != NULL) y16[n] = npu_requantize_s16(acc[j], p->mult[n], p->shift[n], p->y_zero_point);
