@@ -1,6 +1,7 @@
 /* Microbenchmark of the NPU integer kernels, one core: every variant of the GEMM on prefill and
  * decode shapes (GOPS = 2*M*N*K / time, median of several runs), then the element-wise kernels
- * (elements per second). Usage: npu_kernels [runs (default 11)] [variant: only that variant of the
+ * (elements per second), then the neuron-bundle kernels of sparse decode (GB/s of bundle bytes
+ * read). Usage: npu_kernels [runs (default 11)] [variant: only that variant of the
  * int4-weight / int16-activation GEMMs] */
 #include <stdio.h>
 #include <stdlib.h>
@@ -215,6 +216,44 @@ static void bench_elementwise(int runs) {
   free(a), free(b), free(y), free(emb), free(gy), free(rmult);
 }
 
+/* The neuron-bundle kernels of sparse decode on a 4096-neuron layer of width 2048 (24 MiB of
+ * bundles, all of them in a shuffled order: each call streams them from memory), in GB/s of
+ * bundle bytes read (dot: gate and up, 2 kp per bundle; down: kp). */
+static void bench_bundles(int runs) {
+  const size_t k = 2048, count = 4096, kp = npu_bundle_kp(k);
+  int8_t *base = aligned_alloc(64, count * 3 * kp), *x = malloc(k);
+  const int8_t **ptrs = malloc(count * sizeof(*ptrs));
+  int32_t *acc = malloc(2 * count * sizeof(int32_t)), *coef = malloc(count * sizeof(int32_t));
+  int32_t *y = calloc(k, sizeof(int32_t));
+  for (size_t i = 0; i < count * 3 * kp; i++) base[i] = (int8_t)(rnd() % 255 - 127);
+  for (size_t c = 0; c < k; c++) x[c] = (int8_t)rnd();
+  for (size_t i = 0; i < count; i++) {
+    ptrs[i] = base + i * 3 * kp;
+    coef[i] = (int32_t)(rnd() % 511) - 255;
+  }
+  for (size_t i = count - 1; i > 0; i--) {
+    const size_t j = rnd() % (i + 1);
+    const int8_t *t = ptrs[i];
+    ptrs[i] = ptrs[j], ptrs[j] = t;
+  }
+  const uint32_t have = npu_isa_detect();
+  const uint32_t isas[2] = {0, have};
+  for (int v = 0; v < (have != 0 ? 2 : 1); v++) {
+    struct npu_ukernels uk;
+    npu_ukernels_select(isas[v], &uk);
+    double t, tb;
+    TIME_MEDIAN(runs, t, tb, uk.qs8_bundle_dot(k, x, 3, count, ptrs, acc));
+    printf("| qs8_bundle_dot__%-10s | %8.2f | %8.2f |\n",
+           npu_ukernels_variant(&uk, "qs8_bundle_dot"), count * 2 * kp / t * 1e-9,
+           count * 2 * kp / tb * 1e-9);
+    TIME_MEDIAN(runs, t, tb, uk.qs8_bundle_down(k, count, ptrs, coef, y));
+    printf("| qs8_bundle_down__%-9s | %8.2f | %8.2f |\n",
+           npu_ukernels_variant(&uk, "qs8_bundle_down"), count * kp / t * 1e-9,
+           count * kp / tb * 1e-9);
+  }
+  free(base), free(x), free(ptrs), free(acc), free(coef), free(y);
+}
+
 int main(int argc, char **argv) {
   int runs = argc > 1 ? atoi(argv[1]) : 11;
   if (runs < 1 || runs > 64) runs = 11;
@@ -242,5 +281,9 @@ int main(int argc, char **argv) {
   printf("\n| kernel               |  Melem/s |     best "
          "|\n|----------------------|---------:|---------:|\n");
   bench_elementwise(runs);
+  printf(
+      "\nNeuron bundles, k = 2048, 4096 bundles (sparse decode)\n\n| kernel                     |     GB/s |"
+      "     best |\n|----------------------------|---------:|---------:|\n");
+  bench_bundles(runs);
   return 0;
 }

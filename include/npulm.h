@@ -133,7 +133,16 @@ typedef struct npulm_compile_params {
   npulm_phase_progress_fn progress; /* progress by phase (may be NULL) */
   void *progress_user;
   int n_threads; /* threads of the calibration (0: one per online CPU) */
+  /* Predicted sparse decode (w8a8-naive or w8a8-smooth): the share in [0, 1) of each layer's FFN
+   * neurons to skip, those of least |SiLU(gate)| on the calibration text (0: none, dense
+   * decode); NPULM_SPARSITY_AUTO: the largest of 0.7, 0.5, 0.3, 0.15 whose decode perplexity on
+   * the calibration text is within 1 % of dense. Adds each neuron's weights as a bundle and a
+   * predictor per layer to the program. */
+  float sparsity;
+  int sparse_rank; /* the predictors' rank (0: dim / 8, rounded up to a multiple of 16) */
 } npulm_compile_params;
+
+#define NPULM_SPARSITY_AUTO (-1.0f)
 
 npulm_compile_params npulm_compile_default_params(void);
 
@@ -211,7 +220,16 @@ typedef struct npulm_session_params {
                    * more; 0 = one per online CPU */
   bool reference; /* run the FP32 reference forward instead of the compiled graphs (the oracle) */
   bool profile;   /* time every node by operator (npulm_session_profile): a clock read per node */
+  /* Decode of a program compiled with a sparsity (npulm_compile_params.sparsity): */
+  int sparse;        /* NPULM_SPARSE_PREDICT (0): the predictor picks each step's FFN neurons;
+                        NPULM_SPARSE_OFF: dense; NPULM_SPARSE_EXACT: the thresholds on every
+                        neuron's exact gate (the bound a predictor is judged against) */
+  bool sparse_audit; /* measure the predictor's recall on every step (slower: npulm_sparse_stats) */
 } npulm_session_params;
+
+#define NPULM_SPARSE_PREDICT 0
+#define NPULM_SPARSE_OFF 1
+#define NPULM_SPARSE_EXACT 2
 /* A session runs the model's program (npulm_model_compile, or the one a program file carries).
  * On a model without one it compiles FP32 static graphs of its own: calibrating for the integer
  * NPU needs text and time, so it is never done implicitly; the model is not changed. A session
@@ -228,6 +246,21 @@ typedef struct npulm_session_stats {
 } npulm_session_stats;
 
 void npulm_session_get_stats(const npulm_session *session, npulm_session_stats *stats_out);
+
+/* Sparse decode since the session was created or its statistics cleared (zeros when decode is
+ * dense). */
+typedef struct npulm_sparse_stats {
+  uint64_t layer_steps; /* FFNs run sparse (layers x decode steps) */
+  double kept;          /* share of their neurons computed */
+  double candidates;    /* share the predictor picked (every neuron for NPULM_SPARSE_EXACT) */
+  double recall;        /* |SiLU(gate)| mass of the kept over that of the neurons the thresholds
+                           keep on the exact gate (params.sparse_audit; else NaN) */
+  double predict_s;     /* time in the predictors */
+  double ffn_s;         /* time in the rest of the sparse FFNs */
+} npulm_sparse_stats;
+
+void npulm_session_sparse_stats(const npulm_session *session, npulm_sparse_stats *stats_out);
+void npulm_session_sparse_stats_clear(npulm_session *session);
 
 /* Where node time went, by operator and backend (a session created with params.profile; none
  * otherwise, nor for the reference). The two workers' times add up, so with overlap the sum of
@@ -313,6 +346,15 @@ typedef void (*npulm_ppl_progress_fn)(void *user, int chunks_done, int n_chunks,
 npulm_status npulm_perplexity(const npulm_model *model, const char *text, size_t len, int n_ctx,
                               int n_threads, npulm_ppl_progress_fn progress, void *user,
                               npulm_ppl_result *result_out, npulm_error *err);
+/* The same with every token of a window evaluated alone, as a decode step, in sessions made with
+ * 'session' (its n_ctx and n_threads are set per worker; its sparse mode and audit are used):
+ * the perplexity that decode, dense or sparse, gives. 'sparse_out' (may be NULL) receives the
+ * sessions' sparse statistics together (shares weighted by steps). */
+npulm_status npulm_perplexity_decode(const npulm_model *model, const char *text, size_t len,
+                                     int n_ctx, int n_threads, const npulm_session_params *session,
+                                     npulm_ppl_progress_fn progress, void *user,
+                                     npulm_ppl_result *result_out, npulm_sparse_stats *sparse_out,
+                                     npulm_error *err);
 /* The same on the FP32 reference forward instead of the compiled graphs (the oracle). */
 npulm_status npulm_perplexity_reference(const npulm_model *model, const char *text, size_t len,
                                         int n_ctx, int n_threads, npulm_ppl_progress_fn progress,

@@ -1909,6 +1909,187 @@ static void check_qs16_rmsnorm_qs16(npu_qs16_rmsnorm_qs16_fn *fn) {
   assert_true(inside > 5000);
 }
 
+/* ---- neuron bundles (sparse decode) -----------------------------------------------------------*/
+
+static const size_t bundle_ks[] = {1, 3, 31, 63, 64, 65, 100, 257, 1000, 2048 + 13};
+static const size_t bundle_counts[] = {0, 1, 2, 3, 7, 33};
+#define N_BUNDLE_KS (sizeof(bundle_ks) / sizeof(bundle_ks[0]))
+#define N_BUNDLE_COUNTS (sizeof(bundle_counts) / sizeof(bundle_counts[0]))
+
+/* A weight for mode 0: random in [-127, 127]; 1: 127; 2: -127; 3: +-127 at random. */
+static int8_t bundle_weight(int mode, uint64_t *rng) {
+  switch (mode) {
+  case 1: return 127;
+  case 2: return -127;
+  case 3: return (int8_t)(test_rand(rng) & 1 ? 127 : -127);
+  default: return (int8_t)rand_range(rng, -127, 127);
+  }
+}
+
+/* 'n' bundles of width k side by side (3 kp bytes each, 64-byte aligned, zero past k in each of
+ * the three vectors), weights of 'mode'. */
+static int8_t *bundles_make(size_t k, size_t n, int mode, uint64_t *rng) {
+  const size_t kp = npu_bundle_kp(k), size = n * 3 * kp > 0 ? n * 3 * kp : 64;
+  int8_t *b = aligned_alloc(64, size);
+  assert_non_null(b);
+  memset(b, 0, size);
+  for (size_t v = 0; v < 3 * n; v++)
+    for (size_t c = 0; c < k; c++) b[v * kp + c] = bundle_weight(mode, rng);
+  return b;
+}
+
+/* 'count' pointers to bundles of 'base' (n of them) in a random order, with repeats. */
+static void bundle_ptrs(const int8_t *base, size_t k, size_t n, size_t count, const int8_t **out,
+                        uint64_t *rng) {
+  const size_t kp = npu_bundle_kp(k);
+  for (size_t i = 0; i < count; i++) out[i] = base + (test_rand(rng) % n) * 3 * kp;
+}
+
+static int64_t bundle_dot_ref(size_t k, const int8_t *x, int32_t zp, const int8_t *w) {
+  int64_t s = 0;
+  for (size_t c = 0; c < k; c++) s += (int64_t)(x[c] - zp) * w[c];
+  return s;
+}
+
+static void check_qs8_bundle_dot(npu_qs8_bundle_dot_fn *fn) {
+  uint64_t rng = 41;
+  for (size_t ki = 0; ki < N_BUNDLE_KS; ki++) {
+    const size_t k = bundle_ks[ki], kp = npu_bundle_kp(k);
+    int8_t *x = xmalloc(k); /* exactly k bytes: a read past k is out of bounds (SAN=1) */
+    for (int rep = 0; rep < 4; rep++) {
+      int8_t *base = bundles_make(k, 40, rep, &rng);
+      const int32_t zp = rep == 0 ? -128 : rep == 1 ? 127 : rand_range(&rng, -128, 127);
+      for (size_t c = 0; c < k; c++)
+        x[c] = (int8_t)(rep == 1   ? -128
+                        : rep == 2 ? 127
+                        : rep == 3 ? (c & 1 ? -128 : 127)
+                                   : rand_range(&rng, -128, 127));
+      for (size_t ci = 0; ci < N_BUNDLE_COUNTS; ci++) {
+        const size_t count = bundle_counts[ci];
+        const int8_t *ptrs[33];
+        int32_t acc[2 * 33 + 2], want[2 * 33];
+        bundle_ptrs(base, k, 40, count, ptrs, &rng);
+        for (size_t i = 0; i < 2 * count + 2; i++) acc[i] = 0x5a5a5a5a;
+        fn(k, x, zp, count, ptrs, acc);
+        npu_qs8_bundle_dot__scalar(k, x, zp, count, ptrs, want);
+        for (size_t i = 0; i < count; i++) {
+          assert_int_equal(acc[2 * i], bundle_dot_ref(k, x, zp, ptrs[i]));
+          assert_int_equal(acc[2 * i + 1], bundle_dot_ref(k, x, zp, ptrs[i] + kp));
+        }
+        assert_memory_equal(acc, want, 2 * count * sizeof(int32_t));
+        assert_int_equal(acc[2 * count], 0x5a5a5a5a); /* nothing written past 2 count */
+        assert_int_equal(acc[2 * count + 1], 0x5a5a5a5a);
+      }
+      free(base);
+    }
+    free(x);
+  }
+  /* the largest sums: k = 32768, |x - zp| = 255 and |w| = 127 everywhere */
+  const size_t k = NPU_BUNDLE_MAX_K, kp = npu_bundle_kp(k);
+  int8_t *x = xmalloc(k);
+  int8_t *b = bundles_make(k, 1, 1, &rng);
+  for (size_t c = 0; c < k; c++) b[kp + c] = -127; /* up: -127 */
+  const int8_t *ptrs[2] = {b, b};
+  for (int s = 0; s < 2; s++) {
+    memset(x, s == 0 ? -128 : 127, k);
+    const int32_t zp = s == 0 ? 127 : -128;
+    int32_t acc[4];
+    fn(k, x, zp, 2, ptrs, acc);
+    const int32_t big = 32768 * 255 * 127;
+    assert_int_equal(acc[0], s == 0 ? -big : big);
+    assert_int_equal(acc[1], s == 0 ? big : -big);
+    assert_int_equal(acc[2], acc[0]);
+    assert_int_equal(acc[3], acc[1]);
+  }
+  free(b);
+  free(x);
+}
+
+static void check_qs8_bundle_down(npu_qs8_bundle_down_fn *fn) {
+  uint64_t rng = 43;
+  for (size_t ki = 0; ki < N_BUNDLE_KS; ki++) {
+    const size_t k = bundle_ks[ki], kp = npu_bundle_kp(k);
+    int32_t *acc = xmalloc((k + 16) * sizeof(int32_t)), *want = xmalloc(k * sizeof(int32_t));
+    for (int rep = 0; rep < 4; rep++) {
+      int8_t *base = bundles_make(k, 40, rep, &rng);
+      for (size_t ci = 0; ci < N_BUNDLE_COUNTS; ci++) {
+        const size_t count = bundle_counts[ci];
+        const int8_t *ptrs[33];
+        int32_t coef[33];
+        bundle_ptrs(base, k, 40, count, ptrs, &rng);
+        for (size_t i = 0; i < count; i++)
+          coef[i] = rep == 1   ? 255
+                    : rep == 2 ? -255
+                    : rep == 3 ? (i & 1 ? 255 : -255)
+                               : rand_range(&rng, -255, 255);
+        for (size_t c = 0; c < k + 16; c++) acc[c] = rand_range(&rng, -(1 << 24), 1 << 24);
+        memcpy(want, acc, k * sizeof(int32_t));
+        int32_t guard[16];
+        memcpy(guard, acc + k, sizeof(guard));
+        fn(k, count, ptrs, coef, acc);
+        for (size_t c = 0; c < k; c++) {
+          int64_t s = want[c];
+          for (size_t i = 0; i < count; i++) s += (int64_t)coef[i] * ptrs[i][2 * kp + c];
+          assert_int_equal(acc[c], s);
+        }
+        npu_qs8_bundle_down__scalar(k, count, ptrs, coef, want);
+        assert_memory_equal(acc, want, k * sizeof(int32_t));
+        assert_memory_equal(acc + k, guard, sizeof(guard)); /* nothing written past k */
+      }
+      free(base);
+    }
+    free(acc);
+    free(want);
+  }
+  /* the largest sums: 65536 bundles (one, repeated) of weights +-127 times coefficients 255 */
+  const size_t k = 65, kp = npu_bundle_kp(k), count = NPU_BUNDLE_DOWN_MAX_COUNT;
+  int8_t *b = bundles_make(k, 1, 1, &rng);
+  for (size_t c = 0; c < k; c += 2) b[2 * kp + c] = -127;
+  const int8_t **ptrs = xmalloc(count * sizeof(*ptrs));
+  int32_t *coef = xmalloc(count * sizeof(int32_t)), acc[65];
+  for (size_t i = 0; i < count; i++) ptrs[i] = b, coef[i] = 255;
+  for (size_t c = 0; c < k; c++) acc[c] = c & 2 ? 0 : (c & 1 ? 25000000 : -25000000);
+  fn(k, count, (const int8_t *const *)ptrs, coef, acc);
+  for (size_t c = 0; c < k; c++) {
+    const int64_t s =
+        (c & 2 ? 0 : (c & 1 ? 25000000 : -25000000)) + (int64_t)count * 255 * (c & 1 ? 127 : -127);
+    assert_int_equal(acc[c], s);
+  }
+  free(coef);
+  free(ptrs);
+  free(b);
+}
+
+/* The scalar references against numbers worked out by hand, and npu_bundle_kp. */
+static void test_bundle_reference(void **state) {
+  (void)state;
+  assert_int_equal(npu_bundle_kp(1), 64);
+  assert_int_equal(npu_bundle_kp(64), 64);
+  assert_int_equal(npu_bundle_kp(65), 128);
+  assert_int_equal(npu_bundle_kp(2048 + 13), 2112);
+  assert_int_equal(npu_bundle_kp(32768), 32768);
+  _Alignas(64) int8_t b[3 * 64] = {0};
+  const int8_t gate[3] = {1, -2, 127}, up[3] = {-127, 5, 0}, down[3] = {3, -4, 127};
+  memcpy(b, gate, 3), memcpy(b + 64, up, 3), memcpy(b + 128, down, 3);
+  const int8_t x[3] = {10, -128, 127}; /* x - (-5) = 15, -123, 132 */
+  const int8_t *ptrs[2] = {b, b};
+  int32_t acc[4];
+  npu_qs8_bundle_dot__scalar(3, x, -5, 2, ptrs, acc);
+  assert_int_equal(acc[0], 15 * 1 + -123 * -2 + 132 * 127); /* 17025 */
+  assert_int_equal(acc[1], 15 * -127 + -123 * 5);           /* -2520 */
+  assert_int_equal(acc[2], 17025);
+  assert_int_equal(acc[3], -2520);
+  int32_t y[4] = {1, 2, 3, 99};
+  const int32_t coef[2] = {255, -1};
+  npu_qs8_bundle_down__scalar(3, 2, ptrs, coef, y);
+  assert_int_equal(y[0], 1 + 254 * 3);
+  assert_int_equal(y[1], 2 + 254 * -4);
+  assert_int_equal(y[2], 3 + 254 * 127);
+  assert_int_equal(y[3], 99);                       /* past k: untouched */
+  npu_qs8_bundle_down__scalar(3, 0, ptrs, coef, y); /* count 0: nothing */
+  assert_int_equal(y[0], 763);
+}
+
 /* ---- dispatch ---------------------------------------------------------------------------------*/
 
 static void test_dispatch(void **state) {
@@ -1928,6 +2109,8 @@ static void test_dispatch(void **state) {
   assert_true(uk.qs16_rmsnorm_qs8 == npu_qs16_rmsnorm_qs8__avx2);
   assert_true(uk.qs16_gemm_qs16 == npu_qs16_gemm_qs16__avx2);
   assert_true(uk.qs16_rmsnorm_qs16 == npu_qs16_rmsnorm_qs16__avx2);
+  assert_true(uk.qs8_bundle_dot == npu_qs8_bundle_dot__avx2);
+  assert_true(uk.qs8_bundle_down == npu_qs8_bundle_down__avx2);
   npu_ukernels_select(NPU_ISA_AVX2 | NPU_ISA_AVX512VNNI, &uk);
   assert_true(uk.qs8_qc4w_gemm == npu_qs8_qc4w_gemm__avx512vnni);
   assert_true(uk.qs16_qc4w_gemm_qs16 == npu_qs16_qc4w_gemm_qs16__avx512vnni);
@@ -1958,6 +2141,8 @@ static void test_dispatch(void **state) {
   assert_true(uk.qs8_qc4w_gemm == npu_qs8_qc4w_gemm__neondot);
   assert_true(uk.qs8_qc4w_gemm_qs16 == npu_qs8_qc4w_gemm_qs16__neondot);
   assert_true(uk.qs8_qk_qs16 == npu_qs8_qk_qs16__neondot);
+  assert_true(uk.qs8_bundle_dot == npu_qs8_bundle_dot__neondot);
+  assert_true(uk.qs8_bundle_down == npu_qs8_bundle_down__neon);
   assert_true(uk.qs16_vadd == npu_qs16_vadd__neon);
 #endif
 #if NPU_NEON_I8MM_VARIANTS
@@ -2005,6 +2190,7 @@ int main(void) {
       cmocka_unit_test(test_narrow),
       cmocka_unit_test(test_qc4w_pack),
       cmocka_unit_test(test_lut_s16_build_silu),
+      cmocka_unit_test(test_bundle_reference),
 #define NPU_UKERNEL(family, variant, isa) cmocka_unit_test(test_##family##__##variant),
 #include "kernels/npu/ukernels.inc"
 #undef NPU_UKERNEL

@@ -139,11 +139,41 @@ bool cli_compile_option(struct cli_args *a, npulm_compile_params *cp, bool ctx_i
     }
   } else if (cli_is_opt(o, NULL, "--shadow-threshold")) {
     cp->shadow_threshold = cli_opt_float(a);
+  } else if (cli_is_opt(o, NULL, "--sparsity")) {
+    /* "auto": the largest level within 1 % of dense perplexity */
+    const char *v = a->i + 1 < a->argc ? a->argv[a->i + 1] : NULL;
+    if (v != NULL && strcmp(v, "auto") == 0) {
+      a->i++;
+      cp->sparsity = NPULM_SPARSITY_AUTO;
+    } else {
+      cp->sparsity = cli_opt_float(a);
+      if (!(cp->sparsity >= 0.0f && cp->sparsity < 1.0f)) {
+        cli_die(a->cmd, "option --sparsity: %g is not in [0, 1) nor auto", (double)cp->sparsity);
+      }
+    }
+  } else if (cli_is_opt(o, NULL, "--sparse-rank")) {
+    cp->sparse_rank = (int)cli_opt_int(a, 1, 1 << 16);
   } else if (cli_is_opt(o, NULL, "--keep-float")) {
     cp->keep_float = true;
   } else if (cli_is_opt(o, NULL, "--calib")) {
     free((char *)cp->calib_text);
     cp->calib_text = cli_read_file(a->cmd, cli_opt_value(a), &cp->calib_len);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+bool cli_session_option(struct cli_args *a, npulm_session_params *sp) {
+  const char *o = a->argv[a->i];
+  if (cli_is_opt(o, NULL, "--sparse")) {
+    const char *v = cli_opt_value(a);
+    if (strcmp(v, "predict") == 0) sp->sparse = NPULM_SPARSE_PREDICT;
+    else if (strcmp(v, "off") == 0) sp->sparse = NPULM_SPARSE_OFF;
+    else if (strcmp(v, "exact") == 0) sp->sparse = NPULM_SPARSE_EXACT;
+    else cli_die(a->cmd, "option --sparse: '%s' is not predict, exact or off", v);
+  } else if (cli_is_opt(o, NULL, "--sparse-audit")) {
+    sp->sparse_audit = true;
   } else {
     return false;
   }

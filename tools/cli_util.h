@@ -11,26 +11,38 @@
 #define CLI_DEFAULT_MODEL_PATH "../shared/models/stories260K.gguf"
 
 /* The compile options' help lines (as `npulm compile --help` words them). */
-#define CLI_COMPILE_OPTIONS_HELP                                                                   \
-  "  --quant MODE       how the NPU computes: PRECISION-OUTLIERS, or f32. PRECISION: w8a8,\n"      \
-  "                     w8a16, w4a16, w4a16-block (int4 in blocks of 32 with integer block\n"      \
-  "                     scales), w4a8 (weights w, activations a; the classifier keeps int8\n"      \
-  "                     weights). OUTLIERS: smooth (SmoothQuant), shadow (outlier channels in\n"   \
-  "                     float on the CPU) or naive; a precision alone is naive (default\n"         \
-  "                     w8a8-smooth)\n"                                                            \
-  "  --float-ops LIST   ops kept in float on the CPU, from softmax,qk,pv,rmsnorm (default\n"       \
-  "                     softmax,qk,pv; 'none' for none; w8a8-shadow adds rmsnorm)\n"               \
-  "  --calib FILE       calibration text (default: a built-in English text)\n"                     \
-  "  --calib-tokens N   calibrate on at most N tokens of it (default 1024)\n"                      \
-  "  --smooth-alpha A   SmoothQuant migration strength in (0, 1) (default 0.5), or auto: chosen\n" \
-  "                     per layer and matmul input by the least predicted int8 error\n"            \
-  "  --shadow-threshold T  outlier channel: calibrated max above T x the median (default 6)\n"     \
-  "  --chunks LIST      prefill chunk sizes, ascending, comma-separated (default 16,64,128)\n"     \
-  "  --buckets LIST     context buckets, ascending (default: powers of two from 128 up to the\n"   \
-  "                     model's context, which is always the last)\n"                              \
-  "  --keep-float       the program file also holds the float copy of the NPU's matrices, so\n"    \
-  "                     that --reference, diff and recompiling work from it (default: an\n"        \
-  "                     integer program holds only their int8 form)\n"
+#define CLI_COMPILE_OPTIONS_HELP                                                                    \
+  "  --quant MODE       how the NPU computes: PRECISION-OUTLIERS, or f32. PRECISION: w8a8,\n"       \
+  "                     w8a16, w4a16, w4a16-block (int4 in blocks of 32 with integer block\n"       \
+  "                     scales), w4a8 (weights w, activations a; the classifier keeps int8\n"       \
+  "                     weights). OUTLIERS: smooth (SmoothQuant), shadow (outlier channels in\n"    \
+  "                     float on the CPU) or naive; a precision alone is naive (default\n"          \
+  "                     w8a8-smooth)\n"                                                             \
+  "  --float-ops LIST   ops kept in float on the CPU, from softmax,qk,pv,rmsnorm (default\n"        \
+  "                     softmax,qk,pv; 'none' for none; w8a8-shadow adds rmsnorm)\n"                \
+  "  --calib FILE       calibration text (default: a built-in English text)\n"                      \
+  "  --calib-tokens N   calibrate on at most N tokens of it (default 1024)\n"                       \
+  "  --smooth-alpha A   SmoothQuant migration strength in (0, 1) (default 0.5), or auto: chosen\n"  \
+  "                     per layer and matmul input by the least predicted int8 error\n"             \
+  "  --shadow-threshold T  outlier channel: calibrated max above T x the median (default 6)\n"      \
+  "  --chunks LIST      prefill chunk sizes, ascending, comma-separated (default 16,64,128)\n"      \
+  "  --buckets LIST     context buckets, ascending (default: powers of two from 128 up to the\n"    \
+  "                     model's context, which is always the last)\n"                               \
+  "  --keep-float       the program file also holds the float copy of the NPU's matrices, so\n"     \
+  "                     that --reference, diff and recompiling work from it (default: an\n"         \
+  "                     integer program holds only their int8 form)\n"                              \
+  "  --sparsity S       predicted sparse decode (w8a8-naive/-smooth): skip the share S in [0, 1)\n" \
+  "                     of each layer's FFN neurons of least |SiLU(gate)| on the calibration\n"     \
+  "                     text, picked each step by a low-rank predictor; or auto: the largest of\n"  \
+  "                     0.7, 0.5, 0.3, 0.15 within 1% of dense decode perplexity (default: none)\n" \
+  "  --sparse-rank R    the predictors' rank (default: dim / 8)\n"
+
+/* The session options of run, ppl and bench. */
+#define CLI_SESSION_OPTIONS_HELP                                                                   \
+  "  --sparse MODE      decode of a program compiled with --sparsity: predict (default), exact\n"  \
+  "                     (every neuron's exact gate against the thresholds: the bound a\n"          \
+  "                     predictor is judged against) or off (dense)\n"                             \
+  "  --sparse-audit     also measure the predictor's recall every step (slower)\n"
 
 /* A command's arguments: argv[1] is the command, 'i' the option being parsed. */
 struct cli_args {
@@ -78,6 +90,10 @@ const char *cli_resolve_model(const char *cmd, const char *path);
  * cli_free_compile_params. */
 bool cli_compile_option(struct cli_args *a, npulm_compile_params *cp, bool ctx_is_buckets);
 void cli_free_compile_params(npulm_compile_params *cp);
+
+/* A session option at a->argv[a->i] (--sparse MODE, --sparse-audit) into 'sp': true if it was
+ * one (and consumed), false otherwise. */
+bool cli_session_option(struct cli_args *a, npulm_session_params *sp);
 
 /* Progress of long work by phase (npulm_phase_progress_fn; 'user' a zeroed struct cli_progress):
  * on a terminal, a bar with the phase's name, its count and the time left, drawn once the phase

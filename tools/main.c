@@ -50,6 +50,7 @@ static const char *const usage_run =
     "  --seed S           sampling seed (default: from the clock, printed to stderr)\n"
     "  -t, --threads N    threads the NPU's matmuls are cut across (default: one per CPU)\n"
     "  --reference        run the FP32 reference forward instead of the compiled graphs\n"
+    CLI_SESSION_OPTIONS_HELP
     "\n"
     "A GGUF model is compiled in memory first (calibrated and quantized as compile would):\n"
     CLI_COMPILE_OPTIONS_HELP;
@@ -135,6 +136,9 @@ static const char *const usage_ppl =
     "  -c, --ctx N        window length (default 512)\n"
     "  -t, --threads N    windows scored in parallel (default: one per CPU)\n"
     "  --reference        score with the FP32 reference forward instead of the compiled graphs\n"
+    "  --decode           evaluate each window a token at a time, as decode steps (the path sparse\n"
+    "                     decode takes; --sparse implies it)\n"
+    CLI_SESSION_OPTIONS_HELP
     "\n"
     "A GGUF model is compiled in memory first (calibrated and quantized as compile would):\n"
     CLI_COMPILE_OPTIONS_HELP;
@@ -208,6 +212,19 @@ static void print_engine_stats(const npulm_session *session) {
           shorter > 0 ? 100.0 * st.overlap_s / shorter : 0.0, st.n_transfers);
 }
 
+/* What sparse decode did (nothing when decode was dense). */
+static void print_sparse_stats(const npulm_session *session) {
+  npulm_sparse_stats st;
+  npulm_session_sparse_stats(session, &st);
+  if (st.layer_steps == 0) return;
+  fprintf(stderr,
+          "sparse decode: %" PRIu64 " FFN steps | %.1f%% of neurons computed, %.1f%% candidates | "
+          "predictor %.3f s, rest of the FFNs %.3f s",
+          st.layer_steps, 100.0 * st.kept, 100.0 * st.candidates, st.predict_s, st.ffn_s);
+  if (!isnan(st.recall)) fprintf(stderr, " | recall %.4f", st.recall);
+  fputc('\n', stderr);
+}
+
 /* ---- run ------------------------------------------------------------------------------------ */
 
 static void print_piece(const npulm_model *model, int32_t prev, int32_t id) {
@@ -236,6 +253,7 @@ static int cmd_run(struct cli_args *a) {
     else if (cli_is_opt(o, NULL, "--top-p")) samp.top_p = cli_opt_float(a);
     else if (cli_is_opt(o, NULL, "--seed")) seed = cli_opt_int(a, -1, INT64_MAX);
     else if (cli_is_opt(o, NULL, "--reference")) sp.reference = true;
+    else if (cli_session_option(a, &sp)) continue;
     else if (cli_compile_option(a, &cp, false)) continue;
     else cli_unknown_option(a);
   }
@@ -305,6 +323,7 @@ static int cmd_run(struct cli_args *a) {
           n_prompt, t1 - t0, (double)n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_gen, t2 - t1,
           n_gen > 0 ? (double)n_gen / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0, stop, samp.seed);
   print_engine_stats(session);
+  print_sparse_stats(session);
   free(tokens);
   npulm_sampler_free(sampler);
   npulm_session_free(session);
@@ -457,8 +476,9 @@ static void ppl_progress(void *user, int done, int total, double running) {
 static int cmd_ppl(struct cli_args *a) {
   const char *model_path = NULL, *file = NULL;
   int n_ctx = 512, n_threads = 0;
-  bool reference = false;
+  bool reference = false, decode = false;
   npulm_compile_params cp = npulm_compile_default_params();
+  npulm_session_params sp = npulm_session_default_params();
   for (a->i = 2; a->i < a->argc; a->i++) {
     const char *o = a->argv[a->i];
     if (cli_wants_help(a)) return 0;
@@ -467,6 +487,8 @@ static int cmd_ppl(struct cli_args *a) {
     else if (cli_is_opt(o, "-c", "--ctx")) n_ctx = (int)cli_opt_int(a, 1, 1 << 24);
     else if (cli_is_opt(o, "-t", "--threads")) n_threads = (int)cli_opt_int(a, 0, 64);
     else if (cli_is_opt(o, NULL, "--reference")) reference = true;
+    else if (cli_is_opt(o, NULL, "--decode")) decode = true;
+    else if (cli_session_option(a, &sp)) decode = true;
     else if (cli_compile_option(a, &cp, false)) continue;
     else cli_unknown_option(a);
   }
@@ -480,15 +502,26 @@ static int cmd_ppl(struct cli_args *a) {
   cli_free_compile_params(&cp);
   struct ppl_header header = {path, file, n_ctx, n_threads, false};
   npulm_ppl_result r;
+  npulm_sparse_stats sparse;
   npulm_error err;
+  if (reference && decode)
+    cli_die(a->cmd, "%s", "--decode and --sparse run the compiled graphs, not --reference");
   npulm_status st = reference ? npulm_perplexity_reference(model, text, len, n_ctx, n_threads,
                                                            ppl_progress, &header, &r, &err)
+                    : decode  ? npulm_perplexity_decode(model, text, len, n_ctx, n_threads, &sp,
+                                                        ppl_progress, &header, &r, &sparse, &err)
                               : npulm_perplexity(model, text, len, n_ctx, n_threads, ppl_progress,
                                                  &header, &r, &err);
   if (st != NPULM_OK) cli_die(a->cmd, "%s", err.msg);
   printf("Final estimate: PPL = %.4f +/- %.5f (%d chunks of %d tokens, %" PRIu64
          " tokens scored, %.2f s)\n",
          r.ppl, r.ppl_stderr, r.n_chunks, r.n_ctx, r.n_scored, r.seconds);
+  if (decode && sparse.layer_steps > 0) {
+    printf("sparse decode: %.1f%% of FFN neurons computed (%.1f%% skipped), %.1f%% candidates",
+           100.0 * sparse.kept, 100.0 * (1.0 - sparse.kept), 100.0 * sparse.candidates);
+    if (!isnan(sparse.recall)) printf(", recall %.4f", sparse.recall);
+    printf("\n");
+  }
   free(text);
   npulm_model_close(model);
   return 0;

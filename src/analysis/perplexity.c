@@ -19,10 +19,12 @@ struct ppl_job {
   int n_chunks;
   int n_vocab;
   int32_t bos;
-  bool reference; /* sessions run the FP32 reference forward */
-  double *nll;    /* (n_chunks) summed negative log-likelihood of each window */
-  double *nll2;   /* (n_chunks) summed squares */
-  bool *finished; /* (n_chunks) guarded by 'lock' */
+  npulm_session_params session; /* each worker's sessions' (n_ctx and n_threads set here) */
+  bool decode;                  /* every token a decode step of its own */
+  npulm_sparse_stats sparse;    /* the sessions' sparse statistics, added up (guarded by 'lock') */
+  double *nll;                  /* (n_chunks) summed negative log-likelihood of each window */
+  double *nll2;                 /* (n_chunks) summed squares */
+  bool *finished;               /* (n_chunks) guarded by 'lock' */
   pthread_mutex_t lock;
   pthread_cond_t progress;
   int next_chunk; /* guarded by 'lock' */
@@ -40,10 +42,25 @@ static double nll_of(const float *logits, int n_vocab, int32_t target) {
   return -((double)(logits[target] - max) - log(sum));
 }
 
+/* Add one session's sparse statistics to 'sum' (shares weighted by their steps; recall by the
+ * same, an approximation of the mass ratio over all). */
+static void add_sparse(npulm_sparse_stats *sum, const npulm_sparse_stats *one) {
+  const double a = (double)sum->layer_steps, b = (double)one->layer_steps;
+  if (b == 0.0) return;
+  sum->kept = (sum->kept * a + one->kept * b) / (a + b);
+  sum->candidates = (sum->candidates * a + one->candidates * b) / (a + b);
+  sum->recall = a == 0.0 ? one->recall : (sum->recall * a + one->recall * b) / (a + b);
+  sum->layer_steps += one->layer_steps;
+  sum->predict_s += one->predict_s;
+  sum->ffn_s += one->ffn_s;
+}
+
 static void *ppl_worker(void *arg) {
   struct ppl_job *job = arg;
   npulm_session *session = NULL;
-  npulm_session_params sp = {.n_ctx = job->n_ctx, .n_threads = 1, .reference = job->reference};
+  npulm_session_params sp = job->session;
+  sp.n_ctx = job->n_ctx;
+  sp.n_threads = 1;
   npulm_error err;
   size_t n_ctx = (size_t)job->n_ctx;
   float *logits = malloc(n_ctx * (size_t)job->n_vocab * sizeof(float));
@@ -63,7 +80,12 @@ static void *ppl_worker(void *arg) {
     memcpy(window, job->tokens + (size_t)chunk * n_ctx, n_ctx * sizeof(int32_t));
     if (job->bos >= 0) window[0] = job->bos;
     npulm_session_reset(session);
-    st = npulm_session_eval(session, window, n_ctx, logits, &err);
+    if (job->decode) {
+      for (size_t j = 0; j < n_ctx && st == NPULM_OK; j++)
+        st = npulm_session_eval(session, window + j, 1, logits + j * (size_t)job->n_vocab, &err);
+    } else {
+      st = npulm_session_eval(session, window, n_ctx, logits, &err);
+    }
     if (st != NPULM_OK) continue;
     /* score tokens first+1 .. n_ctx-1 of the window from the logits before them */
     double nll = 0.0, nll2 = 0.0;
@@ -81,10 +103,13 @@ static void *ppl_worker(void *arg) {
     pthread_cond_signal(&job->progress);
     pthread_mutex_unlock(&job->lock);
   }
+  npulm_sparse_stats sparse = {0};
+  if (session != NULL) npulm_session_sparse_stats(session, &sparse);
   npulm_session_free(session);
   free(logits);
   free(window);
   pthread_mutex_lock(&job->lock);
+  add_sparse(&job->sparse, &sparse);
   pthread_cond_signal(&job->progress);
   pthread_mutex_unlock(&job->lock);
   return NULL;
@@ -93,22 +118,38 @@ static void *ppl_worker(void *arg) {
 npulm_status npulm_perplexity(const npulm_model *model, const char *text, size_t len, int n_ctx,
                               int n_threads, npulm_ppl_progress_fn progress, void *user,
                               npulm_ppl_result *result_out, npulm_error *err) {
-  return npu_perplexity_run(model, text, len, n_ctx, n_threads, false, progress, user, result_out,
-                            err);
+  npulm_session_params sp = npulm_session_default_params();
+  return npu_perplexity_run(model, text, len, n_ctx, n_threads, &sp, false, progress, user,
+                            result_out, NULL, err);
+}
+
+npulm_status npulm_perplexity_decode(const npulm_model *model, const char *text, size_t len,
+                                     int n_ctx, int n_threads, const npulm_session_params *session,
+                                     npulm_ppl_progress_fn progress, void *user,
+                                     npulm_ppl_result *result_out, npulm_sparse_stats *sparse_out,
+                                     npulm_error *err) {
+  return npu_perplexity_run(model, text, len, n_ctx, n_threads, session, true, progress, user,
+                            result_out, sparse_out, err);
 }
 
 npulm_status npulm_perplexity_reference(const npulm_model *model, const char *text, size_t len,
                                         int n_ctx, int n_threads, npulm_ppl_progress_fn progress,
                                         void *user, npulm_ppl_result *result_out,
                                         npulm_error *err) {
-  return npu_perplexity_run(model, text, len, n_ctx, n_threads, true, progress, user, result_out,
-                            err);
+  npulm_session_params sp = npulm_session_default_params();
+  sp.reference = true;
+  return npu_perplexity_run(model, text, len, n_ctx, n_threads, &sp, false, progress, user,
+                            result_out, NULL, err);
 }
 
 npulm_status npu_perplexity_run(const npulm_model *model, const char *text, size_t len, int n_ctx,
-                                int n_threads, bool reference, npulm_ppl_progress_fn progress,
-                                void *user, npulm_ppl_result *result_out, npulm_error *err) {
+                                int n_threads, const npulm_session_params *session, bool decode,
+                                npulm_ppl_progress_fn progress, void *user,
+                                npulm_ppl_result *result_out, npulm_sparse_stats *sparse_out,
+                                npulm_error *err) {
   memset(result_out, 0, sizeof(*result_out));
+  if (sparse_out != NULL) memset(sparse_out, 0, sizeof(*sparse_out));
+  const bool reference = session->reference;
   npulm_status st = npu_config_check_weights(&model->cfg, err);
   if (st == NPULM_OK && reference) {
     st = npu_model_check_float(model, "the reference forward (--reference)", err);
@@ -125,7 +166,9 @@ npulm_status npu_perplexity_run(const npulm_model *model, const char *text, size
                         .n_ctx = n_ctx,
                         .n_vocab = info.n_vocab,
                         .bos = info.add_bos ? info.bos_id : -1,
-                        .reference = reference};
+                        .session = *session,
+                        .decode = decode};
+  job.sparse.recall = NAN;
   size_t n_tokens = 0;
   int32_t *tokens = NULL;
   st = npu_tokenize_alloc(model, text, len, info.add_bos, &tokens, &n_tokens, err);
@@ -200,6 +243,7 @@ npulm_status npu_perplexity_run(const npulm_model *model, const char *text, size
   result_out->n_ctx = n_ctx;
   result_out->n_scored = count;
   result_out->seconds = npu_now() - t0;
+  if (sparse_out != NULL) *sparse_out = job.sparse;
 done:
   free(tokens);
   free(job.nll);

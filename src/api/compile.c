@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "api/open.h"
+#include "api/sparse.h"
 #include "base/common.h"
 #include "compiler/program.h"
 #include "compiler/quantize.h"
@@ -150,6 +151,14 @@ static npulm_status quantize(const struct npulm_model *m, struct npu_program *p,
     st = npu_quantize_program(m, p, ids, n, info.add_bos ? info.bos_id : -1, q,
                               params != NULL ? params->progress : NULL,
                               params != NULL ? params->progress_user : NULL, err);
+    const float level = params != NULL ? params->sparsity : 0.0f;
+    if (st == NPULM_OK && level != 0.0f && q->mode == NPU_QUANT_F32) {
+      st = npu_fail(err, NPULM_ERR_ARG, "sparse decode needs an integer program, not f32");
+    }
+    if (st == NPULM_OK && level != 0.0f) {
+      st = npu_sparse_calibrate(m, p, level, params->sparse_rank, ids, n,
+                                info.add_bos ? info.bos_id : -1, params, err);
+    }
   }
   free(ids);
   return st;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backends/npu_emu.h"
+#include "backends/sparse_ffn.h"
 #include "base/common.h"
 #include "base/pool.h"
 #include "kernels/cpu/kernels.h"
@@ -376,13 +377,27 @@ static void exec_nodes(const struct npu_graph *g, int32_t first, int32_t count,
   }
 }
 
+/* The sparse FFN of nodes 'first' .. 'first + count - 1', timed as a matmul when profiling (its
+ * work is counted by the sparse run's statistics, not here). */
+static void exec_sparse(const struct npu_graph *g, int32_t first, int32_t count,
+                        const struct npu_exec_ctx *ctx) {
+  const double t0 = ctx->profile != NULL ? npu_now() : 0.0;
+  npu_sparse_ffn_exec(ctx->sparse, g, first, count, ctx->pool[NPU_BE_NPU], ctx->arena);
+  if (ctx->profile == NULL) return;
+  const uint64_t ns = (uint64_t)((npu_now() - t0) * 1e9);
+  atomic_fetch_add_explicit(&ctx->profile->ns[NPU_BE_NPU][NPU_OP_MATMUL], ns, memory_order_relaxed);
+}
+
 void npu_exec_subgraph(const struct npu_graph *g, const struct npu_subgraph *sg,
                        const struct npu_exec_ctx *ctx) {
   const int32_t end = sg->first + sg->count;
   for (int32_t i = sg->first; i < end;) {
-    const int32_t count = npu_emu_matmul_group(g, i, end);
-    exec_nodes(g, i, count, ctx);
-    for (int32_t j = i; j < i + count && ctx->observe != NULL; j++)
+    const int32_t span = ctx->sparse != NULL ? npu_sparse_span(ctx->sparse, g, i, end) : 0;
+    const int32_t count = span > 0 ? span : npu_emu_matmul_group(g, i, end);
+    if (span > 0) exec_sparse(g, i, count, ctx);
+    else exec_nodes(g, i, count, ctx);
+    /* a sparse FFN writes only its last node's output: the others are not shown */
+    for (int32_t j = span > 0 ? i + count - 1 : i; j < i + count && ctx->observe != NULL; j++)
       ctx->observe(ctx->observe_user, g, j, ctx);
     i += count;
   }

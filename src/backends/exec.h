@@ -13,6 +13,7 @@
 #include "model/model.h"
 
 struct npu_pool;
+struct npu_sparse_run;
 
 /* Where node time goes (a session's params.profile): per backend and op, the wall time inside its
  * nodes, their number, and the multiply-accumulates and weight bytes they do, which the workers
@@ -47,6 +48,8 @@ struct npu_exec_ctx {
                   const struct npu_exec_ctx *ctx);
   void *observe_user;
   struct npu_profile *profile; /* NULL: not profiling */
+  /* sparse decode (NULL: dense): in a decode graph each layer's FFN runs as one sparse step */
+  struct npu_sparse_run *sparse;
 };
 
 /* The floats ctx->attn_part must hold for decode steps over up to 'n_ctx' cache positions. */

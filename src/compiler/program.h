@@ -38,6 +38,7 @@ struct npu_weight {
 
 struct npu_qsite;
 struct npu_qtensor;
+struct npu_sparse;
 
 struct npu_program {
   struct npu_compile_options opts;
@@ -79,6 +80,9 @@ struct npu_program {
    * let go of page by page, then read once by the save; NULL otherwise. */
   uint8_t *spill;
   size_t spill_size, spill_used;
+  /* Predicted sparse decode (compiler/sparse.h): predictors, thresholds and neuron bundles of
+   * every layer's FFN; NULL: decode is dense. */
+  struct npu_sparse *sparse;
 };
 
 /* Defaults: chunks 16, 64 and 128 (those within the model's context), buckets powers of two from

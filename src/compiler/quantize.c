@@ -15,6 +15,7 @@
 #include "base/pool.h"
 #include "compiler/qparams.h"
 #include "compiler/smooth.h"
+#include "compiler/sparse.h"
 #include "compiler/wquant.h"
 
 /* Headroom over the calibrated magnitude for int16 tensors: text unlike the calibration text may
@@ -120,6 +121,8 @@ void npu_quant_free(struct npu_program *p) {
   p->n_qsites = p->n_qtensors = p->n_owned = 0;
   p->quant_mode = NPU_QUANT_F32;
   p->qsites_mapped = false;
+  npu_sparse_free(p->sparse); /* built on the integer data */
+  p->sparse = NULL;
 }
 
 /* Whether site 's' is a matmul whose packed weights are its own (placed in the arena). */

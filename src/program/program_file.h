@@ -88,6 +88,10 @@
  *                                    its table out of a matmul's packed weights of the same
  *                                    [n, k] (a tied embedding, stored once) that matmul's site;
  *                                    such a gather has no packed tensor of its own
+ *   npulm.sparse.level, npulm.sparse.layers: optional, a program compiled with a sparsity: its
+ *                                    sparse decode data (program_sparse.c gives the keys and
+ *                                    the tensors npulm.sparse.L.*); a reader without sparse
+ *                                    decode runs such a file dense
  *   npulm.checksums            u64[1 + n_tensors], the last key: XXH3-64 of the header (bytes
  *                                    0 .. data offset, this array's values read as 0), then of
  *                                    each tensor's data with its padding; the tensors lie back to
@@ -408,6 +412,34 @@ int32_t npu_program_graph_shapes(const struct npu_compile_options *o, bool for_g
  * whose name is the implied one. */
 bool npu_program_tensor_name(const struct npu_weight *weights, int32_t n_weights,
                              const struct npu_ir_tensor *t, char name[NPU_IR_NAME_MAX]);
+
+/* A tensor of the file: its name, ggml type, data and GGUF shape (the save's list). */
+struct file_tensor {
+  const char *name;
+  char buf[48]; /* the name of a site's or sparse layer's array */
+  uint32_t type;
+  const void *data;
+  uint32_t n_dims;
+  uint64_t ne[2];
+  uint64_t bytes;
+};
+
+/* ---- Sparse decode data (program_sparse.c) ----------------------------------------------------
+ */
+
+#define SPARSE_ARRAYS 7 /* tensors per layer */
+
+/* Append the sparse layers' tensors of 'p' (SPARSE_ARRAYS per layer; none without sparse data)
+ * to 'ft' from 'n'; return the new count. */
+int32_t npu_program_sparse_tensors(const struct npu_program *p, struct file_tensor *ft, int32_t n);
+/* Its metadata keys. */
+struct npu_gguf_writer;
+npulm_status npu_program_add_sparse(struct npu_gguf_writer *w, const struct npu_program *p,
+                                    npulm_error *err);
+/* Read the sparse decode data of file 'g' into 'p' (nothing if it has none), checking every
+ * size and range; the bundles and predictor weights are used in place. */
+npulm_status npu_program_load_sparse(const struct npu_gguf *g, const struct npu_config *cfg,
+                                     struct npu_program *p, npulm_error *err);
 
 /* Fail naming site 'i': "program site I ('name'): <what>". */
 npulm_status NPU_PRINTF(4, 5) npu_program_site_fail(npulm_error *err, const struct npu_program *p,

@@ -10,6 +10,7 @@
 #include "base/pages.h"
 #include "compiler/program.h"
 #include "compiler/quantize.h"
+#include "compiler/sparse.h"
 #include "io/gguf_checksum.h"
 #include "io/gguf_write.h"
 #include "program/program_file.h"
@@ -139,17 +140,6 @@ static npulm_status add_graph(struct npu_gguf_writer *w, const struct npu_progra
   free(names);
   return npu_gguf_writer_status(w, err);
 }
-
-/* A tensor of the file: its name, ggml type, data and GGUF shape. */
-struct file_tensor {
-  const char *name;
-  char buf[48]; /* the name of a site's array */
-  uint32_t type;
-  const void *data;
-  uint32_t n_dims;
-  uint64_t ne[2];
-  uint64_t bytes;
-};
 
 /* The npulm.weights.float value of each weight of the table (WEIGHT_*): whether the file holds
  * it. An integer program holds only the weights the executor reads in float unless it keeps them
@@ -343,7 +333,8 @@ npulm_status npu_program_save(const struct npulm_model *m, const struct npu_prog
                               const char *path, npulm_progress_fn progress, void *user,
                               npulm_error *err) {
   struct npu_gguf_writer *w = NULL;
-  size_t cap = (size_t)p->n_weights + 1 + (size_t)p->n_qsites * SITE_ARRAYS;
+  size_t cap = (size_t)p->n_weights + 1 + (size_t)p->n_qsites * SITE_ARRAYS +
+               (p->sparse != NULL ? (size_t)p->sparse->n_layers * SPARSE_ARRAYS : 0);
   struct file_tensor *ft = calloc(cap, sizeof(*ft));
   int32_t *order = calloc(cap, sizeof(*order)); /* the order the tensors are written in */
   const char **weight_names = calloc((size_t)p->n_weights + 1, sizeof(*weight_names));
@@ -384,6 +375,7 @@ npulm_status npu_program_save(const struct npulm_model *m, const struct npu_prog
     if ((st = add_graph(w, p, i, &p->graphs[i], err)) != NPULM_OK) goto fail;
   }
   if ((st = add_quant(w, p, err)) != NPULM_OK) goto fail;
+  if ((st = npu_program_add_sparse(w, p, err)) != NPULM_OK) goto fail;
 
   /* the weights, then the sites' arrays */
   int32_t n_ft = file_weights(m, p, flags, ft);
@@ -394,6 +386,7 @@ npulm_status npu_program_save(const struct npulm_model *m, const struct npu_prog
     n_ft = site_tensors(&p->qsites[i], i, shift8 != NULL ? shift8 + k : NULL, ft, n_ft);
     if (p->qsites[i].shift != NULL) k += p->qsites[i].n;
   }
+  n_ft = npu_program_sparse_tensors(p, ft, n_ft);
   /* the small tensors (norms, biases, multipliers) first, side by side: the CPU reads the norms
    * at run time, and a page cache of large folios maps a whole folio (up to megabytes) for one
    * touched page, so each norm stored between two big F32 matrices would bring a megabyte of

@@ -5,11 +5,13 @@
  * loops), and consecutive chunks overlap. Everything a step touches (KV cache, arenas,
  * logits, rope table, step list) is allocated when the session is created: evaluating tokens
  * allocates nothing. With params.reference the session runs the FP32 reference forward instead. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "backends/exec.h"
+#include "backends/sparse_ffn.h"
 #include "base/common.h"
 #include "base/pages.h"
 #include "base/pool.h"
@@ -74,6 +76,9 @@ struct npulm_session {
   /* error attribution (npu_session_observe) */
   npu_node_observer observe;
   void *observe_user;
+  enum npu_sparse_mode sparse_mode;
+  bool sparse_audit;
+  struct npu_sparse_run *sparse; /* sparse decode, or NULL */
   /* accounting */
   struct npu_profile *profile; /* NULL unless params.profile */
   uint64_t n_steps_total;
@@ -97,7 +102,9 @@ static npulm_status compiled_init(struct npulm_session *s, npulm_error *err) {
   const struct npulm_model *m = s->model;
   const struct npu_config *c = &m->cfg;
   npu_cpu_ukernels_select(npu_isa_detect(), &s->cpu_uk);
-  if (m->program == NULL) {
+  if (s->prog != NULL) {
+    /* given (npu_session_create_program) */
+  } else if (m->program == NULL) {
     struct npu_compile_options o;
     npu_compile_default_options(c, &o);
     npulm_status st = npu_compile(m, &o, NULL, NULL, &s->owned_program, err);
@@ -175,6 +182,13 @@ static npulm_status compiled_init(struct npulm_session *s, npulm_error *err) {
       }
     }
   }
+  if (p->sparse != NULL && s->sparse_mode != NPU_SPARSE_OFF) {
+    npulm_status st = npu_sparse_run_create(p, s->sparse_mode, s->sparse_audit, &s->sparse, err);
+    if (st != NPULM_OK) return st;
+  } else if (s->sparse_mode == NPU_SPARSE_EXACT || s->sparse_audit) {
+    return npu_fail(err, NPULM_ERR_ARG,
+                    "the program has no sparse decode data: compile it with --sparsity");
+  }
   for (int be = 0; be < NPU_BE_COUNT; be++) {
     int helpers = be == NPU_BE_NPU && s->n_threads > NPU_BE_COUNT ? s->n_threads - NPU_BE_COUNT : 0;
     npulm_status st = npu_pool_create(s->n_threads, helpers, &s->pools[be], err);
@@ -185,6 +199,12 @@ static npulm_status compiled_init(struct npulm_session *s, npulm_error *err) {
 
 npulm_status npulm_session_create(const npulm_model *model, const npulm_session_params *params,
                                   npulm_session **session_out, npulm_error *err) {
+  return npu_session_create_program(model, NULL, params, session_out, err);
+}
+
+npulm_status npu_session_create_program(const npulm_model *model, const struct npu_program *prog,
+                                        const npulm_session_params *params,
+                                        npulm_session **session_out, npulm_error *err) {
   *session_out = NULL;
   npulm_session_params p = params != NULL ? *params : npulm_session_default_params();
   int n_ctx_train = model->cfg.n_ctx_train;
@@ -199,7 +219,7 @@ npulm_status npulm_session_create(const npulm_model *model, const npulm_session_
   }
   if (p.n_ctx == 0) {
     p.n_ctx = n_ctx_train < DEFAULT_CTX_CAP ? n_ctx_train : DEFAULT_CTX_CAP;
-    const struct npu_program *prog = model->program;
+    if (prog == NULL) prog = model->program;
     if (!p.reference && prog != NULL && prog->opts.n_buckets > 0 &&
         prog->opts.buckets[prog->opts.n_buckets - 1] < p.n_ctx) {
       p.n_ctx = prog->opts.buckets[prog->opts.n_buckets - 1];
@@ -212,10 +232,20 @@ npulm_status npulm_session_create(const npulm_model *model, const npulm_session_
   struct npulm_session *s = calloc(1, sizeof(*s));
   if (s == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
   s->model = model;
+  s->prog = p.reference ? NULL : prog;
   s->reference = p.reference;
   s->n_ctx = p.n_ctx;
   s->n_threads = p.n_threads;
+  s->sparse_mode = p.sparse == NPULM_SPARSE_OFF     ? NPU_SPARSE_OFF
+                   : p.sparse == NPULM_SPARSE_EXACT ? NPU_SPARSE_EXACT
+                                                    : NPU_SPARSE_PREDICT;
+  s->sparse_audit = p.sparse_audit;
   npulm_status st = NPULM_OK;
+  if (p.sparse != NPULM_SPARSE_PREDICT && p.sparse != NPULM_SPARSE_OFF &&
+      p.sparse != NPULM_SPARSE_EXACT) {
+    free(s);
+    return npu_fail(err, NPULM_ERR_ARG, "unknown sparse decode mode %d", p.sparse);
+  }
   s->last_logits = calloc((size_t)model->cfg.n_vocab, sizeof(float));
   if (p.profile && !p.reference) s->profile = calloc(1, sizeof(*s->profile));
   if (s->last_logits == NULL || (p.profile && !p.reference && s->profile == NULL)) {
@@ -256,6 +286,7 @@ void npulm_session_free(npulm_session *s) {
   free(s->cost_off);
   free(s->costs);
   free(s->profile);
+  npu_sparse_run_free(s->sparse);
   npu_program_free(s->owned_program);
   free(s->last_logits);
   free(s);
@@ -364,6 +395,7 @@ static void run_task(void *user, int32_t step, int32_t sub, int32_t slot) {
       .observe = s->observe,
       .observe_user = s->observe_user,
       .profile = s->profile,
+      .sparse = s->sparse,
   };
   npu_exec_subgraph(g, &g->subgraphs[sub], &ctx);
   if (sub == g->n_subgraphs - 1) {
@@ -386,6 +418,24 @@ void npu_session_observe(npulm_session *s, npu_node_observer fn, void *user) {
 }
 
 const struct npu_program *npu_session_program(const npulm_session *s) { return s->prog; }
+
+void npulm_session_sparse_stats(const npulm_session *s, npulm_sparse_stats *out) {
+  struct npu_sparse_stats st = {0};
+  if (s->sparse != NULL) npu_sparse_get_stats(s->sparse, &st);
+  const double n = st.neurons > 0 ? (double)st.neurons : 1.0;
+  *out = (npulm_sparse_stats){
+      .layer_steps = st.layer_steps,
+      .kept = (double)st.kept / n,
+      .candidates = (double)st.candidates / n,
+      .recall = s->sparse_audit && st.exact_mass > 0.0 ? st.kept_mass / st.exact_mass : NAN,
+      .predict_s = st.predict_s,
+      .ffn_s = st.ffn_s,
+  };
+}
+
+void npulm_session_sparse_stats_clear(npulm_session *s) {
+  if (s->sparse != NULL) npu_sparse_reset_stats(s->sparse);
+}
 
 npulm_status npulm_session_eval(npulm_session *s, const int32_t *tokens, size_t n,
                                 float *logits_out, npulm_error *err) {

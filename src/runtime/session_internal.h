@@ -15,4 +15,10 @@ void npu_session_observe(npulm_session *session, npu_node_observer fn, void *use
 /* The program the session runs: the model's, or the one it compiled when the model had none. */
 const struct npu_program *npu_session_program(const npulm_session *session);
 
+/* npulm_session_create for program 'prog' of 'model' instead of the model's own (a compile that
+ * measures the program it is making). */
+npulm_status npu_session_create_program(const npulm_model *model, const struct npu_program *prog,
+                                        const npulm_session_params *params,
+                                        npulm_session **session_out, npulm_error *err);
+
 #endif /* NPU_RUNTIME_SESSION_INTERNAL_H */

@@ -51,3 +51,12 @@ void npu_qs8_gemm_unpack_row(size_t k, const void *restrict packed, size_t r, si
   const size_t j = r % NR;
   for (size_t c = c0; c < c1; c++) out[c - c0] = wq[(c / KR) * NR * KR + j * KR + c % KR];
 }
+
+int32_t npu_qs8_gemm_bias(size_t k, const void *restrict packed, size_t r) {
+  enum { NR = NPU_QS8_GEMM_NR };
+  const size_t block_size = 2 * NR * sizeof(int32_t) + NR * gemm_kp(k);
+  int32_t bias;
+  memcpy(&bias, (const uint8_t *)packed + (r / NR) * block_size + (r % NR) * sizeof(int32_t),
+         sizeof(bias));
+  return bias;
+}

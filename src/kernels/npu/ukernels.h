@@ -1,12 +1,12 @@
 /* The NPU's integer microkernels: one function type per family, the parameter structs, the weight
  * packing API, and the choice of the best variant for this CPU. The variants themselves
  * (npu_<family>__scalar everywhere; __avx2 and __avx512vnni on x86-64; __neon on AArch64, and for
- * the int8-activation GEMMs and the attention scores __neondot with the dot product, for those
- * GEMMs __neoni8mm with the int8 matrix multiply) are listed once in src/kernels/npu/ukernels.inc,
- * which feeds the declarations below, the dispatch in ukernels.c and the tests. Every family has a
- * NEON variant; the CPU backend's kernels (src/kernels/cpu) have AVX2 ones only and run their
- * portable scalar variants on AArch64. Integer-only by contract: requantization is
- * src/kernels/npu/fixedpoint.h. Kernels never allocate and keep no state. */
+ * the int8-activation GEMMs, the attention scores and the bundle dot __neondot with the dot
+ * product, for those GEMMs __neoni8mm with the int8 matrix multiply) are listed once in
+ * src/kernels/npu/ukernels.inc, which feeds the declarations below, the dispatch in ukernels.c and
+ * the tests. Every family has a NEON variant; the CPU backend's kernels (src/kernels/cpu) have AVX2
+ * ones only and run their portable scalar variants on AArch64. Integer-only by contract:
+ * requantization is src/kernels/npu/fixedpoint.h. Kernels never allocate and keep no state. */
 #ifndef NPU_KERNELS_NPU_UKERNELS_H
 #define NPU_KERNELS_NPU_UKERNELS_H
 
@@ -78,6 +78,9 @@ bool npu_qs8_gemm_pack(size_t n, size_t k, const int8_t *restrict w, const int32
  * for a gather that reads a tied embedding out of the classifier's packed weights). */
 void npu_qs8_gemm_unpack_row(size_t k, const void *restrict packed, size_t r, size_t c0, size_t c1,
                              int8_t *restrict out);
+
+/* The int32 bias of row r (< n) of a packed [n, k] matrix, as packed. */
+int32_t npu_qs8_gemm_bias(size_t k, const void *restrict packed, size_t r);
 
 /* ---- int4-weight GEMMs (w4a8, w4a16) and the int16-activation GEMM (w8a16) ------------------
  *
@@ -399,6 +402,46 @@ typedef void npu_qs16_pv_qs8_fn(const struct npu_attn_shape *restrict shape,
                                 int8_t *restrict out,
                                 const struct npu_qs16_pv_params *restrict params);
 
+/* ---- sparse decode over neuron bundles (PowerInfer-style) ------------------------------------
+ * A neuron bundle is FFN neuron j of a layer as three int8 vectors laid out one after another: its
+ * gate row, its up row and its down column, each kp = npu_bundle_kp(k) bytes (k the model width);
+ * bytes past k in each of the three are 0. Bundles are 64-byte aligned; weights lie in [-127, 127]
+ * (never -128). A decode step computes the gate and up dot products of the neurons a predictor
+ * chose (qs8_bundle_dot), applies the activation to get one coefficient per neuron, then adds the
+ * chosen down columns times their coefficients (qs8_bundle_down): each step reads only the chosen
+ * bundles, each as one contiguous stream.
+ *
+ * npu_qs8_bundle_dot: for i < count, with gate_i = bundles[i] and up_i = bundles[i] + kp,
+ *   acc[2i]     = sum_{c < k} (x[c] - x_zero_point) * gate_i[c]
+ *   acc[2i + 1] = sum_{c < k} (x[c] - x_zero_point) * up_i[c]
+ * x is exactly k bytes (never read past k); the bundles may be read up to kp. k in [1, 32768],
+ * x_zero_point in [-128, 127]: a product is at most 255 * 127 in magnitude, so a sum at most
+ * 32768 * 255 * 127 < 2^30 and no int32 overflows. count == 0 does nothing.
+ *
+ * npu_qs8_bundle_down: for c < k, with down_i = bundles[i] + 2 kp,
+ *   acc[c] += sum_{i < count} coef[i] * down_i[c]
+ * coef[i] in [-255, 255], count <= 65536: a product is at most 255 * 127 = 32385 in magnitude, the
+ * sum at most 65536 * 32385 < 2^31; the caller keeps |acc[c]| + count * 32385 below 2^31 (e.g.
+ * acc zeroed), so no int32 overflows and every order of summation gives the same bits. acc[c] for
+ * c >= k is not touched. */
+#define NPU_BUNDLE_ALIGN 64             /* bundle alignment, and what kp is rounded up to */
+#define NPU_BUNDLE_MAX_K 32768          /* the largest k the bundle kernels take */
+#define NPU_BUNDLE_DOWN_MAX_COUNT 65536 /* the most bundles one qs8_bundle_down call adds */
+
+/* Bytes of each of a bundle's three vectors: k rounded up to a multiple of 64. */
+size_t npu_bundle_kp(size_t k);
+
+/* Gate and up dot products of 'count' neuron bundles with one int8 input row x (k values, zero
+ * point x_zero_point): acc[2i] = sum_{c<k} (x[c] - x_zero_point) * gate_i[c] and acc[2i+1] the
+ * same with up_i, where gate_i = bundles[i] and up_i = bundles[i] + kp. k in [1, 32768]. */
+typedef void npu_qs8_bundle_dot_fn(size_t k, const int8_t *x, int32_t x_zero_point, size_t count,
+                                   const int8_t *const *bundles, int32_t *acc);
+
+/* Down projection of 'count' bundles: acc[c] += sum_i coef[i] * down_i[c] for c < k, where
+ * down_i = bundles[i] + 2 kp and coef[i] in [-255, 255]; count <= 65536. */
+typedef void npu_qs8_bundle_down_fn(size_t k, size_t count, const int8_t *const *bundles,
+                                    const int32_t *coef, int32_t *acc);
+
 /* ---- variants and dispatch --------------------------------------------------------------------*/
 
 /* Whether this compiler builds the AArch64 variants that need the dot product (__neondot) or the
@@ -445,6 +488,8 @@ struct npu_ukernels {
   npu_qs16_qc4w_gemm_qs16_fn *qs16_qc4w_gemm_qs16;
   npu_qs16_rmsnorm_qs16_fn *qs16_rmsnorm_qs16;
   npu_qs16_lut_fn *qs16_lut;
+  npu_qs8_bundle_dot_fn *qs8_bundle_dot;
+  npu_qs8_bundle_down_fn *qs8_bundle_down;
 };
 
 /* Fill 'uk_out' with, for each family, the last variant in ukernels.inc whose extensions are all

@@ -1,0 +1,400 @@
+/* The sparse FFN of a decode step (sparse_ffn.h). */
+#include "backends/sparse_ffn.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/common.h"
+#include "base/pool.h"
+#include "compiler/quantize.h"
+#include "kernels/npu/fixedpoint.h"
+#include "ref/forward.h"
+
+enum { MAX_TASKS = 64 };
+
+/* One layer's integer data, gathered once. */
+struct layer_run {
+  struct npu_sparse_sites sites;
+  const struct npu_sparse_layer *data;
+  /* kept iff acc * mult_j >= thr_hi[j] or thr_lo_a[j] <= acc * mult_j <= thr_lo_b[j], acc the
+   * gate's accumulator with its bias: the layer's thresholds in the gate's steps times
+   * 2^(31 - shift_j), so that the test is integer */
+  int64_t *thr_hi, *thr_lo_a, *thr_lo_b;
+  int32_t *down_bias; /* (dim) the down matmul's bias, as packed */
+};
+
+struct npu_sparse_run {
+  const struct npu_program *prog;
+  const struct npu_ukernels *uk;
+  enum npu_sparse_mode mode;
+  bool audit;
+  int32_t n_layers, dim, n_ff, kp, max_rank;
+  struct layer_run *layers;
+  struct npu_bundle_source source;
+  /* one step's work (a session runs one decode step at a time) */
+  int8_t *h;          /* (max_rank) the predictor's middle */
+  int16_t *pred;      /* (n_ff) its output */
+  int32_t *cand;      /* (n_ff) candidate neurons */
+  const int8_t **ptr; /* (n_ff) their bundles */
+  int32_t *acc;       /* (2 n_ff) their gate and up accumulators */
+  int32_t *kept;      /* (n_ff) the kept candidates' positions in 'cand' */
+  const int8_t **kept_ptr;
+  int8_t *gate_q, *up_q, *silu_q, *prod_q; /* (n_ff) of the kept */
+  int32_t *coef;                           /* (n_ff) products less the down input's zero point */
+  int32_t *down_acc;                       /* (MAX_TASKS, dim) each task's down sums */
+  int32_t *all_ids;                        /* (n_ff) 0 .. n_ff - 1 */
+  const int8_t **all_ptr;                  /* (n_ff) audit: every bundle */
+  int32_t *all_acc;                        /* (2 n_ff) audit */
+  struct npu_sparse_stats stats;
+};
+
+static void resident_get(void *user, int32_t layer, const int32_t *ids, size_t n,
+                         const int8_t **bundles) {
+  const struct npu_sparse *sp = user;
+  const size_t stride = 3 * (size_t)sp->kp;
+  const int8_t *base = sp->layers[layer].bundles;
+  for (size_t i = 0; i < n; i++) bundles[i] = base + (size_t)ids[i] * stride;
+}
+
+/* ceil / floor of t * 2^(31 - shift), saturated to +-2^62 (beyond any acc * mult). */
+static int64_t scaled_bound(double t, int32_t shift, bool up) {
+  const double lim = 0x1.0p62;
+  if (isnan(t)) return up ? INT64_MAX : INT64_MIN;
+  const double v = ldexp(t, 31 - shift);
+  const double r = up ? ceil(v) : floor(v);
+  if (r >= lim) return (int64_t)lim;
+  if (r <= -lim) return -(int64_t)lim;
+  return (int64_t)r;
+}
+
+void npu_sparse_run_free(struct npu_sparse_run *r) {
+  if (r == NULL) return;
+  for (int32_t l = 0; r->layers != NULL && l < r->n_layers; l++) {
+    free(r->layers[l].thr_hi);
+    free(r->layers[l].thr_lo_a);
+    free(r->layers[l].thr_lo_b);
+    free(r->layers[l].down_bias);
+  }
+  free(r->layers);
+  free(r->h);
+  free(r->pred);
+  free(r->cand);
+  free(r->ptr);
+  free(r->acc);
+  free(r->kept);
+  free(r->kept_ptr);
+  free(r->gate_q);
+  free(r->up_q);
+  free(r->silu_q);
+  free(r->prod_q);
+  free(r->coef);
+  free(r->down_acc);
+  free(r->all_ids);
+  free(r->all_ptr);
+  free(r->all_acc);
+  free(r);
+}
+
+/* The FFN of layer 'l' in decode graph 'g' from node 'first': gate and up matmuls on its FFN
+ * norm output, SiLU of the gate, product, down matmul, in that order, on the NPU; the number of
+ * nodes, or 0. */
+static int32_t ffn_span(const struct npu_graph *g, int32_t first, int32_t end, int32_t *layer) {
+  static const uint8_t want_op[5] = {NPU_OP_MATMUL, NPU_OP_MATMUL, NPU_OP_SILU, NPU_OP_MUL,
+                                     NPU_OP_MATMUL};
+  static const uint8_t want_role[5] = {NPU_ROLE_FFN_GATE, NPU_ROLE_FFN_UP, NPU_ROLE_FFN_SILU,
+                                       NPU_ROLE_FFN_GATE_PAR, NPU_ROLE_FFN_DOWN};
+  if (g->rows != 1 || end - first < 5) return 0;
+  const struct npu_ir_node *n = &g->nodes[first];
+  if (n->op != NPU_OP_MATMUL || g->tensors[n->out].role != NPU_ROLE_FFN_GATE) return 0;
+  for (int32_t i = 0; i < 5; i++) {
+    const struct npu_ir_node *m = &g->nodes[first + i];
+    const struct npu_ir_tensor *out = &g->tensors[m->out];
+    if (m->op != want_op[i] || m->backend != NPU_BE_NPU || out->role != want_role[i] ||
+        m->layer != n->layer) {
+      return 0;
+    }
+  }
+  if (g->nodes[first + 1].in[0] != n->in[0]) return 0;
+  *layer = n->layer;
+  return 5;
+}
+
+int32_t npu_sparse_span(const struct npu_sparse_run *r, const struct npu_graph *g, int32_t first,
+                        int32_t end) {
+  int32_t layer;
+  const int32_t span = ffn_span(g, first, end, &layer);
+  return span > 0 && layer >= 0 && layer < r->n_layers ? span : 0;
+}
+
+static npulm_status prepare_layer(struct npu_sparse_run *r, int32_t l, npulm_error *err) {
+  struct layer_run *lr = &r->layers[l];
+  npulm_status st = npu_sparse_sites_of(r->prog, l, &lr->sites, err);
+  if (st != NPULM_OK) return st;
+  lr->data = &r->prog->sparse->layers[l];
+  const size_t n_ff = (size_t)r->n_ff, dim = (size_t)r->dim;
+  if (lr->data->n_ff != r->n_ff || lr->sites.gate->n != r->n_ff || lr->sites.down->n != r->dim ||
+      lr->sites.gate->k != r->dim || lr->sites.down->k != r->n_ff) {
+    return npu_fail(err, NPULM_ERR_FORMAT, "layer %d's sparse data does not fit its FFN", l);
+  }
+  lr->thr_hi = malloc(n_ff * sizeof(int64_t));
+  lr->thr_lo_a = malloc(n_ff * sizeof(int64_t));
+  lr->thr_lo_b = malloc(n_ff * sizeof(int64_t));
+  lr->down_bias = malloc(dim * sizeof(int32_t));
+  if (lr->thr_hi == NULL || lr->thr_lo_a == NULL || lr->thr_lo_b == NULL || lr->down_bias == NULL)
+    return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  for (size_t j = 0; j < n_ff; j++) {
+    const int32_t shift = lr->sites.gate->shift[j];
+    lr->thr_hi[j] = scaled_bound(lr->data->hi, shift, true);
+    lr->thr_lo_a[j] = scaled_bound(lr->data->lo_a, shift, true);
+    lr->thr_lo_b[j] = scaled_bound(lr->data->lo_b, shift, false);
+  }
+  for (size_t c = 0; c < dim; c++)
+    lr->down_bias[c] = npu_qs8_gemm_bias(n_ff, lr->sites.down->packed, c);
+  return NPULM_OK;
+}
+
+npulm_status npu_sparse_run_create(const struct npu_program *p, enum npu_sparse_mode mode,
+                                   bool audit, struct npu_sparse_run **out, npulm_error *err) {
+  *out = NULL;
+  const struct npu_sparse *sp = p->sparse;
+  if (sp == NULL || sp->n_layers < 1) {
+    return npu_fail(err, NPULM_ERR_ARG,
+                    "the program has no sparse decode data: compile it with --sparsity");
+  }
+  struct npu_sparse_run *r = calloc(1, sizeof(*r));
+  if (r == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  r->prog = p;
+  r->uk = &p->uk;
+  r->mode = mode;
+  r->audit = audit;
+  r->n_layers = sp->n_layers;
+  r->dim = sp->dim;
+  r->kp = sp->kp;
+  r->n_ff = sp->layers[0].n_ff;
+  r->source = (struct npu_bundle_source){(void *)sp, resident_get};
+  for (int32_t l = 0; l < sp->n_layers; l++) {
+    if (sp->layers[l].rank > r->max_rank) r->max_rank = sp->layers[l].rank;
+  }
+  const size_t n_ff = (size_t)r->n_ff, dim = (size_t)r->dim;
+  r->layers = calloc((size_t)r->n_layers, sizeof(*r->layers));
+  r->h = malloc((size_t)r->max_rank + 1);
+  r->pred = malloc(n_ff * sizeof(int16_t));
+  r->cand = malloc(n_ff * sizeof(int32_t));
+  r->ptr = malloc(n_ff * sizeof(*r->ptr));
+  r->acc = malloc(2 * n_ff * sizeof(int32_t));
+  r->kept = malloc(n_ff * sizeof(int32_t));
+  r->kept_ptr = malloc(n_ff * sizeof(*r->kept_ptr));
+  r->gate_q = malloc(n_ff);
+  r->up_q = malloc(n_ff);
+  r->silu_q = malloc(n_ff);
+  r->prod_q = malloc(n_ff);
+  r->coef = malloc(n_ff * sizeof(int32_t));
+  r->down_acc = malloc(MAX_TASKS * dim * sizeof(int32_t));
+  r->all_ids = malloc(n_ff * sizeof(int32_t));
+  r->all_ptr = malloc(n_ff * sizeof(*r->all_ptr));
+  r->all_acc = malloc(2 * n_ff * sizeof(int32_t));
+  npulm_status st = NPULM_OK;
+  if (r->layers == NULL || r->h == NULL || r->pred == NULL || r->cand == NULL || r->ptr == NULL ||
+      r->acc == NULL || r->kept == NULL || r->kept_ptr == NULL || r->gate_q == NULL ||
+      r->up_q == NULL || r->silu_q == NULL || r->prod_q == NULL || r->coef == NULL ||
+      r->down_acc == NULL || r->all_ids == NULL || r->all_ptr == NULL || r->all_acc == NULL) {
+    st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  }
+  for (size_t j = 0; st == NPULM_OK && j < n_ff; j++) r->all_ids[j] = (int32_t)j;
+  for (int32_t l = 0; st == NPULM_OK && l < r->n_layers; l++) st = prepare_layer(r, l, err);
+  /* every decode graph's FFN must be the pattern the sparse step replaces */
+  for (int32_t gi = 0; st == NPULM_OK && gi < p->n_graphs; gi++) {
+    const struct npu_graph *g = &p->graphs[gi];
+    if (g->rows != 1) continue;
+    int32_t found = 0;
+    for (int32_t s = 0; s < g->n_subgraphs; s++) {
+      const int32_t end = g->subgraphs[s].first + g->subgraphs[s].count;
+      for (int32_t i = g->subgraphs[s].first; i < end; i++)
+        found += npu_sparse_span(r, g, i, end) > 0;
+    }
+    if (found != r->n_layers) {
+      st = npu_fail(err, NPULM_ERR_UNSUPPORTED,
+                    "sparse decode needs every layer's FFN on the NPU as gate, up, SiLU, product "
+                    "and down; the decode graph for context %d has %d of %d such",
+                    g->ctx, found, r->n_layers);
+    }
+  }
+  if (st != NPULM_OK) {
+    npu_sparse_run_free(r);
+    return st;
+  }
+  *out = r;
+  return NPULM_OK;
+}
+
+void npu_sparse_run_set_source(struct npu_sparse_run *r, const struct npu_bundle_source *src) {
+  r->source = *src;
+}
+
+void npu_sparse_get_stats(const struct npu_sparse_run *r, struct npu_sparse_stats *out) {
+  *out = r->stats;
+}
+
+void npu_sparse_reset_stats(struct npu_sparse_run *r) { memset(&r->stats, 0, sizeof(r->stats)); }
+
+/* A loop of the step cut across the pool: task t of 'tasks' takes items [t n / tasks, (t + 1) n /
+ * tasks) of 'n'. */
+struct step_loop {
+  struct npu_sparse_run *r;
+  const struct layer_run *lr;
+  const int8_t *x;
+  size_t n, tasks;
+  int phase; /* 0 predictor's second GEMM (in blocks of NR channels), 1 dots, 2 down */
+};
+
+static void item_range(const struct step_loop *s, size_t task, size_t unit, size_t *a, size_t *b) {
+  const size_t units = (s->n + unit - 1) / unit;
+  *a = task * units / s->tasks * unit;
+  *b = (task + 1) * units / s->tasks * unit;
+  if (*a > s->n) *a = s->n;
+  if (*b > s->n) *b = s->n;
+}
+
+static void step_task(void *arg, size_t task) {
+  const struct step_loop *s = arg;
+  struct npu_sparse_run *r = s->r;
+  const struct layer_run *lr = s->lr;
+  const size_t dim = (size_t)r->dim;
+  size_t a, b;
+  if (s->phase == 0) {
+    const int32_t rank = lr->data->rank;
+    const struct npu_qs8_gemm_params pa = {lr->data->mult + rank, lr->data->shift + rank, 0, 0};
+    item_range(s, task, NPU_QS8_GEMM_NR, &a, &b);
+    if (a < b)
+      r->uk->qs8_gemm_qs16(1, a, b, (size_t)rank, r->h, (size_t)rank, lr->data->pred_a, r->pred,
+                           (size_t)r->n_ff, &pa);
+  } else if (s->phase == 1) {
+    item_range(s, task, 1, &a, &b);
+    const int32_t zx = lr->sites.gate->gemm.x_zero_point;
+    if (a < b) r->uk->qs8_bundle_dot(dim, s->x, zx, b - a, r->ptr + a, r->acc + 2 * a);
+  } else {
+    item_range(s, task, 1, &a, &b);
+    int32_t *acc = r->down_acc + task * dim;
+    memset(acc, 0, dim * sizeof(int32_t));
+    if (a < b) r->uk->qs8_bundle_down(dim, b - a, r->kept_ptr + a, r->coef + a, acc);
+  }
+}
+
+static void run_loop(struct step_loop *s, struct npu_pool *pool, int phase, size_t n) {
+  s->phase = phase;
+  s->n = n;
+  size_t tasks = (size_t)npu_pool_threads(pool);
+  if (tasks > MAX_TASKS) tasks = MAX_TASKS;
+  if (tasks < 1) tasks = 1;
+  s->tasks = tasks;
+  npu_pool_run(pool, tasks, step_task, s);
+}
+
+static bool kept_by(const struct layer_run *lr, int32_t j, int32_t acc) {
+  const int64_t v = (int64_t)acc * lr->sites.gate->mult[j];
+  return v >= lr->thr_hi[j] || (v >= lr->thr_lo_a[j] && v <= lr->thr_lo_b[j]);
+}
+
+/* Audit: the |SiLU| mass the thresholds keep over every neuron's exact gate. */
+static double exact_mass(struct npu_sparse_run *r, const struct layer_run *lr, int32_t layer,
+                         const int8_t *x) {
+  const size_t n_ff = (size_t)r->n_ff;
+  r->source.get(r->source.user, layer, r->all_ids, n_ff, r->all_ptr);
+  r->uk->qs8_bundle_dot((size_t)r->dim, x, lr->sites.gate->gemm.x_zero_point, n_ff, r->all_ptr,
+                        r->all_acc);
+  double mass = 0.0;
+  for (size_t j = 0; j < n_ff; j++) {
+    const int32_t acc = r->all_acc[2 * j] + lr->data->bias[2 * j];
+    if (!kept_by(lr, (int32_t)j, acc)) continue;
+    const double v = ldexp((double)acc * lr->sites.gate->mult[j], lr->sites.gate->shift[j] - 31);
+    mass += fabs(npu_ref_silu((float)(v * lr->sites.gate_scale)));
+  }
+  return mass;
+}
+
+void npu_sparse_ffn_exec(struct npu_sparse_run *r, const struct npu_graph *g, int32_t first,
+                         int32_t count, struct npu_pool *pool, uint8_t *const arena[NPU_BE_COUNT]) {
+  int32_t layer = -1;
+  (void)count;
+  ffn_span(g, first, first + 5, &layer);
+  const struct layer_run *lr = &r->layers[layer];
+  const struct npu_sparse_layer *d = lr->data;
+  const struct npu_ir_tensor *xt = &g->tensors[g->nodes[first].in[0]];
+  const struct npu_ir_tensor *yt = &g->tensors[g->nodes[first + 4].out];
+  const int8_t *x = (const int8_t *)(arena[xt->backend] + xt->offset);
+  void *y = arena[yt->backend] + yt->offset;
+  const size_t n_ff = (size_t)r->n_ff, dim = (size_t)r->dim;
+  struct step_loop loop = {.r = r, .lr = lr, .x = x};
+  const double t0 = npu_now();
+  /* 1. candidates */
+  size_t n_cand = 0;
+  if (r->mode == NPU_SPARSE_PREDICT) {
+    const struct npu_qs8_gemm_params pb = {d->mult, d->shift, lr->sites.gate->gemm.x_zero_point, 0};
+    r->uk->qs8_gemm(1, 0, (size_t)d->rank, dim, x, dim, d->pred_b, r->h, (size_t)d->rank, &pb);
+    run_loop(&loop, pool, 0, n_ff);
+    for (size_t j = 0; j < n_ff; j++) {
+      const int32_t p = r->pred[j];
+      if (p >= d->cand_hi || (p >= d->cand_lo_a && p <= d->cand_lo_b))
+        r->cand[n_cand++] = (int32_t)j;
+    }
+  } else {
+    memcpy(r->cand, r->all_ids, n_ff * sizeof(int32_t));
+    n_cand = n_ff;
+  }
+  const double t1 = npu_now();
+  /* 2. their gate and up */
+  r->source.get(r->source.user, layer, r->cand, n_cand, r->ptr);
+  run_loop(&loop, pool, 1, n_cand);
+  /* 3. those the thresholds keep: requantized as the dense GEMMs do, SiLU, product */
+  const struct npu_qsite *gs = lr->sites.gate, *us = lr->sites.up;
+  size_t n_kept = 0;
+  for (size_t i = 0; i < n_cand; i++) {
+    const int32_t j = r->cand[i];
+    const int32_t ag = r->acc[2 * i] + d->bias[2 * j];
+    if (!kept_by(lr, j, ag)) continue;
+    const int32_t au = r->acc[2 * i + 1] + d->bias[2 * j + 1];
+    r->gate_q[n_kept] = npu_requantize_s8(ag, gs->mult[j], gs->shift[j], gs->gemm.y_zero_point);
+    r->up_q[n_kept] = npu_requantize_s8(au, us->mult[j], us->shift[j], us->gemm.y_zero_point);
+    r->kept[n_kept] = j;
+    r->kept_ptr[n_kept++] = r->ptr[i];
+  }
+  r->uk->x8_lut(n_kept, r->gate_q, r->silu_q, lr->sites.silu->lut);
+  r->uk->qs8_vmul(n_kept, r->silu_q, r->up_q, r->prod_q, &lr->sites.mul->mul);
+  const int32_t zd = lr->sites.down->gemm.x_zero_point;
+  for (size_t i = 0; i < n_kept; i++) r->coef[i] = r->prod_q[i] - zd;
+  /* 4. down: each task's sums over its share of the kept, added up with the bias */
+  run_loop(&loop, pool, 2, n_kept);
+  int32_t *acc = r->down_acc;
+  for (size_t t = 1; t < loop.tasks; t++) {
+    const int32_t *part = r->down_acc + t * dim;
+    for (size_t c = 0; c < dim; c++) acc[c] += part[c];
+  }
+  for (size_t c = 0; c < dim; c++) acc[c] += lr->down_bias[c];
+  const struct npu_qsite *ds = lr->sites.down;
+  if (yt->dtype == NPU_DT_I16) {
+    r->uk->qs32_requant_qs16(dim, acc, ds->mult, ds->shift, ds->gemm.y_zero_point, y);
+  } else {
+    r->uk->qs32_requant_qs8(dim, acc, ds->mult, ds->shift, ds->gemm.y_zero_point, y);
+  }
+  const double t2 = npu_now();
+  struct npu_sparse_stats *st = &r->stats;
+  st->layer_steps++;
+  st->neurons += n_ff;
+  st->candidates += n_cand;
+  st->kept += n_kept;
+  st->predict_s += t1 - t0;
+  st->ffn_s += t2 - t1;
+  if (r->audit) {
+    double kept_mass = 0.0;
+    for (size_t i = 0; i < n_cand; i++) {
+      const int32_t j = r->cand[i];
+      const int32_t ag = r->acc[2 * i] + d->bias[2 * j];
+      if (!kept_by(lr, j, ag)) continue;
+      const double v = ldexp((double)ag * gs->mult[j], gs->shift[j] - 31);
+      kept_mass += fabs(npu_ref_silu((float)(v * lr->sites.gate_scale)));
+    }
+    st->kept_mass += kept_mass;
+    st->exact_mass += exact_mass(r, lr, layer, x);
+  }
+}

@@ -1,0 +1,479 @@
+/* Building the sparse decode data: bundles, predictors and thresholds (sparse.h). */
+#include "compiler/sparse.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/common.h"
+#include "compiler/qparams.h"
+#include "compiler/quantize.h"
+#include "ref/forward.h"
+
+npulm_status npu_sparse_sites_of(const struct npu_program *p, int32_t layer,
+                                 struct npu_sparse_sites *out, npulm_error *err) {
+  static const char *const roles[5] = {"ffn_gate", "ffn_up", "ffn_silu", "ffn_gate_par",
+                                       "ffn_down"};
+  const struct npu_qsite *s[5];
+  for (int i = 0; i < 5; i++) {
+    char name[NPU_IR_NAME_MAX];
+    snprintf(name, sizeof(name), "blk.%d.%s", layer, roles[i]);
+    s[i] = npu_program_qsite(p, name);
+    const bool matmul = i == 0 || i == 1 || i == 4;
+    if (s[i] == NULL || (matmul && (s[i]->w_bits != 8 || s[i]->n_outliers > 0)) ||
+        (i == 2 && s[i]->lut_wide)) {
+      return npu_fail(err, NPULM_ERR_UNSUPPORTED,
+                      "sparse decode needs the FFN of layer %d in int8 weights and activations "
+                      "without shadow outliers (w8a8-naive or w8a8-smooth); '%s' is not",
+                      layer, name);
+    }
+  }
+  const struct npu_qtensor *gq = npu_program_qtensor(p, s[0]->name);
+  const struct npu_qtensor *xq = npu_program_qtensor(p, s[4]->name);
+  if (gq == NULL || xq == NULL || gq->dtype != NPU_DT_I8 || !(gq->q.scale > 0.0f)) {
+    return npu_fail(err, NPULM_ERR_UNSUPPORTED,
+                    "sparse decode needs layer %d's FFN gate quantized to int8", layer);
+  }
+  *out = (struct npu_sparse_sites){s[0], s[1], s[2], s[3], s[4], gq->q.scale};
+  return NPULM_OK;
+}
+
+uint64_t npu_sparse_bundle_bytes(const struct npu_sparse *s, int32_t layer) {
+  return (uint64_t)s->layers[layer].n_ff * 3 * (uint64_t)s->kp;
+}
+
+uint64_t npu_sparse_predictor_bytes(const struct npu_sparse *s, int32_t layer) {
+  const struct npu_sparse_layer *l = &s->layers[layer];
+  return npu_qs8_gemm_packed_size((size_t)l->rank, (size_t)s->dim) +
+         npu_qs8_gemm_packed_size((size_t)l->n_ff, (size_t)l->rank) +
+         2 * sizeof(int32_t) * (uint64_t)(l->rank + l->n_ff);
+}
+
+void npu_sparse_free(struct npu_sparse *s) {
+  if (s == NULL) return;
+  for (int32_t l = 0; s->layers != NULL && l < s->n_layers; l++) {
+    struct npu_sparse_layer *ly = &s->layers[l];
+    if (!s->mapped) {
+      free(ly->pred_b);
+      free(ly->pred_a);
+      free(ly->bundles);
+    }
+    free(ly->mult);
+    free(ly->shift);
+    free(ly->bias);
+    free(ly->freq);
+  }
+  free(s->layers);
+  free(s);
+}
+
+/* 'size' bytes, 64-byte aligned (the kernels' streams start on a cache line); free() frees. */
+static void *alloc64(size_t size) { return aligned_alloc(64, (size + 63) / 64 * 64); }
+
+/* M_j = mult 2^(shift - 31): a gate accumulator times it is the value in the gate's steps. */
+static double step_of(int32_t mult, int32_t shift) { return ldexp((double)mult, shift - 31); }
+
+/* The bounds of |SiLU(g)| >= tau on g: g >= *hi, or *lo_a <= g <= *lo_b (the negative lobe, empty
+ * when tau is above SiLU's minimum magnitude, 0.2785 at g = -1.2785). Bisection: SiLU is
+ * increasing above -1.2785 and decreasing below. */
+static void silu_bounds(double tau, double *hi, double *lo_a, double *lo_b) {
+  const double g_min = -1.2784645427610738;
+  double a = g_min, b = 64.0;
+  for (int i = 0; i < 200; i++) { /* silu(g) = tau on [g_min, inf) */
+    const double m = 0.5 * (a + b);
+    if (npu_ref_silu((float)m) >= tau) b = m;
+    else a = m;
+  }
+  *hi = b;
+  if (tau <= 0.0) {
+    *lo_a = -INFINITY;
+    *lo_b = *hi;
+    return;
+  }
+  if (-npu_ref_silu((float)g_min) < tau) {
+    *lo_a = 1.0; /* empty */
+    *lo_b = 0.0;
+    return;
+  }
+  double c = -64.0, d = g_min; /* |silu| rising towards g_min from below */
+  for (int i = 0; i < 200; i++) {
+    const double m = 0.5 * (c + d);
+    if (-npu_ref_silu((float)m) >= tau) d = m;
+    else c = m;
+  }
+  *lo_a = d;
+  c = g_min, d = 0.0; /* |silu| falling from g_min to 0 */
+  for (int i = 0; i < 200; i++) {
+    const double m = 0.5 * (c + d);
+    if (-npu_ref_silu((float)m) >= tau) c = m;
+    else d = m;
+  }
+  *lo_b = c;
+}
+
+static int cmp_desc_float(const void *a, const void *b) {
+  const float x = *(const float *)a, y = *(const float *)b;
+  return (x < y) - (x > y);
+}
+
+/* A calibration value: its predicted |SiLU| and its |SiLU| if the thresholds keep it, else 0. */
+struct pred_mass {
+  float pred, mass;
+};
+
+static int cmp_desc_pred(const void *a, const void *b) {
+  const float x = ((const struct pred_mass *)a)->pred, y = ((const struct pred_mass *)b)->pred;
+  return (x < y) - (x > y);
+}
+
+/* A float to int32, saturated. */
+static int32_t sat_i32(double v) {
+  if (!(v > -2147483648.0)) return INT32_MIN;
+  if (!(v < 2147483647.0)) return INT32_MAX;
+  return (int32_t)v;
+}
+
+/* Orthonormalize the r columns of z [n, r] (row-major) in place by modified Gram-Schmidt; a
+ * column that vanishes is left zero. */
+static void orthonormalize(double *z, size_t n, size_t r) {
+  for (size_t c = 0; c < r; c++) {
+    for (size_t q = 0; q < c; q++) {
+      double dot = 0.0;
+      for (size_t i = 0; i < n; i++) dot += z[i * r + c] * z[i * r + q];
+      for (size_t i = 0; i < n; i++) z[i * r + c] -= dot * z[i * r + q];
+    }
+    double norm = 0.0;
+    for (size_t i = 0; i < n; i++) norm += z[i * r + c] * z[i * r + c];
+    norm = sqrt(norm);
+    for (size_t i = 0; i < n; i++) z[i * r + c] = norm > 1e-30 ? z[i * r + c] / norm : 0.0;
+  }
+}
+
+/* splitmix64: a reproducible Gaussian-ish sketch (sum of uniforms) for the range finder. */
+static double sketch_value(uint64_t *state) {
+  double s = 0.0;
+  for (int i = 0; i < 4; i++) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    s += (double)(z >> 11) * 0x1.0p-53 - 0.5;
+  }
+  return s;
+}
+
+/* What one layer's build works on. */
+struct layer_build {
+  const struct npu_sparse_sites *sites;
+  const struct npu_ukernels *uk;
+  size_t dim, n_ff, rank, kp, n;
+  const int8_t *x; /* [n, dim] calibration inputs */
+  int32_t zx;      /* their zero point */
+  double *step;    /* (n_ff) M_j */
+  float *v;        /* [n, n_ff] exact gate values, in gate steps */
+  int16_t *p;      /* [n, n_ff] the predictor's outputs */
+  float *silu_abs; /* [n, n_ff] |SiLU| of the exact values (real units) */
+};
+
+/* The bundles of one layer, and each neuron's gate and up bias. */
+static bool make_bundles(const struct layer_build *b, struct npu_sparse_layer *ly) {
+  const size_t dim = b->dim, n_ff = b->n_ff, kp = b->kp;
+  int8_t *down_row = malloc(n_ff);
+  ly->bundles = alloc64(n_ff * 3 * kp);
+  ly->bias = malloc(2 * n_ff * sizeof(int32_t));
+  if (down_row == NULL || ly->bundles == NULL || ly->bias == NULL) {
+    free(down_row);
+    return false;
+  }
+  memset(ly->bundles, 0, n_ff * 3 * kp);
+  const struct npu_qsite *gate = b->sites->gate, *up = b->sites->up, *down = b->sites->down;
+  for (size_t j = 0; j < n_ff; j++) {
+    int8_t *bj = ly->bundles + j * 3 * kp;
+    npu_qs8_gemm_unpack_row(dim, gate->packed, j, 0, dim, bj);
+    npu_qs8_gemm_unpack_row(dim, up->packed, j, 0, dim, bj + kp);
+    ly->bias[2 * j] = npu_qs8_gemm_bias(dim, gate->packed, j);
+    ly->bias[2 * j + 1] = npu_qs8_gemm_bias(dim, up->packed, j);
+  }
+  for (size_t c = 0; c < dim; c++) {
+    npu_qs8_gemm_unpack_row(n_ff, down->packed, c, 0, n_ff, down_row);
+    for (size_t j = 0; j < n_ff; j++) ly->bundles[j * 3 * kp + 2 * kp + c] = down_row[j];
+  }
+  free(down_row);
+  return true;
+}
+
+/* The exact gate values of the calibration inputs, from the bundles' gate rows. */
+static bool exact_values(struct layer_build *b, const struct npu_sparse_layer *ly) {
+  const size_t n_ff = b->n_ff;
+  const int8_t **rows = malloc(n_ff * sizeof(*rows));
+  int32_t *acc = malloc(2 * n_ff * sizeof(int32_t));
+  if (rows == NULL || acc == NULL) {
+    free(rows);
+    free(acc);
+    return false;
+  }
+  for (size_t j = 0; j < n_ff; j++) rows[j] = ly->bundles + j * 3 * b->kp;
+  for (size_t t = 0; t < b->n; t++) {
+    b->uk->qs8_bundle_dot(b->dim, b->x + t * b->dim, b->zx, n_ff, rows, acc);
+    for (size_t j = 0; j < n_ff; j++) {
+      const double v = (double)(acc[2 * j] + ly->bias[2 * j]) * b->step[j];
+      b->v[t * n_ff + j] = (float)v;
+      b->silu_abs[t * n_ff + j] = fabsf(npu_ref_silu((float)v * b->sites->gate_scale));
+    }
+  }
+  free(rows);
+  free(acc);
+  return true;
+}
+
+/* The predictor: Q [n_ff, rank] orthonormal, spanning the gate values' range over the
+ * calibration inputs (one power iteration of a random sketch); B = Q^T diag(M) W_gate [rank,
+ * dim]; p = Q (B (x - zx)) + bias, quantized. */
+static bool make_predictor(struct layer_build *b, struct npu_sparse_layer *ly) {
+  const size_t n_ff = b->n_ff, r = b->rank, n = b->n, dim = b->dim, kp = b->kp;
+  double *z = calloc(n_ff * r, sizeof(double)), *y = calloc(n * r, sizeof(double));
+  float *bm = calloc(r * dim, sizeof(float));
+  float *bq_scale = malloc(r * sizeof(float)), *aq_scale = malloc(n_ff * sizeof(float));
+  int8_t *bq = malloc(r * dim), *aq = malloc(n_ff * r), *h = malloc(n * r);
+  int32_t *abias = malloc(n_ff * sizeof(int32_t));
+  bool ok = z != NULL && y != NULL && bm != NULL && bq_scale != NULL && aq_scale != NULL &&
+            bq != NULL && aq != NULL && h != NULL && abias != NULL;
+  ly->mult = malloc((r + n_ff) * sizeof(int32_t));
+  ly->shift = malloc((r + n_ff) * sizeof(int32_t));
+  ly->pred_b = alloc64(npu_qs8_gemm_packed_size(r, dim));
+  ly->pred_a = alloc64(npu_qs8_gemm_packed_size(n_ff, r));
+  ok = ok && ly->mult != NULL && ly->shift != NULL && ly->pred_b != NULL && ly->pred_a != NULL;
+  if (ok) {
+    /* V' = V - bias term: the linear part; Z = V'^T Omega, then Z = V'^T (V' Z) */
+    uint64_t rng = 0x5eed5eedu + n_ff;
+    double *omega = y; /* [n, r] */
+    for (size_t i = 0; i < n * r; i++) omega[i] = sketch_value(&rng);
+    for (size_t j = 0; j < n_ff; j++) {
+      const double bias = (double)ly->bias[2 * j] * b->step[j];
+      for (size_t t = 0; t < n; t++) {
+        const double v = (double)b->v[t * n_ff + j] - bias;
+        for (size_t c = 0; c < r; c++) z[j * r + c] += v * omega[t * r + c];
+      }
+    }
+    orthonormalize(z, n_ff, r);
+    memset(y, 0, n * r * sizeof(double)); /* y = V' Z: [n, r] */
+    for (size_t j = 0; j < n_ff; j++) {
+      const double bias = (double)ly->bias[2 * j] * b->step[j];
+      for (size_t t = 0; t < n; t++) {
+        const double v = (double)b->v[t * n_ff + j] - bias;
+        for (size_t c = 0; c < r; c++) y[t * r + c] += v * z[j * r + c];
+      }
+    }
+    memset(z, 0, n_ff * r * sizeof(double)); /* z = V'^T y */
+    for (size_t j = 0; j < n_ff; j++) {
+      const double bias = (double)ly->bias[2 * j] * b->step[j];
+      for (size_t t = 0; t < n; t++) {
+        const double v = (double)b->v[t * n_ff + j] - bias;
+        for (size_t c = 0; c < r; c++) z[j * r + c] += v * y[t * r + c];
+      }
+    }
+    orthonormalize(z, n_ff, r);
+    /* B = Z^T diag(M) W: row c = sum_j z[j, c] M_j w_j */
+    for (size_t j = 0; j < n_ff; j++) {
+      const int8_t *w = ly->bundles + j * 3 * kp;
+      for (size_t c = 0; c < r; c++) {
+        const float f = (float)(z[j * r + c] * b->step[j]);
+        if (f == 0.0f) continue;
+        for (size_t k = 0; k < dim; k++) bm[c * dim + k] += f * w[k];
+      }
+    }
+    for (size_t c = 0; ok && c < r; c++) {
+      ok = npu_quantize_weights_per_channel(bm + c * dim, 1, dim, bq + c * dim, &bq_scale[c]);
+    }
+  }
+  /* h = B (x - zx) in real units (gate steps): its int8 scale from the calibration inputs */
+  float h_scale = 0.0f;
+  if (ok) {
+    double hmax = 0.0;
+    for (size_t t = 0; t < n; t++) {
+      const int8_t *xt = b->x + t * dim;
+      for (size_t c = 0; c < r; c++) {
+        int32_t acc = 0;
+        for (size_t k = 0; k < dim; k++) acc += (xt[k] - b->zx) * bq[c * dim + k];
+        const double hv = fabs((double)acc * bq_scale[c]);
+        if (hv > hmax) hmax = hv;
+      }
+    }
+    h_scale = hmax > 0.0 ? (float)(hmax / 127.0) : 1.0f;
+    ok = npu_quantize_multipliers(1.0f, bq_scale, r, h_scale, ly->mult, ly->shift) &&
+         npu_qs8_gemm_pack(r, dim, bq, NULL, ly->pred_b);
+  }
+  /* A = Z, per row; output int16 in 1/256 gate steps; the bias term folded in */
+  if (ok) {
+    float *row = malloc(r * sizeof(float));
+    ok = row != NULL;
+    for (size_t j = 0; ok && j < n_ff; j++) {
+      for (size_t c = 0; c < r; c++) row[c] = (float)z[j * r + c];
+      ok = npu_quantize_weights_per_channel(row, 1, r, aq + j * r, &aq_scale[j]);
+      const double unit = (double)h_scale * aq_scale[j];
+      const double bias = (double)ly->bias[2 * j] * b->step[j];
+      abias[j] = unit > 0.0 ? sat_i32(nearbyint(bias / unit)) : 0;
+      if (abias[j] > (1 << 30) || abias[j] < -(1 << 30)) ok = false;
+    }
+    free(row);
+    ok = ok &&
+         npu_quantize_multipliers(h_scale, aq_scale, n_ff, 1.0f / 256.0f, ly->mult + r,
+                                  ly->shift + r) &&
+         npu_qs8_gemm_pack(n_ff, r, aq, abias, ly->pred_a);
+  }
+  /* the predictor's outputs on the calibration inputs, by the kernels that will compute them */
+  if (ok) {
+    const struct npu_qs8_gemm_params pb = {ly->mult, ly->shift, b->zx, 0};
+    const struct npu_qs8_gemm_params pa = {ly->mult + r, ly->shift + r, 0, 0};
+    b->uk->qs8_gemm(n, 0, r, dim, b->x, dim, ly->pred_b, h, r, &pb);
+    b->uk->qs8_gemm_qs16(n, 0, n_ff, r, h, r, ly->pred_a, b->p, n_ff, &pa);
+  }
+  free(z);
+  free(y);
+  free(bm);
+  free(bq_scale);
+  free(aq_scale);
+  free(bq);
+  free(aq);
+  free(h);
+  free(abias);
+  return ok;
+}
+
+/* The thresholds: tau, the |SiLU| that 'level' of the calibration values fall below; the
+ * candidate bound, the largest predicted |SiLU| whose candidates cover NPU_SPARSE_RECALL of the
+ * kept mass. */
+static bool make_thresholds(const struct layer_build *b, struct npu_sparse_layer *ly, float level) {
+  const size_t total = b->n * b->n_ff;
+  float *sorted = malloc(total * sizeof(float));
+  struct pred_mass *pairs = malloc(total * sizeof(*pairs));
+  ly->freq = calloc(b->n_ff, sizeof(uint32_t));
+  if (sorted == NULL || pairs == NULL || ly->freq == NULL) {
+    free(sorted);
+    free(pairs);
+    return false;
+  }
+  memcpy(sorted, b->silu_abs, total * sizeof(float));
+  qsort(sorted, total, sizeof(float), cmp_desc_float);
+  const size_t n_keep = (size_t)ceil((1.0 - (double)level) * (double)total);
+  const double tau = level <= 0.0f || n_keep == 0 ? 0.0 : (double)sorted[n_keep - 1];
+  double hi, lo_a, lo_b;
+  silu_bounds(tau, &hi, &lo_a, &lo_b);
+  const double s = b->sites->gate_scale;
+  ly->hi = (float)(hi / s);
+  ly->lo_a = isfinite(lo_a) ? (float)(lo_a / s) : -INFINITY;
+  ly->lo_b = (float)(lo_b / s);
+  /* kept set and its mass; each sample's predicted |SiLU| */
+  double kept_mass = 0.0;
+  size_t kept = 0;
+  for (size_t i = 0; i < total; i++) {
+    const float v = b->v[i];
+    const bool keep = v >= ly->hi || (v >= ly->lo_a && v <= ly->lo_b);
+    const float pv = (float)b->p[i] / 256.0f;
+    pairs[i].pred = fabsf(npu_ref_silu(pv * (float)s));
+    pairs[i].mass = keep ? b->silu_abs[i] : 0.0f;
+    kept_mass += pairs[i].mass;
+    kept += keep;
+    if (keep) ly->freq[i % b->n_ff]++;
+  }
+  qsort(pairs, total, sizeof(*pairs), cmp_desc_pred);
+  double covered = 0.0, tau_c = 0.0;
+  for (size_t i = 0; i < total && level > 0.0f; i++) {
+    covered += pairs[i].mass;
+    if (covered >= NPU_SPARSE_RECALL * kept_mass) {
+      tau_c = pairs[i].pred;
+      break;
+    }
+  }
+  /* bounds in the predictor's units: 1/256 gate steps, saturated to int16 */
+  double c_hi, c_lo_a, c_lo_b;
+  silu_bounds(tau_c, &c_hi, &c_lo_a, &c_lo_b);
+  const double u = 256.0 / s;
+  ly->cand_hi = sat_i32(ceil(c_hi * u));
+  ly->cand_lo_a = isfinite(c_lo_a) ? sat_i32(ceil(c_lo_a * u)) : INT32_MIN;
+  ly->cand_lo_b = sat_i32(floor(c_lo_b * u));
+  if (level <= 0.0f) ly->cand_hi = INT32_MIN; /* dense: every neuron is a candidate */
+  /* the figures, counted by the integer bounds as the runtime applies them */
+  size_t cand = 0;
+  double cand_mass = 0.0;
+  for (size_t i = 0; i < total; i++) {
+    const int32_t p = b->p[i];
+    if (p >= ly->cand_hi || (p >= ly->cand_lo_a && p <= ly->cand_lo_b)) {
+      cand++;
+      const float v = b->v[i];
+      if (v >= ly->hi || (v >= ly->lo_a && v <= ly->lo_b)) cand_mass += b->silu_abs[i];
+    }
+  }
+  ly->keep = (float)((double)kept / (double)total);
+  ly->cand = (float)((double)cand / (double)total);
+  ly->recall = kept_mass > 0.0 ? (float)(cand_mass / kept_mass) : 1.0f;
+  free(sorted);
+  free(pairs);
+  return true;
+}
+
+npulm_status npu_sparse_build(struct npu_program *p, const struct npu_config *cfg,
+                              const int8_t *const *x, int32_t n, float level, int32_t rank,
+                              npulm_error *err) {
+  if (!(level >= 0.0f && level < 1.0f)) {
+    return npu_fail(err, NPULM_ERR_ARG, "sparsity %g is not in [0, 1)", (double)level);
+  }
+  if (n < 1) return npu_fail(err, NPULM_ERR_ARG, "sparse decode needs calibration inputs");
+  const size_t dim = (size_t)cfg->dim, n_ff = (size_t)cfg->ffn_dim;
+  if (rank <= 0) rank = ((cfg->dim / 8 + 15) / 16) * 16;
+  if ((size_t)rank > n_ff) rank = (int32_t)n_ff;
+  if ((size_t)rank > (size_t)n) rank = n;
+  struct npu_sparse *sp = calloc(1, sizeof(*sp));
+  if (sp == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  sp->level = level;
+  sp->n_layers = cfg->n_layers;
+  sp->dim = cfg->dim;
+  sp->kp = (int32_t)npu_bundle_kp(dim);
+  sp->layers = calloc((size_t)cfg->n_layers, sizeof(*sp->layers));
+  const size_t total = (size_t)n * n_ff;
+  struct layer_build b = {.uk = &p->uk,
+                          .dim = dim,
+                          .n_ff = n_ff,
+                          .rank = (size_t)rank,
+                          .kp = (size_t)sp->kp,
+                          .n = (size_t)n,
+                          .step = malloc(n_ff * sizeof(double)),
+                          .v = malloc(total * sizeof(float)),
+                          .p = malloc(total * sizeof(int16_t)),
+                          .silu_abs = malloc(total * sizeof(float))};
+  npulm_status st = NPULM_OK;
+  if (sp->layers == NULL || b.step == NULL || b.v == NULL || b.p == NULL || b.silu_abs == NULL) {
+    st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory building the sparse decode data");
+  }
+  for (int32_t l = 0; st == NPULM_OK && l < cfg->n_layers; l++) {
+    struct npu_sparse_sites sites;
+    if ((st = npu_sparse_sites_of(p, l, &sites, err)) != NPULM_OK) break;
+    struct npu_sparse_layer *ly = &sp->layers[l];
+    ly->n_ff = (int32_t)n_ff;
+    ly->rank = rank;
+    b.sites = &sites;
+    b.x = x[l];
+    b.zx = sites.gate->gemm.x_zero_point;
+    for (size_t j = 0; j < n_ff; j++)
+      b.step[j] = step_of(sites.gate->mult[j], sites.gate->shift[j]);
+    if (!make_bundles(&b, ly) || !exact_values(&b, ly) || !make_predictor(&b, ly) ||
+        !make_thresholds(&b, ly, level)) {
+      st = npu_fail(err, NPULM_ERR_NOMEM,
+                    "cannot build layer %d's sparse decode data (out of memory, or a predictor "
+                    "weight beyond the int8 GEMM's range)",
+                    l);
+    }
+  }
+  free(b.step);
+  free(b.v);
+  free(b.p);
+  free(b.silu_abs);
+  if (st != NPULM_OK) {
+    npu_sparse_free(sp);
+    return st;
+  }
+  npu_sparse_free(p->sparse);
+  p->sparse = sp;
+  return NPULM_OK;
+}

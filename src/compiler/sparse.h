@@ -1,0 +1,87 @@
+/* Predicted sparse decode (PowerInfer-2, training-free): per layer, a low-rank predictor of the
+ * FFN gate and thresholds on |SiLU(gate)| that pick the neurons a decode step computes, and the
+ * neurons' weights as bundles (gate row, up row, down column) so that a step reads few runs.
+ *
+ * The selection of a decode step, layer L, FFN input x (the int8 output of its FFN norm):
+ *   1. candidates: the predictor's estimate of each neuron's gate value, p = A (B (x - zx)) in
+ *      int8 x int8 GEMMs (B [rank, dim], A [n_ff, rank], requantized through an int8 middle),
+ *      against the candidate bounds: p >= cand_hi, or cand_lo_a <= p <= cand_lo_b (SiLU's
+ *      negative lobe). A neuron the predictor misses is not computed.
+ *   2. the gate of each candidate is computed exactly (its int32 accumulator, as the dense GEMM
+ *      forms it); it is kept if its value passes the layer's thresholds (the same intervals for
+ *      |SiLU(g)| >= tau): the skipped neurons are those with the smallest |SiLU(gate)|, as with
+ *      the exact gate, less those the predictor missed.
+ *   3. the kept neurons' up rows and down columns are read: the product SiLU(gate) * up of the
+ *      others is taken as zero, which in the int8 domain is the down input's zero point, so the
+ *      result is bit for bit the dense FFN with those products set to their zero point.
+ * Gate values are in units of the gate output's int8 step (its scale): v = acc * M_j with M_j =
+ * mult_j * 2^(shift_j - 31), the requantization of the dense gate GEMM; the predictor's output is
+ * int16 in units of 1/256 of that step.
+ *
+ * All is built at compile time from the weights and calibration inputs alone (no training): the
+ * predictor from the range of the gate's outputs over the calibration inputs (a randomized
+ * low-rank fit), the thresholds from their distribution. */
+#ifndef NPU_COMPILER_SPARSE_H
+#define NPU_COMPILER_SPARSE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "compiler/program.h"
+
+/* What the predictor's candidates must cover, by calibration |SiLU(gate)| mass, of the neurons
+ * the thresholds keep. */
+#define NPU_SPARSE_RECALL 0.95
+
+struct npu_sparse_layer {
+  int32_t n_ff, rank;
+  /* the predictor: packed int8 GEMM weights (npu_qs8_gemm_pack) of B [rank, dim] (input the FFN
+   * norm output, int8 output of zero point 0) and A [n_ff, rank] (int16 output, units 1/256 of
+   * the gate's step), their per-channel multipliers and shifts (rank + n_ff each: B's, then A's) */
+  void *pred_b, *pred_a;
+  int32_t *mult, *shift;
+  int32_t cand_hi, cand_lo_a, cand_lo_b; /* candidate bounds on the predictor's int16 output */
+  float hi, lo_a, lo_b; /* kept: gate value v >= hi or lo_a <= v <= lo_b (v in gate steps) */
+  /* calibration figures, for inspect: the share of neurons the thresholds keep, of candidates,
+   * and the candidates' recall (kept |SiLU| mass covered) */
+  float keep, cand, recall;
+  /* bundles [n_ff][3][kp]: neuron j's gate row, up row, down column, int8, zero-padded from dim
+   * to kp = npu_bundle_kp(dim) */
+  int8_t *bundles;
+  int32_t *bias;  /* (2 n_ff) each neuron's gate and up bias, as the dense GEMMs add them */
+  uint32_t *freq; /* (n_ff) how many calibration inputs kept each neuron: the hot ones first */
+};
+
+struct npu_sparse {
+  float level; /* the share of neurons the thresholds skip on the calibration inputs */
+  int32_t n_layers, dim, kp;
+  struct npu_sparse_layer *layers;
+  /* true when the arrays point into a program file's mapping (not to be freed) */
+  bool mapped;
+};
+
+/* Build the sparse decode data of integer program 'p' (w8a8, without shadow outliers: the FFN
+ * of every decode graph is gate and up matmuls, SiLU, product and down matmul on the NPU) for
+ * skipping a share 'level' in [0, 1) of each layer's neurons, with predictors of 'rank' (0: dim /
+ * 8, a multiple of 16), from 'n' calibration inputs: 'x[l]' holds layer l's n FFN inputs [n,
+ * dim], int8 as its decode graphs' FFN norm writes them. Sets p->sparse. */
+npulm_status npu_sparse_build(struct npu_program *p, const struct npu_config *cfg,
+                              const int8_t *const *x, int32_t n, float level, int32_t rank,
+                              npulm_error *err);
+
+/* Bytes of one layer's bundles and of its predictor (packed weights and multipliers). */
+uint64_t npu_sparse_bundle_bytes(const struct npu_sparse *s, int32_t layer);
+uint64_t npu_sparse_predictor_bytes(const struct npu_sparse *s, int32_t layer);
+
+/* The sites of layer 'layer''s gate, up, SiLU, product and down of program 'p' (NULL if any is
+ * missing or not of the kind sparse decode needs: int8 weights per channel, int8 activations). */
+struct npu_sparse_sites {
+  const struct npu_qsite *gate, *up, *silu, *mul, *down;
+  float gate_scale; /* the gate output's scale */
+};
+npulm_status npu_sparse_sites_of(const struct npu_program *p, int32_t layer,
+                                 struct npu_sparse_sites *out, npulm_error *err);
+
+void npu_sparse_free(struct npu_sparse *s); /* accepts NULL */
+
+#endif /* NPU_COMPILER_SPARSE_H */

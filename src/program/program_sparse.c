@@ -1,0 +1,237 @@
+/* The sparse decode data of a program file (compiler/sparse.h): written by the save, read and
+ * checked by the load. Format (program_file.h):
+ *   npulm.sparse.level     f32   the share of neurons skipped on the calibration text
+ *   npulm.sparse.layers    i32[12 * n_layers]: per layer n_ff, rank, kp, cand_hi, cand_lo_a,
+ *                                cand_lo_b, hi, lo_a, lo_b, keep, cand, recall (the last six
+ *                                f32 bits)
+ *   tensors per layer L:   npulm.sparse.L.bundles I8 [3 kp, n_ff]; .pred_b, .pred_a I8 packed;
+ *                          .mult, .shift I32 [rank + n_ff]; .bias I32 [2 n_ff]; .freq I32
+ *                          [n_ff] */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/common.h"
+#include "compiler/sparse.h"
+#include "io/gguf_write.h"
+#include "program/program_file.h"
+
+enum {
+  F_N_FF,
+  F_RANK,
+  F_KP,
+  F_CAND_HI,
+  F_CAND_LO_A,
+  F_CAND_LO_B,
+  F_HI,
+  F_LO_A,
+  F_LO_B,
+  F_KEEP,
+  F_CAND,
+  F_RECALL,
+  SPARSE_FIELDS
+};
+
+static int32_t f32_bits(float f) {
+  int32_t v;
+  memcpy(&v, &f, sizeof(v));
+  return v;
+}
+
+static float bits_f32(int32_t v) {
+  float f;
+  memcpy(&f, &v, sizeof(f));
+  return f;
+}
+
+/* One layer's arrays: field name, ggml type, data, elements, element size. */
+struct sparse_array {
+  const char *field;
+  uint32_t type;
+  const void *data;
+  uint64_t ne0, ne1, size;
+};
+
+static void layer_arrays(const struct npu_sparse *s, int32_t l, struct sparse_array *a) {
+  const struct npu_sparse_layer *ly = &s->layers[l];
+  const uint64_t n_ff = (uint64_t)ly->n_ff, r = (uint64_t)ly->rank;
+  a[0] = (struct sparse_array){"bundles", GGML_I8, ly->bundles, 3 * (uint64_t)s->kp, n_ff, 1};
+  a[1] = (struct sparse_array){
+      "pred_b", GGML_I8, ly->pred_b, npu_qs8_gemm_packed_size(r, (size_t)s->dim), 0, 1};
+  a[2] =
+      (struct sparse_array){"pred_a", GGML_I8, ly->pred_a, npu_qs8_gemm_packed_size(n_ff, r), 0, 1};
+  a[3] = (struct sparse_array){"mult", GGML_I32, ly->mult, r + n_ff, 0, 4};
+  a[4] = (struct sparse_array){"shift", GGML_I32, ly->shift, r + n_ff, 0, 4};
+  a[5] = (struct sparse_array){"bias", GGML_I32, ly->bias, 2 * n_ff, 0, 4};
+  a[6] = (struct sparse_array){"freq", GGML_I32, ly->freq, n_ff, 0, 4};
+}
+
+int32_t npu_program_sparse_tensors(const struct npu_program *p, struct file_tensor *ft, int32_t n) {
+  const struct npu_sparse *s = p->sparse;
+  for (int32_t l = 0; s != NULL && l < s->n_layers; l++) {
+    struct sparse_array a[SPARSE_ARRAYS];
+    layer_arrays(s, l, a);
+    for (int i = 0; i < SPARSE_ARRAYS; i++) {
+      struct file_tensor *t = &ft[n++];
+      snprintf(t->buf, sizeof(t->buf), "npulm.sparse.%d.%s", l, a[i].field);
+      t->name = t->buf;
+      t->type = a[i].type;
+      t->data = a[i].data;
+      t->n_dims = a[i].ne1 ? 2 : 1;
+      t->ne[0] = a[i].ne0;
+      t->ne[1] = a[i].ne1 ? a[i].ne1 : 1;
+      t->bytes = t->ne[0] * t->ne[1] * a[i].size;
+    }
+  }
+  return n;
+}
+
+npulm_status npu_program_add_sparse(struct npu_gguf_writer *w, const struct npu_program *p,
+                                    npulm_error *err) {
+  const struct npu_sparse *s = p->sparse;
+  if (s == NULL) return npu_gguf_writer_status(w, err);
+  int32_t *rec = malloc((size_t)s->n_layers * SPARSE_FIELDS * sizeof(int32_t));
+  if (rec == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  for (int32_t l = 0; l < s->n_layers; l++) {
+    const struct npu_sparse_layer *ly = &s->layers[l];
+    int32_t *f = rec + (size_t)l * SPARSE_FIELDS;
+    f[F_N_FF] = ly->n_ff;
+    f[F_RANK] = ly->rank;
+    f[F_KP] = s->kp;
+    f[F_CAND_HI] = ly->cand_hi;
+    f[F_CAND_LO_A] = ly->cand_lo_a;
+    f[F_CAND_LO_B] = ly->cand_lo_b;
+    f[F_HI] = f32_bits(ly->hi);
+    f[F_LO_A] = f32_bits(ly->lo_a);
+    f[F_LO_B] = f32_bits(ly->lo_b);
+    f[F_KEEP] = f32_bits(ly->keep);
+    f[F_CAND] = f32_bits(ly->cand);
+    f[F_RECALL] = f32_bits(ly->recall);
+  }
+  npu_gguf_writer_add_f32(w, "npulm.sparse.level", s->level);
+  npu_gguf_writer_add_arr(w, "npulm.sparse.layers", NPU_GGUF_I32, rec,
+                          (size_t)s->n_layers * SPARSE_FIELDS);
+  free(rec);
+  return npu_gguf_writer_status(w, err);
+}
+
+/* The int32 biases of a packed [n, k] matrix within the GEMM's +-2^30. */
+static bool biases_in_range(size_t n, size_t k, const void *packed) {
+  for (size_t r = 0; r < n; r++) {
+    const int32_t b = npu_qs8_gemm_bias(k, packed, r);
+    if (b > (1 << 30) || b < -(1 << 30)) return false;
+  }
+  return true;
+}
+
+/* Layer 'l' from its record 'f' and tensors. */
+static npulm_status load_layer(const struct npu_gguf *g, const struct npu_config *cfg,
+                               struct npu_sparse *s, int32_t l, const int32_t *f,
+                               npulm_error *err) {
+  struct npu_sparse_layer *ly = &s->layers[l];
+  ly->n_ff = f[F_N_FF];
+  ly->rank = f[F_RANK];
+  ly->cand_hi = f[F_CAND_HI];
+  ly->cand_lo_a = f[F_CAND_LO_A];
+  ly->cand_lo_b = f[F_CAND_LO_B];
+  ly->hi = bits_f32(f[F_HI]);
+  ly->lo_a = bits_f32(f[F_LO_A]);
+  ly->lo_b = bits_f32(f[F_LO_B]);
+  ly->keep = bits_f32(f[F_KEEP]);
+  ly->cand = bits_f32(f[F_CAND]);
+  ly->recall = bits_f32(f[F_RECALL]);
+  if (ly->n_ff != cfg->ffn_dim || ly->rank < 1 || ly->rank > ly->n_ff || f[F_KP] != s->kp ||
+      isnan(ly->hi) || isnan(ly->lo_a) || isnan(ly->lo_b) ||
+      !(ly->keep >= 0.0f && ly->keep <= 1.0f) || !(ly->cand >= 0.0f && ly->cand <= 1.0f) ||
+      !(ly->recall >= 0.0f && ly->recall <= 1.0f)) {
+    return npu_fail(err, NPULM_ERR_FORMAT, "'npulm.sparse.layers': layer %d's record is invalid",
+                    l);
+  }
+  struct sparse_array a[SPARSE_ARRAYS];
+  layer_arrays(s, l, a);
+  const void *data[SPARSE_ARRAYS];
+  for (int i = 0; i < SPARSE_ARRAYS; i++) {
+    char name[64];
+    snprintf(name, sizeof(name), "npulm.sparse.%d.%s", l, a[i].field);
+    const struct npu_gguf_tensor *t = npu_gguf_find_tensor(g, name);
+    if (t == NULL || t->type != a[i].type || t->n_dims != (a[i].ne1 ? 2u : 1u) ||
+        t->ne[0] != a[i].ne0 || (a[i].ne1 && t->ne[1] != a[i].ne1)) {
+      return npu_fail(err, NPULM_ERR_FORMAT, "sparse tensor '%s' is missing or of another shape",
+                      name);
+    }
+    data[i] = t->data;
+  }
+  const size_t n_ff = (size_t)ly->n_ff, r = (size_t)ly->rank;
+  ly->bundles = (int8_t *)data[0];
+  ly->pred_b = (void *)data[1];
+  ly->pred_a = (void *)data[2];
+  ly->mult = malloc((r + n_ff) * sizeof(int32_t));
+  ly->shift = malloc((r + n_ff) * sizeof(int32_t));
+  ly->bias = malloc(2 * n_ff * sizeof(int32_t));
+  ly->freq = malloc(n_ff * sizeof(uint32_t));
+  if (ly->mult == NULL || ly->shift == NULL || ly->bias == NULL || ly->freq == NULL) {
+    return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  }
+  memcpy(ly->mult, data[3], (r + n_ff) * sizeof(int32_t));
+  memcpy(ly->shift, data[4], (r + n_ff) * sizeof(int32_t));
+  memcpy(ly->bias, data[5], 2 * n_ff * sizeof(int32_t));
+  memcpy(ly->freq, data[6], n_ff * sizeof(uint32_t));
+  for (size_t i = 0; i < r + n_ff; i++) {
+    if (ly->mult[i] < 0 || ly->shift[i] < -31 || ly->shift[i] > 30) {
+      return npu_fail(err, NPULM_ERR_FORMAT,
+                      "sparse layer %d: predictor channel %zu has multiplier %d, shift %d", l, i,
+                      ly->mult[i], ly->shift[i]);
+    }
+  }
+  /* the dot products' accumulators plus a bias stay within int32 (|bias| <= 2^30, as packed) */
+  for (size_t i = 0; i < 2 * n_ff; i++) {
+    if (ly->bias[i] > (1 << 30) || ly->bias[i] < -(1 << 30)) {
+      return npu_fail(err, NPULM_ERR_FORMAT, "sparse layer %d: bias %zu is out of range", l, i);
+    }
+  }
+  if (!biases_in_range(r, (size_t)s->dim, ly->pred_b) || !biases_in_range(n_ff, r, ly->pred_a)) {
+    return npu_fail(err, NPULM_ERR_FORMAT, "sparse layer %d: a predictor bias is out of range", l);
+  }
+  return NPULM_OK;
+}
+
+npulm_status npu_program_load_sparse(const struct npu_gguf *g, const struct npu_config *cfg,
+                                     struct npu_program *p, npulm_error *err) {
+  if (npu_gguf_find(g, "npulm.sparse.level") == NULL) return NPULM_OK;
+  float level;
+  struct npu_gguf_arr rec;
+  npulm_status st = npu_gguf_get_f32(g, "npulm.sparse.level", &level, err);
+  if (st == NPULM_OK) st = npu_gguf_get_arr(g, "npulm.sparse.layers", NPU_GGUF_I32, &rec, err);
+  if (st != NPULM_OK) return st;
+  if (!(level >= 0.0f && level < 1.0f) || rec.n != (uint64_t)cfg->n_layers * SPARSE_FIELDS ||
+      p->quant_mode == NPU_QUANT_F32) {
+    return npu_fail(err, NPULM_ERR_FORMAT,
+                    "the sparse decode data is malformed (level %g, %llu values for %d layers)",
+                    (double)level, (unsigned long long)rec.n, cfg->n_layers);
+  }
+  struct npu_sparse *s = calloc(1, sizeof(*s));
+  if (s == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  s->level = level;
+  s->n_layers = cfg->n_layers;
+  s->dim = cfg->dim;
+  s->kp = (int32_t)npu_bundle_kp((size_t)cfg->dim);
+  s->mapped = true;
+  s->layers = calloc((size_t)cfg->n_layers, sizeof(*s->layers));
+  if (s->layers == NULL) st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  for (int32_t l = 0; st == NPULM_OK && l < cfg->n_layers; l++) {
+    int32_t f[SPARSE_FIELDS];
+    for (int k = 0; k < SPARSE_FIELDS; k++) {
+      int32_t v;
+      memcpy(&v, rec.data + 4 * ((size_t)l * SPARSE_FIELDS + (size_t)k), sizeof(v));
+      f[k] = v;
+    }
+    st = load_layer(g, cfg, s, l, f, err);
+  }
+  if (st != NPULM_OK) {
+    npu_sparse_free(s);
+    return st;
+  }
+  p->sparse = s;
+  return NPULM_OK;
+}

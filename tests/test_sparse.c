@@ -1,0 +1,231 @@
+/* Sparse decode (compiler/sparse.h, backends/sparse_ffn.h): every decode step of a sparse session
+ * equals, bit for bit, the dense decode step with the products SiLU(gate) * up of the neurons it
+ * skips set to their zero point, where the skipped set is computed here independently (the
+ * thresholds in the gate's real steps, in double; the predictor by the scalar reference GEMMs);
+ * the share skipped follows the level; a program file keeps the sparse data (the same logits
+ * after a save and load); and bad use is a one-line error. */
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "test_util.h"
+
+#include "backends/exec.h"
+#include "compiler/program.h"
+#include "compiler/quantize.h"
+#include "compiler/sparse.h"
+#include "kernels/npu/fixedpoint.h"
+#include "model/model.h"
+#include "npulm.h"
+#include "runtime/session_internal.h"
+
+#define MODEL "models/stories260K.gguf"
+
+static npulm_model *compile_sparse(float level, const char *quant) {
+  npulm_model *m = test_open_shared(MODEL);
+  npulm_compile_params cp = npulm_compile_default_params();
+  cp.quant = quant;
+  cp.sparsity = level;
+  cp.calib_tokens = 256;
+  npulm_error err;
+  assert_int_equal(npulm_model_compile(m, &cp, &err), NPULM_OK);
+  return m;
+}
+
+/* The dense session's observer: at each layer's product (the down matmul's input) it sets the
+ * neurons the sparse step skips to the zero point. */
+struct masker {
+  const struct npu_program *p;
+  bool predict; /* the predictor's candidates too (else every neuron is one) */
+  uint64_t neurons, kept;
+  int8_t x[1024]; /* the FFN input of the layer running, copied when its norm writes it (its
+                     memory is reused before the product is written) */
+};
+
+/* Neuron j of layer 'l' is kept for FFN input x: a candidate, and its exact gate value (the
+ * accumulator with its bias, in the gate's steps) passes the thresholds. */
+static bool kept(const struct masker *mk, int32_t l, const int8_t *x, int32_t j,
+                 const int16_t *pred) {
+  const struct npu_sparse_layer *ly = &mk->p->sparse->layers[l];
+  struct npu_sparse_sites s;
+  npulm_error err;
+  assert_int_equal(npu_sparse_sites_of(mk->p, l, &s, &err), NPULM_OK);
+  const int32_t dim = s.gate->k, zx = s.gate->gemm.x_zero_point;
+  if (mk->predict) {
+    const int32_t p = pred[j];
+    if (!(p >= ly->cand_hi || (p >= ly->cand_lo_a && p <= ly->cand_lo_b))) return false;
+  }
+  int8_t w[1024];
+  npu_qs8_gemm_unpack_row((size_t)dim, s.gate->packed, (size_t)j, 0, (size_t)dim, w);
+  int64_t acc = npu_qs8_gemm_bias((size_t)dim, s.gate->packed, (size_t)j);
+  for (int32_t c = 0; c < dim; c++) acc += (int64_t)(x[c] - zx) * w[c];
+  const double v = (double)acc * ldexp(s.gate->mult[j], s.gate->shift[j] - 31);
+  return v >= ly->hi || (v >= ly->lo_a && v <= ly->lo_b);
+}
+
+static void mask_products(void *user, const struct npu_graph *g, int32_t node,
+                          const struct npu_exec_ctx *ctx) {
+  struct masker *mk = user;
+  const struct npu_ir_tensor *t = &g->tensors[g->nodes[node].out];
+  if (g->rows == 1 && t->role == NPU_ROLE_FFN_NORM) {
+    memcpy(mk->x, ctx->arena[t->backend] + t->offset, (size_t)t->ne[1]);
+    return;
+  }
+  if (g->rows != 1 || t->role != NPU_ROLE_FFN_GATE_PAR) return;
+  const int32_t l = t->layer;
+  const int8_t *x = mk->x;
+  int8_t *prod = (int8_t *)(ctx->arena[t->backend] + t->offset);
+  struct npu_sparse_sites s;
+  npulm_error err;
+  assert_int_equal(npu_sparse_sites_of(mk->p, l, &s, &err), NPULM_OK);
+  const struct npu_sparse_layer *ly = &mk->p->sparse->layers[l];
+  const int32_t n_ff = ly->n_ff, dim = s.gate->k, rank = ly->rank;
+  int16_t pred[4096];
+  if (mk->predict) { /* the predictor by the scalar reference GEMMs */
+    int8_t h[512];
+    const struct npu_qs8_gemm_params pb = {ly->mult, ly->shift, s.gate->gemm.x_zero_point, 0};
+    const struct npu_qs8_gemm_params pa = {ly->mult + rank, ly->shift + rank, 0, 0};
+    npu_qs8_gemm__scalar(1, 0, (size_t)rank, (size_t)dim, x, (size_t)dim, ly->pred_b, h,
+                         (size_t)rank, &pb);
+    npu_qs8_gemm_qs16__scalar(1, 0, (size_t)n_ff, (size_t)rank, h, (size_t)rank, ly->pred_a, pred,
+                              (size_t)n_ff, &pa);
+  }
+  for (int32_t j = 0; j < n_ff; j++) {
+    mk->neurons++;
+    if (kept(mk, l, x, j, pred)) mk->kept++;
+    else prod[j] = (int8_t)s.down->gemm.x_zero_point;
+  }
+}
+
+/* Decode 'n' tokens of a text one at a time in a sparse session ('mode') and in a dense one
+ * whose products are masked as the sparse step skips them: the logits agree bit for bit. Returns
+ * the share of neurons kept. */
+static double check_against_masked(npulm_model *m, int mode, int n) {
+  const struct npu_program *p = m->program;
+  npulm_session_params sp = npulm_session_default_params();
+  sp.n_threads = 2;
+  sp.sparse = mode;
+  npulm_session *sparse, *dense;
+  npulm_error err;
+  assert_int_equal(npulm_session_create(m, &sp, &sparse, &err), NPULM_OK);
+  sp.sparse = NPULM_SPARSE_OFF;
+  assert_int_equal(npulm_session_create(m, &sp, &dense, &err), NPULM_OK);
+  struct masker mk = {.p = p, .predict = mode == NPULM_SPARSE_PREDICT};
+  npu_session_observe(dense, mask_products, &mk);
+  int32_t ids[64];
+  size_t n_ids;
+  const char *text = "Once upon a time, there was a little girl named Lily. She loved to play.";
+  assert_int_equal(npulm_tokenize(m, text, strlen(text), true, false, ids, 64, &n_ids, &err),
+                   NPULM_OK);
+  npulm_model_info info;
+  npulm_model_get_info(m, &info);
+  for (int i = 0; i < n && (size_t)i < n_ids; i++) {
+    assert_int_equal(npulm_session_eval(sparse, &ids[i], 1, NULL, &err), NPULM_OK);
+    assert_int_equal(npulm_session_eval(dense, &ids[i], 1, NULL, &err), NPULM_OK);
+    assert_memory_equal(npulm_session_logits(sparse), npulm_session_logits(dense),
+                        (size_t)info.n_vocab * sizeof(float));
+  }
+  npulm_sparse_stats st;
+  npulm_session_sparse_stats(sparse, &st);
+  assert_true(st.layer_steps > 0);
+  assert_true(fabs(st.kept - (double)mk.kept / (double)mk.neurons) < 1e-9);
+  npulm_session_free(sparse);
+  npulm_session_free(dense);
+  return st.kept;
+}
+
+static void test_exact_equals_masked_dense(void **state) {
+  (void)state;
+  npulm_model *m = compile_sparse(0.5f, "w8a8-naive");
+  const double kept = check_against_masked(m, NPULM_SPARSE_EXACT, 40);
+  /* the thresholds skip about the share asked on text like the calibration's */
+  assert_true(kept > 0.3 && kept < 0.7);
+  npulm_model_close(m);
+}
+
+static void test_predict_equals_masked_dense(void **state) {
+  (void)state;
+  npulm_model *m = compile_sparse(0.3f, "w8a8-smooth");
+  const double kept = check_against_masked(m, NPULM_SPARSE_PREDICT, 40);
+  assert_true(kept > 0.2 && kept < 0.9);
+  npulm_model_close(m);
+}
+
+/* Level 0 keeps every neuron: sparse decode is dense decode. */
+static void test_level_zero_is_dense(void **state) {
+  (void)state;
+  npulm_model *m = compile_sparse(0.0f, "w8a8-naive");
+  assert_null(m->program->sparse); /* 0: no sparse data at all */
+  npulm_model_close(m);
+  m = compile_sparse(0.15f, "w8a8-naive");
+  assert_non_null(m->program->sparse);
+  check_against_masked(m, NPULM_SPARSE_PREDICT, 20);
+  npulm_model_close(m);
+}
+
+/* Saved and loaded, the program runs its sparse decode with the same logits. */
+static void test_round_trip(void **state) {
+  (void)state;
+  npulm_model *m = compile_sparse(0.5f, "w8a8-smooth");
+  const char *path = "/tmp/npulm_test_sparse.npu";
+  npulm_error err;
+  assert_int_equal(npulm_model_save_program(m, path, NULL, NULL, &err), NPULM_OK);
+  npulm_model *back;
+  assert_int_equal(npulm_model_open(path, &back, &err), NPULM_OK);
+  assert_non_null(back->program->sparse);
+  assert_true(back->program->sparse->level == m->program->sparse->level);
+  npulm_session *a, *b;
+  npulm_session_params sp = npulm_session_default_params();
+  sp.n_threads = 1;
+  assert_int_equal(npulm_session_create(m, &sp, &a, &err), NPULM_OK);
+  assert_int_equal(npulm_session_create(back, &sp, &b, &err), NPULM_OK);
+  const int32_t ids[6] = {1, 403, 407, 261, 378, 600 % 512};
+  for (int i = 0; i < 6; i++) {
+    assert_int_equal(npulm_session_eval(a, &ids[i], 1, NULL, &err), NPULM_OK);
+    assert_int_equal(npulm_session_eval(b, &ids[i], 1, NULL, &err), NPULM_OK);
+    assert_memory_equal(npulm_session_logits(a), npulm_session_logits(b), 512 * sizeof(float));
+  }
+  npulm_session_free(a);
+  npulm_session_free(b);
+  npulm_model_close(back);
+  npulm_model_close(m);
+  remove(path);
+}
+
+static void test_errors(void **state) {
+  (void)state;
+  npulm_model *m = test_open_shared(MODEL);
+  npulm_compile_params cp = npulm_compile_default_params();
+  npulm_error err;
+  cp.sparsity = 0.5f;
+  cp.quant = "w8a16";
+  assert_int_equal(npulm_model_compile(m, &cp, &err), NPULM_ERR_UNSUPPORTED);
+  assert_non_null(strstr(err.msg, "sparse decode needs"));
+  cp.quant = "f32";
+  assert_int_equal(npulm_model_compile(m, &cp, &err), NPULM_ERR_ARG);
+  cp.quant = NULL;
+  cp.sparsity = 1.0f;
+  assert_int_equal(npulm_model_compile(m, &cp, &err), NPULM_ERR_ARG);
+  /* a program without sparse data: exact decode and the audit are refused */
+  cp.sparsity = 0.0f;
+  cp.calib_tokens = 64;
+  assert_int_equal(npulm_model_compile(m, &cp, &err), NPULM_OK);
+  npulm_session_params sp = npulm_session_default_params();
+  sp.sparse = NPULM_SPARSE_EXACT;
+  npulm_session *s;
+  assert_int_equal(npulm_session_create(m, &sp, &s, &err), NPULM_ERR_ARG);
+  sp.sparse = 7;
+  assert_int_equal(npulm_session_create(m, &sp, &s, &err), NPULM_ERR_ARG);
+  npulm_model_close(m);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_exact_equals_masked_dense),
+      cmocka_unit_test(test_predict_equals_masked_dense),
+      cmocka_unit_test(test_level_zero_is_dense),
+      cmocka_unit_test(test_round_trip),
+      cmocka_unit_test(test_errors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
