@@ -82,6 +82,25 @@ typedef struct npulm_model_info {
  * weights that are not F32 are dequantized once. Return NPULM_OK and '*model_out', or an error.
  * The model is then immutable (until npulm_model_compile) and may be shared by threads. */
 npulm_status npulm_model_open(const char *path, npulm_model **model_out, npulm_error *err);
+/* Opening a program file whose weights need not fit in memory. */
+typedef struct npulm_open_params {
+  /* Bytes of weights to hold in memory (0: no budget, everything in memory). Needs a program file
+   * compiled with a sparsity: the weights stay in the file and are read as steps need them. The
+   * weights every decode step reads whole (attention, norms, classifier, predictors) stay in
+   * memory, smallest first, within 90 % of the budget; the others, and the FFN's dense weights
+   * (prefill's), are read from the file at each use and let go of after; the rest of the budget
+   * is the neuron cache of sparse decode: half for the neurons calibration kept most often
+   * (hot, pinned), half for others, replaced least recently used first, read by an I/O thread
+   * while the step computes the neurons it has. KV cache and arenas come on top. */
+  uint64_t mem_budget;
+  /* Drop the file from the page cache when opened (and pages as they are checked), so that the
+   * reads a run makes come from storage: a cold start. */
+  bool cold;
+} npulm_open_params;
+
+npulm_status npulm_model_open_params(const char *path, const npulm_open_params *params,
+                                     npulm_model **model_out, npulm_error *err);
+
 /* Open only the tokenizer of a GGUF file: a model, a program file, or a vocabulary-only file such
  * as llama.cpp's ggml-vocab-*.gguf (any architecture; npulm_model_open refuses one, as it has no
  * tensors). No weight is read. The model serves the tokenizer calls, npulm_model_get_info (the
@@ -260,6 +279,24 @@ typedef struct npulm_sparse_stats {
 } npulm_sparse_stats;
 
 void npulm_session_sparse_stats(const npulm_session *session, npulm_sparse_stats *stats_out);
+
+/* Where a session's weights are under a memory budget (npulm_open_params.mem_budget; zeros
+ * without one), and what it read from storage since created or cleared. */
+typedef struct npulm_memory_stats {
+  uint64_t budget;
+  uint64_t pinned_bytes;   /* weights held in memory (and read every step) */
+  uint64_t streamed_bytes; /* weights read from the file at each use */
+  uint64_t hot_bytes;      /* neuron cache: hot neurons, pinned */
+  uint64_t cache_bytes;    /* neuron cache: the others' slots */
+  uint64_t bytes_read;     /* neuron bundles read from the file */
+  uint64_t streamed_read;  /* bytes of streamed weights used (read from the file as used) */
+  uint64_t hits, misses;   /* neuron cache lookups */
+  double read_s;           /* time the I/O thread spent reading */
+  double io_wait_s;        /* time decode waited for it */
+} npulm_memory_stats;
+
+void npulm_session_memory_stats(const npulm_session *session, npulm_memory_stats *stats_out);
+/* Clear the sparse and the memory statistics. */
 void npulm_session_sparse_stats_clear(npulm_session *session);
 
 /* Where node time went, by operator and backend (a session created with params.profile; none

@@ -42,6 +42,32 @@ long long cli_opt_int(struct cli_args *a, long long min, long long max) {
   return v;
 }
 
+/* A byte count: a number with an optional K, M or G (powers of 1024). */
+static uint64_t opt_size(struct cli_args *a) {
+  const char *name = a->argv[a->i];
+  const char *s = cli_opt_value(a);
+  char *end;
+  errno = 0;
+  const double v = strtod(s, &end);
+  double unit = 1.0;
+  if (*end == 'K' || *end == 'k') unit = 1024.0, end++;
+  else if (*end == 'M' || *end == 'm') unit = 1024.0 * 1024.0, end++;
+  else if (*end == 'G' || *end == 'g') unit = 1024.0 * 1024.0 * 1024.0, end++;
+  if (errno != 0 || end == s || *end != '\0' || !(v > 0.0) || v * unit >= 0x1p63) {
+    cli_die(a->cmd, "option %s: '%s' is not a size (a positive number, optionally K, M or G)", name,
+            s);
+  }
+  return (uint64_t)(v * unit);
+}
+
+bool cli_open_option(struct cli_args *a, npulm_open_params *op) {
+  const char *o = a->argv[a->i];
+  if (cli_is_opt(o, NULL, "--mem-budget")) op->mem_budget = opt_size(a);
+  else if (cli_is_opt(o, NULL, "--cold")) op->cold = true;
+  else return false;
+  return true;
+}
+
 int cli_opt_list(struct cli_args *a, int *out, int max, long min, long max_value) {
   const char *name = a->argv[a->i];
   const char *s = cli_opt_value(a);

@@ -37,6 +37,13 @@
   "                     0.7, 0.5, 0.3, 0.15 within 1% of dense decode perplexity (default: none)\n" \
   "  --sparse-rank R    the predictors' rank (default: dim / 8)\n"
 
+#define CLI_OPEN_OPTIONS_HELP                                                                       \
+  "  --mem-budget SIZE  hold at most SIZE bytes of weights in memory (K, M, G suffixes): the\n"     \
+  "                     rest stays in the program file (compiled with --sparsity) and is read as\n" \
+  "                     needed; the FFN's neurons go through a cache of hot and recent ones\n"      \
+  "  --cold             drop the program file from the page cache first: every read comes from\n"   \
+  "                     storage\n"
+
 /* The session options of run, ppl and bench. */
 #define CLI_SESSION_OPTIONS_HELP                                                                   \
   "  --sparse MODE      decode of a program compiled with --sparsity: predict (default), exact\n"  \
@@ -94,6 +101,10 @@ void cli_free_compile_params(npulm_compile_params *cp);
 /* A session option at a->argv[a->i] (--sparse MODE, --sparse-audit) into 'sp': true if it was
  * one (and consumed), false otherwise. */
 bool cli_session_option(struct cli_args *a, npulm_session_params *sp);
+
+/* An option of how the model is opened (--mem-budget SIZE, --cold) into 'op': true if it was
+ * one (and consumed). */
+bool cli_open_option(struct cli_args *a, npulm_open_params *op);
 
 /* Progress of long work by phase (npulm_phase_progress_fn; 'user' a zeroed struct cli_progress):
  * on a terminal, a bar with the phase's name, its count and the time left, drawn once the phase

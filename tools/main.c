@@ -51,6 +51,7 @@ static const char *const usage_run =
     "  -t, --threads N    threads the NPU's matmuls are cut across (default: one per CPU)\n"
     "  --reference        run the FP32 reference forward instead of the compiled graphs\n"
     CLI_SESSION_OPTIONS_HELP
+    CLI_OPEN_OPTIONS_HELP
     "\n"
     "A GGUF model is compiled in memory first (calibrated and quantized as compile would):\n"
     CLI_COMPILE_OPTIONS_HELP;
@@ -170,6 +171,14 @@ static npulm_model *open_model(const char *cmd, const char *path) {
   return model;
 }
 
+static npulm_model *open_model_params(const char *cmd, const char *path,
+                                      const npulm_open_params *op) {
+  npulm_model *model;
+  npulm_error err;
+  if (npulm_model_open_params(path, op, &model, &err) != NPULM_OK) cli_die(cmd, "%s", err.msg);
+  return model;
+}
+
 /* Tokenize, growing the buffer as the text needs. Returns a malloc'd array of '*n' ids. */
 static int32_t *tokenize_all(const char *cmd, const npulm_model *model, const char *text,
                              size_t len, bool add_bos, bool parse_special, size_t *n) {
@@ -225,6 +234,38 @@ static void print_sparse_stats(const npulm_session *session) {
   fputc('\n', stderr);
 }
 
+/* The process's peak resident set (VmHWM), in bytes; 0 if unknown. */
+static uint64_t peak_rss(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  uint64_t kb = 0;
+  while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+    if (sscanf(line, "VmHWM: %" SCNu64, &kb) == 1) break;
+  }
+  if (f != NULL) fclose(f);
+  return kb * 1024;
+}
+
+/* Where the weights were under a memory budget, and what decode read from storage per step. */
+static void print_memory_stats(const npulm_session *session, long long steps) {
+  npulm_memory_stats m;
+  npulm_session_memory_stats(session, &m);
+  if (m.budget == 0) return;
+  const double mib = 1024.0 * 1024.0, per = steps > 0 ? (double)steps : 1.0;
+  const uint64_t lookups = m.hits + m.misses;
+  fprintf(stderr,
+          "memory: budget %.1f MiB: %.1f MiB of weights held, %.1f MiB streamed, neuron cache "
+          "%.1f MiB hot + %.1f MiB recent | peak RSS %.1f MiB\n"
+          "storage: %.2f MiB of neurons and %.2f MiB of streamed weights per step, neurons read "
+          "at %.0f MiB/s (I/O thread busy %.3f s, decode waited %.3f s) | neuron cache hit rate "
+          "%.1f%%\n",
+          (double)m.budget / mib, (double)m.pinned_bytes / mib, (double)m.streamed_bytes / mib,
+          (double)m.hot_bytes / mib, (double)m.cache_bytes / mib, (double)peak_rss() / mib,
+          (double)m.bytes_read / mib / per, (double)m.streamed_read / mib / per,
+          m.read_s > 0 ? (double)m.bytes_read / mib / m.read_s : 0.0, m.read_s, m.io_wait_s,
+          lookups > 0 ? 100.0 * (double)m.hits / (double)lookups : 0.0);
+}
+
 /* ---- run ------------------------------------------------------------------------------------ */
 
 static void print_piece(const npulm_model *model, int32_t prev, int32_t id) {
@@ -240,10 +281,12 @@ static int cmd_run(struct cli_args *a) {
   npulm_session_params sp = npulm_session_default_params();
   npulm_sampler_params samp = npulm_sampler_default_params();
   npulm_compile_params cp = npulm_compile_default_params();
+  npulm_open_params op = {0};
   for (a->i = 2; a->i < a->argc; a->i++) {
     const char *o = a->argv[a->i];
     if (cli_wants_help(a)) return 0;
     else if (cli_is_opt(o, "-m", "--model")) model_path = cli_opt_value(a);
+    else if (cli_open_option(a, &op)) continue;
     else if (cli_is_opt(o, "-p", "--prompt")) prompt = cli_opt_value(a);
     else if (cli_is_opt(o, "-n", "--n-predict")) n_predict = cli_opt_int(a, -1, 1 << 30);
     else if (cli_is_opt(o, "-c", "--ctx")) sp.n_ctx = (int)cli_opt_int(a, 0, 1 << 30);
@@ -258,7 +301,7 @@ static int cmd_run(struct cli_args *a) {
     else cli_unknown_option(a);
   }
   model_path = cli_resolve_model(a->cmd, model_path);
-  npulm_model *model = open_model(a->cmd, model_path);
+  npulm_model *model = open_model_params(a->cmd, model_path, &op);
   compile_if_needed(a->cmd, model, &cp, sp.reference);
   cli_free_compile_params(&cp);
   npulm_model_info info;
@@ -324,6 +367,7 @@ static int cmd_run(struct cli_args *a) {
           n_gen > 0 ? (double)n_gen / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0, stop, samp.seed);
   print_engine_stats(session);
   print_sparse_stats(session);
+  print_memory_stats(session, n_gen + 1);
   free(tokens);
   npulm_sampler_free(sampler);
   npulm_session_free(session);

@@ -245,7 +245,7 @@ npulm_status npulm_compile_file(const char *model_path, const char *out_path,
   }
   const bool report = params != NULL && params->progress != NULL;
   if (report) params->progress(params->progress_user, "load", "model", 0, 1);
-  st = npu_model_open(model_path, stream, &m, err);
+  st = npu_model_open(model_path, stream, NULL, &m, err);
   if (st == NPULM_OK && report) params->progress(params->progress_user, "load", "model", 1, 1);
   if (st == NPULM_OK) st = npu_program_build(m, params, m->defer_matrices ? dir : NULL, &p, err);
   if (st == NPULM_OK) {

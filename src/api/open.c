@@ -5,6 +5,7 @@
 #include "api/open.h"
 #include "base/common.h"
 #include "compiler/program.h"
+#include "compiler/sparse.h"
 #include "io/gguf.h"
 #include "model/model.h"
 #include "program/program_io.h"
@@ -17,21 +18,37 @@ static npulm_status check_has_tensors(const struct npu_gguf *g, npulm_error *err
 }
 
 npulm_status npulm_model_open(const char *path, npulm_model **model_out, npulm_error *err) {
-  return npu_model_open(path, false, model_out, err);
+  return npu_model_open(path, false, NULL, model_out, err);
 }
 
-npulm_status npu_model_open(const char *path, bool defer_matrices, npulm_model **model_out,
-                            npulm_error *err) {
+npulm_status npulm_model_open_params(const char *path, const npulm_open_params *params,
+                                     npulm_model **model_out, npulm_error *err) {
+  return npu_model_open(path, false, params, model_out, err);
+}
+
+npulm_status npu_model_open(const char *path, bool defer_matrices, const npulm_open_params *params,
+                            npulm_model **model_out, npulm_error *err) {
   *model_out = NULL;
   struct npulm_model *m = calloc(1, sizeof(*m));
   if (m == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
   npulm_status st;
   bool is_program = false;
+  m->mem_budget = params != NULL ? params->mem_budget : 0;
+  const bool cold = params != NULL && params->cold;
   /* a program file (one with npulm.program.version) is a GGUF with the compiled graphs added:
    * its version is checked first, so that a newer file says so instead of failing further on,
    * then its checksums, so that nothing of a damaged one is used */
-  if ((st = npu_gguf_open(path, &m->gguf, err)) || (st = check_has_tensors(m->gguf, err)) ||
-      (st = npu_program_file_check(m->gguf, &is_program, err))) {
+  if ((st = npu_gguf_open(path, &m->gguf, err)) || (st = check_has_tensors(m->gguf, err))) {
+    goto fail;
+  }
+  if (cold) npu_gguf_drop(m->gguf, 0, m->gguf->size, true);
+  m->gguf->stream = m->mem_budget > 0;
+  if ((st = npu_program_file_check(m->gguf, &is_program, err))) goto fail;
+  if (m->mem_budget > 0 && !is_program) {
+    st = npu_fail(err, NPULM_ERR_ARG,
+                  "a memory budget needs a program file compiled with --sparsity (npulm compile "
+                  "-m '%s' --sparsity S -o FILE.npu), not a GGUF model",
+                  path);
     goto fail;
   }
   m->weights_vouched = is_program;
@@ -43,6 +60,16 @@ npulm_status npu_model_open(const char *path, bool defer_matrices, npulm_model *
   if ((st = npu_model_read(m, err)) ||
       (is_program && (st = npu_program_load(m, &m->program, err)))) {
     goto fail;
+  }
+  if (m->mem_budget > 0) {
+    if (m->program->sparse == NULL) {
+      st =
+          npu_fail(err, NPULM_ERR_ARG,
+                   "a memory budget needs a program compiled with --sparsity; '%s' has none", path);
+      goto fail;
+    }
+    /* loading read the weights' headers to check them: let them go, as every step will */
+    npu_gguf_drop(m->gguf, m->gguf->data_offset, m->gguf->size, cold);
   }
   *model_out = m;
   return NPULM_OK;

@@ -6,9 +6,9 @@
 
 #include "npulm.h"
 
-/* npulm_model_open; with 'defer_matrices' a GGUF model's matrices are left unread (see
- * npulm_model.defer_matrices), for a compile that streams them. A program file is read whole. */
-npulm_status npu_model_open(const char *path, bool defer_matrices, npulm_model **model_out,
-                            npulm_error *err);
+/* npulm_model_open_params (params may be NULL); with 'defer_matrices' a GGUF model's matrices
+ * are left unread (see npulm_model.defer_matrices), for a compile that streams them. */
+npulm_status npu_model_open(const char *path, bool defer_matrices, const npulm_open_params *params,
+                            npulm_model **model_out, npulm_error *err);
 
 #endif /* NPU_API_OPEN_H */

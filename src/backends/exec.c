@@ -11,6 +11,7 @@
 #include "backends/sparse_ffn.h"
 #include "base/common.h"
 #include "base/pool.h"
+#include "io/gguf.h"
 #include "kernels/cpu/kernels.h"
 #include "ref/forward.h" /* npu_ref_silu */
 
@@ -341,14 +342,45 @@ static void node_work(const struct npu_graph *g, const struct npu_ir_node *n,
   }
 }
 
+/* The bytes of the file that site 'site''s packed weights are, if it is streamed. */
+static bool streamed_bytes(const struct npu_exec_ctx *ctx, int32_t site, uint64_t *begin,
+                           uint64_t *end) {
+  if (ctx->streamed == NULL || site < 0 || !ctx->streamed[site]) return false;
+  const struct npu_qsite *s = &ctx->prog->qsites[site];
+  *begin = (uint64_t)((const uint8_t *)s->packed - ctx->file->base);
+  *end = *begin + s->packed_size;
+  return true;
+}
+
+/* Under a memory budget, before matmuls 'first' .. 'first + count - 1': start reading the next
+ * streamed site after them (a few nodes ahead), so that its reads overlap these. */
+static void prefetch_next(const struct npu_graph *g, int32_t first, int32_t count,
+                          const struct npu_exec_ctx *ctx) {
+  enum { LOOKAHEAD = 16 };
+  for (int32_t i = first + count; i < g->n_nodes && i < first + count + LOOKAHEAD; i++) {
+    uint64_t begin, end;
+    if (streamed_bytes(ctx, g->node_site[i], &begin, &end)) {
+      npu_gguf_prefetch(ctx->file, begin, end);
+      return;
+    }
+  }
+}
+
 /* Nodes 'first' .. 'first + count - 1' of 'g': one node, or matmuls on the NPU that run as one
  * loop (npu_emu_matmul_group). */
 static void run_nodes(const struct npu_graph *g, int32_t first, int32_t count,
                       const struct npu_exec_ctx *ctx) {
   const struct npu_ir_node *n = &g->nodes[first];
   if (g->node_site != NULL && n->backend == NPU_BE_NPU && n->op == NPU_OP_MATMUL) {
+    if (ctx->streamed != NULL) prefetch_next(g, first, count, ctx);
     npu_emu_exec_matmuls(g, first, count, ctx->prog->qsites, &ctx->prog->uk, ctx->pool[NPU_BE_NPU],
                          ctx->arena);
+    for (int32_t i = first; i < first + count && ctx->streamed != NULL; i++) {
+      uint64_t begin, end;
+      if (streamed_bytes(ctx, g->node_site[i], &begin, &end)) {
+        npu_gguf_drop(ctx->file, begin, end, true);
+      }
+    }
     return;
   }
   assert(count == 1);

@@ -14,6 +14,7 @@
 
 struct npu_pool;
 struct npu_sparse_run;
+struct npu_gguf;
 
 /* Where node time goes (a session's params.profile): per backend and op, the wall time inside its
  * nodes, their number, and the multiply-accumulates and weight bytes they do, which the workers
@@ -50,6 +51,11 @@ struct npu_exec_ctx {
   struct npu_profile *profile; /* NULL: not profiling */
   /* sparse decode (NULL: dense): in a decode graph each layer's FFN runs as one sparse step */
   struct npu_sparse_run *sparse;
+  /* under a memory budget (NULL: none): the sites whose packed weights are read from the file
+   * at each use (prog->n_qsites flags): the next one's readahead is started as a matmul of one
+   * begins, and its pages let go of (process and page cache) when it ends */
+  const uint8_t *streamed;
+  const struct npu_gguf *file;
 };
 
 /* The floats ctx->attn_part must hold for decode steps over up to 'n_ctx' cache positions. */

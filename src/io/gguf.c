@@ -1,6 +1,8 @@
 /* GGUF v2/v3 reader. The file is treated as hostile: the parser walks it with a bounds-checked
  * cursor, rejects counts that cannot fit in the bytes that remain before allocating for them, and
  * checks every tensor's shape, type and data range against the file size. */
+/* madvise: not in POSIX 2008, but in every Unix this targets (base/pages.c) */
+#define _DEFAULT_SOURCE
 #include "io/gguf.h"
 
 #include <assert.h>
@@ -442,6 +444,7 @@ npulm_status npu_gguf_open_memory(const void *data, size_t size, struct npu_gguf
   if (g == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
   g->base = data;
   g->size = size;
+  g->fd = -1;
   npulm_status st = parse(g, err);
   if (st != NPULM_OK) {
     npu_gguf_close(g);
@@ -467,14 +470,18 @@ npulm_status npu_gguf_open(const char *path, struct npu_gguf **out, npulm_error 
   }
   size_t size = (size_t)sb.st_size;
   void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  close(fd);
-  if (map == MAP_FAILED) return npu_fail(err, NPULM_ERR_IO, "cannot map '%s'", path);
+  if (map == MAP_FAILED) {
+    close(fd);
+    return npu_fail(err, NPULM_ERR_IO, "cannot map '%s'", path);
+  }
   npulm_status st = npu_gguf_open_memory(map, size, out, err);
   if (st != NPULM_OK) {
     munmap(map, size);
+    close(fd);
     return st;
   }
   (*out)->owns_mapping = true;
+  (*out)->fd = fd;
   (*out)->file_dev = (uint64_t)sb.st_dev;
   (*out)->file_ino = (uint64_t)sb.st_ino;
   return NPULM_OK;
@@ -483,9 +490,37 @@ npulm_status npu_gguf_open(const char *path, struct npu_gguf **out, npulm_error 
 void npu_gguf_close(struct npu_gguf *g) {
   if (g == NULL) return;
   if (g->owns_mapping) munmap((void *)g->base, g->size);
+  if (g->fd >= 0) close(g->fd);
   free(g->kv);
   free(g->tensors);
   free(g);
+}
+
+/* The whole pages of the mapping that bytes [begin, end) touch: their start and length. */
+static bool page_span(const struct npu_gguf *g, uint64_t begin, uint64_t end, uint8_t **start,
+                      size_t *len) {
+  if (!g->owns_mapping || end > g->size || begin >= end) return false;
+  const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  const uint64_t a = begin / page * page, b = (end + page - 1) / page * page;
+  *start = (uint8_t *)g->base + a;
+  *len = (size_t)((b < g->size ? b : (g->size + page - 1) / page * page) - a);
+  return true;
+}
+
+void npu_gguf_drop(const struct npu_gguf *g, uint64_t begin, uint64_t end, bool uncache) {
+  uint8_t *start;
+  size_t len;
+  if (!page_span(g, begin, end, &start, &len)) return;
+  (void)madvise(start, len, MADV_DONTNEED); /* a private mapping never written: file pages */
+  if (uncache && g->fd >= 0) {
+    (void)posix_fadvise(g->fd, (off_t)(start - g->base), (off_t)len, POSIX_FADV_DONTNEED);
+  }
+}
+
+void npu_gguf_prefetch(const struct npu_gguf *g, uint64_t begin, uint64_t end) {
+  uint8_t *start;
+  size_t len;
+  if (page_span(g, begin, end, &start, &len)) (void)madvise(start, len, MADV_WILLNEED);
 }
 
 /* ---- Lookups -------------------------------------------------------------------------------- */

@@ -77,6 +77,10 @@ struct npu_gguf {
   bool owns_mapping;
   uint64_t file_dev; /* the mapped file's device and inode (npu_gguf_open; 0 for an image) */
   uint64_t file_ino;
+  int fd; /* the mapped file, open for reading (npu_gguf_open), or -1 (an image) */
+  /* Under a memory budget: pages are let go of as soon as they have been read through (the
+   * checksums, npu_gguf_drop), so that reading the file once does not make it resident. */
+  bool stream;
   uint32_t version;
   uint32_t alignment;
   uint64_t data_offset;
@@ -92,6 +96,13 @@ npulm_status npu_gguf_open(const char *path, struct npu_gguf **out, npulm_error 
 npulm_status npu_gguf_open_memory(const void *data, size_t size, struct npu_gguf **out,
                                   npulm_error *err);
 void npu_gguf_close(struct npu_gguf *g); /* accepts NULL */
+
+/* Let go of bytes [begin, end) of the file (the whole pages they touch): out of this process's
+ * resident set and, with 'uncache', out of the page cache too (clean pages), so that the next
+ * read comes from storage. Nothing for an image. */
+void npu_gguf_drop(const struct npu_gguf *g, uint64_t begin, uint64_t end, bool uncache);
+/* Ask the kernel to start reading bytes [begin, end) into the page cache (readahead). */
+void npu_gguf_prefetch(const struct npu_gguf *g, uint64_t begin, uint64_t end);
 
 bool npu_gguf_str_eq(struct npu_gguf_str s, const char *cstr);
 

@@ -85,6 +85,10 @@ struct npulm_model {
    * read, their views left NULL; npu_model_read_rows reads them a block of rows at a time. A
    * compile that streams reads a model so, a layer at a time, in bounded memory. */
   bool defer_matrices;
+  /* Bytes of weights to hold in memory (npulm_open_params.mem_budget; 0: none): set before the
+   * program is loaded, which then leaves the packed weights in the file's mapping; the sessions
+   * decide what stays (runtime/neurons.h). */
+  uint64_t mem_budget;
 };
 
 /* Tokenize all of 'text' into a malloc'd array (free it with free()), sized as the text needs. */

@@ -73,7 +73,13 @@ static npulm_status scan_damage(const struct npu_gguf *g, npu_damage_fn damaged,
     return npu_program_fail_prefixed(err, NPULM_ERR_FORMAT, "program file checksums", &inner);
   }
   for (uint64_t r = 0; r < sums.n; r++) {
-    if (npu_gguf_checksum_compute(g, &sums, r) == npu_gguf_checksum_stored(&sums, r)) continue;
+    const bool sound = npu_gguf_checksum_compute(g, &sums, r) == npu_gguf_checksum_stored(&sums, r);
+    if (g->stream && r > 0) { /* under a memory budget: read through once, not kept */
+      uint64_t begin, end;
+      npu_gguf_region_bounds(g, r, &begin, &end);
+      npu_gguf_drop(g, begin, end, true);
+    }
+    if (sound) continue;
     ++*n_damaged;
     if (damaged == NULL) continue;
     char what[DAMAGE_NAME_MAX];
@@ -617,7 +623,8 @@ static npulm_status load_site(const struct npu_gguf *g, struct npu_program *p, i
   return NPULM_OK;
 }
 
-static npulm_status load_sites(const struct npu_gguf *g, struct npu_program *p, npulm_error *err) {
+static npulm_status load_sites(const struct npu_gguf *g, struct npu_program *p, bool place,
+                               npulm_error *err) {
   struct npu_gguf_arr rec, luts, luts16;
   int32_t n;
   npulm_status st = get_records(g, "npulm.qsites", SITE_FIELDS, &rec, &n, err);
@@ -692,13 +699,14 @@ static npulm_status load_sites(const struct npu_gguf *g, struct npu_program *p, 
     s->packed_size = p->qsites[s->table_site].packed_size;
   }
   /* out of the mapping into huge pages, before npu_program_verify reads them: what is checked is
-   * what runs */
-  return npu_quant_place_packed(p, err);
+   * what runs; under a memory budget they stay in the file (the sessions read them as needed) */
+  return place ? npu_quant_place_packed(p, err) : NPULM_OK;
 }
 
 /* The integer half of a program file: mode and options, the quantization table, the sites; then
  * the kernels for this CPU, and every graph's link to its sites. */
-static npulm_status load_quant(const struct npu_gguf *g, struct npu_program *p, npulm_error *err) {
+static npulm_status load_quant(const struct npu_gguf *g, struct npu_program *p, bool place,
+                               npulm_error *err) {
   uint32_t mode;
   npulm_status st = npu_gguf_get_u32(g, "npulm.quant.mode", &mode, err);
   if (st != NPULM_OK) return st;
@@ -710,7 +718,8 @@ static npulm_status load_quant(const struct npu_gguf *g, struct npu_program *p, 
   if ((st = npu_gguf_get_f32(g, "npulm.quant.smooth_alpha", &p->smooth_alpha, err)) != NPULM_OK ||
       (st = npu_gguf_get_f32(g, "npulm.quant.shadow_threshold", &p->shadow_threshold, err)) !=
           NPULM_OK ||
-      (st = load_qtensors(g, p, err)) != NPULM_OK || (st = load_sites(g, p, err)) != NPULM_OK) {
+      (st = load_qtensors(g, p, err)) != NPULM_OK ||
+      (st = load_sites(g, p, place, err)) != NPULM_OK) {
     return st;
   }
   npu_ukernels_select(npu_isa_detect(), &p->uk);
@@ -763,7 +772,7 @@ npulm_status npu_program_load(const struct npulm_model *m, struct npu_program **
     p->n_graphs++; /* freed with the program, even if half loaded */
     if ((st = load_graph(g, p, i, m->cfg.n_layers, &p->graphs[i], err)) != NPULM_OK) goto fail;
   }
-  if ((st = load_quant(g, p, err)) != NPULM_OK) goto fail;
+  if ((st = load_quant(g, p, m->mem_budget == 0, err)) != NPULM_OK) goto fail;
   if ((st = npu_program_load_sparse(g, &m->cfg, p, err)) != NPULM_OK) goto fail;
   if ((st = npu_program_verify(m, p, err)) != NPULM_OK) goto fail;
   program_sizes(m, p);

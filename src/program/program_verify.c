@@ -1116,7 +1116,8 @@ static npulm_status verify_qtensors(const struct npu_program *p, npulm_error *er
 
 /* The integer half of a program: FP32 programs have none; integer ones a valid mode, options,
  * table and sites. */
-static npulm_status verify_quant(const struct npu_program *p, npulm_error *err) {
+static npulm_status verify_quant(const struct npu_program *p, const struct npu_gguf *g,
+                                 npulm_error *err) {
   if (p->quant_mode == NPU_QUANT_F32) {
     if (p->n_qsites != 0 || p->n_qtensors != 0) {
       return npu_fail(err, NPULM_ERR_FORMAT, "an FP32 program has integer data");
@@ -1135,7 +1136,15 @@ static npulm_status verify_quant(const struct npu_program *p, npulm_error *err) 
     return npu_fail(err, NPULM_ERR_FORMAT, "program integer data is missing");
   }
   npulm_status st = verify_qtensors(p, err);
-  for (int32_t i = 0; i < p->n_qsites && st == NPULM_OK; i++) st = verify_site(p, i, err);
+  for (int32_t i = 0; i < p->n_qsites && st == NPULM_OK; i++) {
+    st = verify_site(p, i, err);
+    /* under a memory budget the weights stay in the file: checked, they are let go of */
+    const uint8_t *w = p->qsites[i].packed;
+    if (g != NULL && g->stream && w != NULL && w >= g->base && w < g->base + g->size) {
+      const uint64_t at = (uint64_t)(w - g->base);
+      npu_gguf_drop(g, at, at + p->qsites[i].packed_size, false);
+    }
+  }
   return st;
 }
 
@@ -1209,7 +1218,7 @@ npulm_status npu_program_verify(const struct npulm_model *m, const struct npu_pr
   free(table);
   if (!same)
     return npu_fail(err, NPULM_ERR_FORMAT, "program weight table does not match the model");
-  if ((st = verify_quant(p, err)) != NPULM_OK) return st;
+  if ((st = verify_quant(p, m->gguf, err)) != NPULM_OK) return st;
   bool *omitted = calloc((size_t)p->n_weights + 1, sizeof(*omitted));
   if (omitted == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
   for (int32_t i = 0; i < p->n_weights && m->n_omitted > 0; i++) {

@@ -16,9 +16,11 @@
 #include "base/pages.h"
 #include "base/pool.h"
 #include "compiler/program.h"
+#include "compiler/quantize.h"
 #include "kernels/cpu/kernels.h"
 #include "model/model.h"
 #include "ref/forward.h"
+#include "runtime/neurons.h"
 #include "runtime/scheduler.h"
 #include "runtime/session_internal.h"
 
@@ -78,7 +80,11 @@ struct npulm_session {
   void *observe_user;
   enum npu_sparse_mode sparse_mode;
   bool sparse_audit;
-  struct npu_sparse_run *sparse; /* sparse decode, or NULL */
+  struct npu_sparse_run *sparse;   /* sparse decode, or NULL */
+  struct npu_residency *residency; /* weights under the model's memory budget, or NULL */
+  uint64_t
+      *streamed_step; /* (n_graphs) with a budget: streamed weight bytes a step of each reads */
+  _Atomic uint64_t streamed_read;
   /* accounting */
   struct npu_profile *profile; /* NULL unless params.profile */
   uint64_t n_steps_total;
@@ -185,7 +191,31 @@ static npulm_status compiled_init(struct npulm_session *s, npulm_error *err) {
   if (p->sparse != NULL && s->sparse_mode != NPU_SPARSE_OFF) {
     npulm_status st = npu_sparse_run_create(p, s->sparse_mode, s->sparse_audit, &s->sparse, err);
     if (st != NPULM_OK) return st;
-  } else if (s->sparse_mode == NPU_SPARSE_EXACT || s->sparse_audit) {
+  }
+  if (m->mem_budget > 0) {
+    npulm_status st = npu_residency_create(m, &s->residency, err);
+    if (st != NPULM_OK) return st;
+    if (s->sparse != NULL) {
+      const struct npu_bundle_source src = npu_residency_source(s->residency);
+      npu_sparse_run_set_source(s->sparse, &src);
+    }
+    s->streamed_step = calloc((size_t)p->n_graphs, sizeof(uint64_t));
+    if (s->streamed_step == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+    const uint8_t *streamed = npu_residency_streamed(s->residency);
+    for (int32_t gi = 0; gi < p->n_graphs; gi++) {
+      const struct npu_graph *g = &p->graphs[gi];
+      for (int32_t i = 0; i < g->n_nodes; i++) {
+        const int32_t site = g->node_site != NULL ? g->node_site[i] : -1;
+        if (site < 0 || !streamed[site] || g->nodes[i].op != NPU_OP_MATMUL) continue;
+        const int32_t role = g->tensors[g->nodes[i].out].role;
+        const bool sparse_ffn =
+            s->sparse != NULL && g->rows == 1 &&
+            (role == NPU_ROLE_FFN_GATE || role == NPU_ROLE_FFN_UP || role == NPU_ROLE_FFN_DOWN);
+        if (!sparse_ffn) s->streamed_step[gi] += p->qsites[site].packed_size;
+      }
+    }
+  }
+  if (p->sparse == NULL && (s->sparse_mode == NPU_SPARSE_EXACT || s->sparse_audit)) {
     return npu_fail(err, NPULM_ERR_ARG,
                     "the program has no sparse decode data: compile it with --sparsity");
   }
@@ -287,6 +317,8 @@ void npulm_session_free(npulm_session *s) {
   free(s->costs);
   free(s->profile);
   npu_sparse_run_free(s->sparse);
+  npu_residency_free(s->residency); /* after the workers: its I/O thread serves their steps */
+  free(s->streamed_step);
   npu_program_free(s->owned_program);
   free(s->last_logits);
   free(s);
@@ -396,7 +428,13 @@ static void run_task(void *user, int32_t step, int32_t sub, int32_t slot) {
       .observe_user = s->observe_user,
       .profile = s->profile,
       .sparse = s->sparse,
+      .streamed = s->residency != NULL ? npu_residency_streamed(s->residency) : NULL,
+      .file = s->model->gguf,
   };
+  if (s->streamed_step != NULL && sub == 0) {
+    atomic_fetch_add_explicit(&s->streamed_read, s->streamed_step[g - s->prog->graphs],
+                              memory_order_relaxed);
+  }
   npu_exec_subgraph(g, &g->subgraphs[sub], &ctx);
   if (sub == g->n_subgraphs - 1) {
     /* epilogue: the real rows to the caller, the last one kept */
@@ -435,6 +473,15 @@ void npulm_session_sparse_stats(const npulm_session *s, npulm_sparse_stats *out)
 
 void npulm_session_sparse_stats_clear(npulm_session *s) {
   if (s->sparse != NULL) npu_sparse_reset_stats(s->sparse);
+  if (s->residency != NULL) npu_residency_reset_stats(s->residency);
+  atomic_store(&s->streamed_read, 0);
+}
+
+void npulm_session_memory_stats(const npulm_session *s, npulm_memory_stats *out) {
+  memset(out, 0, sizeof(*out));
+  if (s->residency == NULL) return;
+  npu_residency_stats(s->residency, out);
+  out->streamed_read = atomic_load(&s->streamed_read);
 }
 
 npulm_status npulm_session_eval(npulm_session *s, const int32_t *tokens, size_t n,
