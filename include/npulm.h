@@ -159,6 +159,10 @@ typedef struct npulm_compile_params {
    * predictor per layer to the program. */
   float sparsity;
   int sparse_rank; /* the predictors' rank (0: dim / 8, rounded up to a multiple of 16) */
+  /* the share of the kept neurons' calibration |SiLU(gate)| the predictor's candidates must
+   * cover, in (0, 1] (0: 0.998): higher keeps perplexity nearer the exact gate's, lower skips
+   * more gate rows */
+  float sparse_recall;
 } npulm_compile_params;
 
 #define NPULM_SPARSITY_AUTO (-1.0f)

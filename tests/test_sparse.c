@@ -6,7 +6,10 @@
  * after a save and load); and bad use is a one-line error. */
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "test_util.h"
 
@@ -19,7 +22,7 @@
 #include "npulm.h"
 #include "runtime/session_internal.h"
 
-#define MODEL "models/stories260K.gguf"
+#define MODEL "models/tinystories-5M.gguf"
 
 static npulm_model *compile_sparse(float level, const char *quant) {
   npulm_model *m = test_open_shared(MODEL);
@@ -192,6 +195,138 @@ static void test_round_trip(void **state) {
   remove(path);
 }
 
+/* The resident set now and at its peak (VmRSS, VmHWM), in bytes. */
+static void rss(uint64_t *now, uint64_t *peak) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  *now = *peak = 0;
+  while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+    unsigned long long kb;
+    if (sscanf(line, "VmRSS: %llu", &kb) == 1) *now = kb * 1024;
+    if (sscanf(line, "VmHWM: %llu", &kb) == 1) *peak = kb * 1024;
+  }
+  if (f != NULL) fclose(f);
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SANITIZED 1 /* shadow memory: resident sets say nothing */
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+
+/* Decode 'n' tokens of a text from a model opened with 'op' (NULL: none); the logits of each
+ * into 'logits' (n x n_vocab). */
+static void decode_with(const char *path, const npulm_open_params *op, int n, float *logits,
+                        int n_vocab) {
+  npulm_model *m;
+  npulm_error err;
+  assert_int_equal(npulm_model_open_params(path, op, &m, &err), NPULM_OK);
+  npulm_session_params sp = npulm_session_default_params();
+  sp.n_ctx = 64;
+  sp.n_threads = 2;
+  npulm_session *s;
+  assert_int_equal(npulm_session_create(m, &sp, &s, &err), NPULM_OK);
+  int32_t ids[64];
+  size_t n_ids;
+  const char *text = "Once upon a time, there was a little girl named Lily. She loved to play.";
+  assert_int_equal(npulm_tokenize(m, text, strlen(text), true, false, ids, 64, &n_ids, &err),
+                   NPULM_OK);
+  assert_true(n_ids >= 4);
+  assert_int_equal(npulm_session_eval(s, ids, 4, NULL, &err), NPULM_OK); /* a prefill */
+  for (int i = 0; i < n; i++) {
+    const int32_t id = ids[4 + i % ((int)n_ids - 4)];
+    assert_int_equal(npulm_session_eval(s, &id, 1, NULL, &err), NPULM_OK);
+    memcpy(logits + (size_t)i * (size_t)n_vocab, npulm_session_logits(s),
+           (size_t)n_vocab * sizeof(float));
+  }
+  if (op != NULL) {
+    npulm_memory_stats ms;
+    npulm_session_memory_stats(s, &ms);
+    assert_true(ms.budget == op->mem_budget);
+    assert_true(ms.misses > 0 && ms.bytes_read > 0); /* the cache is too small for every neuron */
+  }
+  npulm_session_free(s);
+  npulm_model_close(m);
+}
+
+/* Under a tiny memory budget (the neuron cache at its minimum, two layers' neurons), from a cold
+ * page cache: the logits of every decode step equal the unbudgeted run's bit for bit, and the
+ * peak resident set grows by at most the budget, the KV cache, the arenas and 10 %. */
+static void test_memory_budget(void **state) {
+  (void)state;
+  npulm_model *m = compile_sparse(0.5f, "w8a8-smooth");
+  const char *path = "/tmp/npulm_test_sparse_budget.npu";
+  npulm_error err;
+  assert_int_equal(npulm_model_save_program(m, path, NULL, NULL, &err), NPULM_OK);
+  const struct npu_program *p = m->program;
+  const struct npu_sparse *sp = p->sparse;
+  uint64_t pinned = 0;
+  for (int32_t l = 0; l < sp->n_layers; l++) pinned += npu_sparse_predictor_bytes(sp, l);
+  for (int32_t i = 0; i < p->n_qsites; i++) {
+    const struct npu_qsite *s = &p->qsites[i];
+    const char *dot = strrchr(s->name, '.');
+    if (s->op == NPU_OP_MATMUL && s->table_site < 0 &&
+        (dot == NULL || strncmp(dot, ".ffn_", 5) != 0))
+      pinned += s->packed_size;
+  }
+  const uint64_t bundle = 3 * (uint64_t)sp->kp, n_ff = (uint64_t)sp->layers[0].n_ff;
+  npulm_model_info info;
+  npulm_model_get_info(m, &info);
+  const int n = 24, n_vocab = info.n_vocab;
+  /* every weight held, but for the neuron cache's two layers */
+  npulm_open_params op = {.mem_budget = (pinned * 10 + 8) / 9 + 2 * n_ff * bundle + bundle,
+                          .cold = true};
+  uint64_t arenas = 0;
+  for (int32_t g = 0; g < p->n_graphs; g++) {
+    const uint64_t a = p->graphs[g].arena_size[0] + p->graphs[g].arena_size[1];
+    if (a > arenas) arenas = a;
+  }
+  const uint64_t kv = 2 * (uint64_t)info.n_layers * 64 * (uint64_t)info.n_kv_heads *
+                      (uint64_t)info.head_dim * sizeof(float);
+  /* two slots of arenas, and the scratch logits of the largest chunk */
+  const uint64_t allowance = op.mem_budget + kv + 2 * arenas + 128 * (uint64_t)n_vocab * 4;
+  npulm_model_close(m);
+  float *want = malloc((size_t)n * (size_t)n_vocab * sizeof(float));
+  float *got = malloc((size_t)n * (size_t)n_vocab * sizeof(float));
+  decode_with(path, NULL, n, want, n_vocab);
+  /* in a child, so that its peak is this run's alone */
+  fflush(NULL);
+  const pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    uint64_t before, peak;
+    FILE *f = fopen("/proc/self/clear_refs", "w"); /* "5": the peak starts again from now */
+    if (f != NULL) {
+      fputs("5", f);
+      fclose(f);
+    }
+    rss(&before, &peak);
+    decode_with(path, &op, n, got, n_vocab);
+    rss(&before, &peak);
+    uint64_t base, unused;
+    (void)unused;
+    rss(&base, &unused);
+    const bool same = memcmp(got, want, (size_t)n * (size_t)n_vocab * sizeof(float)) == 0;
+    bool fits = true;
+#ifndef SANITIZED
+    fits = f == NULL || peak <= before + allowance + allowance / 10;
+    if (!fits) {
+      fprintf(stderr, "peak RSS %llu over %llu at start: more than %llu + 10 %%\n",
+              (unsigned long long)peak, (unsigned long long)before, (unsigned long long)allowance);
+    }
+#endif
+    _exit(same && fits ? 0 : 1);
+  }
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  free(want);
+  free(got);
+  remove(path);
+}
+
 static void test_errors(void **state) {
   (void)state;
   npulm_model *m = test_open_shared(MODEL);
@@ -225,6 +360,7 @@ int main(void) {
       cmocka_unit_test(test_predict_equals_masked_dense),
       cmocka_unit_test(test_level_zero_is_dense),
       cmocka_unit_test(test_round_trip),
+      cmocka_unit_test(test_memory_budget),
       cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -179,6 +179,11 @@ bool cli_compile_option(struct cli_args *a, npulm_compile_params *cp, bool ctx_i
     }
   } else if (cli_is_opt(o, NULL, "--sparse-rank")) {
     cp->sparse_rank = (int)cli_opt_int(a, 1, 1 << 16);
+  } else if (cli_is_opt(o, NULL, "--sparse-recall")) {
+    cp->sparse_recall = cli_opt_float(a);
+    if (!(cp->sparse_recall > 0.0f && cp->sparse_recall <= 1.0f)) {
+      cli_die(a->cmd, "option --sparse-recall: %g is not in (0, 1]", (double)cp->sparse_recall);
+    }
   } else if (cli_is_opt(o, NULL, "--keep-float")) {
     cp->keep_float = true;
   } else if (cli_is_opt(o, NULL, "--calib")) {

@@ -35,7 +35,9 @@
   "                     of each layer's FFN neurons of least |SiLU(gate)| on the calibration\n"     \
   "                     text, picked each step by a low-rank predictor; or auto: the largest of\n"  \
   "                     0.7, 0.5, 0.3, 0.15 within 1% of dense decode perplexity (default: none)\n" \
-  "  --sparse-rank R    the predictors' rank (default: dim / 8)\n"
+  "  --sparse-rank R    the predictors' rank (default: dim / 8)\n"                                  \
+  "  --sparse-recall R  the share of the kept neurons' calibration |SiLU| mass the predictor's\n"   \
+  "                     candidates must cover (default 0.998)\n"
 
 #define CLI_OPEN_OPTIONS_HELP                                                                       \
   "  --mem-budget SIZE  hold at most SIZE bytes of weights in memory (K, M, G suffixes): the\n"     \

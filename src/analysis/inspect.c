@@ -1,6 +1,7 @@
 /* npulm_model_print_program: a compiled program described for people — its specializations, where
  * each op runs and why some fall back to the CPU, how it is quantized and how much of its
  * arithmetic runs in int8, and the memory it needs. Also npu_program_mac_stats. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include "compiler/program.h"
 #include "compiler/quantize.h"
 #include "compiler/smooth.h"
+#include "compiler/sparse.h"
 
 /* 'n' bytes as "512 B", "1.5 KiB", "12.0 MiB", "1.25 GiB". */
 static const char *human_bytes(uint64_t n, char *buf, size_t cap) {
@@ -383,6 +385,42 @@ static void print_macs(const struct npu_program *p, FILE *out) {
   }
 }
 
+/* Sparse decode: per layer its thresholds, what calibration kept, the predictor's size and cost,
+ * and the bytes the bundles add to the file. */
+static void print_sparse(const struct npu_program *p, FILE *out) {
+  const struct npu_sparse *sp = p->sparse;
+  if (sp == NULL) return;
+  char b1[32], b2[32], b3[32], b4[32];
+  uint64_t bundles = 0, pred = 0, pred_macs = 0, ffn_macs = 0;
+  for (int32_t l = 0; l < sp->n_layers; l++) {
+    bundles += npu_sparse_bundle_bytes(sp, l);
+    pred += npu_sparse_predictor_bytes(sp, l);
+    pred_macs += (uint64_t)sp->layers[l].rank * ((uint64_t)sp->dim + (uint64_t)sp->layers[l].n_ff);
+    ffn_macs += 3 * (uint64_t)sp->dim * (uint64_t)sp->layers[l].n_ff;
+  }
+  fprintf(out,
+          "sparse decode: skips %.0f%% of each layer's FFN neurons on the calibration text (least "
+          "|SiLU(gate)|); bundles of gate row, up row, down column (%d bytes each) add %s to the "
+          "file (the dense FFN weights stay, for prefill); predictors %s, %s MACs per token "
+          "(%.1f%% of the dense FFN's %s)\n",
+          100.0 * (double)sp->level, 3 * sp->kp, human_bytes(bundles, b1, sizeof(b1)),
+          human_bytes(pred, b2, sizeof(b2)), human_count(pred_macs, b3, sizeof(b3)),
+          percent(pred_macs, ffn_macs), human_count(ffn_macs, b4, sizeof(b4)));
+  fprintf(out, "  layer  rank  kept: |SiLU(gate)| >= tau  gate in steps: keep v >= hi | lo_a..lo_b"
+               "  kept  candidates  recall  predictor\n");
+  for (int32_t l = 0; l < sp->n_layers; l++) {
+    const struct npu_sparse_layer *ly = &sp->layers[l];
+    struct npu_sparse_sites sites;
+    npulm_error err;
+    const bool ok = npu_sparse_sites_of(p, l, &sites, &err) == NPULM_OK;
+    const double g_hi = ok ? (double)ly->hi * sites.gate_scale : 0.0; /* SiLU(g_hi) = tau */
+    fprintf(out, "  %5d  %4d  tau %-18.4g  %8.2f | %8.2f..%-8.2f  %4.1f%%  %9.1f%%  %6.4f  %s\n", l,
+            ly->rank, g_hi / (1.0 + exp(-g_hi)), (double)ly->hi, (double)ly->lo_a, (double)ly->lo_b,
+            100.0 * (double)ly->keep, 100.0 * (double)ly->cand, (double)ly->recall,
+            human_bytes(npu_sparse_predictor_bytes(sp, l), b1, sizeof(b1)));
+  }
+}
+
 npulm_status npulm_model_print_program(const npulm_model *model, FILE *out, npulm_error *err) {
   const struct npu_program *p = model->program;
   if (p == NULL) return npu_fail(err, NPULM_ERR_ARG, "the model has no program: compile it first");
@@ -390,6 +428,7 @@ npulm_status npulm_model_print_program(const npulm_model *model, FILE *out, npul
   print_graphs(p, out);
   print_placement(p, out);
   print_quant(p, out);
+  print_sparse(p, out);
   print_macs(p, out);
   print_memory(model, p, out);
   if (fflush(out) != 0 || ferror(out)) {

@@ -77,6 +77,7 @@ npulm_status npu_sparse_calibrate(const npulm_model *model, struct npu_program *
                                   int32_t rank, const int32_t *tokens, size_t n_tokens, int32_t bos,
                                   const npulm_compile_params *params, npulm_error *err) {
   const struct npu_config *cfg = &model->cfg;
+  const double recall = params != NULL ? params->sparse_recall : 0.0;
   struct capture cap = {.dim = cfg->dim, .n_layers = cfg->n_layers, .row = -1, .n = 0};
   cap.x = calloc((size_t)cfg->n_layers, sizeof(*cap.x));
   npulm_status st = cap.x == NULL ? npu_fail(err, NPULM_ERR_NOMEM, "out of memory") : NPULM_OK;
@@ -91,7 +92,7 @@ npulm_status npu_sparse_calibrate(const npulm_model *model, struct npu_program *
   }
   const int32_t n = cap.n;
   if (st == NPULM_OK && level != NPULM_SPARSITY_AUTO) {
-    st = npu_sparse_build(p, cfg, (const int8_t *const *)cap.x, n, level, rank, err);
+    st = npu_sparse_build(p, cfg, (const int8_t *const *)cap.x, n, level, rank, recall, err);
   } else if (st == NPULM_OK) {
     /* auto: the largest level whose decode perplexity is within tolerance of dense */
     static const float levels[] = {0.7f, 0.5f, 0.3f, 0.15f};
@@ -100,7 +101,7 @@ npulm_status npu_sparse_calibrate(const npulm_model *model, struct npu_program *
     bool found = false;
     for (size_t i = 0; st == NPULM_OK && !found && i < sizeof(levels) / sizeof(levels[0]); i++) {
       double nll;
-      st = npu_sparse_build(p, cfg, (const int8_t *const *)cap.x, n, levels[i], rank, err);
+      st = npu_sparse_build(p, cfg, (const int8_t *const *)cap.x, n, levels[i], rank, recall, err);
       if (st == NPULM_OK) {
         st = decode_text(model, p, NPULM_SPARSE_PREDICT, tokens, n_tokens, bos, NULL, &nll, err);
       }
@@ -111,7 +112,7 @@ npulm_status npu_sparse_calibrate(const npulm_model *model, struct npu_program *
       }
     }
     if (st == NPULM_OK && !found) {
-      st = npu_sparse_build(p, cfg, (const int8_t *const *)cap.x, n, 0.0f, rank, err);
+      st = npu_sparse_build(p, cfg, (const int8_t *const *)cap.x, n, 0.0f, rank, recall, err);
     }
   }
   if (st == NPULM_OK && report) params->progress(params->progress_user, "sparse", "steps", 1, 1);

@@ -342,9 +342,10 @@ static bool make_predictor(struct layer_build *b, struct npu_sparse_layer *ly) {
 }
 
 /* The thresholds: tau, the |SiLU| that 'level' of the calibration values fall below; the
- * candidate bound, the largest predicted |SiLU| whose candidates cover NPU_SPARSE_RECALL of the
- * kept mass. */
-static bool make_thresholds(const struct layer_build *b, struct npu_sparse_layer *ly, float level) {
+ * candidate bound, the largest predicted |SiLU| whose candidates cover 'recall' of the kept
+ * mass. */
+static bool make_thresholds(const struct layer_build *b, struct npu_sparse_layer *ly, float level,
+                            double recall) {
   const size_t total = b->n * b->n_ff;
   float *sorted = malloc(total * sizeof(float));
   struct pred_mass *pairs = malloc(total * sizeof(*pairs));
@@ -381,7 +382,7 @@ static bool make_thresholds(const struct layer_build *b, struct npu_sparse_layer
   double covered = 0.0, tau_c = 0.0;
   for (size_t i = 0; i < total && level > 0.0f; i++) {
     covered += pairs[i].mass;
-    if (covered >= (getenv("XR") ? atof(getenv("XR")) : NPU_SPARSE_RECALL) * kept_mass) {
+    if (covered >= recall * kept_mass) {
       tau_c = pairs[i].pred;
       break;
     }
@@ -415,9 +416,13 @@ static bool make_thresholds(const struct layer_build *b, struct npu_sparse_layer
 
 npulm_status npu_sparse_build(struct npu_program *p, const struct npu_config *cfg,
                               const int8_t *const *x, int32_t n, float level, int32_t rank,
-                              npulm_error *err) {
+                              double recall, npulm_error *err) {
   if (!(level >= 0.0f && level < 1.0f)) {
     return npu_fail(err, NPULM_ERR_ARG, "sparsity %g is not in [0, 1)", (double)level);
+  }
+  if (recall == 0.0) recall = NPU_SPARSE_RECALL;
+  if (!(recall > 0.0 && recall <= 1.0)) {
+    return npu_fail(err, NPULM_ERR_ARG, "the predictor's recall %g is not in (0, 1]", recall);
   }
   if (n < 1) return npu_fail(err, NPULM_ERR_ARG, "sparse decode needs calibration inputs");
   const size_t dim = (size_t)cfg->dim, n_ff = (size_t)cfg->ffn_dim;
@@ -458,7 +463,7 @@ npulm_status npu_sparse_build(struct npu_program *p, const struct npu_config *cf
     for (size_t j = 0; j < n_ff; j++)
       b.step[j] = step_of(sites.gate->mult[j], sites.gate->shift[j]);
     if (!make_bundles(&b, ly) || !exact_values(&b, ly) || !make_predictor(&b, ly) ||
-        !make_thresholds(&b, ly, level)) {
+        !make_thresholds(&b, ly, level, recall)) {
       st = npu_fail(err, NPULM_ERR_NOMEM,
                     "cannot build layer %d's sparse decode data (out of memory, or a predictor "
                     "weight beyond the int8 GEMM's range)",

@@ -29,9 +29,10 @@
 
 #include "compiler/program.h"
 
-/* What the predictor's candidates must cover, by calibration |SiLU(gate)| mass, of the neurons
- * the thresholds keep. */
-#define NPU_SPARSE_RECALL 0.95
+/* What the predictor's candidates must cover by default, by calibration |SiLU(gate)| mass, of
+ * the neurons the thresholds keep: on stories27M at rank dim / 8 this keeps decode perplexity
+ * within 0.3 % of the exact gate's (bench/ACCURACY.md), and 0.99 does not. */
+#define NPU_SPARSE_RECALL 0.998
 
 struct npu_sparse_layer {
   int32_t n_ff, rank;
@@ -63,11 +64,12 @@ struct npu_sparse {
 /* Build the sparse decode data of integer program 'p' (w8a8, without shadow outliers: the FFN
  * of every decode graph is gate and up matmuls, SiLU, product and down matmul on the NPU) for
  * skipping a share 'level' in [0, 1) of each layer's neurons, with predictors of 'rank' (0: dim /
- * 8, a multiple of 16), from 'n' calibration inputs: 'x[l]' holds layer l's n FFN inputs [n,
- * dim], int8 as its decode graphs' FFN norm writes them. Sets p->sparse. */
+ * 8, a multiple of 16) whose candidates cover 'recall' (0: NPU_SPARSE_RECALL) of the kept mass,
+ * from 'n' calibration inputs: 'x[l]' holds layer l's n FFN inputs [n, dim], int8 as its decode
+ * graphs' FFN norm writes them. Sets p->sparse. */
 npulm_status npu_sparse_build(struct npu_program *p, const struct npu_config *cfg,
                               const int8_t *const *x, int32_t n, float level, int32_t rank,
-                              npulm_error *err);
+                              double recall, npulm_error *err);
 
 /* Bytes of one layer's bundles and of its predictor (packed weights and multipliers). */
 uint64_t npu_sparse_bundle_bytes(const struct npu_sparse *s, int32_t layer);
