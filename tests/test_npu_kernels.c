@@ -2193,6 +2193,7 @@ static void test_dispatch(void **state) {
   assert_true(uk.qs8_rows_dot == npu_qs8_rows_dot__avx2);
   npu_ukernels_select(NPU_ISA_AVX2 | NPU_ISA_AVX512VNNI, &uk);
   assert_true(uk.qs8_rows_dot == npu_qs8_rows_dot__avx512vnni);
+  assert_true(uk.qs8_bundle_down == npu_qs8_bundle_down__avx512vnni);
   assert_true(uk.qs8_bundle_dot == npu_qs8_bundle_dot__avx2);
   assert_true(uk.qs8_qc4w_gemm == npu_qs8_qc4w_gemm__avx512vnni);
   assert_true(uk.qs16_qc4w_gemm_qs16 == npu_qs16_qc4w_gemm_qs16__avx512vnni);

@@ -19,6 +19,8 @@
 
 enum { NR = 4 }; /* rows per pass */
 
+#define NPU_INLINE_DOT static inline __attribute__((always_inline)) NPU_TARGET_DOTPROD
+
 /* The lane sums of a[0..nr-1] (1 or NR) into out. */
 NPU_INLINE_NEON void store_sums(const int nr, const int32x4_t *a, int32_t *out) {
   if (nr == NR) vst1q_s32(out, vpaddq_s32(vpaddq_s32(a[0], a[1]), vpaddq_s32(a[2], a[3])));
@@ -26,8 +28,8 @@ NPU_INLINE_NEON void store_sums(const int nr, const int32x4_t *a, int32_t *out) 
 }
 
 /* Fast path: sum d w of rows r[0..nr-1] into out; 'dtail' the d of the last partial step. */
-NPU_INLINE_NEON void dot_rows_d8(const int nr, size_t k, const int8_t *x, int8x16_t zp,
-                                 const int8_t *dtail, const int8_t *const *r, int32_t *out) {
+NPU_INLINE_DOT void dot_rows_d8(const int nr, size_t k, const int8_t *x, int8x16_t zp,
+                                const int8_t *dtail, const int8_t *const *r, int32_t *out) {
   const size_t kf = k & ~(size_t)15;
   int32x4_t a[NR];
 #pragma GCC unroll 8
@@ -41,8 +43,8 @@ NPU_INLINE_NEON void dot_rows_d8(const int nr, size_t k, const int8_t *x, int8x1
 }
 
 /* General path: sum x w - x_zero_point sum w of rows r[0..nr-1] into out. */
-NPU_INLINE_NEON void dot_rows_x(const int nr, size_t k, const int8_t *x, int32x4_t zp32,
-                                const int8_t *xtail, const int8_t *const *r, int32_t *out) {
+NPU_INLINE_DOT void dot_rows_x(const int nr, size_t k, const int8_t *x, int32x4_t zp32,
+                               const int8_t *xtail, const int8_t *const *r, int32_t *out) {
   const size_t kf = k & ~(size_t)15;
   const int8x16_t ones = vdupq_n_s8(1);
   int32x4_t a[NR], s[NR];
