@@ -2,7 +2,7 @@
  * decode shapes (GOPS = 2*M*N*K / time, median of several runs), then the element-wise kernels
  * (elements per second), then the neuron-bundle kernels of sparse decode (GB/s of bundle bytes
  * read). Usage: npu_kernels [runs (default 11)] [variant: only that variant of the
- * int4-weight / int16-activation GEMMs] */
+ * int4-weight / int16-activation GEMMs; "sparse": only the neuron-bundle kernels] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,11 +216,14 @@ static void bench_elementwise(int runs) {
   free(a), free(b), free(y), free(emb), free(gy), free(rmult);
 }
 
-/* The neuron-bundle kernels of sparse decode on a 4096-neuron layer of width 2048 (24 MiB of
- * bundles, all of them in a shuffled order: each call streams them from memory), in GB/s of
- * bundle bytes read (dot: gate and up, 2 kp per bundle; down: kp). */
-static void bench_bundles(int runs) {
-  const size_t k = 2048, count = 4096, kp = npu_bundle_kp(k);
+/* The neuron-bundle kernels of sparse decode on a 4096-neuron layer of width k (k = 2048: 24 MiB
+ * of bundles, all of them in a shuffled order, so each call streams them from memory; k = 512:
+ * 6 MiB, in L3, where compute matters more), in GB/s of bundle bytes read (dot: gate and up,
+ * 2 kp per bundle; down: kp; rows dot: kp per row, the gate rows of the 4096 bundles in a
+ * shuffled order). The bundle kernels as dispatched with no extension and with all of this CPU's;
+ * the rows dot every variant the CPU runs. */
+static void bench_bundles(int runs, size_t k) {
+  const size_t count = 4096, kp = npu_bundle_kp(k);
   int8_t *base = aligned_alloc(64, count * 3 * kp), *x = malloc(k);
   const int8_t **ptrs = malloc(count * sizeof(*ptrs));
   int32_t *acc = malloc(2 * count * sizeof(int32_t)), *coef = malloc(count * sizeof(int32_t));
@@ -243,13 +246,32 @@ static void bench_bundles(int runs) {
     npu_ukernels_select(isas[v], &uk);
     double t, tb;
     TIME_MEDIAN(runs, t, tb, uk.qs8_bundle_dot(k, x, 3, count, ptrs, acc));
-    printf("| qs8_bundle_dot__%-10s | %8.2f | %8.2f |\n",
+    printf("| %5zu | qs8_bundle_dot__%-10s | %8.2f | %8.2f |\n", k,
            npu_ukernels_variant(&uk, "qs8_bundle_dot"), count * 2 * kp / t * 1e-9,
            count * 2 * kp / tb * 1e-9);
-    TIME_MEDIAN(runs, t, tb, uk.qs8_bundle_down(k, count, ptrs, coef, y));
-    printf("| qs8_bundle_down__%-9s | %8.2f | %8.2f |\n",
-           npu_ukernels_variant(&uk, "qs8_bundle_down"), count * kp / t * 1e-9,
-           count * kp / tb * 1e-9);
+  }
+  /* every qs8_bundle_down and qs8_rows_dot variant this CPU runs */
+#define NPU_UKERNEL(family, variant, isa)                                                          \
+  if (strcmp(#family, "qs8_bundle_down") == 0 && ((isa) & ~have) == 0) {                           \
+    double t, tb;                                                                                  \
+    npu_qs8_bundle_down_fn *fn_ = (npu_qs8_bundle_down_fn *)(void *)npu_##family##__##variant;     \
+    TIME_MEDIAN(runs, t, tb, fn_(k, count, ptrs, coef, y));                                        \
+    printf("| %5zu | qs8_bundle_down__%-9s | %8.2f | %8.2f |\n", k, #variant,                      \
+           count *kp / t * 1e-9, count * kp / tb * 1e-9);                                          \
+  }
+#include "kernels/npu/ukernels.inc"
+#undef NPU_UKERNEL
+  for (int zp = 0; zp < 2; zp++) { /* x_zero_point 3: x - 3 may leave int8; 0: it never does */
+#define NPU_UKERNEL(family, variant, isa)                                                          \
+  if (strcmp(#family, "qs8_rows_dot") == 0 && ((isa) & ~have) == 0) {                              \
+    double t, tb;                                                                                  \
+    npu_qs8_rows_dot_fn *fn_ = (npu_qs8_rows_dot_fn *)(void *)npu_##family##__##variant;           \
+    TIME_MEDIAN(runs, t, tb, fn_(k, x, zp ? 0 : 3, count, ptrs, acc));                             \
+    printf("| %5zu | qs8_rows_dot__%-8s zp %d | %8.2f | %8.2f |\n", k, #variant, zp ? 0 : 3,       \
+           count *kp / t * 1e-9, count * kp / tb * 1e-9);                                          \
+  }
+#include "kernels/npu/ukernels.inc"
+#undef NPU_UKERNEL
   }
   free(base), free(x), free(ptrs), free(acc), free(coef), free(y);
 }
@@ -258,6 +280,7 @@ int main(int argc, char **argv) {
   int runs = argc > 1 ? atoi(argv[1]) : 11;
   if (runs < 1 || runs > 64) runs = 11;
   const char *only = argc > 2 ? argv[2] : NULL; /* a variant name: only its int4 / int16 GEMMs */
+  if (only != NULL && strcmp(only, "sparse") == 0) goto sparse; /* the bundle kernels only */
   printf("NPU int8 GEMM, one core, median of %d runs\n\n", runs);
   printf("| kernel               |     M |     N |     K |   time us |     GOPS | best GOPS |\n");
   printf("|----------------------|------:|------:|------:|----------:|---------:|----------:|\n");
@@ -281,9 +304,12 @@ int main(int argc, char **argv) {
   printf("\n| kernel               |  Melem/s |     best "
          "|\n|----------------------|---------:|---------:|\n");
   bench_elementwise(runs);
-  printf(
-      "\nNeuron bundles, k = 2048, 4096 bundles (sparse decode)\n\n| kernel                     |     GB/s |"
-      "     best |\n|----------------------------|---------:|---------:|\n");
-  bench_bundles(runs);
+sparse:
+  printf("\nNeuron bundles and rows, 4096 of them shuffled (sparse decode), median of %d runs\n\n"
+         "|     k | kernel                     |     GB/s |     best |\n"
+         "|------:|----------------------------|---------:|---------:|\n",
+         runs);
+  bench_bundles(runs, 512);
+  bench_bundles(runs, 2048);
   return 0;
 }

@@ -2060,6 +2060,78 @@ static void check_qs8_bundle_down(npu_qs8_bundle_down_fn *fn) {
   free(b);
 }
 
+/* The rows of qs8_rows_dot: any of the three vectors of the bundles of bundles_make (each
+ * 64-byte aligned, kp bytes, zero past k). */
+static const size_t rows_counts[] = {0, 1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 17, 33};
+#define N_ROWS_COUNTS (sizeof(rows_counts) / sizeof(rows_counts[0]))
+
+static void check_qs8_rows_dot(npu_qs8_rows_dot_fn *fn) {
+  uint64_t rng = 47;
+  for (size_t ki = 0; ki < N_BUNDLE_KS; ki++) {
+    const size_t k = bundle_ks[ki], kp = npu_bundle_kp(k);
+    int8_t *x = xmalloc(k); /* exactly k bytes: a read past k is out of bounds (SAN=1) */
+    /* rep 0-3: extremes with x - zp beyond int8 (the general paths), 4-6: x - zp within int8
+     * (the fast paths of the dot product variants), at its extremes in 5 */
+    for (int rep = 0; rep < 7; rep++) {
+      const int mode = rep < 4 ? rep : rep == 5 ? 3 : 0;
+      int8_t *base = bundles_make(k, 20, mode, &rng);
+      const int32_t zp = rep == 0               ? -128
+                         : rep == 1             ? 127
+                         : rep == 4 || rep == 5 ? 0
+                                                : rand_range(&rng, -128, 127);
+      for (size_t c = 0; c < k; c++) {
+        int32_t v;
+        switch (rep) {
+        case 1: v = -128; break;
+        case 2: v = 127; break;
+        case 3: v = c & 1 ? -128 : 127; break;
+        case 5: v = test_rand(&rng) & 1 ? -128 : 127; break;
+        case 6: /* zp + d, d in [-128, 127], within int8 */
+          v = zp + rand_range(&rng, zp > 0 ? -128 : -128 - zp, zp > 0 ? 127 - zp : 127);
+          break;
+        default: v = rand_range(&rng, -128, 127);
+        }
+        x[c] = (int8_t)v;
+      }
+      for (size_t ci = 0; ci < N_ROWS_COUNTS; ci++) {
+        const size_t count = rows_counts[ci];
+        const int8_t *ptrs[33];
+        int32_t acc[33 + 2], want[33];
+        /* shuffled, with repeats: any of the 60 vectors */
+        for (size_t i = 0; i < count; i++) ptrs[i] = base + (test_rand(&rng) % 60) * kp;
+        for (size_t i = 0; i < count + 2; i++) acc[i] = 0x5a5a5a5a;
+        fn(k, x, zp, count, ptrs, acc);
+        npu_qs8_rows_dot__scalar(k, x, zp, count, ptrs, want);
+        for (size_t i = 0; i < count; i++)
+          assert_int_equal(acc[i], bundle_dot_ref(k, x, zp, ptrs[i]));
+        assert_memory_equal(acc, want, count * sizeof(int32_t));
+        assert_int_equal(acc[count], 0x5a5a5a5a); /* nothing written past count */
+        assert_int_equal(acc[count + 1], 0x5a5a5a5a);
+      }
+      free(base);
+    }
+    free(x);
+  }
+  /* the largest sums: k = 32768, |w| = 127 and |x - zp| = 255 (general paths) or x - zp = -128,
+   * 127 (fast paths), 9 rows (a full pass and one more) */
+  const size_t k = NPU_BUNDLE_MAX_K, kp = npu_bundle_kp(k);
+  int8_t *x = xmalloc(k);
+  int8_t *b = bundles_make(k, 1, 1, &rng);
+  for (size_t c = 0; c < k; c++) b[kp + c] = -127;
+  const int8_t *ptrs[9];
+  for (int i = 0; i < 9; i++) ptrs[i] = b + (i % 3 == 1 ? kp : 0);
+  static const int32_t xs[4] = {-128, 127, -128, 127}, zps[4] = {127, -128, 0, 0};
+  for (int s = 0; s < 4; s++) {
+    memset(x, xs[s], k);
+    int32_t acc[9];
+    fn(k, x, zps[s], 9, ptrs, acc);
+    for (int i = 0; i < 9; i++)
+      assert_int_equal(acc[i], (int64_t)32768 * (xs[s] - zps[s]) * (i % 3 == 1 ? -127 : 127));
+  }
+  free(b);
+  free(x);
+}
+
 /* The scalar references against numbers worked out by hand, and npu_bundle_kp. */
 static void test_bundle_reference(void **state) {
   (void)state;
@@ -2088,6 +2160,12 @@ static void test_bundle_reference(void **state) {
   assert_int_equal(y[3], 99);                       /* past k: untouched */
   npu_qs8_bundle_down__scalar(3, 0, ptrs, coef, y); /* count 0: nothing */
   assert_int_equal(y[0], 763);
+  int32_t r[3] = {0, 0, 99};
+  const int8_t *rptrs[2] = {b + 64, b};
+  npu_qs8_rows_dot__scalar(3, x, -5, 2, rptrs, r);
+  assert_int_equal(r[0], -2520);
+  assert_int_equal(r[1], 17025);
+  assert_int_equal(r[2], 99); /* past count: untouched */
 }
 
 /* ---- dispatch ---------------------------------------------------------------------------------*/
@@ -2097,6 +2175,7 @@ static void test_dispatch(void **state) {
   struct npu_ukernels uk;
   npu_ukernels_select(0, &uk);
   assert_true(uk.qs8_gemm == npu_qs8_gemm__scalar);
+  assert_true(uk.qs8_rows_dot == npu_qs8_rows_dot__scalar);
   assert_true(uk.x8_lut == npu_x8_lut__scalar);
   assert_true(uk.qs8_gather_qs16 == npu_qs8_gather_qs16__scalar);
   assert_true(uk.qs16_rmsnorm_qs8 == npu_qs16_rmsnorm_qs8__scalar);
@@ -2111,7 +2190,11 @@ static void test_dispatch(void **state) {
   assert_true(uk.qs16_rmsnorm_qs16 == npu_qs16_rmsnorm_qs16__avx2);
   assert_true(uk.qs8_bundle_dot == npu_qs8_bundle_dot__avx2);
   assert_true(uk.qs8_bundle_down == npu_qs8_bundle_down__avx2);
+  assert_true(uk.qs8_rows_dot == npu_qs8_rows_dot__avx2);
   npu_ukernels_select(NPU_ISA_AVX2 | NPU_ISA_AVX512VNNI, &uk);
+  assert_true(uk.qs8_rows_dot == npu_qs8_rows_dot__avx512vnni);
+  assert_true(uk.qs8_bundle_down == npu_qs8_bundle_down__avx512vnni);
+  assert_true(uk.qs8_bundle_dot == npu_qs8_bundle_dot__avx2);
   assert_true(uk.qs8_qc4w_gemm == npu_qs8_qc4w_gemm__avx512vnni);
   assert_true(uk.qs16_qc4w_gemm_qs16 == npu_qs16_qc4w_gemm_qs16__avx512vnni);
   assert_true(uk.qs16_lut == npu_qs16_lut__avx2);
@@ -2121,6 +2204,7 @@ static void test_dispatch(void **state) {
   assert_true(uk.qs16_rmsnorm_qs8 == npu_qs16_rmsnorm_qs8__avx2);
   npu_ukernels_select(NPU_ISA_AVX512VNNI, &uk); /* never detected without AVX2 */
   assert_true(uk.qs8_gemm == npu_qs8_gemm__scalar);
+  assert_true(uk.qs8_rows_dot == npu_qs8_rows_dot__scalar);
 #elif defined(__aarch64__)
   assert_true((npu_isa_detect() & NPU_ISA_NEON) != 0); /* baseline on AArch64 */
   npu_ukernels_select(NPU_ISA_NEON, &uk);
@@ -2129,6 +2213,7 @@ static void test_dispatch(void **state) {
   assert_true(uk.x8_lut == npu_x8_lut__neon);
   assert_true(uk.qs16_rmsnorm_qs8 == npu_qs16_rmsnorm_qs8__neon);
   assert_true(uk.qs16_qc4w_gemm_qs16 == npu_qs16_qc4w_gemm_qs16__neon);
+  assert_true(uk.qs8_rows_dot == npu_qs8_rows_dot__neon);
   /* every family has a NEON variant: none is left to its scalar one */
 #define NPU_UKERNEL(family, variant, isa)                                                          \
   assert_string_not_equal(npu_ukernels_variant(&uk, #family), "scalar");
@@ -2143,6 +2228,7 @@ static void test_dispatch(void **state) {
   assert_true(uk.qs8_qk_qs16 == npu_qs8_qk_qs16__neondot);
   assert_true(uk.qs8_bundle_dot == npu_qs8_bundle_dot__neondot);
   assert_true(uk.qs8_bundle_down == npu_qs8_bundle_down__neon);
+  assert_true(uk.qs8_rows_dot == npu_qs8_rows_dot__neondot);
   assert_true(uk.qs16_vadd == npu_qs16_vadd__neon);
 #endif
 #if NPU_NEON_I8MM_VARIANTS

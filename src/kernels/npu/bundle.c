@@ -1,6 +1,7 @@
-/* npu_bundle_kp and the plain-C references of the neuron-bundle kernels, npu_qs8_bundle_dot__scalar
- * and npu_qs8_bundle_down__scalar: the definitions of ukernels.h written out, one bundle and one
- * column at a time. Every SIMD variant is held to their bits (tests/test_npu_kernels.c). */
+/* npu_bundle_kp and the plain-C references of the neuron-bundle kernels,
+ * npu_qs8_bundle_dot__scalar, npu_qs8_bundle_down__scalar and npu_qs8_rows_dot__scalar: the
+ * definitions of ukernels.h written out, one bundle and one column at a time. Every SIMD variant is
+ * held to their bits (tests/test_npu_kernels.c). */
 #include <assert.h>
 
 #include "kernels/npu/ukernels.h"
@@ -36,5 +37,17 @@ void npu_qs8_bundle_down__scalar(size_t k, size_t count, const int8_t *const *bu
     const int32_t cf = coef[i];
     assert(cf >= -255 && cf <= 255);
     for (size_t c = 0; c < k; c++) acc[c] += cf * down[c];
+  }
+}
+
+void npu_qs8_rows_dot__scalar(size_t k, const int8_t *x, int32_t x_zero_point, size_t count,
+                              const int8_t *const *rows, int32_t *acc) {
+  assert(k >= 1 && k <= NPU_BUNDLE_MAX_K);
+  assert(x_zero_point >= INT8_MIN && x_zero_point <= INT8_MAX);
+  for (size_t i = 0; i < count; i++) {
+    const int8_t *w = rows[i];
+    int32_t s = 0; /* |sum| <= 32768 * 255 * 127 < 2^30 */
+    for (size_t c = 0; c < k; c++) s += (x[c] - x_zero_point) * w[c];
+    acc[i] = s;
   }
 }

@@ -442,6 +442,16 @@ typedef void npu_qs8_bundle_dot_fn(size_t k, const int8_t *x, int32_t x_zero_poi
 typedef void npu_qs8_bundle_down_fn(size_t k, size_t count, const int8_t *const *bundles,
                                     const int32_t *coef, int32_t *acc);
 
+/* Dot products of 'count' int8 rows with one int8 input x (k values, zero point x_zero_point):
+ * acc[i] = sum_{c<k} (x[c] - x_zero_point) * rows[i][c]. Each row is 64-byte aligned and readable
+ * up to npu_bundle_kp(k) bytes (zero past k); x is exactly k bytes. k in [1, NPU_BUNDLE_MAX_K].
+ * The rows are a bundle's gate or up row (sparse decode computes the gate rows of the candidate
+ * neurons, then the up rows of the kept ones), or any rows of that shape, in any order, repeats
+ * allowed; weights in [-127, 127], x_zero_point in [-128, 127], so a sum is at most
+ * 32768 * 255 * 127 < 2^30 in magnitude. acc[i] for i >= count is not touched. */
+typedef void npu_qs8_rows_dot_fn(size_t k, const int8_t *x, int32_t x_zero_point, size_t count,
+                                 const int8_t *const *rows, int32_t *acc);
+
 /* ---- variants and dispatch --------------------------------------------------------------------*/
 
 /* Whether this compiler builds the AArch64 variants that need the dot product (__neondot) or the
@@ -490,6 +500,7 @@ struct npu_ukernels {
   npu_qs16_lut_fn *qs16_lut;
   npu_qs8_bundle_dot_fn *qs8_bundle_dot;
   npu_qs8_bundle_down_fn *qs8_bundle_down;
+  npu_qs8_rows_dot_fn *qs8_rows_dot;
 };
 
 /* Fill 'uk_out' with, for each family, the last variant in ukernels.inc whose extensions are all
