@@ -464,7 +464,13 @@ typedef struct npulm_roofline {
   uint64_t buffer_bytes; /* bytes streamed per pass (well above the last-level cache) */
   uint64_t cache_bytes;  /* the last-level cache size the system reports (0 if unknown) */
   char kernel[32];       /* the int8 GEMM variant measured, e.g. "qs8_gemm__avx2" */
-  double seconds;        /* how long measuring took */
+  /* the third ceiling, of models larger than memory: bytes per second read from storage, a file
+   * of 'storage_file_bytes' in $TMPDIR (else /tmp) written, dropped from the page cache and read
+   * back with pread in 1 MiB pieces (0 if it could not be measured; npulm_roofline_measure
+   * only) */
+  double storage_bytes;
+  uint64_t storage_file_bytes;
+  double seconds; /* how long measuring took */
   /* The other precisions' GEMM kernels, measured the way int8_macs is (one cache-resident
    * shape each): MAC/s and the variant measured */
   double w4a8_macs;        /* int4 weights x int8 inputs: qs8_qc4w_gemm */

@@ -59,7 +59,11 @@ const char npulm_usage_bench[] =
     "  --plot FILE.svg       draw the roofline with the measured points (implies --roofline)\n"
     "  --profile             time every node and print, per test, where a run's time goes by\n"
     "                        operator and backend, with the matmuls' GMAC/s and GB/s (JSON:\n"
-    "                        a 'profile' array per test)\n"
+    "                        a 'profile' array per test)\n" CLI_SESSION_OPTIONS_HELP
+        CLI_OPEN_OPTIONS_HELP
+    "With --roofline, the storage read rate is a third ceiling (a 256 MiB file in $TMPDIR, else\n"
+    "/tmp, read from a dropped page cache), and a program under --mem-budget prints per test what\n"
+    "it read from storage per token.\n"
     "\n"
     "Compile options, for a GGUF model:\n" CLI_COMPILE_OPTIONS_HELP;
 
@@ -71,6 +75,8 @@ struct bench_opts {
   int reps;
   bool json, warmup, roofline, profile;
   const char *plot;
+  npulm_session_params session; /* its sparse decode options */
+  npulm_open_params open;       /* memory budget, cold start */
 };
 
 /* One test and what was measured. */
@@ -88,6 +94,8 @@ struct result {
   npulm_prediction pred[MAX_PROFILES]; /* on each NPU profile */
   npulm_decode_traffic traffic;        /* tg: at position 0 */
   double bytes_per_token;              /* tg: mean over the run's positions */
+  npulm_sparse_stats sparse;           /* the measured repetitions' sparse decode (zeros: dense) */
+  npulm_memory_stats memory;           /* and what they read from storage (zeros: no budget) */
   /* --profile: the measured repetitions' node time by operator, the most first */
   npulm_profile_entry profile[MAX_PROFILE];
   int n_profile;
@@ -257,6 +265,8 @@ static void run_test(const char *cmd, const npulm_model *model, const struct ben
   sp.n_ctx = n_tokens(r);
   sp.n_threads = r->n_threads;
   sp.profile = o->profile;
+  sp.sparse = o->session.sparse;
+  sp.sparse_audit = o->session.sparse_audit;
   npulm_session *s;
   npulm_error err;
   if (npulm_session_create(model, &sp, &s, &err) != NPULM_OK) {
@@ -276,6 +286,7 @@ static void run_test(const char *cmd, const npulm_model *model, const struct ben
     if (r->n_gen > 0) run_gen(cmd, s, &info, 1, &rng);
   }
   npulm_session_profile_clear(s); /* the measured repetitions only */
+  npulm_session_sparse_stats_clear(s);
   npulm_session_stats before;
   npulm_session_get_stats(s, &before);
   double ttft = 0.0;
@@ -299,6 +310,8 @@ static void run_test(const char *cmd, const npulm_model *model, const struct ben
   r->ttft_s = ttft / o->reps;
   r->peak_rss = max_u64(peak, peak_rss_bytes());
   r->n_profile = npulm_session_profile(s, r->profile, MAX_PROFILE);
+  npulm_session_sparse_stats(s, &r->sparse);
+  npulm_session_memory_stats(s, &r->memory);
   npulm_session_get_stats(s, &r->busy);
   r->busy.npu_busy_s -= before.npu_busy_s;
   r->busy.cpu_busy_s -= before.cpu_busy_s;
@@ -386,6 +399,22 @@ static void print_md_row(const struct model_desc *d, const struct result *r) {
   /* the width of "t/s" is one more: "±" is two bytes */
   printf("| %-30s | %10s | %10s | %-10s | %7d | %15s | %21s | %9.2f | %10s |\n", d->type, size,
          params, BACKEND, r->n_threads, name, ts, r->ttft_s * 1e3, rss);
+  const double tokens = (double)r->reps * (double)(r->n_prompt + r->n_gen);
+  if (r->sparse.layer_steps > 0) {
+    printf("  sparse decode: %.1f%% of FFN neurons computed, %.1f%% candidates; per token: "
+           "predictor %.3f ms, sparse FFN %.3f ms\n",
+           100.0 * r->sparse.kept, 100.0 * r->sparse.candidates, 1e3 * r->sparse.predict_s / tokens,
+           1e3 * r->sparse.ffn_s / tokens);
+  }
+  if (r->memory.budget > 0) {
+    const uint64_t lookups = r->memory.hits + r->memory.misses;
+    printf("  memory budget %.1f MiB: per token %.2f MiB of neurons and %.2f MiB of streamed "
+           "weights from storage, neurons at %.0f MiB/s; neuron cache hit rate %.1f%%\n",
+           (double)r->memory.budget / 1048576.0, (double)r->memory.bytes_read / 1048576.0 / tokens,
+           (double)r->memory.streamed_read / 1048576.0 / tokens,
+           r->memory.read_s > 0 ? (double)r->memory.bytes_read / 1048576.0 / r->memory.read_s : 0.0,
+           lookups > 0 ? 100.0 * (double)r->memory.hits / (double)lookups : 0.0);
+  }
   fflush(stdout);
 }
 
@@ -485,6 +514,7 @@ static void best_of(npulm_roofline *h, const npulm_roofline *other) {
   h->read_bytes = fmax(h->read_bytes, other->read_bytes);
   h->copy_bytes = fmax(h->copy_bytes, other->copy_bytes);
   h->mem_bytes = fmax(h->read_bytes, h->copy_bytes);
+  h->storage_bytes = fmax(h->storage_bytes, other->storage_bytes);
   h->seconds += other->seconds;
 }
 
@@ -501,11 +531,13 @@ static void print_host(FILE *f, const npulm_roofline *h, const struct model_desc
           "  memory        %8.2f GB/s    the better of a streaming read (%.2f GB/s) and copy "
           "(%.2f GB/s,\n"
           "                                 reads + writes counted) through %.0f MiB\n"
+          "  storage       %8.3f GB/s    pread of a %.0f MiB file from a dropped page cache\n"
           "  ridge point   %8.2f MAC/byte (%s)\n",
           h->n_threads, h->seconds, h->int8_macs * 1e-9, h->kernel, h->w4a8_macs * 1e-9,
           h->kernel_w4a8, h->w8a16_macs * 1e-9, h->kernel_w8a16, h->w4a16_macs * 1e-9,
           h->kernel_w4a16, h->w4a16_block_macs * 1e-9, h->f32_macs * 1e-9, h->mem_bytes * 1e-9,
           h->read_bytes * 1e-9, h->copy_bytes * 1e-9, (double)h->buffer_bytes / (1024.0 * 1024.0),
+          h->storage_bytes * 1e-9, (double)h->storage_file_bytes / (1024.0 * 1024.0),
           h->mem_bytes > 0 ? peak_macs(d, h) / h->mem_bytes : 0.0, d->precision);
 }
 
@@ -948,6 +980,7 @@ static json_t *result_json(const struct model_desc *d, const struct result *r) {
     json_object_set_new(rl, "w4a16_block_macs_per_s", json_real(h->w4a16_block_macs));
     json_object_set_new(rl, "mem_bytes_per_s", json_real(h->mem_bytes));
     json_object_set_new(rl, "read_bytes_per_s", json_real(h->read_bytes));
+    json_object_set_new(rl, "storage_bytes_per_s", json_real(h->storage_bytes));
     json_object_set_new(rl, "copy_bytes_per_s", json_real(h->copy_bytes));
     json_object_set_new(rl, "kernel", json_string(h->kernel));
     json_object_set_new(rl, "kernel_w4a8", json_string(h->kernel_w4a8));
@@ -1021,6 +1054,8 @@ static void parse(struct cli_args *a, struct bench_opts *o, npulm_compile_params
     } else if (cli_is_opt(s, NULL, "--no-warmup")) o->warmup = false;
     else if (cli_is_opt(s, NULL, "--roofline")) o->roofline = true;
     else if (cli_is_opt(s, NULL, "--profile")) o->profile = true;
+    else if (cli_session_option(a, &o->session)) continue;
+    else if (cli_open_option(a, &o->open)) continue;
     else if (cli_is_opt(s, NULL, "--plot")) {
       o->plot = cli_opt_value(a);
       o->roofline = true;
@@ -1077,7 +1112,9 @@ int npulm_cmd_bench(int argc, char **argv) {
   const char *path = cli_resolve_model(a.cmd, o.model_path);
   npulm_model *model;
   npulm_error err;
-  if (npulm_model_open(path, &model, &err) != NPULM_OK) cli_die(a.cmd, "%s", err.msg);
+  if (npulm_model_open_params(path, &o.open, &model, &err) != NPULM_OK) {
+    cli_die(a.cmd, "%s", err.msg);
+  }
   if (!npulm_model_has_program(model)) {
     struct cli_progress progress = {.lines = false};
     cp.progress = cli_progress;

@@ -8,6 +8,7 @@
  * Every phase runs on all threads at once: the threads are created once and persist for the whole
  * measurement, meeting at a barrier before each timed window, so a window's rate is total work /
  * the longest thread's time, and a phase reports its best window. */
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -477,8 +478,43 @@ done:
   return st;
 }
 
+/* The storage ceiling: a file of STORAGE_BYTES written in $TMPDIR (else /tmp), synced, dropped
+ * from the page cache, read back with pread a MiB at a time (as the neuron cache reads the program
+ * file after dropping it). Bytes per second, or 0 where it cannot be measured. */
+enum { STORAGE_MIB = 256 };
+static double measure_storage(uint64_t *file_bytes) {
+  const char *dir = getenv("TMPDIR");
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/npulm-storage-XXXXXX", dir != NULL && *dir ? dir : "/tmp");
+  *file_bytes = (uint64_t)STORAGE_MIB * MIB;
+  const int fd = mkstemp(path);
+  if (fd < 0) return 0.0;
+  unlink(path); /* gone when closed, however this ends */
+  uint8_t *buf = malloc(MIB);
+  bool ok = buf != NULL;
+  uint64_t x = 0x9E3779B97F4A7C15ull; /* incompressible bytes */
+  for (int i = 0; ok && i < STORAGE_MIB; i++) {
+    for (size_t k = 0; k < MIB; k += 8) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      memcpy(buf + k, &x, 8);
+    }
+    ok = write(fd, buf, MIB) == (ssize_t)MIB;
+  }
+  ok = ok && fsync(fd) == 0 && posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0;
+  const double t0 = npu_now();
+  for (int i = 0; ok && i < STORAGE_MIB; i++) {
+    ok = pread(fd, buf, MIB, (off_t)i * (off_t)MIB) == (ssize_t)MIB;
+  }
+  const double t = npu_now() - t0;
+  free(buf);
+  close(fd);
+  return ok && t > 0 ? (double)*file_bytes / t : 0.0;
+}
+
 npulm_status npulm_roofline_measure(int n_threads, npulm_roofline *out, npulm_error *err) {
-  return measure(n_threads, 0, out, err);
+  npulm_status st = measure(n_threads, 0, out, err);
+  if (st == NPULM_OK) out->storage_bytes = measure_storage(&out->storage_file_bytes);
+  return st;
 }
 
 npulm_status npulm_roofline_measure_memory(int n_threads, npulm_roofline *out, npulm_error *err) {

@@ -96,11 +96,11 @@ npulm_status npu_sparse_calibrate(const npulm_model *model, struct npu_program *
   } else if (st == NPULM_OK) {
     /* auto: the largest level whose decode perplexity is within tolerance of dense */
     static const float levels[] = {0.7f, 0.5f, 0.3f, 0.15f};
-    double dense;
+    double dense = 0.0;
     st = decode_text(model, p, NPULM_SPARSE_OFF, tokens, n_tokens, bos, NULL, &dense, err);
     bool found = false;
     for (size_t i = 0; st == NPULM_OK && !found && i < sizeof(levels) / sizeof(levels[0]); i++) {
-      double nll;
+      double nll = 0.0;
       st = npu_sparse_build(p, cfg, (const int8_t *const *)cap.x, n, levels[i], rank, recall, err);
       if (st == NPULM_OK) {
         st = decode_text(model, p, NPULM_SPARSE_PREDICT, tokens, n_tokens, bos, NULL, &nll, err);
