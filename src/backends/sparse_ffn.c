@@ -37,15 +37,17 @@ struct npu_sparse_run {
   int16_t *pred;      /* (n_ff) its output */
   int32_t *cand;      /* (n_ff) candidate neurons */
   const int8_t **ptr; /* (n_ff) their bundles */
-  int32_t *acc;       /* (2 n_ff) their gate and up accumulators */
+  int32_t *acc;       /* (n_ff) their gate accumulators */
   int32_t *kept;      /* (n_ff) the kept candidates' positions in 'cand' */
   const int8_t **kept_ptr;
+  const int8_t **up_ptr;                   /* (n_ff) the kept's up rows */
+  int32_t *up_acc;                         /* (n_ff) their up accumulators */
   int8_t *gate_q, *up_q, *silu_q, *prod_q; /* (n_ff) of the kept */
   int32_t *coef;                           /* (n_ff) products less the down input's zero point */
   int32_t *down_acc;                       /* (MAX_TASKS, dim) each task's down sums */
   int32_t *all_ids;                        /* (n_ff) 0 .. n_ff - 1 */
   const int8_t **all_ptr;                  /* (n_ff) audit: every bundle */
-  int32_t *all_acc;                        /* (2 n_ff) audit */
+  int32_t *all_acc;                        /* (n_ff) audit */
   struct npu_sparse_stats stats;
 };
 
@@ -85,6 +87,8 @@ void npu_sparse_run_free(struct npu_sparse_run *r) {
   free(r->acc);
   free(r->kept);
   free(r->kept_ptr);
+  free(r->up_ptr);
+  free(r->up_acc);
   free(r->gate_q);
   free(r->up_q);
   free(r->silu_q);
@@ -183,9 +187,11 @@ npulm_status npu_sparse_run_create(const struct npu_program *p, enum npu_sparse_
   r->pred = malloc(n_ff * sizeof(int16_t));
   r->cand = malloc(n_ff * sizeof(int32_t));
   r->ptr = malloc(n_ff * sizeof(*r->ptr));
-  r->acc = malloc(2 * n_ff * sizeof(int32_t));
+  r->acc = malloc(n_ff * sizeof(int32_t));
   r->kept = malloc(n_ff * sizeof(int32_t));
   r->kept_ptr = malloc(n_ff * sizeof(*r->kept_ptr));
+  r->up_ptr = malloc(n_ff * sizeof(*r->up_ptr));
+  r->up_acc = malloc(n_ff * sizeof(int32_t));
   r->gate_q = malloc(n_ff);
   r->up_q = malloc(n_ff);
   r->silu_q = malloc(n_ff);
@@ -194,12 +200,13 @@ npulm_status npu_sparse_run_create(const struct npu_program *p, enum npu_sparse_
   r->down_acc = malloc(MAX_TASKS * dim * sizeof(int32_t));
   r->all_ids = malloc(n_ff * sizeof(int32_t));
   r->all_ptr = malloc(n_ff * sizeof(*r->all_ptr));
-  r->all_acc = malloc(2 * n_ff * sizeof(int32_t));
+  r->all_acc = malloc(n_ff * sizeof(int32_t));
   npulm_status st = NPULM_OK;
   if (r->layers == NULL || r->h == NULL || r->pred == NULL || r->cand == NULL || r->ptr == NULL ||
-      r->acc == NULL || r->kept == NULL || r->kept_ptr == NULL || r->gate_q == NULL ||
-      r->up_q == NULL || r->silu_q == NULL || r->prod_q == NULL || r->coef == NULL ||
-      r->down_acc == NULL || r->all_ids == NULL || r->all_ptr == NULL || r->all_acc == NULL) {
+      r->acc == NULL || r->kept == NULL || r->kept_ptr == NULL || r->up_ptr == NULL ||
+      r->up_acc == NULL || r->gate_q == NULL || r->up_q == NULL || r->silu_q == NULL ||
+      r->prod_q == NULL || r->coef == NULL || r->down_acc == NULL || r->all_ids == NULL ||
+      r->all_ptr == NULL || r->all_acc == NULL) {
     st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
   }
   for (int32_t l = 0; st == NPULM_OK && l < r->n_layers; l++) st = prepare_layer(r, l, err);
@@ -246,7 +253,8 @@ struct step_loop {
   const int8_t *x;
   size_t first; /* the dots: from this candidate on */
   size_t n, tasks;
-  int phase; /* 0 predictor's second GEMM (in blocks of NR channels), 1 dots, 2 down */
+  int phase; /* 0 predictor's second GEMM (in blocks of NR channels), 1 gate dots, 2 down, 3 up dots
+              */
 };
 
 static void item_range(const struct step_loop *s, size_t task, size_t unit, size_t *a, size_t *b) {
@@ -275,7 +283,11 @@ static void step_task(void *arg, size_t task) {
     const int32_t zx = lr->sites.gate->gemm.x_zero_point;
     a += s->first;
     b += s->first;
-    if (a < b) r->uk->qs8_bundle_dot(dim, s->x, zx, b - a, r->ptr + a, r->acc + 2 * a);
+    if (a < b) r->uk->qs8_rows_dot(dim, s->x, zx, b - a, r->ptr + a, r->acc + a);
+  } else if (s->phase == 3) {
+    item_range(s, task, 1, &a, &b);
+    const int32_t zx = lr->sites.gate->gemm.x_zero_point;
+    if (a < b) r->uk->qs8_rows_dot(dim, s->x, zx, b - a, r->up_ptr + a, r->up_acc + a);
   } else {
     item_range(s, task, 1, &a, &b);
     int32_t *acc = r->down_acc + task * dim;
@@ -306,11 +318,11 @@ static double exact_mass(struct npu_sparse_run *r, const struct layer_run *lr, i
   for (size_t j = 0; j < n_ff; j++) r->all_ids[j] = (int32_t)j;
   if (r->source.get(r->source.user, layer, r->all_ids, n_ff, r->all_ptr) < n_ff)
     r->source.wait(r->source.user);
-  r->uk->qs8_bundle_dot((size_t)r->dim, x, lr->sites.gate->gemm.x_zero_point, n_ff, r->all_ptr,
-                        r->all_acc);
+  r->uk->qs8_rows_dot((size_t)r->dim, x, lr->sites.gate->gemm.x_zero_point, n_ff, r->all_ptr,
+                      r->all_acc);
   double mass = 0.0;
   for (size_t i = 0; i < n_ff; i++) {
-    const int32_t j = r->all_ids[i], acc = r->all_acc[2 * i] + lr->data->bias[2 * j];
+    const int32_t j = r->all_ids[i], acc = r->all_acc[i] + lr->data->bias[2 * j];
     if (!kept_by(lr, j, acc)) continue;
     const double v = ldexp((double)acc * lr->sites.gate->mult[j], lr->sites.gate->shift[j] - 31);
     mass += fabs(npu_ref_silu((float)(v * lr->sites.gate_scale)));
@@ -348,7 +360,7 @@ void npu_sparse_ffn_exec(struct npu_sparse_run *r, const struct npu_graph *g, in
     n_cand = n_ff;
   }
   const double t1 = npu_now();
-  /* 2. their gate and up: those in memory while the others are read, then those */
+  /* 2. their gate: those in memory while the others are read, then those */
   const size_t n_in = r->source.get(r->source.user, layer, r->cand, n_cand, r->ptr);
   loop.first = 0;
   run_loop(&loop, pool, 1, n_in);
@@ -357,18 +369,25 @@ void npu_sparse_ffn_exec(struct npu_sparse_run *r, const struct npu_graph *g, in
     loop.first = n_in;
     run_loop(&loop, pool, 1, n_cand - n_in);
   }
-  /* 3. those the thresholds keep: requantized as the dense GEMMs do, SiLU, product */
+  /* 3. those the thresholds keep, their up rows (at bundle + kp), both requantized as the dense
+   * GEMMs do, SiLU, product */
   const struct npu_qsite *gs = lr->sites.gate, *us = lr->sites.up;
+  const size_t kp = (size_t)r->kp;
   size_t n_kept = 0;
   for (size_t i = 0; i < n_cand; i++) {
     const int32_t j = r->cand[i];
-    const int32_t ag = r->acc[2 * i] + d->bias[2 * j];
+    const int32_t ag = r->acc[i] + d->bias[2 * j];
     if (!kept_by(lr, j, ag)) continue;
-    const int32_t au = r->acc[2 * i + 1] + d->bias[2 * j + 1];
     r->gate_q[n_kept] = npu_requantize_s8(ag, gs->mult[j], gs->shift[j], gs->gemm.y_zero_point);
-    r->up_q[n_kept] = npu_requantize_s8(au, us->mult[j], us->shift[j], us->gemm.y_zero_point);
     r->kept[n_kept] = j;
+    r->up_ptr[n_kept] = r->ptr[i] + kp;
     r->kept_ptr[n_kept++] = r->ptr[i];
+  }
+  run_loop(&loop, pool, 3, n_kept);
+  for (size_t i = 0; i < n_kept; i++) {
+    const int32_t j = r->kept[i];
+    const int32_t au = r->up_acc[i] + d->bias[2 * j + 1];
+    r->up_q[i] = npu_requantize_s8(au, us->mult[j], us->shift[j], us->gemm.y_zero_point);
   }
   r->uk->x8_lut(n_kept, r->gate_q, r->silu_q, lr->sites.silu->lut);
   r->uk->qs8_vmul(n_kept, r->silu_q, r->up_q, r->prod_q, &lr->sites.mul->mul);
@@ -400,7 +419,7 @@ void npu_sparse_ffn_exec(struct npu_sparse_run *r, const struct npu_graph *g, in
     double kept_mass = 0.0;
     for (size_t i = 0; i < n_cand; i++) {
       const int32_t j = r->cand[i];
-      const int32_t ag = r->acc[2 * i] + d->bias[2 * j];
+      const int32_t ag = r->acc[i] + d->bias[2 * j];
       if (!kept_by(lr, j, ag)) continue;
       const double v = ldexp((double)ag * gs->mult[j], gs->shift[j] - 31);
       kept_mass += fabs(npu_ref_silu((float)(v * lr->sites.gate_scale)));

@@ -207,7 +207,7 @@ static bool make_bundles(const struct layer_build *b, struct npu_sparse_layer *l
 static bool exact_values(struct layer_build *b, const struct npu_sparse_layer *ly) {
   const size_t n_ff = b->n_ff;
   const int8_t **rows = malloc(n_ff * sizeof(*rows));
-  int32_t *acc = malloc(2 * n_ff * sizeof(int32_t));
+  int32_t *acc = malloc(n_ff * sizeof(int32_t));
   if (rows == NULL || acc == NULL) {
     free(rows);
     free(acc);
@@ -215,9 +215,9 @@ static bool exact_values(struct layer_build *b, const struct npu_sparse_layer *l
   }
   for (size_t j = 0; j < n_ff; j++) rows[j] = ly->bundles + j * 3 * b->kp;
   for (size_t t = 0; t < b->n; t++) {
-    b->uk->qs8_bundle_dot(b->dim, b->x + t * b->dim, b->zx, n_ff, rows, acc);
+    b->uk->qs8_rows_dot(b->dim, b->x + t * b->dim, b->zx, n_ff, rows, acc);
     for (size_t j = 0; j < n_ff; j++) {
-      const double v = (double)(acc[2 * j] + ly->bias[2 * j]) * b->step[j];
+      const double v = (double)(acc[j] + ly->bias[2 * j]) * b->step[j];
       b->v[t * n_ff + j] = (float)v;
       b->silu_abs[t * n_ff + j] = fabsf(npu_ref_silu((float)v * b->sites->gate_scale));
     }
