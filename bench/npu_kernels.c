@@ -216,17 +216,15 @@ static void bench_elementwise(int runs) {
   free(a), free(b), free(y), free(emb), free(gy), free(rmult);
 }
 
-/* The neuron-bundle kernels of sparse decode on a 4096-neuron layer of width k (k = 2048: 24 MiB
- * of bundles, all of them in a shuffled order, so each call streams them from memory; k = 512:
- * 6 MiB, in L3, where compute matters more), in GB/s of bundle bytes read (dot: gate and up,
- * 2 kp per bundle; down: kp; rows dot: kp per row, the gate rows of the 4096 bundles in a
- * shuffled order). The bundle kernels as dispatched with no extension and with all of this CPU's;
- * the rows dot every variant the CPU runs. */
+/* The kernels of sparse decode on a 4096-neuron layer of width k (k = 2048: 24 MiB of bundles,
+ * all of them in a shuffled order, so each call streams them from memory; k = 512: 6 MiB, in L3,
+ * where compute matters more), in GB/s of bundle bytes read (down: kp per bundle; rows dot: kp per
+ * row, the gate rows of the 4096 bundles in a shuffled order), every variant this CPU runs. */
 static void bench_bundles(int runs, size_t k) {
   const size_t count = 4096, kp = npu_bundle_kp(k);
   int8_t *base = aligned_alloc(64, count * 3 * kp), *x = malloc(k);
   const int8_t **ptrs = malloc(count * sizeof(*ptrs));
-  int32_t *acc = malloc(2 * count * sizeof(int32_t)), *coef = malloc(count * sizeof(int32_t));
+  int32_t *acc = malloc(count * sizeof(int32_t)), *coef = malloc(count * sizeof(int32_t));
   int32_t *y = calloc(k, sizeof(int32_t));
   for (size_t i = 0; i < count * 3 * kp; i++) base[i] = (int8_t)(rnd() % 255 - 127);
   for (size_t c = 0; c < k; c++) x[c] = (int8_t)rnd();
@@ -240,16 +238,6 @@ static void bench_bundles(int runs, size_t k) {
     ptrs[i] = ptrs[j], ptrs[j] = t;
   }
   const uint32_t have = npu_isa_detect();
-  const uint32_t isas[2] = {0, have};
-  for (int v = 0; v < (have != 0 ? 2 : 1); v++) {
-    struct npu_ukernels uk;
-    npu_ukernels_select(isas[v], &uk);
-    double t, tb;
-    TIME_MEDIAN(runs, t, tb, uk.qs8_bundle_dot(k, x, 3, count, ptrs, acc));
-    printf("| %5zu | qs8_bundle_dot__%-10s | %8.2f | %8.2f |\n", k,
-           npu_ukernels_variant(&uk, "qs8_bundle_dot"), count * 2 * kp / t * 1e-9,
-           count * 2 * kp / tb * 1e-9);
-  }
   /* every qs8_bundle_down and qs8_rows_dot variant this CPU runs */
 #define NPU_UKERNEL(family, variant, isa)                                                          \
   if (strcmp(#family, "qs8_bundle_down") == 0 && ((isa) & ~have) == 0) {                           \

@@ -1945,64 +1945,11 @@ static void bundle_ptrs(const int8_t *base, size_t k, size_t n, size_t count, co
   for (size_t i = 0; i < count; i++) out[i] = base + (test_rand(rng) % n) * 3 * kp;
 }
 
-static int64_t bundle_dot_ref(size_t k, const int8_t *x, int32_t zp, const int8_t *w) {
+/* sum_{c<k} (x[c] - zp) * w[c] in int64: what qs8_rows_dot gives for the row w. */
+static int64_t row_dot_ref(size_t k, const int8_t *x, int32_t zp, const int8_t *w) {
   int64_t s = 0;
   for (size_t c = 0; c < k; c++) s += (int64_t)(x[c] - zp) * w[c];
   return s;
-}
-
-static void check_qs8_bundle_dot(npu_qs8_bundle_dot_fn *fn) {
-  uint64_t rng = 41;
-  for (size_t ki = 0; ki < N_BUNDLE_KS; ki++) {
-    const size_t k = bundle_ks[ki], kp = npu_bundle_kp(k);
-    int8_t *x = xmalloc(k); /* exactly k bytes: a read past k is out of bounds (SAN=1) */
-    for (int rep = 0; rep < 4; rep++) {
-      int8_t *base = bundles_make(k, 40, rep, &rng);
-      const int32_t zp = rep == 0 ? -128 : rep == 1 ? 127 : rand_range(&rng, -128, 127);
-      for (size_t c = 0; c < k; c++)
-        x[c] = (int8_t)(rep == 1   ? -128
-                        : rep == 2 ? 127
-                        : rep == 3 ? (c & 1 ? -128 : 127)
-                                   : rand_range(&rng, -128, 127));
-      for (size_t ci = 0; ci < N_BUNDLE_COUNTS; ci++) {
-        const size_t count = bundle_counts[ci];
-        const int8_t *ptrs[33];
-        int32_t acc[2 * 33 + 2], want[2 * 33];
-        bundle_ptrs(base, k, 40, count, ptrs, &rng);
-        for (size_t i = 0; i < 2 * count + 2; i++) acc[i] = 0x5a5a5a5a;
-        fn(k, x, zp, count, ptrs, acc);
-        npu_qs8_bundle_dot__scalar(k, x, zp, count, ptrs, want);
-        for (size_t i = 0; i < count; i++) {
-          assert_int_equal(acc[2 * i], bundle_dot_ref(k, x, zp, ptrs[i]));
-          assert_int_equal(acc[2 * i + 1], bundle_dot_ref(k, x, zp, ptrs[i] + kp));
-        }
-        assert_memory_equal(acc, want, 2 * count * sizeof(int32_t));
-        assert_int_equal(acc[2 * count], 0x5a5a5a5a); /* nothing written past 2 count */
-        assert_int_equal(acc[2 * count + 1], 0x5a5a5a5a);
-      }
-      free(base);
-    }
-    free(x);
-  }
-  /* the largest sums: k = 32768, |x - zp| = 255 and |w| = 127 everywhere */
-  const size_t k = NPU_BUNDLE_MAX_K, kp = npu_bundle_kp(k);
-  int8_t *x = xmalloc(k);
-  int8_t *b = bundles_make(k, 1, 1, &rng);
-  for (size_t c = 0; c < k; c++) b[kp + c] = -127; /* up: -127 */
-  const int8_t *ptrs[2] = {b, b};
-  for (int s = 0; s < 2; s++) {
-    memset(x, s == 0 ? -128 : 127, k);
-    const int32_t zp = s == 0 ? 127 : -128;
-    int32_t acc[4];
-    fn(k, x, zp, 2, ptrs, acc);
-    const int32_t big = 32768 * 255 * 127;
-    assert_int_equal(acc[0], s == 0 ? -big : big);
-    assert_int_equal(acc[1], s == 0 ? big : -big);
-    assert_int_equal(acc[2], acc[0]);
-    assert_int_equal(acc[3], acc[1]);
-  }
-  free(b);
-  free(x);
 }
 
 static void check_qs8_bundle_down(npu_qs8_bundle_down_fn *fn) {
@@ -2102,8 +2049,7 @@ static void check_qs8_rows_dot(npu_qs8_rows_dot_fn *fn) {
         for (size_t i = 0; i < count + 2; i++) acc[i] = 0x5a5a5a5a;
         fn(k, x, zp, count, ptrs, acc);
         npu_qs8_rows_dot__scalar(k, x, zp, count, ptrs, want);
-        for (size_t i = 0; i < count; i++)
-          assert_int_equal(acc[i], bundle_dot_ref(k, x, zp, ptrs[i]));
+        for (size_t i = 0; i < count; i++) assert_int_equal(acc[i], row_dot_ref(k, x, zp, ptrs[i]));
         assert_memory_equal(acc, want, count * sizeof(int32_t));
         assert_int_equal(acc[count], 0x5a5a5a5a); /* nothing written past count */
         assert_int_equal(acc[count + 1], 0x5a5a5a5a);
@@ -2145,12 +2091,6 @@ static void test_bundle_reference(void **state) {
   memcpy(b, gate, 3), memcpy(b + 64, up, 3), memcpy(b + 128, down, 3);
   const int8_t x[3] = {10, -128, 127}; /* x - (-5) = 15, -123, 132 */
   const int8_t *ptrs[2] = {b, b};
-  int32_t acc[4];
-  npu_qs8_bundle_dot__scalar(3, x, -5, 2, ptrs, acc);
-  assert_int_equal(acc[0], 15 * 1 + -123 * -2 + 132 * 127); /* 17025 */
-  assert_int_equal(acc[1], 15 * -127 + -123 * 5);           /* -2520 */
-  assert_int_equal(acc[2], 17025);
-  assert_int_equal(acc[3], -2520);
   int32_t y[4] = {1, 2, 3, 99};
   const int32_t coef[2] = {255, -1};
   npu_qs8_bundle_down__scalar(3, 2, ptrs, coef, y);
@@ -2163,9 +2103,9 @@ static void test_bundle_reference(void **state) {
   int32_t r[3] = {0, 0, 99};
   const int8_t *rptrs[2] = {b + 64, b};
   npu_qs8_rows_dot__scalar(3, x, -5, 2, rptrs, r);
-  assert_int_equal(r[0], -2520);
-  assert_int_equal(r[1], 17025);
-  assert_int_equal(r[2], 99); /* past count: untouched */
+  assert_int_equal(r[0], 15 * -127 + -123 * 5);           /* the up row: -2520 */
+  assert_int_equal(r[1], 15 * 1 + -123 * -2 + 132 * 127); /* the gate row: 17025 */
+  assert_int_equal(r[2], 99);                             /* past count: untouched */
 }
 
 /* ---- dispatch ---------------------------------------------------------------------------------*/
@@ -2188,13 +2128,11 @@ static void test_dispatch(void **state) {
   assert_true(uk.qs16_rmsnorm_qs8 == npu_qs16_rmsnorm_qs8__avx2);
   assert_true(uk.qs16_gemm_qs16 == npu_qs16_gemm_qs16__avx2);
   assert_true(uk.qs16_rmsnorm_qs16 == npu_qs16_rmsnorm_qs16__avx2);
-  assert_true(uk.qs8_bundle_dot == npu_qs8_bundle_dot__avx2);
   assert_true(uk.qs8_bundle_down == npu_qs8_bundle_down__avx2);
   assert_true(uk.qs8_rows_dot == npu_qs8_rows_dot__avx2);
   npu_ukernels_select(NPU_ISA_AVX2 | NPU_ISA_AVX512VNNI, &uk);
   assert_true(uk.qs8_rows_dot == npu_qs8_rows_dot__avx512vnni);
   assert_true(uk.qs8_bundle_down == npu_qs8_bundle_down__avx512vnni);
-  assert_true(uk.qs8_bundle_dot == npu_qs8_bundle_dot__avx2);
   assert_true(uk.qs8_qc4w_gemm == npu_qs8_qc4w_gemm__avx512vnni);
   assert_true(uk.qs16_qc4w_gemm_qs16 == npu_qs16_qc4w_gemm_qs16__avx512vnni);
   assert_true(uk.qs16_lut == npu_qs16_lut__avx2);
@@ -2226,7 +2164,6 @@ static void test_dispatch(void **state) {
   assert_true(uk.qs8_qc4w_gemm == npu_qs8_qc4w_gemm__neondot);
   assert_true(uk.qs8_qc4w_gemm_qs16 == npu_qs8_qc4w_gemm_qs16__neondot);
   assert_true(uk.qs8_qk_qs16 == npu_qs8_qk_qs16__neondot);
-  assert_true(uk.qs8_bundle_dot == npu_qs8_bundle_dot__neondot);
   assert_true(uk.qs8_bundle_down == npu_qs8_bundle_down__neon);
   assert_true(uk.qs8_rows_dot == npu_qs8_rows_dot__neondot);
   assert_true(uk.qs16_vadd == npu_qs16_vadd__neon);

@@ -1,31 +1,13 @@
-/* npu_bundle_kp and the plain-C references of the neuron-bundle kernels,
- * npu_qs8_bundle_dot__scalar, npu_qs8_bundle_down__scalar and npu_qs8_rows_dot__scalar: the
- * definitions of ukernels.h written out, one bundle and one column at a time. Every SIMD variant is
- * held to their bits (tests/test_npu_kernels.c). */
+/* npu_bundle_kp and the plain-C references of the sparse-decode kernels,
+ * npu_qs8_bundle_down__scalar and npu_qs8_rows_dot__scalar: the definitions of ukernels.h written
+ * out, one bundle or row and one column at a time. Every SIMD variant is held to their bits
+ * (tests/test_npu_kernels.c). */
 #include <assert.h>
 
 #include "kernels/npu/ukernels.h"
 
 size_t npu_bundle_kp(size_t k) {
   return (k + NPU_BUNDLE_ALIGN - 1) / NPU_BUNDLE_ALIGN * NPU_BUNDLE_ALIGN;
-}
-
-void npu_qs8_bundle_dot__scalar(size_t k, const int8_t *x, int32_t x_zero_point, size_t count,
-                                const int8_t *const *bundles, int32_t *acc) {
-  assert(k >= 1 && k <= NPU_BUNDLE_MAX_K);
-  assert(x_zero_point >= INT8_MIN && x_zero_point <= INT8_MAX);
-  const size_t kp = npu_bundle_kp(k);
-  for (size_t i = 0; i < count; i++) {
-    const int8_t *gate = bundles[i], *up = bundles[i] + kp;
-    int32_t g = 0, u = 0; /* |sum| <= 32768 * 255 * 127 < 2^30 */
-    for (size_t c = 0; c < k; c++) {
-      const int32_t xc = x[c] - x_zero_point;
-      g += xc * gate[c];
-      u += xc * up[c];
-    }
-    acc[2 * i] = g;
-    acc[2 * i + 1] = u;
-  }
 }
 
 void npu_qs8_bundle_down__scalar(size_t k, size_t count, const int8_t *const *bundles,

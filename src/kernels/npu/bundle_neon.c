@@ -1,14 +1,8 @@
-/* npu_qs8_bundle_dot__neon, npu_qs8_bundle_down__neon: the neuron-bundle kernels of sparse decode
- * (ukernels.h) in plain NEON, bit-exact with the scalar references (integer sums that cannot
+/* npu_qs8_bundle_down__neon: the down projection of sparse decode over neuron bundles
+ * (ukernels.h) in plain NEON, bit-exact with the scalar reference (integer sums that cannot
  * overflow int32 in the ranges of ukernels.h, so their order does not matter).
  *
- * Dot: one bundle at a time (its gate and up rows, 2 kp contiguous bytes, as one stream), 16 k per
- * step: x - x_zero_point in int16 (vsubl_s8: it lies in [-255, 255]), shared by the gate and the
- * up row, times the sign-extended weights with vmlal_s16 (exact int32 products). A last partial
- * step of x goes through a zero-padded copy of x's tail (x is never read past k); the padding
- * meets the bundle's zero padding (w = 0 past k), so it adds 0.
- *
- * Down: up to four bundles per pass over the columns, the 16 int32 accumulators of a step loaded
+ * Up to four bundles per pass over the columns, the 16 int32 accumulators of a step loaded
  * and stored once per pass; each down column sign-extended (vmovl_s8) and multiplied by its
  * coefficient with vmlal_n_s16 (|coef| <= 255 fits int16, the product 32385 int32). A partial
  * last step goes through a copy of acc's tail (acc is not touched past k); the columns are read
@@ -21,40 +15,6 @@
 #include <string.h>
 
 #include "kernels/npu/neon_util.h"
-
-/* acc0 (k 0..7), acc1 (8..15) += x (two int16 halves) times the 16 int8 at w. */
-NPU_INLINE_NEON void dot16(int32x4_t *acc0, int32x4_t *acc1, int16x8_t x0, int16x8_t x1,
-                           const int8_t *w) {
-  const int8x16_t wv = vld1q_s8(w);
-  const int16x8_t w0 = vmovl_s8(vget_low_s8(wv)), w1 = vmovl_high_s8(wv);
-  *acc0 = vmlal_s16(*acc0, vget_low_s16(x0), vget_low_s16(w0));
-  *acc1 = vmlal_high_s16(*acc1, x0, w0);
-  *acc0 = vmlal_s16(*acc0, vget_low_s16(x1), vget_low_s16(w1));
-  *acc1 = vmlal_high_s16(*acc1, x1, w1);
-}
-
-void npu_qs8_bundle_dot__neon(size_t k, const int8_t *x, int32_t x_zero_point, size_t count,
-                              const int8_t *const *bundles, int32_t *acc) {
-  assert(k >= 1 && k <= NPU_BUNDLE_MAX_K);
-  assert(x_zero_point >= INT8_MIN && x_zero_point <= INT8_MAX);
-  const size_t kp = npu_bundle_kp(k), kf = k & ~(size_t)15; /* full 16-k steps of x */
-  int8_t xtail[16] = {0};
-  memcpy(xtail, x + kf, k - kf);
-  const int8x16_t zp = vdupq_n_s8((int8_t)x_zero_point);
-  for (size_t i = 0; i < count; i++) {
-    const int8_t *g = bundles[i], *u = bundles[i] + kp;
-    int32x4_t g0 = vdupq_n_s32(0), g1 = g0, u0 = g0, u1 = g0;
-    for (size_t c = 0; c < k; c += 16) { /* w read up to c + 16 <= kp */
-      const int8x16_t xv = vld1q_s8(c < kf ? x + c : xtail);
-      const int16x8_t x0 = vsubl_s8(vget_low_s8(xv), vget_low_s8(zp));
-      const int16x8_t x1 = vsubl_high_s8(xv, zp);
-      dot16(&g0, &g1, x0, x1, g + c);
-      dot16(&u0, &u1, x0, x1, u + c);
-    }
-    acc[2 * i] = vaddvq_s32(vaddq_s32(g0, g1));
-    acc[2 * i + 1] = vaddvq_s32(vaddq_s32(u0, u1));
-  }
-}
 
 /* acc[0..15] += sum_{j < n} coef[j] * d[j][c .. c + 15]. */
 NPU_INLINE_NEON void down16(size_t n, const int8_t *const *d, const int16_t *coef, size_t c,

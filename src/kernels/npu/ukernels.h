@@ -1,7 +1,7 @@
 /* The NPU's integer microkernels: one function type per family, the parameter structs, the weight
  * packing API, and the choice of the best variant for this CPU. The variants themselves
  * (npu_<family>__scalar everywhere; __avx2 and __avx512vnni on x86-64; __neon on AArch64, and for
- * the int8-activation GEMMs, the attention scores and the bundle dot __neondot with the dot
+ * the int8-activation GEMMs, the attention scores and the rows dot __neondot with the dot
  * product, for those GEMMs __neoni8mm with the int8 matrix multiply) are listed once in
  * src/kernels/npu/ukernels.inc, which feeds the declarations below, the dispatch in ukernels.c and
  * the tests. Every family has a NEON variant; the CPU backend's kernels (src/kernels/cpu) have AVX2
@@ -404,17 +404,17 @@ typedef void npu_qs16_pv_qs8_fn(const struct npu_attn_shape *restrict shape,
 
 /* ---- sparse decode over neuron bundles (PowerInfer-style) ------------------------------------
  * A neuron bundle is FFN neuron j of a layer as three int8 vectors laid out one after another: its
- * gate row, its up row and its down column, each kp = npu_bundle_kp(k) bytes (k the model width);
- * bytes past k in each of the three are 0. Bundles are 64-byte aligned; weights lie in [-127, 127]
- * (never -128). A decode step computes the gate and up dot products of the neurons a predictor
- * chose (qs8_bundle_dot), applies the activation to get one coefficient per neuron, then adds the
- * chosen down columns times their coefficients (qs8_bundle_down): each step reads only the chosen
- * bundles, each as one contiguous stream.
+ * gate row at bundle, its up row at bundle + kp and its down column at bundle + 2 kp, each
+ * kp = npu_bundle_kp(k) bytes (k the model width); bytes past k in each of the three are 0.
+ * Bundles are 64-byte aligned; weights lie in [-127, 127] (never -128). A decode step computes the
+ * gate dot products of the candidate neurons a predictor chose (qs8_rows_dot over the pointers
+ * bundle), keeps those whose gate passes the thresholds, computes the up dot products of the kept
+ * (qs8_rows_dot over the pointers bundle + kp), applies the activation to get one coefficient per
+ * kept neuron, then adds the kept down columns times their coefficients (qs8_bundle_down): each
+ * step reads only the chosen bundles' rows.
  *
- * npu_qs8_bundle_dot: for i < count, with gate_i = bundles[i] and up_i = bundles[i] + kp,
- *   acc[2i]     = sum_{c < k} (x[c] - x_zero_point) * gate_i[c]
- *   acc[2i + 1] = sum_{c < k} (x[c] - x_zero_point) * up_i[c]
- * x is exactly k bytes (never read past k); the bundles may be read up to kp. k in [1, 32768],
+ * npu_qs8_rows_dot: for i < count, acc[i] = sum_{c < k} (x[c] - x_zero_point) * rows[i][c].
+ * x is exactly k bytes (never read past k); the rows may be read up to kp. k in [1, 32768],
  * x_zero_point in [-128, 127]: a product is at most 255 * 127 in magnitude, so a sum at most
  * 32768 * 255 * 127 < 2^30 and no int32 overflows. count == 0 does nothing.
  *
@@ -430,12 +430,6 @@ typedef void npu_qs16_pv_qs8_fn(const struct npu_attn_shape *restrict shape,
 
 /* Bytes of each of a bundle's three vectors: k rounded up to a multiple of 64. */
 size_t npu_bundle_kp(size_t k);
-
-/* Gate and up dot products of 'count' neuron bundles with one int8 input row x (k values, zero
- * point x_zero_point): acc[2i] = sum_{c<k} (x[c] - x_zero_point) * gate_i[c] and acc[2i+1] the
- * same with up_i, where gate_i = bundles[i] and up_i = bundles[i] + kp. k in [1, 32768]. */
-typedef void npu_qs8_bundle_dot_fn(size_t k, const int8_t *x, int32_t x_zero_point, size_t count,
-                                   const int8_t *const *bundles, int32_t *acc);
 
 /* Down projection of 'count' bundles: acc[c] += sum_i coef[i] * down_i[c] for c < k, where
  * down_i = bundles[i] + 2 kp and coef[i] in [-255, 255]; count <= 65536. */
@@ -498,7 +492,6 @@ struct npu_ukernels {
   npu_qs16_qc4w_gemm_qs16_fn *qs16_qc4w_gemm_qs16;
   npu_qs16_rmsnorm_qs16_fn *qs16_rmsnorm_qs16;
   npu_qs16_lut_fn *qs16_lut;
-  npu_qs8_bundle_dot_fn *qs8_bundle_dot;
   npu_qs8_bundle_down_fn *qs8_bundle_down;
   npu_qs8_rows_dot_fn *qs8_rows_dot;
 };
