@@ -227,6 +227,24 @@ static bool exact_values(struct layer_build *b, const struct npu_sparse_layer *l
   return true;
 }
 
+/* With V' [n, n_ff] the calibration gate values less their bias terms (the linear part the
+ * predictor fits): out = V' in ([n_ff, r] in, [n, r] out) with 'forward', else out = V'^T in
+ * ([n, r] in, [n_ff, r] out). 'out' is overwritten. */
+static void linear_product(const struct layer_build *b, const struct npu_sparse_layer *ly,
+                           const double *in, double *out, bool forward) {
+  const size_t n_ff = b->n_ff, r = b->rank, n = b->n;
+  memset(out, 0, (forward ? n : n_ff) * r * sizeof(double));
+  for (size_t j = 0; j < n_ff; j++) {
+    const double bias = (double)ly->bias[2 * j] * b->step[j];
+    for (size_t t = 0; t < n; t++) {
+      const double v = (double)b->v[t * n_ff + j] - bias;
+      const double *src = forward ? in + j * r : in + t * r;
+      double *dst = forward ? out + t * r : out + j * r;
+      for (size_t c = 0; c < r; c++) dst[c] += v * src[c];
+    }
+  }
+}
+
 /* The predictor: Q [n_ff, rank] orthonormal, spanning the gate values' range over the
  * calibration inputs (one power iteration of a random sketch); B = Q^T diag(M) W_gate [rank,
  * dim]; p = Q (B (x - zx)) + bias, quantized. */
@@ -249,30 +267,10 @@ static bool make_predictor(struct layer_build *b, struct npu_sparse_layer *ly) {
     uint64_t rng = 0x5eed5eedu + n_ff;
     double *omega = y; /* [n, r] */
     for (size_t i = 0; i < n * r; i++) omega[i] = sketch_value(&rng);
-    for (size_t j = 0; j < n_ff; j++) {
-      const double bias = (double)ly->bias[2 * j] * b->step[j];
-      for (size_t t = 0; t < n; t++) {
-        const double v = (double)b->v[t * n_ff + j] - bias;
-        for (size_t c = 0; c < r; c++) z[j * r + c] += v * omega[t * r + c];
-      }
-    }
+    linear_product(b, ly, omega, z, false);
     orthonormalize(z, n_ff, r);
-    memset(y, 0, n * r * sizeof(double)); /* y = V' Z: [n, r] */
-    for (size_t j = 0; j < n_ff; j++) {
-      const double bias = (double)ly->bias[2 * j] * b->step[j];
-      for (size_t t = 0; t < n; t++) {
-        const double v = (double)b->v[t * n_ff + j] - bias;
-        for (size_t c = 0; c < r; c++) y[t * r + c] += v * z[j * r + c];
-      }
-    }
-    memset(z, 0, n_ff * r * sizeof(double)); /* z = V'^T y */
-    for (size_t j = 0; j < n_ff; j++) {
-      const double bias = (double)ly->bias[2 * j] * b->step[j];
-      for (size_t t = 0; t < n; t++) {
-        const double v = (double)b->v[t * n_ff + j] - bias;
-        for (size_t c = 0; c < r; c++) z[j * r + c] += v * y[t * r + c];
-      }
-    }
+    linear_product(b, ly, z, y, true);  /* y = V' Z: [n, r] */
+    linear_product(b, ly, y, z, false); /* z = V'^T y */
     orthonormalize(z, n_ff, r);
     /* B = Z^T diag(M) W: row c = sum_j z[j, c] M_j w_j */
     for (size_t j = 0; j < n_ff; j++) {

@@ -149,6 +149,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "compiler/program.h"
@@ -423,6 +424,28 @@ struct file_tensor {
   uint64_t ne[2];
   uint64_t bytes;
 };
+
+/* An integer array of the file: its name's last part, ggml type, data, shape ([ne0], ne1 = 0, or
+ * [ne0, ne1]) and element size. */
+struct file_array {
+  const char *field;
+  uint32_t type;
+  const void *data;
+  uint64_t ne0, ne1, size;
+};
+
+/* Tensor 't' of array 'a', named "<prefix>.<index>.<field>" ("npulm.qsite.3.mult"). */
+static inline void npu_file_tensor_of(struct file_tensor *t, const char *prefix, int32_t index,
+                                      const struct file_array *a) {
+  snprintf(t->buf, sizeof(t->buf), "%s.%d.%s", prefix, index, a->field);
+  t->name = t->buf;
+  t->type = a->type;
+  t->data = a->data;
+  t->n_dims = a->ne1 ? 2 : 1;
+  t->ne[0] = a->ne0;
+  t->ne[1] = a->ne1 ? a->ne1 : 1;
+  t->bytes = t->ne[0] * t->ne[1] * a->size;
+}
 
 /* ---- Sparse decode data (program_sparse.c) ----------------------------------------------------
  */

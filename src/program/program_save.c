@@ -201,12 +201,7 @@ static int32_t file_weights(const struct npulm_model *m, const struct npu_progra
 #define SITE_ARRAYS 7
 static int32_t site_tensors(const struct npu_qsite *s, int32_t si, const int8_t *shift8,
                             struct file_tensor *ft, int32_t n) {
-  struct {
-    const char *field;
-    uint32_t type;
-    const void *data;
-    uint64_t ne0, ne1, size;
-  } arrays[SITE_ARRAYS] = {
+  const struct file_array arrays[SITE_ARRAYS] = {
       {"packed", GGML_I8, s->packed, s->packed_size, 0, 1},
       {"mult", GGML_I32, s->mult, (uint64_t)s->n, 0, 4},
       {"shift", GGML_I8, shift8, (uint64_t)s->n, 0, 1},
@@ -226,16 +221,7 @@ static int32_t site_tensors(const struct npu_qsite *s, int32_t si, const int8_t 
                         : a < 5 ? s->n_outliers > 0
                                 : s->outlier_dim > 0)
                      : (sites & NPU_SITE_RMSNORM) && a == 1;
-    if (!has) continue;
-    struct file_tensor *t = &ft[n++];
-    snprintf(t->buf, sizeof(t->buf), "npulm.qsite.%d.%s", si, arrays[a].field);
-    t->name = t->buf;
-    t->type = arrays[a].type;
-    t->data = arrays[a].data;
-    t->n_dims = arrays[a].ne1 ? 2 : 1;
-    t->ne[0] = arrays[a].ne0;
-    t->ne[1] = arrays[a].ne1 ? arrays[a].ne1 : 1;
-    t->bytes = t->ne[0] * t->ne[1] * arrays[a].size;
+    if (has) npu_file_tensor_of(&ft[n++], "npulm.qsite", si, &arrays[a]);
   }
   return n;
 }

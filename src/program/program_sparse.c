@@ -45,44 +45,27 @@ static float bits_f32(int32_t v) {
   return f;
 }
 
-/* One layer's arrays: field name, ggml type, data, elements, element size. */
-struct sparse_array {
-  const char *field;
-  uint32_t type;
-  const void *data;
-  uint64_t ne0, ne1, size;
-};
-
-static void layer_arrays(const struct npu_sparse *s, int32_t l, struct sparse_array *a) {
+/* One layer's arrays. */
+static void layer_arrays(const struct npu_sparse *s, int32_t l, struct file_array *a) {
   const struct npu_sparse_layer *ly = &s->layers[l];
   const uint64_t n_ff = (uint64_t)ly->n_ff, r = (uint64_t)ly->rank;
-  a[0] = (struct sparse_array){"bundles", GGML_I8, ly->bundles, 3 * (uint64_t)s->kp, n_ff, 1};
-  a[1] = (struct sparse_array){
+  a[0] = (struct file_array){"bundles", GGML_I8, ly->bundles, 3 * (uint64_t)s->kp, n_ff, 1};
+  a[1] = (struct file_array){
       "pred_b", GGML_I8, ly->pred_b, npu_qs8_gemm_packed_size(r, (size_t)s->dim), 0, 1};
   a[2] =
-      (struct sparse_array){"pred_a", GGML_I8, ly->pred_a, npu_qs8_gemm_packed_size(n_ff, r), 0, 1};
-  a[3] = (struct sparse_array){"mult", GGML_I32, ly->mult, r + n_ff, 0, 4};
-  a[4] = (struct sparse_array){"shift", GGML_I32, ly->shift, r + n_ff, 0, 4};
-  a[5] = (struct sparse_array){"bias", GGML_I32, ly->bias, 2 * n_ff, 0, 4};
-  a[6] = (struct sparse_array){"freq", GGML_I32, ly->freq, n_ff, 0, 4};
+      (struct file_array){"pred_a", GGML_I8, ly->pred_a, npu_qs8_gemm_packed_size(n_ff, r), 0, 1};
+  a[3] = (struct file_array){"mult", GGML_I32, ly->mult, r + n_ff, 0, 4};
+  a[4] = (struct file_array){"shift", GGML_I32, ly->shift, r + n_ff, 0, 4};
+  a[5] = (struct file_array){"bias", GGML_I32, ly->bias, 2 * n_ff, 0, 4};
+  a[6] = (struct file_array){"freq", GGML_I32, ly->freq, n_ff, 0, 4};
 }
 
 int32_t npu_program_sparse_tensors(const struct npu_program *p, struct file_tensor *ft, int32_t n) {
   const struct npu_sparse *s = p->sparse;
   for (int32_t l = 0; s != NULL && l < s->n_layers; l++) {
-    struct sparse_array a[SPARSE_ARRAYS];
+    struct file_array a[SPARSE_ARRAYS];
     layer_arrays(s, l, a);
-    for (int i = 0; i < SPARSE_ARRAYS; i++) {
-      struct file_tensor *t = &ft[n++];
-      snprintf(t->buf, sizeof(t->buf), "npulm.sparse.%d.%s", l, a[i].field);
-      t->name = t->buf;
-      t->type = a[i].type;
-      t->data = a[i].data;
-      t->n_dims = a[i].ne1 ? 2 : 1;
-      t->ne[0] = a[i].ne0;
-      t->ne[1] = a[i].ne1 ? a[i].ne1 : 1;
-      t->bytes = t->ne[0] * t->ne[1] * a[i].size;
-    }
+    for (int i = 0; i < SPARSE_ARRAYS; i++) npu_file_tensor_of(&ft[n++], "npulm.sparse", l, &a[i]);
   }
   return n;
 }
@@ -148,7 +131,7 @@ static npulm_status load_layer(const struct npu_gguf *g, const struct npu_config
     return npu_fail(err, NPULM_ERR_FORMAT, "'npulm.sparse.layers': layer %d's record is invalid",
                     l);
   }
-  struct sparse_array a[SPARSE_ARRAYS];
+  struct file_array a[SPARSE_ARRAYS];
   layer_arrays(s, l, a);
   const void *data[SPARSE_ARRAYS];
   for (int i = 0; i < SPARSE_ARRAYS; i++) {
