@@ -238,14 +238,14 @@ static void bench_bundles(int runs, size_t k) {
     ptrs[i] = ptrs[j], ptrs[j] = t;
   }
   const uint32_t have = npu_isa_detect();
-  /* every qs8_bundle_down and qs8_rows_dot variant this CPU runs */
+  /* every qs8_cols_down and qs8_rows_dot variant this CPU runs */
 #define NPU_UKERNEL(family, variant, isa)                                                          \
-  if (strcmp(#family, "qs8_bundle_down") == 0 && ((isa) & ~have) == 0) {                           \
+  if (strcmp(#family, "qs8_cols_down") == 0 && ((isa) & ~have) == 0) {                             \
     double t, tb;                                                                                  \
-    npu_qs8_bundle_down_fn *fn_ = (npu_qs8_bundle_down_fn *)(void *)npu_##family##__##variant;     \
+    npu_qs8_cols_down_fn *fn_ = (npu_qs8_cols_down_fn *)(void *)npu_##family##__##variant;         \
     TIME_MEDIAN(runs, t, tb, fn_(k, count, ptrs, coef, y));                                        \
-    printf("| %5zu | qs8_bundle_down__%-9s | %8.2f | %8.2f |\n", k, #variant,                      \
-           count *kp / t * 1e-9, count * kp / tb * 1e-9);                                          \
+    printf("| %5zu | qs8_cols_down__%-9s | %8.2f | %8.2f |\n", k, #variant, count *kp / t * 1e-9,  \
+           count * kp / tb * 1e-9);                                                                \
   }
 #include "kernels/npu/ukernels.inc"
 #undef NPU_UKERNEL

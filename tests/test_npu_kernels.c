@@ -1952,7 +1952,7 @@ static int64_t row_dot_ref(size_t k, const int8_t *x, int32_t zp, const int8_t *
   return s;
 }
 
-static void check_qs8_bundle_down(npu_qs8_bundle_down_fn *fn) {
+static void check_qs8_cols_down(npu_qs8_cols_down_fn *fn) {
   uint64_t rng = 43;
   for (size_t ki = 0; ki < N_BUNDLE_KS; ki++) {
     const size_t k = bundle_ks[ki], kp = npu_bundle_kp(k);
@@ -1964,6 +1964,7 @@ static void check_qs8_bundle_down(npu_qs8_bundle_down_fn *fn) {
         const int8_t *ptrs[33];
         int32_t coef[33];
         bundle_ptrs(base, k, 40, count, ptrs, &rng);
+        for (size_t i = 0; i < count; i++) ptrs[i] += 2 * kp; /* their down columns */
         for (size_t i = 0; i < count; i++)
           coef[i] = rep == 1   ? 255
                     : rep == 2 ? -255
@@ -1976,10 +1977,10 @@ static void check_qs8_bundle_down(npu_qs8_bundle_down_fn *fn) {
         fn(k, count, ptrs, coef, acc);
         for (size_t c = 0; c < k; c++) {
           int64_t s = want[c];
-          for (size_t i = 0; i < count; i++) s += (int64_t)coef[i] * ptrs[i][2 * kp + c];
+          for (size_t i = 0; i < count; i++) s += (int64_t)coef[i] * ptrs[i][c];
           assert_int_equal(acc[c], s);
         }
-        npu_qs8_bundle_down__scalar(k, count, ptrs, coef, want);
+        npu_qs8_cols_down__scalar(k, count, ptrs, coef, want);
         assert_memory_equal(acc, want, k * sizeof(int32_t));
         assert_memory_equal(acc + k, guard, sizeof(guard)); /* nothing written past k */
       }
@@ -1994,7 +1995,7 @@ static void check_qs8_bundle_down(npu_qs8_bundle_down_fn *fn) {
   for (size_t c = 0; c < k; c += 2) b[2 * kp + c] = -127;
   const int8_t **ptrs = xmalloc(count * sizeof(*ptrs));
   int32_t *coef = xmalloc(count * sizeof(int32_t)), acc[65];
-  for (size_t i = 0; i < count; i++) ptrs[i] = b, coef[i] = 255;
+  for (size_t i = 0; i < count; i++) ptrs[i] = b + 2 * kp, coef[i] = 255;
   for (size_t c = 0; c < k; c++) acc[c] = c & 2 ? 0 : (c & 1 ? 25000000 : -25000000);
   fn(k, count, (const int8_t *const *)ptrs, coef, acc);
   for (size_t c = 0; c < k; c++) {
@@ -2089,16 +2090,16 @@ static void test_bundle_reference(void **state) {
   _Alignas(64) int8_t b[3 * 64] = {0};
   const int8_t gate[3] = {1, -2, 127}, up[3] = {-127, 5, 0}, down[3] = {3, -4, 127};
   memcpy(b, gate, 3), memcpy(b + 64, up, 3), memcpy(b + 128, down, 3);
-  const int8_t x[3] = {10, -128, 127}; /* x - (-5) = 15, -123, 132 */
-  const int8_t *ptrs[2] = {b, b};
+  const int8_t x[3] = {10, -128, 127};        /* x - (-5) = 15, -123, 132 */
+  const int8_t *ptrs[2] = {b + 128, b + 128}; /* the down column */
   int32_t y[4] = {1, 2, 3, 99};
   const int32_t coef[2] = {255, -1};
-  npu_qs8_bundle_down__scalar(3, 2, ptrs, coef, y);
+  npu_qs8_cols_down__scalar(3, 2, ptrs, coef, y);
   assert_int_equal(y[0], 1 + 254 * 3);
   assert_int_equal(y[1], 2 + 254 * -4);
   assert_int_equal(y[2], 3 + 254 * 127);
-  assert_int_equal(y[3], 99);                       /* past k: untouched */
-  npu_qs8_bundle_down__scalar(3, 0, ptrs, coef, y); /* count 0: nothing */
+  assert_int_equal(y[3], 99);                     /* past k: untouched */
+  npu_qs8_cols_down__scalar(3, 0, ptrs, coef, y); /* count 0: nothing */
   assert_int_equal(y[0], 763);
   int32_t r[3] = {0, 0, 99};
   const int8_t *rptrs[2] = {b + 64, b};
@@ -2128,11 +2129,11 @@ static void test_dispatch(void **state) {
   assert_true(uk.qs16_rmsnorm_qs8 == npu_qs16_rmsnorm_qs8__avx2);
   assert_true(uk.qs16_gemm_qs16 == npu_qs16_gemm_qs16__avx2);
   assert_true(uk.qs16_rmsnorm_qs16 == npu_qs16_rmsnorm_qs16__avx2);
-  assert_true(uk.qs8_bundle_down == npu_qs8_bundle_down__avx2);
+  assert_true(uk.qs8_cols_down == npu_qs8_cols_down__avx2);
   assert_true(uk.qs8_rows_dot == npu_qs8_rows_dot__avx2);
   npu_ukernels_select(NPU_ISA_AVX2 | NPU_ISA_AVX512VNNI, &uk);
   assert_true(uk.qs8_rows_dot == npu_qs8_rows_dot__avx512vnni);
-  assert_true(uk.qs8_bundle_down == npu_qs8_bundle_down__avx512vnni);
+  assert_true(uk.qs8_cols_down == npu_qs8_cols_down__avx512vnni);
   assert_true(uk.qs8_qc4w_gemm == npu_qs8_qc4w_gemm__avx512vnni);
   assert_true(uk.qs16_qc4w_gemm_qs16 == npu_qs16_qc4w_gemm_qs16__avx512vnni);
   assert_true(uk.qs16_lut == npu_qs16_lut__avx2);
@@ -2164,7 +2165,7 @@ static void test_dispatch(void **state) {
   assert_true(uk.qs8_qc4w_gemm == npu_qs8_qc4w_gemm__neondot);
   assert_true(uk.qs8_qc4w_gemm_qs16 == npu_qs8_qc4w_gemm_qs16__neondot);
   assert_true(uk.qs8_qk_qs16 == npu_qs8_qk_qs16__neondot);
-  assert_true(uk.qs8_bundle_down == npu_qs8_bundle_down__neon);
+  assert_true(uk.qs8_cols_down == npu_qs8_cols_down__neon);
   assert_true(uk.qs8_rows_dot == npu_qs8_rows_dot__neondot);
   assert_true(uk.qs16_vadd == npu_qs16_vadd__neon);
 #endif

@@ -36,10 +36,10 @@ struct npu_sparse_run {
   int8_t *h;          /* (max_rank) the predictor's middle */
   int16_t *pred;      /* (n_ff) its output */
   int32_t *cand;      /* (n_ff) candidate neurons */
-  const int8_t **ptr; /* (n_ff) their bundles */
+  const int8_t **ptr; /* (n_ff) their gate rows */
   int32_t *acc;       /* (n_ff) their gate accumulators */
   int32_t *kept;      /* (n_ff) the kept neurons */
-  const int8_t **kept_ptr;
+  const int8_t **down_ptr;
   const int8_t **up_ptr;                   /* (n_ff) the kept's up rows */
   int32_t *acc_up;                         /* (n_ff) their up accumulators */
   int8_t *gate_q, *up_q, *silu_q, *prod_q; /* (n_ff) of the kept */
@@ -52,11 +52,10 @@ struct npu_sparse_run {
 };
 
 static size_t resident_get(void *user, int32_t layer, int32_t *ids, size_t n,
-                           const int8_t **bundles) {
+                           const int8_t **gates) {
   const struct npu_sparse *sp = user;
-  const size_t stride = 3 * (size_t)sp->kp;
   const int8_t *base = sp->layers[layer].bundles;
-  for (size_t i = 0; i < n; i++) bundles[i] = base + (size_t)ids[i] * stride;
+  for (size_t i = 0; i < n; i++) gates[i] = base + npu_sparse_gate_at((size_t)sp->kp, ids[i]);
   return n;
 }
 
@@ -86,7 +85,7 @@ void npu_sparse_run_free(struct npu_sparse_run *r) {
   free(r->ptr);
   free(r->acc);
   free(r->kept);
-  free(r->kept_ptr);
+  free(r->down_ptr);
   free(r->up_ptr);
   free(r->acc_up);
   free(r->gate_q);
@@ -177,7 +176,8 @@ npulm_status npu_sparse_run_create(const struct npu_program *p, enum npu_sparse_
   r->dim = sp->dim;
   r->kp = sp->kp;
   r->n_ff = sp->layers[0].n_ff;
-  r->source = (struct npu_bundle_source){(void *)sp, resident_get, NULL};
+  r->source =
+      (struct npu_bundle_source){(void *)sp, resident_get, NULL, npu_sparse_part((size_t)sp->kp)};
   for (int32_t l = 0; l < sp->n_layers; l++) {
     if (sp->layers[l].rank > r->max_rank) r->max_rank = sp->layers[l].rank;
   }
@@ -191,7 +191,7 @@ npulm_status npu_sparse_run_create(const struct npu_program *p, enum npu_sparse_
   r->up_ptr = malloc(n_ff * sizeof(*r->up_ptr));
   r->acc_up = malloc(n_ff * sizeof(int32_t));
   r->kept = malloc(n_ff * sizeof(int32_t));
-  r->kept_ptr = malloc(n_ff * sizeof(*r->kept_ptr));
+  r->down_ptr = malloc(n_ff * sizeof(*r->down_ptr));
   r->gate_q = malloc(n_ff);
   r->up_q = malloc(n_ff);
   r->silu_q = malloc(n_ff);
@@ -204,7 +204,7 @@ npulm_status npu_sparse_run_create(const struct npu_program *p, enum npu_sparse_
   npulm_status st = NPULM_OK;
   if (r->layers == NULL || r->h == NULL || r->pred == NULL || r->cand == NULL || r->ptr == NULL ||
       r->acc == NULL || r->up_ptr == NULL || r->acc_up == NULL || r->kept == NULL ||
-      r->kept_ptr == NULL || r->gate_q == NULL || r->up_q == NULL || r->silu_q == NULL ||
+      r->down_ptr == NULL || r->gate_q == NULL || r->up_q == NULL || r->silu_q == NULL ||
       r->prod_q == NULL || r->coef == NULL || r->down_acc == NULL || r->all_ids == NULL ||
       r->all_ptr == NULL || r->all_acc == NULL) {
     st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
@@ -280,17 +280,16 @@ static void step_task(void *arg, size_t task) {
                            (size_t)r->n_ff, &pa);
   } else if (s->phase == 1 || s->phase == 2) { /* gate rows of candidates; up rows of kept */
     item_range(s, task, 1, &a, &b);
-    const int32_t zx = lr->sites.gate->gemm.x_zero_point;
     a += s->first;
     b += s->first;
     const int8_t *const *rows = s->phase == 1 ? r->ptr : r->up_ptr;
     int32_t *acc = s->phase == 1 ? r->acc : r->acc_up;
-    if (a < b) r->uk->qs8_rows_dot(dim, s->x, zx, b - a, rows + a, acc + a);
+    if (a < b) r->uk->qs8_rows_dot(dim, s->x, 0, b - a, rows + a, acc + a); /* zx: the bias */
   } else {
     item_range(s, task, 1, &a, &b);
     int32_t *acc = r->down_acc + task * dim;
     memset(acc, 0, dim * sizeof(int32_t));
-    if (a < b) r->uk->qs8_bundle_down(dim, b - a, r->kept_ptr + a, r->coef + a, acc);
+    if (a < b) r->uk->qs8_cols_down(dim, b - a, r->down_ptr + a, r->coef + a, acc);
   }
 }
 
@@ -316,8 +315,7 @@ static double exact_mass(struct npu_sparse_run *r, const struct layer_run *lr, i
   for (size_t j = 0; j < n_ff; j++) r->all_ids[j] = (int32_t)j;
   if (r->source.get(r->source.user, layer, r->all_ids, n_ff, r->all_ptr) < n_ff)
     r->source.wait(r->source.user);
-  r->uk->qs8_rows_dot((size_t)r->dim, x, lr->sites.gate->gemm.x_zero_point, n_ff, r->all_ptr,
-                      r->all_acc);
+  r->uk->qs8_rows_dot((size_t)r->dim, x, 0, n_ff, r->all_ptr, r->all_acc);
   double mass = 0.0;
   for (size_t i = 0; i < n_ff; i++) {
     const int32_t j = r->all_ids[i], acc = r->all_acc[i] + lr->data->bias[2 * j];
@@ -370,7 +368,7 @@ void npu_sparse_ffn_exec(struct npu_sparse_run *r, const struct npu_graph *g, in
   /* 3. those the thresholds keep: their up rows; requantized as the dense GEMMs do, SiLU,
    * product */
   const struct npu_qsite *gs = lr->sites.gate, *us = lr->sites.up;
-  const size_t kp = (size_t)r->kp;
+  const size_t part = r->source.part;
   size_t n_kept = 0;
   for (size_t i = 0; i < n_cand; i++) {
     const int32_t j = r->cand[i];
@@ -378,8 +376,8 @@ void npu_sparse_ffn_exec(struct npu_sparse_run *r, const struct npu_graph *g, in
     if (!kept_by(lr, j, ag)) continue;
     r->gate_q[n_kept] = npu_requantize_s8(ag, gs->mult[j], gs->shift[j], gs->gemm.y_zero_point);
     r->kept[n_kept] = j;
-    r->kept_ptr[n_kept] = r->ptr[i];
-    r->up_ptr[n_kept++] = r->ptr[i] + kp;
+    r->down_ptr[n_kept] = r->ptr[i] + 2 * part;
+    r->up_ptr[n_kept++] = r->ptr[i] + part;
   }
   loop.first = 0;
   run_loop(&loop, pool, 2, n_kept);
@@ -396,8 +394,8 @@ void npu_sparse_ffn_exec(struct npu_sparse_run *r, const struct npu_graph *g, in
   run_loop(&loop, pool, 3, n_kept);
   int32_t *acc = r->down_acc;
   for (size_t t = 1; t < loop.tasks; t++) {
-    const int32_t *part = r->down_acc + t * dim;
-    for (size_t c = 0; c < dim; c++) acc[c] += part[c];
+    const int32_t *share = r->down_acc + t * dim;
+    for (size_t c = 0; c < dim; c++) acc[c] += share[c];
   }
   for (size_t c = 0; c < dim; c++) acc[c] += lr->down_bias[c];
   const struct npu_qsite *ds = lr->sites.down;

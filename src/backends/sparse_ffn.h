@@ -21,15 +21,16 @@ enum npu_sparse_mode {
                          predictor is judged against; reads every gate row) */
 };
 
-/* Where the bundles of neurons are (the program's resident data by default; a neuron cache under
- * a memory budget). 'get' sets bundles[i] to where neuron ids[i]'s bundle of layer 'layer' (3 kp
- * bytes, sparse.h) is or will be, reordering 'ids' so that those already in memory come first,
- * and returns their number; the others are being read, and are there once 'wait' returns (NULL:
- * all are always there). The bundles stay until the next 'get'. */
+/* Where the neurons' weights are (the program's resident data by default; a neuron cache under a
+ * memory budget). 'get' sets gates[i] to where neuron ids[i]'s gate row of layer 'layer' is or
+ * will be (its up row 'part' bytes further, its down column 2 part), reordering 'ids' so that
+ * those already in memory come first, and returns their number; the others are being read, and
+ * are there once 'wait' returns (NULL: all are always there). They stay until the next 'get'. */
 struct npu_bundle_source {
   void *user;
-  size_t (*get)(void *user, int32_t layer, int32_t *ids, size_t n, const int8_t **bundles);
+  size_t (*get)(void *user, int32_t layer, int32_t *ids, size_t n, const int8_t **gates);
   void (*wait)(void *user);
+  size_t part;
 };
 
 /* Counts over the sparse steps run (one per layer and decode step). */

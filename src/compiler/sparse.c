@@ -40,7 +40,7 @@ npulm_status npu_sparse_sites_of(const struct npu_program *p, int32_t layer,
 }
 
 uint64_t npu_sparse_bundle_bytes(const struct npu_sparse *s, int32_t layer) {
-  return (uint64_t)s->layers[layer].n_ff * 3 * (uint64_t)s->kp;
+  return (uint64_t)npu_sparse_padded(s->layers[layer].n_ff) * 3 * (uint64_t)s->kp;
 }
 
 uint64_t npu_sparse_predictor_bytes(const struct npu_sparse *s, int32_t layer) {
@@ -168,36 +168,45 @@ struct layer_build {
   const struct npu_sparse_sites *sites;
   const struct npu_ukernels *uk;
   size_t dim, n_ff, rank, kp, n;
-  const int8_t *x; /* [n, dim] calibration inputs */
-  int32_t zx;      /* their zero point */
-  double *step;    /* (n_ff) M_j */
-  float *v;        /* [n, n_ff] exact gate values, in gate steps */
-  int16_t *p;      /* [n, n_ff] the predictor's outputs */
-  float *silu_abs; /* [n, n_ff] |SiLU| of the exact values (real units) */
+  const int8_t *x;    /* [n, dim] calibration inputs */
+  int32_t zx;         /* their zero point */
+  double *step;       /* (n_ff) M_j */
+  float *v;           /* [n, n_ff] exact gate values, in gate steps */
+  int16_t *p;         /* [n, n_ff] the predictor's outputs */
+  float *silu_abs;    /* [n, n_ff] |SiLU| of the exact values (real units) */
+  int32_t *gate_bias; /* (n_ff) the gate's bias as the dense GEMM adds it */
 };
 
 /* The bundles of one layer, and each neuron's gate and up bias. */
 static bool make_bundles(const struct layer_build *b, struct npu_sparse_layer *ly) {
-  const size_t dim = b->dim, n_ff = b->n_ff, kp = b->kp;
+  const size_t dim = b->dim, n_ff = b->n_ff, kp = b->kp, part = npu_sparse_part(kp);
+  const size_t bytes = (size_t)npu_sparse_padded((int32_t)n_ff) * 3 * kp;
   int8_t *down_row = malloc(n_ff);
-  ly->bundles = alloc64(n_ff * 3 * kp);
+  ly->bundles = alloc64(bytes);
   ly->bias = malloc(2 * n_ff * sizeof(int32_t));
   if (down_row == NULL || ly->bundles == NULL || ly->bias == NULL) {
     free(down_row);
     return false;
   }
-  memset(ly->bundles, 0, n_ff * 3 * kp);
+  memset(ly->bundles, 0, bytes);
   const struct npu_qsite *gate = b->sites->gate, *up = b->sites->up, *down = b->sites->down;
   for (size_t j = 0; j < n_ff; j++) {
-    int8_t *bj = ly->bundles + j * 3 * kp;
+    int8_t *bj = ly->bundles + npu_sparse_gate_at(kp, (int32_t)j);
     npu_qs8_gemm_unpack_row(dim, gate->packed, j, 0, dim, bj);
-    npu_qs8_gemm_unpack_row(dim, up->packed, j, 0, dim, bj + kp);
-    ly->bias[2 * j] = npu_qs8_gemm_bias(dim, gate->packed, j);
-    ly->bias[2 * j + 1] = npu_qs8_gemm_bias(dim, up->packed, j);
+    npu_qs8_gemm_unpack_row(dim, up->packed, j, 0, dim, bj + part);
+    b->gate_bias[j] = npu_qs8_gemm_bias(dim, gate->packed, j);
+    /* the input's zero point folded in: bias - zx sum w, within int32 (|bias| <= 2^30, |zx sum
+     * w| <= 128 * 32768 * 127) */
+    int64_t sum_gate = 0, sum_up = 0;
+    for (size_t c = 0; c < dim; c++) sum_gate += bj[c], sum_up += bj[part + c];
+    ly->bias[2 * j] = (int32_t)(b->gate_bias[j] - (int64_t)b->zx * sum_gate);
+    ly->bias[2 * j + 1] =
+        (int32_t)(npu_qs8_gemm_bias(dim, up->packed, j) - (int64_t)b->zx * sum_up);
   }
   for (size_t c = 0; c < dim; c++) {
     npu_qs8_gemm_unpack_row(n_ff, down->packed, c, 0, n_ff, down_row);
-    for (size_t j = 0; j < n_ff; j++) ly->bundles[j * 3 * kp + 2 * kp + c] = down_row[j];
+    for (size_t j = 0; j < n_ff; j++)
+      ly->bundles[npu_sparse_gate_at(kp, (int32_t)j) + 2 * part + c] = down_row[j];
   }
   free(down_row);
   return true;
@@ -213,9 +222,9 @@ static bool exact_values(struct layer_build *b, const struct npu_sparse_layer *l
     free(acc);
     return false;
   }
-  for (size_t j = 0; j < n_ff; j++) rows[j] = ly->bundles + j * 3 * b->kp;
+  for (size_t j = 0; j < n_ff; j++) rows[j] = ly->bundles + npu_sparse_gate_at(b->kp, (int32_t)j);
   for (size_t t = 0; t < b->n; t++) {
-    b->uk->qs8_rows_dot(b->dim, b->x + t * b->dim, b->zx, n_ff, rows, acc);
+    b->uk->qs8_rows_dot(b->dim, b->x + t * b->dim, 0, n_ff, rows, acc); /* zx in the bias */
     for (size_t j = 0; j < n_ff; j++) {
       const double v = (double)(acc[j] + ly->bias[2 * j]) * b->step[j];
       b->v[t * n_ff + j] = (float)v;
@@ -230,12 +239,12 @@ static bool exact_values(struct layer_build *b, const struct npu_sparse_layer *l
 /* With V' [n, n_ff] the calibration gate values less their bias terms (the linear part the
  * predictor fits): out = V' in ([n_ff, r] in, [n, r] out) with 'forward', else out = V'^T in
  * ([n, r] in, [n_ff, r] out). 'out' is overwritten. */
-static void linear_product(const struct layer_build *b, const struct npu_sparse_layer *ly,
-                           const double *in, double *out, bool forward) {
+static void linear_product(const struct layer_build *b, const double *in, double *out,
+                           bool forward) {
   const size_t n_ff = b->n_ff, r = b->rank, n = b->n;
   memset(out, 0, (forward ? n : n_ff) * r * sizeof(double));
   for (size_t j = 0; j < n_ff; j++) {
-    const double bias = (double)ly->bias[2 * j] * b->step[j];
+    const double bias = (double)b->gate_bias[j] * b->step[j];
     for (size_t t = 0; t < n; t++) {
       const double v = (double)b->v[t * n_ff + j] - bias;
       const double *src = forward ? in + j * r : in + t * r;
@@ -267,14 +276,14 @@ static bool make_predictor(struct layer_build *b, struct npu_sparse_layer *ly) {
     uint64_t rng = 0x5eed5eedu + n_ff;
     double *omega = y; /* [n, r] */
     for (size_t i = 0; i < n * r; i++) omega[i] = sketch_value(&rng);
-    linear_product(b, ly, omega, z, false);
+    linear_product(b, omega, z, false);
     orthonormalize(z, n_ff, r);
-    linear_product(b, ly, z, y, true);  /* y = V' Z: [n, r] */
-    linear_product(b, ly, y, z, false); /* z = V'^T y */
+    linear_product(b, z, y, true);  /* y = V' Z: [n, r] */
+    linear_product(b, y, z, false); /* z = V'^T y */
     orthonormalize(z, n_ff, r);
     /* B = Z^T diag(M) W: row c = sum_j z[j, c] M_j w_j */
     for (size_t j = 0; j < n_ff; j++) {
-      const int8_t *w = ly->bundles + j * 3 * kp;
+      const int8_t *w = ly->bundles + npu_sparse_gate_at(kp, (int32_t)j);
       for (size_t c = 0; c < r; c++) {
         const float f = (float)(z[j * r + c] * b->step[j]);
         if (f == 0.0f) continue;
@@ -310,7 +319,7 @@ static bool make_predictor(struct layer_build *b, struct npu_sparse_layer *ly) {
       for (size_t c = 0; c < r; c++) row[c] = (float)z[j * r + c];
       ok = npu_quantize_weights_per_channel(row, 1, r, aq + j * r, &aq_scale[j]);
       const double unit = (double)h_scale * aq_scale[j];
-      const double bias = (double)ly->bias[2 * j] * b->step[j];
+      const double bias = (double)b->gate_bias[j] * b->step[j];
       abias[j] = unit > 0.0 ? sat_i32(nearbyint(bias / unit)) : 0;
       if (abias[j] > (1 << 30) || abias[j] < -(1 << 30)) ok = false;
     }
@@ -444,9 +453,11 @@ npulm_status npu_sparse_build(struct npu_program *p, const struct npu_config *cf
                           .step = malloc(n_ff * sizeof(double)),
                           .v = malloc(total * sizeof(float)),
                           .p = malloc(total * sizeof(int16_t)),
-                          .silu_abs = malloc(total * sizeof(float))};
+                          .silu_abs = malloc(total * sizeof(float)),
+                          .gate_bias = malloc(n_ff * sizeof(int32_t))};
   npulm_status st = NPULM_OK;
-  if (sp->layers == NULL || b.step == NULL || b.v == NULL || b.p == NULL || b.silu_abs == NULL) {
+  if (sp->layers == NULL || b.step == NULL || b.v == NULL || b.p == NULL || b.silu_abs == NULL ||
+      b.gate_bias == NULL) {
     st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory building the sparse decode data");
   }
   for (int32_t l = 0; st == NPULM_OK && l < cfg->n_layers; l++) {
@@ -472,6 +483,7 @@ npulm_status npu_sparse_build(struct npu_program *p, const struct npu_config *cf
   free(b.v);
   free(b.p);
   free(b.silu_abs);
+  free(b.gate_bias);
   if (st != NPULM_OK) {
     npu_sparse_free(sp);
     return st;

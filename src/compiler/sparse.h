@@ -46,12 +46,35 @@ struct npu_sparse_layer {
   /* calibration figures, for inspect: the share of neurons the thresholds keep, of candidates,
    * and the candidates' recall (kept |SiLU| mass covered) */
   float keep, cand, recall;
-  /* bundles [n_ff][3][kp]: neuron j's gate row, up row, down column, int8, zero-padded from dim
-   * to kp = npu_bundle_kp(dim) */
+  /* the neurons' gate rows, up rows and down columns in clusters (npu_sparse_gate_at): int8,
+   * zero-padded from dim to kp = npu_bundle_kp(dim), n_ff padded to whole clusters with zeros */
   int8_t *bundles;
-  int32_t *bias;  /* (2 n_ff) each neuron's gate and up bias, as the dense GEMMs add them */
+  /* (2 n_ff) each neuron's gate and up bias as the dense GEMMs add them, less the FFN input's
+   * zero point times the row's weight sum: bias + sum x w (qs8_rows_dot at zero point 0, its
+   * fast path) is the dense GEMM's accumulator bias + sum (x - zx) w */
+  int32_t *bias;
   uint32_t *freq; /* (n_ff) how many calibration inputs kept each neuron: the hot ones first */
 };
+
+/* Neurons are stored in clusters of NPU_SPARSE_CLUSTER (the GEMMs' column block): a cluster's
+ * gate rows one after another, then its up rows, then its down columns, each kp bytes. A step
+ * reads the gate rows of its candidates as runs inside each cluster, then the up rows and down
+ * columns of those it keeps; a cluster's three parts are 3 x 16 x kp bytes (48 KiB at dim 1024),
+ * whole storage pages for a read of the file. */
+#define NPU_SPARSE_CLUSTER 16
+
+/* Where neuron j's gate row is in a layer's 'bundles' (rows of kp bytes); its up row is
+ * npu_sparse_part(kp) bytes further, its down column twice that. */
+static inline size_t npu_sparse_gate_at(size_t kp, int32_t j) {
+  const size_t c = NPU_SPARSE_CLUSTER;
+  return (size_t)j / c * 3 * c * kp + (size_t)j % c * kp;
+}
+static inline size_t npu_sparse_part(size_t kp) { return NPU_SPARSE_CLUSTER * kp; }
+
+/* n_ff rounded up to whole clusters. */
+static inline int32_t npu_sparse_padded(int32_t n_ff) {
+  return (n_ff + NPU_SPARSE_CLUSTER - 1) / NPU_SPARSE_CLUSTER * NPU_SPARSE_CLUSTER;
+}
 
 struct npu_sparse {
   float level; /* the share of neurons the thresholds skip on the calibration inputs */

@@ -4,7 +4,8 @@
  *   npulm.sparse.layers    i32[12 * n_layers]: per layer n_ff, rank, kp, cand_hi, cand_lo_a,
  *                                cand_lo_b, hi, lo_a, lo_b, keep, cand, recall (the last six
  *                                f32 bits)
- *   tensors per layer L:   npulm.sparse.L.bundles I8 [3 kp, n_ff]; .pred_b, .pred_a I8 packed;
+ *   tensors per layer L:   npulm.sparse.L.bundles I8 [kp, 3 n_ff padded to clusters of 16]
+ *                          (compiler/sparse.h's layout); .pred_b, .pred_a I8 packed;
  *                          .mult, .shift I32 [rank + n_ff]; .bias I32 [2 n_ff]; .freq I32
  *                          [n_ff] */
 #include <math.h>
@@ -49,7 +50,9 @@ static float bits_f32(int32_t v) {
 static void layer_arrays(const struct npu_sparse *s, int32_t l, struct file_array *a) {
   const struct npu_sparse_layer *ly = &s->layers[l];
   const uint64_t n_ff = (uint64_t)ly->n_ff, r = (uint64_t)ly->rank;
-  a[0] = (struct file_array){"bundles", GGML_I8, ly->bundles, 3 * (uint64_t)s->kp, n_ff, 1};
+  a[0] = (struct file_array){
+      "bundles", GGML_I8, ly->bundles, (uint64_t)s->kp, 3 * (uint64_t)npu_sparse_padded(ly->n_ff),
+      1};
   a[1] = (struct file_array){
       "pred_b", GGML_I8, ly->pred_b, npu_qs8_gemm_packed_size(r, (size_t)s->dim), 0, 1};
   a[2] =

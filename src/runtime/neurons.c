@@ -22,9 +22,10 @@
 
 enum { MAX_IOV = 64 };
 
-/* A read of the I/O thread: neurons first .. first + count - 1 of a layer, into their slots. */
+/* A read of the I/O thread: adjacent neurons of one cluster, into their slots (gate row, up row,
+ * down column one after another in a slot): three runs of the file, one per part. */
 struct read_run {
-  uint64_t offset; /* in the file */
+  uint64_t offset; /* of the first neuron's gate row in the file */
   int32_t first_miss, count;
 };
 
@@ -33,7 +34,9 @@ struct npu_residency {
   const struct npu_sparse *sp;
   const struct npu_gguf *file;
   uint8_t *streamed; /* (n_qsites) */
-  size_t bundle;     /* bytes of one bundle: 3 kp */
+  size_t kp;         /* bytes of each of a neuron's three vectors */
+  size_t bundle;     /* bytes of a slot: 3 kp */
+  size_t part;       /* in the file, from a neuron's gate row to its up row (and on to its down) */
   int32_t n_layers, n_ff;
   /* slots: hot ones first (pinned), then the cache's */
   int8_t *slots;
@@ -69,9 +72,9 @@ static _Noreturn void io_failed(const char *what) {
   abort();
 }
 
-/* Where neuron j of layer l's bundle is in the file. */
-static uint64_t bundle_offset(const struct npu_residency *r, int32_t l, int32_t j) {
-  const uint8_t *b = (const uint8_t *)r->sp->layers[l].bundles + (size_t)j * r->bundle;
+/* Where neuron j of layer l's gate row is in the file. */
+static uint64_t gate_offset(const struct npu_residency *r, int32_t l, int32_t j) {
+  const uint8_t *b = (const uint8_t *)r->sp->layers[l].bundles + npu_sparse_gate_at(r->kp, j);
   return (uint64_t)(b - r->file->base);
 }
 
@@ -99,8 +102,25 @@ static bool read_fully(const struct npu_residency *r, struct iovec *iov, int n_i
   return true;
 }
 
-/* The reads of the last get: each run of adjacent neurons, MAX_IOV slots per call. A file that
- * fails to read now was checksummed when opened: it changed under us, which is fatal. */
+/* Read 'count' adjacent neurons of one cluster from gate offset 'offset' into 'slots' (up to
+ * MAX_IOV): each part (gate rows, up rows, down columns) one contiguous run of the file. */
+static bool read_neurons(const struct npu_residency *r, uint64_t offset, const int32_t *slots,
+                         int32_t count) {
+  for (int p = 0; p < 3; p++) {
+    struct iovec iov[MAX_IOV];
+    for (int32_t m = 0; m < count; m++) {
+      iov[m].iov_base = r->slots + (size_t)slots[m] * r->bundle + (size_t)p * r->kp;
+      iov[m].iov_len = r->kp;
+    }
+    if (!read_fully(r, iov, count, offset + (uint64_t)p * r->part, (size_t)count * r->kp)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/* The reads of the last get, each run MAX_IOV neurons at a time. A file that fails to read now
+ * was checksummed when opened: it changed under us, which is fatal. */
 static void do_reads(struct npu_residency *r) {
   const double t0 = npu_now();
   uint64_t bytes = 0;
@@ -108,16 +128,11 @@ static void do_reads(struct npu_residency *r) {
     const struct read_run *run = &r->runs[k];
     for (int32_t i = 0; i < run->count; i += MAX_IOV) {
       const int32_t n = run->count - i < MAX_IOV ? run->count - i : MAX_IOV;
-      struct iovec iov[MAX_IOV];
-      for (int32_t m = 0; m < n; m++) {
-        iov[m].iov_base = r->slots + (size_t)r->miss_slot[run->first_miss + i + m] * r->bundle;
-        iov[m].iov_len = r->bundle;
-      }
-      const size_t len = (size_t)n * r->bundle;
-      if (!read_fully(r, iov, n, run->offset + (uint64_t)i * r->bundle, len)) {
+      if (!read_neurons(r, run->offset + (uint64_t)i * r->kp, r->miss_slot + run->first_miss + i,
+                        n)) {
         io_failed("cannot read neuron bundles");
       }
-      bytes += len;
+      bytes += (uint64_t)n * r->bundle;
     }
   }
   r->stats.bytes_read += bytes;
@@ -193,10 +208,10 @@ static size_t cache_get(void *user, int32_t layer, int32_t *ids, size_t n, const
     r->miss_slot[m] = s;
     ids[n_hit + (size_t)m] = j;
     out[n_hit + (size_t)m] = r->slots + (size_t)s * r->bundle;
-    if (m > 0 && r->miss_id[m - 1] + 1 == j) {
-      r->runs[r->n_runs - 1].count++;
+    if (m > 0 && r->miss_id[m - 1] + 1 == j && j % NPU_SPARSE_CLUSTER != 0) {
+      r->runs[r->n_runs - 1].count++; /* the next neuron of the same cluster */
     } else {
-      r->runs[r->n_runs++] = (struct read_run){bundle_offset(r, layer, j), m, 1};
+      r->runs[r->n_runs++] = (struct read_run){gate_offset(r, layer, j), m, 1};
     }
   }
   pthread_mutex_lock(&r->lock);
@@ -216,7 +231,7 @@ static void cache_wait(void *user) {
 }
 
 struct npu_bundle_source npu_residency_source(struct npu_residency *r) {
-  return (struct npu_bundle_source){r, cache_get, cache_wait};
+  return (struct npu_bundle_source){r, cache_get, cache_wait, r->kp};
 }
 
 const uint8_t *npu_residency_streamed(const struct npu_residency *r) { return r->streamed; }
@@ -300,8 +315,7 @@ static npulm_status read_hot(struct npu_residency *r, npulm_error *err) {
     }
     for (int32_t i = 0; i < per_layer; i++, s++) {
       const int32_t j = order[i];
-      struct iovec iov = {r->slots + (size_t)s * r->bundle, r->bundle};
-      if (!read_fully(r, &iov, 1, bundle_offset(r, l, j), r->bundle)) {
+      if (!read_neurons(r, gate_offset(r, l, j), &s, 1)) {
         free(order);
         return npu_fail(err, NPULM_ERR_IO, "cannot read the program file's neuron bundles");
       }
@@ -330,7 +344,9 @@ npulm_status npu_residency_create(const struct npulm_model *m, struct npu_reside
   r->model = m;
   r->sp = p->sparse;
   r->file = m->gguf;
-  r->bundle = 3 * (size_t)r->sp->kp;
+  r->kp = (size_t)r->sp->kp;
+  r->bundle = 3 * r->kp;
+  r->part = npu_sparse_part(r->kp);
   r->n_layers = r->sp->n_layers;
   r->n_ff = r->sp->layers[0].n_ff;
   const uint64_t budget = m->mem_budget;

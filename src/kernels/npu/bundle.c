@@ -1,5 +1,5 @@
 /* npu_bundle_kp and the plain-C references of the sparse-decode kernels,
- * npu_qs8_bundle_down__scalar and npu_qs8_rows_dot__scalar: the definitions of ukernels.h written
+ * npu_qs8_cols_down__scalar and npu_qs8_rows_dot__scalar: the definitions of ukernels.h written
  * out, one bundle or row and one column at a time. Every SIMD variant is held to their bits
  * (tests/test_npu_kernels.c). */
 #include <assert.h>
@@ -10,12 +10,11 @@ size_t npu_bundle_kp(size_t k) {
   return (k + NPU_BUNDLE_ALIGN - 1) / NPU_BUNDLE_ALIGN * NPU_BUNDLE_ALIGN;
 }
 
-void npu_qs8_bundle_down__scalar(size_t k, size_t count, const int8_t *const *bundles,
-                                 const int32_t *coef, int32_t *acc) {
+void npu_qs8_cols_down__scalar(size_t k, size_t count, const int8_t *const *cols,
+                               const int32_t *coef, int32_t *acc) {
   assert(count <= NPU_BUNDLE_DOWN_MAX_COUNT);
-  const size_t kp = npu_bundle_kp(k);
   for (size_t i = 0; i < count; i++) {
-    const int8_t *down = bundles[i] + 2 * kp;
+    const int8_t *down = cols[i];
     const int32_t cf = coef[i];
     assert(cf >= -255 && cf <= 255);
     for (size_t c = 0; c < k; c++) acc[c] += cf * down[c];

@@ -1,4 +1,4 @@
-/* npu_qs8_bundle_down__avx2: the down projection of sparse decode over neuron bundles
+/* npu_qs8_cols_down__avx2: the down projection of sparse decode over neuron bundles
  * (ukernels.h), bit-exact with the scalar reference (integer sums, no int32 can overflow in the
  * ranges of ukernels.h, so the order of summation does not matter).
  *
@@ -63,20 +63,18 @@ NPU_INLINE_AVX2 void down_pass(const int pairs, size_t k, const int8_t *const d[
   }
 }
 
-NPU_TARGET_AVX2 void npu_qs8_bundle_down__avx2(size_t k, size_t count, const int8_t *const *bundles,
-                                               const int32_t *coef, int32_t *acc) {
+NPU_TARGET_AVX2 void npu_qs8_cols_down__avx2(size_t k, size_t count, const int8_t *const *cols,
+                                             const int32_t *coef, int32_t *acc) {
   assert(count <= NPU_BUNDLE_DOWN_MAX_COUNT);
-  const size_t kp = npu_bundle_kp(k);
   size_t i = 0;
   for (; i + 4 <= count; i += 4) {
-    const int8_t *const d[4] = {bundles[i] + 2 * kp, bundles[i + 1] + 2 * kp,
-                                bundles[i + 2] + 2 * kp, bundles[i + 3] + 2 * kp};
+    const int8_t *const d[4] = {cols[i], cols[i + 1], cols[i + 2], cols[i + 3]};
     down_pass(2, k, d, coef_pair(coef[i], coef[i + 1]), coef_pair(coef[i + 2], coef[i + 3]), acc);
   }
   if (i < count) { /* 1 to 3 left: one or two pairs, a lone bundle paired with itself times 0 */
-    const int8_t *const d0 = bundles[i] + 2 * kp;
-    const int8_t *const d1 = i + 1 < count ? bundles[i + 1] + 2 * kp : d0;
-    const int8_t *const d2 = i + 2 < count ? bundles[i + 2] + 2 * kp : d0;
+    const int8_t *const d0 = cols[i];
+    const int8_t *const d1 = i + 1 < count ? cols[i + 1] : d0;
+    const int8_t *const d2 = i + 2 < count ? cols[i + 2] : d0;
     const int8_t *const d[4] = {d0, d1, d2, d2};
     const __m256i c01 = coef_pair(coef[i], i + 1 < count ? coef[i + 1] : 0);
     const __m256i c23 = coef_pair(i + 2 < count ? coef[i + 2] : 0, 0);

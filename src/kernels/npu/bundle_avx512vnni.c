@@ -1,5 +1,5 @@
-/* npu_qs8_bundle_down__avx512vnni: the down projection of the neuron bundles (ukernels.h) on
- * 512-bit registers with AVX512-VNNI's vpdpwssd, bit-exact with npu_qs8_bundle_down__scalar (each
+/* npu_qs8_cols_down__avx512vnni: the down projection of the neuron bundles (ukernels.h) on
+ * 512-bit registers with AVX512-VNNI's vpdpwssd, bit-exact with npu_qs8_cols_down__scalar (each
  * product at most 255 * 127 = 32385, exact in int32; no int32 overflows in the ranges of
  * ukernels.h, so every order of summation gives the same bits).
  *
@@ -59,17 +59,16 @@ NPU_INLINE_VNNI void down_pass(size_t k, const int8_t *const d[NB], const __m512
   }
 }
 
-NPU_TARGET_VNNI void npu_qs8_bundle_down__avx512vnni(size_t k, size_t count,
-                                                     const int8_t *const *bundles,
-                                                     const int32_t *coef, int32_t *acc) {
+NPU_TARGET_VNNI void npu_qs8_cols_down__avx512vnni(size_t k, size_t count,
+                                                   const int8_t *const *cols, const int32_t *coef,
+                                                   int32_t *acc) {
   assert(count <= NPU_BUNDLE_DOWN_MAX_COUNT);
-  const size_t kp = npu_bundle_kp(k);
   for (size_t i = 0; i < count; i += NB) {
     const int8_t *d[NB];
     int32_t cf[NB];
     for (size_t j = 0; j < NB; j++) {
       const int here = i + j < count;
-      d[j] = bundles[here ? i + j : i] + 2 * kp;
+      d[j] = cols[here ? i + j : i];
       cf[j] = here ? coef[i + j] : 0;
       assert(cf[j] >= -255 && cf[j] <= 255);
     }

@@ -1,4 +1,4 @@
-/* npu_qs8_bundle_down__neon: the down projection of sparse decode over neuron bundles
+/* npu_qs8_cols_down__neon: the down projection of sparse decode over neuron bundles
  * (ukernels.h) in plain NEON, bit-exact with the scalar reference (integer sums that cannot
  * overflow int32 in the ranges of ukernels.h, so their order does not matter).
  *
@@ -32,17 +32,17 @@ NPU_INLINE_NEON void down16(size_t n, const int8_t *const *d, const int16_t *coe
   vst1q_s32(acc, a0), vst1q_s32(acc + 4, a1), vst1q_s32(acc + 8, a2), vst1q_s32(acc + 12, a3);
 }
 
-void npu_qs8_bundle_down__neon(size_t k, size_t count, const int8_t *const *bundles,
-                               const int32_t *coef, int32_t *acc) {
+void npu_qs8_cols_down__neon(size_t k, size_t count, const int8_t *const *cols, const int32_t *coef,
+                             int32_t *acc) {
   assert(count <= NPU_BUNDLE_DOWN_MAX_COUNT);
-  const size_t kp = npu_bundle_kp(k), kf = k & ~(size_t)15;
+  const size_t kf = k & ~(size_t)15;
   for (size_t i = 0; i < count; i += 4) {
     const size_t n = count - i < 4 ? count - i : 4;
     const int8_t *d[4];
     int16_t cf[4];
     for (size_t j = 0; j < n; j++) {
       assert(coef[i + j] >= -255 && coef[i + j] <= 255);
-      d[j] = bundles[i + j] + 2 * kp;
+      d[j] = cols[i + j];
       cf[j] = (int16_t)coef[i + j];
     }
     size_t c = 0;

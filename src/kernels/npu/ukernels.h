@@ -403,38 +403,37 @@ typedef void npu_qs16_pv_qs8_fn(const struct npu_attn_shape *restrict shape,
                                 const struct npu_qs16_pv_params *restrict params);
 
 /* ---- sparse decode over neuron bundles (PowerInfer-style) ------------------------------------
- * A neuron bundle is FFN neuron j of a layer as three int8 vectors laid out one after another: its
- * gate row at bundle, its up row at bundle + kp and its down column at bundle + 2 kp, each
- * kp = npu_bundle_kp(k) bytes (k the model width); bytes past k in each of the three are 0.
- * Bundles are 64-byte aligned; weights lie in [-127, 127] (never -128). A decode step computes the
- * gate dot products of the candidate neurons a predictor chose (qs8_rows_dot over the pointers
- * bundle), keeps those whose gate passes the thresholds, computes the up dot products of the kept
- * (qs8_rows_dot over the pointers bundle + kp), applies the activation to get one coefficient per
- * kept neuron, then adds the kept down columns times their coefficients (qs8_bundle_down): each
- * step reads only the chosen bundles' rows.
+ * FFN neuron j of a layer is three int8 vectors: its gate row, its up row and its down column,
+ * each kp = npu_bundle_kp(k) bytes (k the model width), 64-byte aligned, zero past k; weights lie
+ * in [-127, 127] (never -128). Where they lie is the caller's (compiler/sparse.h: in clusters of
+ * neurons). A decode step computes the gate dot products of the candidate neurons a predictor
+ * chose (qs8_rows_dot over their gate rows), keeps those whose gate passes the thresholds,
+ * computes the up dot products of the kept (qs8_rows_dot over their up rows), applies the
+ * activation to get one coefficient per kept neuron, then adds the kept down columns times their
+ * coefficients (qs8_cols_down): each step reads only the chosen neurons' vectors.
  *
  * npu_qs8_rows_dot: for i < count, acc[i] = sum_{c < k} (x[c] - x_zero_point) * rows[i][c].
  * x is exactly k bytes (never read past k); the rows may be read up to kp. k in [1, 32768],
  * x_zero_point in [-128, 127]: a product is at most 255 * 127 in magnitude, so a sum at most
  * 32768 * 255 * 127 < 2^30 and no int32 overflows. count == 0 does nothing.
  *
- * npu_qs8_bundle_down: for c < k, with down_i = bundles[i] + 2 kp,
- *   acc[c] += sum_{i < count} coef[i] * down_i[c]
- * coef[i] in [-255, 255], count <= 65536: a product is at most 255 * 127 = 32385 in magnitude, the
- * sum at most 65536 * 32385 < 2^31; the caller keeps |acc[c]| + count * 32385 below 2^31 (e.g.
- * acc zeroed), so no int32 overflows and every order of summation gives the same bits. acc[c] for
- * c >= k is not touched. */
+ * npu_qs8_cols_down: for c < k,
+ *   acc[c] += sum_{i < count} coef[i] * cols[i][c]
+ * the columns read up to kp; coef[i] in [-255, 255], count <= 65536: a product is at most
+ * 255 * 127 = 32385 in magnitude, the sum at most 65536 * 32385 < 2^31; the caller keeps
+ * |acc[c]| + count * 32385 below 2^31 (e.g. acc zeroed), so no int32 overflows and every order of
+ * summation gives the same bits. acc[c] for c >= k is not touched. */
 #define NPU_BUNDLE_ALIGN 64             /* bundle alignment, and what kp is rounded up to */
 #define NPU_BUNDLE_MAX_K 32768          /* the largest k the bundle kernels take */
-#define NPU_BUNDLE_DOWN_MAX_COUNT 65536 /* the most bundles one qs8_bundle_down call adds */
+#define NPU_BUNDLE_DOWN_MAX_COUNT 65536 /* the most columns one qs8_cols_down call adds */
 
-/* Bytes of each of a bundle's three vectors: k rounded up to a multiple of 64. */
+/* Bytes of each of a neuron's three vectors: k rounded up to a multiple of 64. */
 size_t npu_bundle_kp(size_t k);
 
-/* Down projection of 'count' bundles: acc[c] += sum_i coef[i] * down_i[c] for c < k, where
- * down_i = bundles[i] + 2 kp and coef[i] in [-255, 255]; count <= 65536. */
-typedef void npu_qs8_bundle_down_fn(size_t k, size_t count, const int8_t *const *bundles,
-                                    const int32_t *coef, int32_t *acc);
+/* Down projection of 'count' neurons: acc[c] += sum_i coef[i] * cols[i][c] for c < k, coef[i] in
+ * [-255, 255]; count <= 65536. */
+typedef void npu_qs8_cols_down_fn(size_t k, size_t count, const int8_t *const *cols,
+                                  const int32_t *coef, int32_t *acc);
 
 /* Dot products of 'count' int8 rows with one int8 input x (k values, zero point x_zero_point):
  * acc[i] = sum_{c<k} (x[c] - x_zero_point) * rows[i][c]. Each row is 64-byte aligned and readable
@@ -492,7 +491,7 @@ struct npu_ukernels {
   npu_qs16_qc4w_gemm_qs16_fn *qs16_qc4w_gemm_qs16;
   npu_qs16_rmsnorm_qs16_fn *qs16_rmsnorm_qs16;
   npu_qs16_lut_fn *qs16_lut;
-  npu_qs8_bundle_down_fn *qs8_bundle_down;
+  npu_qs8_cols_down_fn *qs8_cols_down;
   npu_qs8_rows_dot_fn *qs8_rows_dot;
 };
 
