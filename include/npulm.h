@@ -91,7 +91,8 @@ typedef struct npulm_open_params {
    * (prefill's), are read from the file at each use and let go of after; the rest of the budget
    * is the neuron cache of sparse decode: half for the neurons calibration kept most often
    * (hot, pinned), half for others, replaced least recently used first, read by an I/O thread
-   * while the step computes the neurons it has. KV cache and arenas come on top. */
+   * while the step computes the neurons it has. KV cache and arenas come on top. The budget is
+   * each session's (each has its neuron cache): a program's sessions share its mapping. */
   uint64_t mem_budget;
   /* Drop the file from the page cache when opened (and pages as they are checked), so that the
    * reads a run makes come from storage: a cold start. */

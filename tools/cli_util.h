@@ -43,6 +43,7 @@
   "  --mem-budget SIZE  hold at most SIZE bytes of weights in memory (K, M, G suffixes): the\n"     \
   "                     rest stays in the program file (compiled with --sparsity) and is read as\n" \
   "                     needed; the FFN's neurons go through a cache of hot and recent ones\n"      \
+  "                     (ppl then scores one window at a time: the budget is per session)\n"        \
   "  --cold             drop the program file from the page cache first: every read comes from\n"   \
   "                     storage\n"
 

@@ -139,7 +139,7 @@ static const char *const usage_ppl =
     "  --reference        score with the FP32 reference forward instead of the compiled graphs\n"
     "  --decode           evaluate each window a token at a time, as decode steps (the path sparse\n"
     "                     decode takes; --sparse implies it)\n"
-    CLI_SESSION_OPTIONS_HELP
+    CLI_SESSION_OPTIONS_HELP CLI_OPEN_OPTIONS_HELP
     "\n"
     "A GGUF model is compiled in memory first (calibrated and quantized as compile would):\n"
     CLI_COMPILE_OPTIONS_HELP;
@@ -523,10 +523,12 @@ static int cmd_ppl(struct cli_args *a) {
   bool reference = false, decode = false;
   npulm_compile_params cp = npulm_compile_default_params();
   npulm_session_params sp = npulm_session_default_params();
+  npulm_open_params op = {0};
   for (a->i = 2; a->i < a->argc; a->i++) {
     const char *o = a->argv[a->i];
     if (cli_wants_help(a)) return 0;
     else if (cli_is_opt(o, "-m", "--model")) model_path = cli_opt_value(a);
+    else if (cli_open_option(a, &op)) continue;
     else if (cli_is_opt(o, "-f", "--file")) file = cli_opt_value(a);
     else if (cli_is_opt(o, "-c", "--ctx")) n_ctx = (int)cli_opt_int(a, 1, 1 << 24);
     else if (cli_is_opt(o, "-t", "--threads")) n_threads = (int)cli_opt_int(a, 0, 64);
@@ -538,8 +540,9 @@ static int cmd_ppl(struct cli_args *a) {
   }
   if (file == NULL) cli_die(a->cmd, "%s", "no text file: pass -f FILE");
   if (n_threads == 0) n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+  if (op.mem_budget > 0) n_threads = 1; /* the budget is each session's: one window at a time */
   const char *path = cli_resolve_model(a->cmd, model_path);
-  npulm_model *model = open_model(a->cmd, path);
+  npulm_model *model = open_model_params(a->cmd, path, &op);
   size_t len;
   char *text = cli_read_file(a->cmd, file, &len);
   compile_if_needed(a->cmd, model, &cp, reference);

@@ -1,0 +1,50 @@
+#!/bin/sh
+# Sparse decode and memory budgets from the command line: a program compiled with --sparsity runs
+# predicted, exact and dense decode; inspect describes its layers; a memory budget from a cold
+# page cache gives the unbudgeted text and prints what it read; bad use is a one-line error.
+# Prints TAP lines.
+. "$(dirname "$0")/tap.sh"
+model=$shared/models/tinystories-5M.gguf
+require_model sparse
+
+compile_sparse() { "$bin" compile -m "$model" -o "$tmp/s.npu" --sparsity 0.5 --calib-tokens 256; }
+check "compile --sparsity 0.5" compile_sparse
+
+inspect_layers() {
+  "$bin" inspect "$tmp/s.npu" >"$tmp/inspect" && grep -q "^sparse decode: skips 50%" "$tmp/inspect" &&
+    [ "$(grep -c '^ *[0-9]  *[0-9]*  tau ' "$tmp/inspect")" -eq 6 ]
+}
+check "inspect: the sparse decode line and one row per layer" inspect_layers
+
+for mode in predict exact off; do
+  run_mode() {
+    "$bin" run -m "$tmp/s.npu" -p "Once upon a time" -n 24 --temp 0 --sparse "$1" \
+      >"$tmp/$1.txt" 2>"$tmp/$1.err" && grep -q "^Once upon a time" "$tmp/$1.txt"
+  }
+  check "run --sparse $mode" run_mode "$mode"
+done
+shares() { grep -q "sparse decode: .* of neurons computed" "$tmp/predict.err" && ! grep -q "sparse decode" "$tmp/off.err"; }
+check "run: the sparse shares printed, not for dense decode" shares
+
+budget() {
+  "$bin" run -m "$tmp/s.npu" -p "Once upon a time" -n 24 --temp 0 --mem-budget 3M --cold \
+    >"$tmp/budget.txt" 2>"$tmp/budget.err" && cmp -s "$tmp/budget.txt" "$tmp/predict.txt" &&
+    grep -q "peak RSS" "$tmp/budget.err" && grep -q "neuron cache hit rate" "$tmp/budget.err"
+}
+check "run --mem-budget 3M --cold: the same text, and the storage figures" budget
+
+ppl_decode() {
+  head -c 6000 "$shared/data/tinystories-valid.txt" >"$tmp/t.txt" &&
+    "$bin" ppl -m "$tmp/s.npu" -f "$tmp/t.txt" -c 64 --sparse exact --sparse-audit >"$tmp/ppl" 2>/dev/null &&
+    grep -q "^Final estimate" "$tmp/ppl" && grep -q "recall 1.0000" "$tmp/ppl"
+}
+check "ppl --sparse exact --sparse-audit: recall 1 by definition" ppl_decode
+
+fails "compile: sparsity out of range" "not in \[0, 1)" "$bin" compile -m "$model" -o "$tmp/x.npu" --sparsity 1.5
+fails "compile: sparsity needs int8 activations" "sparse decode needs" "$bin" compile -m "$model" -o "$tmp/x.npu" --sparsity 0.5 --quant w8a16
+fails "run: --sparse exact without sparse data" "compile it with --sparsity" "$bin" run -m "$model" -p x -n 2 --sparse exact
+fails "run: unknown --sparse mode" "not predict, exact or off" "$bin" run -m "$tmp/s.npu" -p x --sparse some
+fails "run: a memory budget on a GGUF" "needs a program file" "$bin" run -m "$model" -p x --mem-budget 100M
+fails "run: a budget too small for the neuron cache" "needs at least" "$bin" run -m "$tmp/s.npu" -p x --mem-budget 1M
+fails "run: a budget that is not a size" "is not a size" "$bin" run -m "$tmp/s.npu" -p x --mem-budget lots
+echo "1..$n"
