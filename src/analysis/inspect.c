@@ -406,6 +406,19 @@ static void print_sparse(const struct npu_program *p, FILE *out) {
           100.0 * (double)sp->level, 3 * sp->kp, human_bytes(bundles, b1, sizeof(b1)),
           human_bytes(pred, b2, sizeof(b2)), human_count(pred_macs, b3, sizeof(b3)),
           percent(pred_macs, ffn_macs), human_count(ffn_macs, b4, sizeof(b4)));
+  bool tried = false;
+  for (int i = 0; i < NPU_SPARSE_AUTO_LEVELS; i++) tried |= sp->auto_ratio[i] != 0.0f;
+  if (tried) {
+    fprintf(out,
+            "  chosen by --sparsity auto: decode perplexity on the calibration text over dense's");
+    for (int i = 0; i < NPU_SPARSE_AUTO_LEVELS; i++) {
+      if (sp->auto_ratio[i] != 0.0f) {
+        fprintf(out, "%s %.2f: x%.4f", i ? "," : "", (double)npu_sparse_auto_levels[i],
+                (double)sp->auto_ratio[i]);
+      }
+    }
+    fprintf(out, " (tolerance x1.01)\n");
+  }
   fprintf(out, "  layer  rank  kept: |SiLU(gate)| >= tau  gate in steps: keep v >= hi | lo_a..lo_b"
                "  kept  candidates  recall  predictor\n");
   for (int32_t l = 0; l < sp->n_layers; l++) {

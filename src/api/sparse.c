@@ -95,25 +95,28 @@ npulm_status npu_sparse_calibrate(const npulm_model *model, struct npu_program *
     st = npu_sparse_build(p, cfg, (const int8_t *const *)cap.x, n, level, rank, recall, err);
   } else if (st == NPULM_OK) {
     /* auto: the largest level whose decode perplexity is within tolerance of dense */
-    static const float levels[] = {0.7f, 0.5f, 0.3f, 0.15f};
+    const float *levels = npu_sparse_auto_levels;
+    float ratio[NPU_SPARSE_AUTO_LEVELS] = {0};
     double dense = 0.0;
     st = decode_text(model, p, NPULM_SPARSE_OFF, tokens, n_tokens, bos, NULL, &dense, err);
     bool found = false;
-    for (size_t i = 0; st == NPULM_OK && !found && i < sizeof(levels) / sizeof(levels[0]); i++) {
+    for (size_t i = 0; st == NPULM_OK && !found && i < NPU_SPARSE_AUTO_LEVELS; i++) {
       double nll = 0.0;
       st = npu_sparse_build(p, cfg, (const int8_t *const *)cap.x, n, levels[i], rank, recall, err);
       if (st == NPULM_OK) {
         st = decode_text(model, p, NPULM_SPARSE_PREDICT, tokens, n_tokens, bos, NULL, &nll, err);
       }
+      if (st == NPULM_OK) ratio[i] = (float)exp(nll - dense);
       found = st == NPULM_OK && exp(nll - dense) <= NPU_SPARSE_AUTO_TOLERANCE;
       if (report) {
         params->progress(params->progress_user, "sparse", "levels", (uint64_t)i + 1,
-                         sizeof(levels) / sizeof(levels[0]));
+                         NPU_SPARSE_AUTO_LEVELS);
       }
     }
     if (st == NPULM_OK && !found) {
       st = npu_sparse_build(p, cfg, (const int8_t *const *)cap.x, n, 0.0f, rank, recall, err);
     }
+    if (st == NPULM_OK) memcpy(p->sparse->auto_ratio, ratio, sizeof(ratio));
   }
   if (st == NPULM_OK && report) params->progress(params->progress_user, "sparse", "steps", 1, 1);
   for (int32_t l = 0; cap.x != NULL && l < cfg->n_layers; l++) free(cap.x[l]);

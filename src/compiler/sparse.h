@@ -76,8 +76,15 @@ static inline int32_t npu_sparse_padded(int32_t n_ff) {
   return (n_ff + NPU_SPARSE_CLUSTER - 1) / NPU_SPARSE_CLUSTER * NPU_SPARSE_CLUSTER;
 }
 
+/* The levels --sparsity auto tries, largest first. */
+#define NPU_SPARSE_AUTO_LEVELS 4
+static const float npu_sparse_auto_levels[NPU_SPARSE_AUTO_LEVELS] = {0.7f, 0.5f, 0.3f, 0.15f};
+
 struct npu_sparse {
   float level; /* the share of neurons the thresholds skip on the calibration inputs */
+  /* --sparsity auto: the decode perplexity on the calibration text at each level tried over
+   * dense's (0: not tried) */
+  float auto_ratio[NPU_SPARSE_AUTO_LEVELS];
   int32_t n_layers, dim, kp;
   struct npu_sparse_layer *layers;
   /* true when the arrays point into a program file's mapping (not to be freed) */

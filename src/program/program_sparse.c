@@ -1,7 +1,9 @@
 /* The sparse decode data of a program file (compiler/sparse.h): written by the save, read and
  * checked by the load. Format (program_file.h):
  *   npulm.sparse.level     f32   the share of neurons skipped on the calibration text
- *   npulm.sparse.layers    i32[12 * n_layers]: per layer n_ff, rank, kp, cand_hi, cand_lo_a,
+ *   npulm.sparse.auto      f32[4], optional: --sparsity auto's decode perplexity over dense's on
+ *                                the calibration text at sparsity 0.7, 0.5, 0.3, 0.15 (0: not
+ * tried) npulm.sparse.layers    i32[12 * n_layers]: per layer n_ff, rank, kp, cand_hi, cand_lo_a,
  *                                cand_lo_b, hi, lo_a, lo_b, keep, cand, recall (the last six
  *                                f32 bits)
  *   tensors per layer L:   npulm.sparse.L.bundles I8 [kp, 3 n_ff padded to clusters of 16]
@@ -96,6 +98,12 @@ npulm_status npu_program_add_sparse(struct npu_gguf_writer *w, const struct npu_
     f[F_RECALL] = f32_bits(ly->recall);
   }
   npu_gguf_writer_add_f32(w, "npulm.sparse.level", s->level);
+  bool tried = false;
+  for (int i = 0; i < NPU_SPARSE_AUTO_LEVELS; i++) tried |= s->auto_ratio[i] != 0.0f;
+  if (tried) {
+    npu_gguf_writer_add_arr(w, "npulm.sparse.auto", NPU_GGUF_F32, s->auto_ratio,
+                            NPU_SPARSE_AUTO_LEVELS);
+  }
   npu_gguf_writer_add_arr(w, "npulm.sparse.layers", NPU_GGUF_I32, rec,
                           (size_t)s->n_layers * SPARSE_FIELDS);
   free(rec);
@@ -217,6 +225,24 @@ npulm_status npu_program_load_sparse(const struct npu_gguf *g, const struct npu_
   if (st != NPULM_OK) {
     npu_sparse_free(s);
     return st;
+  }
+  struct npu_gguf_arr ratios;
+  if (npu_gguf_find(g, "npulm.sparse.auto") != NULL) {
+    st = npu_gguf_get_arr(g, "npulm.sparse.auto", NPU_GGUF_F32, &ratios, err);
+    if (st == NPULM_OK && ratios.n != NPU_SPARSE_AUTO_LEVELS) {
+      st = npu_fail(err, NPULM_ERR_FORMAT, "'npulm.sparse.auto' has %llu values, not %d",
+                    (unsigned long long)ratios.n, NPU_SPARSE_AUTO_LEVELS);
+    }
+    for (int i = 0; st == NPULM_OK && i < NPU_SPARSE_AUTO_LEVELS; i++) {
+      memcpy(&s->auto_ratio[i], ratios.data + 4 * (size_t)i, sizeof(float));
+      if (!(s->auto_ratio[i] >= 0.0f && s->auto_ratio[i] < 1e6f)) {
+        st = npu_fail(err, NPULM_ERR_FORMAT, "'npulm.sparse.auto' holds a value that is no ratio");
+      }
+    }
+    if (st != NPULM_OK) {
+      npu_sparse_free(s);
+      return st;
+    }
   }
   p->sparse = s;
   return NPULM_OK;
