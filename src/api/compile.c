@@ -12,6 +12,7 @@
 #include "compiler/program.h"
 #include "compiler/quantize.h"
 #include "compiler/smooth.h"
+#include "compiler/sparse.h"
 #include "io/gguf.h"
 #include "io/gguf_checksum.h"
 #include "model/model.h"
@@ -193,6 +194,10 @@ npulm_status npulm_model_compile(npulm_model *model, const npulm_compile_params 
                                  npulm_error *err) {
   struct npu_program *p;
   npulm_status st = npu_program_build(model, params, NULL, &p, err);
+  /* to run from memory: the sparse data in huge pages, as the dense weights */
+  if (st == NPULM_OK && p->sparse != NULL && (st = npu_sparse_place(p->sparse, err)) != NPULM_OK) {
+    npu_program_free(p);
+  }
   if (st != NPULM_OK) return st; /* the model keeps the program it had */
   npu_program_free(model->program);
   model->program = p;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/common.h"
+#include "base/pages.h"
 #include "compiler/qparams.h"
 #include "compiler/quantize.h"
 #include "ref/forward.h"
@@ -50,11 +51,56 @@ uint64_t npu_sparse_predictor_bytes(const struct npu_sparse *s, int32_t layer) {
          2 * sizeof(int32_t) * (uint64_t)(l->rank + l->n_ff);
 }
 
+/* A layer's arrays that npu_sparse_place moves: bundles, the predictor's two packed matrices. */
+static void placed_arrays(const struct npu_sparse *s, int32_t l, void ***ptr, size_t *size) {
+  struct npu_sparse_layer *ly = &s->layers[l];
+  ptr[0] = (void **)&ly->bundles;
+  ptr[1] = &ly->pred_b;
+  ptr[2] = &ly->pred_a;
+  size[0] = (size_t)npu_sparse_bundle_bytes(s, l);
+  size[1] = npu_qs8_gemm_packed_size((size_t)ly->rank, (size_t)s->dim);
+  size[2] = npu_qs8_gemm_packed_size((size_t)ly->n_ff, (size_t)ly->rank);
+}
+
+npulm_status npu_sparse_place(struct npu_sparse *s, npulm_error *err) {
+  enum { ALIGN = 64 };
+  if (s->arena != NULL) return NPULM_OK;
+  size_t total = 0;
+  for (int32_t l = 0; l < s->n_layers; l++) {
+    void **ptr[3];
+    size_t size[3];
+    placed_arrays(s, l, ptr, size);
+    for (int i = 0; i < 3; i++) total += (size[i] + ALIGN - 1) / ALIGN * ALIGN;
+  }
+  uint8_t *arena = npu_pages_alloc_huge(total);
+  if (arena == NULL) {
+    return npu_fail(err, NPULM_ERR_NOMEM, "out of memory placing %zu MiB of sparse decode data",
+                    total >> 20);
+  }
+  size_t off = 0;
+  for (int32_t l = 0; l < s->n_layers; l++) {
+    void **ptr[3];
+    size_t size[3];
+    placed_arrays(s, l, ptr, size);
+    for (int i = 0; i < 3; i++) {
+      memcpy(arena + off, *ptr[i], size[i]);
+      if (s->mapped) npu_pages_release(*ptr[i], size[i]);
+      else free(*ptr[i]);
+      *ptr[i] = arena + off;
+      off += (size[i] + ALIGN - 1) / ALIGN * ALIGN;
+    }
+  }
+  s->arena = arena;
+  s->arena_size = total;
+  return NPULM_OK;
+}
+
 void npu_sparse_free(struct npu_sparse *s) {
   if (s == NULL) return;
+  npu_pages_free(s->arena, s->arena_size);
   for (int32_t l = 0; s->layers != NULL && l < s->n_layers; l++) {
     struct npu_sparse_layer *ly = &s->layers[l];
-    if (!s->mapped) {
+    if (!s->mapped && s->arena == NULL) {
       free(ly->pred_b);
       free(ly->pred_a);
       free(ly->bundles);

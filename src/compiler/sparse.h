@@ -89,7 +89,16 @@ struct npu_sparse {
   struct npu_sparse_layer *layers;
   /* true when the arrays point into a program file's mapping (not to be freed) */
   bool mapped;
+  /* where npu_sparse_place put the bundles and predictors (huge pages), or NULL */
+  uint8_t *arena;
+  size_t arena_size;
 };
+
+/* Move every layer's bundles and predictor weights into one block of huge pages (as the dense
+ * weights are, npu_quant_place_packed), letting go of the file mapping's pages or the heap
+ * copies as it goes: decode reads them scattered, a row at a time, where small pages cost a TLB
+ * miss every 4 KiB. */
+npulm_status npu_sparse_place(struct npu_sparse *s, npulm_error *err);
 
 /* Build the sparse decode data of integer program 'p' (w8a8, without shadow outliers: the FFN
  * of every decode graph is gate and up matmuls, SiLU, product and down matmul on the NPU) for

@@ -460,9 +460,10 @@ struct npu_gguf_writer;
 npulm_status npu_program_add_sparse(struct npu_gguf_writer *w, const struct npu_program *p,
                                     npulm_error *err);
 /* Read the sparse decode data of file 'g' into 'p' (nothing if it has none), checking every
- * size and range; the bundles and predictor weights are used in place. */
+ * size and range; the bundles and predictor weights are used in place, or with 'place' moved
+ * into huge pages (npu_sparse_place). */
 npulm_status npu_program_load_sparse(const struct npu_gguf *g, const struct npu_config *cfg,
-                                     struct npu_program *p, npulm_error *err);
+                                     bool place, struct npu_program *p, npulm_error *err);
 
 /* Fail naming site 'i': "program site I ('name'): <what>". */
 npulm_status NPU_PRINTF(4, 5) npu_program_site_fail(npulm_error *err, const struct npu_program *p,

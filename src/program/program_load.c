@@ -773,7 +773,7 @@ npulm_status npu_program_load(const struct npulm_model *m, struct npu_program **
     if ((st = load_graph(g, p, i, m->cfg.n_layers, &p->graphs[i], err)) != NPULM_OK) goto fail;
   }
   if ((st = load_quant(g, p, m->mem_budget == 0, err)) != NPULM_OK) goto fail;
-  if ((st = npu_program_load_sparse(g, &m->cfg, p, err)) != NPULM_OK) goto fail;
+  if ((st = npu_program_load_sparse(g, &m->cfg, m->mem_budget == 0, p, err)) != NPULM_OK) goto fail;
   if ((st = npu_program_verify(m, p, err)) != NPULM_OK) goto fail;
   program_sizes(m, p);
   *out = p;

@@ -191,7 +191,7 @@ static npulm_status load_layer(const struct npu_gguf *g, const struct npu_config
 }
 
 npulm_status npu_program_load_sparse(const struct npu_gguf *g, const struct npu_config *cfg,
-                                     struct npu_program *p, npulm_error *err) {
+                                     bool place, struct npu_program *p, npulm_error *err) {
   if (npu_gguf_find(g, "npulm.sparse.level") == NULL) return NPULM_OK;
   float level;
   struct npu_gguf_arr rec;
@@ -243,6 +243,10 @@ npulm_status npu_program_load_sparse(const struct npu_gguf *g, const struct npu_
       npu_sparse_free(s);
       return st;
     }
+  }
+  if (place && (st = npu_sparse_place(s, err)) != NPULM_OK) {
+    npu_sparse_free(s);
+    return st;
   }
   p->sparse = s;
   return NPULM_OK;
