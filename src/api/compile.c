@@ -195,7 +195,8 @@ npulm_status npulm_model_compile(npulm_model *model, const npulm_compile_params 
   struct npu_program *p;
   npulm_status st = npu_program_build(model, params, NULL, &p, err);
   /* to run from memory: the sparse data in huge pages, as the dense weights */
-  if (st == NPULM_OK && p->sparse != NULL && (st = npu_sparse_place(p->sparse, err)) != NPULM_OK) {
+  if (st == NPULM_OK && p->sparse != NULL &&
+      (st = npu_sparse_place(p->sparse, true, err)) != NPULM_OK) {
     npu_program_free(p);
   }
   if (st != NPULM_OK) return st; /* the model keeps the program it had */

@@ -10,6 +10,7 @@
 void npu_program_free(struct npu_program *p) {
   if (p == NULL) return;
   npu_quant_free(p);
+  free(p->streamed);
   free(p->smooth_alphas);
   for (int32_t i = 0; i < p->n_graphs; i++) npu_graph_free(&p->graphs[i]);
   free(p->graphs);

@@ -83,6 +83,11 @@ struct npu_program {
   /* Predicted sparse decode (compiler/sparse.h): predictors, thresholds and neuron bundles of
    * every layer's FFN; NULL: decode is dense. */
   struct npu_sparse *sparse;
+  /* Loaded under a memory budget (npulm_model.mem_budget): the matmul sites whose packed weights
+   * stay in the file's mapping, read at each use (n_qsites flags, npu_sparse_streamed), and the
+   * bytes of weights held in memory; NULL and 0 otherwise. */
+  uint8_t *streamed;
+  uint64_t held_bytes;
 };
 
 /* Defaults: chunks 16, 64 and 128 (those within the model's context), buckets powers of two from

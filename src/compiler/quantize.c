@@ -131,11 +131,17 @@ static bool placed(const struct npu_qsite *s) {
 }
 
 npulm_status npu_quant_place_packed(struct npu_program *p, npulm_error *err) {
+  return npu_quant_place_packed_but(p, NULL, err);
+}
+
+npulm_status npu_quant_place_packed_but(struct npu_program *p, const uint8_t *leave,
+                                        npulm_error *err) {
   enum { ALIGN = 64 };
   size_t total = 0;
   for (int32_t i = 0; i < p->n_qsites; i++) {
     const struct npu_qsite *s = &p->qsites[i];
-    if (placed(s)) total += ((size_t)s->packed_size + ALIGN - 1) / ALIGN * ALIGN;
+    if (placed(s) && (leave == NULL || !leave[i]))
+      total += ((size_t)s->packed_size + ALIGN - 1) / ALIGN * ALIGN;
   }
   if (total == 0 || p->packed_arena != NULL) return NPULM_OK;
   uint8_t *arena = npu_pages_alloc_huge(total);
@@ -146,7 +152,7 @@ npulm_status npu_quant_place_packed(struct npu_program *p, npulm_error *err) {
   size_t off = 0;
   for (int32_t i = 0; i < p->n_qsites; i++) {
     struct npu_qsite *s = &p->qsites[i];
-    if (!placed(s)) continue;
+    if (!placed(s) || (leave != NULL && leave[i])) continue;
     memcpy(arena + off, s->packed, (size_t)s->packed_size);
     if (p->qsites_mapped) npu_pages_release(s->packed, (size_t)s->packed_size);
     else free(s->packed);

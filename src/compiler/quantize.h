@@ -170,6 +170,10 @@ npulm_status npu_quant_link(const struct npu_program *p, struct npu_graph *g, np
  * pages of the program file's mapping as it goes, so that the weights are never held twice;
  * gathers that borrow a matmul's weights follow them. */
 npulm_status npu_quant_place_packed(struct npu_program *p, npulm_error *err);
+/* The same for the sites not flagged in 'leave' (n_qsites flags; a memory budget's streamed
+ * sites, npu_sparse_streamed, stay in the file's mapping). */
+npulm_status npu_quant_place_packed_but(struct npu_program *p, const uint8_t *leave,
+                                        npulm_error *err);
 
 /* Free the integer data of 'p' (back to FP32 quant_mode). */
 void npu_quant_free(struct npu_program *p);

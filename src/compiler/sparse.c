@@ -10,6 +10,7 @@
 #include "base/pages.h"
 #include "compiler/qparams.h"
 #include "compiler/quantize.h"
+#include "ir/ir.h"
 #include "ref/forward.h"
 
 npulm_status npu_sparse_sites_of(const struct npu_program *p, int32_t layer,
@@ -62,15 +63,16 @@ static void placed_arrays(const struct npu_sparse *s, int32_t l, void ***ptr, si
   size[2] = npu_qs8_gemm_packed_size((size_t)ly->n_ff, (size_t)ly->rank);
 }
 
-npulm_status npu_sparse_place(struct npu_sparse *s, npulm_error *err) {
+npulm_status npu_sparse_place(struct npu_sparse *s, bool bundles, npulm_error *err) {
   enum { ALIGN = 64 };
   if (s->arena != NULL) return NPULM_OK;
+  const int first = bundles ? 0 : 1; /* placed_arrays: bundles first */
   size_t total = 0;
   for (int32_t l = 0; l < s->n_layers; l++) {
     void **ptr[3];
     size_t size[3];
     placed_arrays(s, l, ptr, size);
-    for (int i = 0; i < 3; i++) total += (size[i] + ALIGN - 1) / ALIGN * ALIGN;
+    for (int i = first; i < 3; i++) total += (size[i] + ALIGN - 1) / ALIGN * ALIGN;
   }
   uint8_t *arena = npu_pages_alloc_huge(total);
   if (arena == NULL) {
@@ -82,7 +84,7 @@ npulm_status npu_sparse_place(struct npu_sparse *s, npulm_error *err) {
     void **ptr[3];
     size_t size[3];
     placed_arrays(s, l, ptr, size);
-    for (int i = 0; i < 3; i++) {
+    for (int i = first; i < 3; i++) {
       memcpy(arena + off, *ptr[i], size[i]);
       if (s->mapped) npu_pages_release(*ptr[i], size[i]);
       else free(*ptr[i]);
@@ -92,25 +94,67 @@ npulm_status npu_sparse_place(struct npu_sparse *s, npulm_error *err) {
   }
   s->arena = arena;
   s->arena_size = total;
+  s->bundles_placed = bundles;
   return NPULM_OK;
+}
+
+/* Whether site 's' is a layer's dense FFN matmul (gate, up, down). */
+static bool is_dense_ffn(const struct npu_qsite *s) {
+  const char *dot = strrchr(s->name, '.');
+  return s->op == NPU_OP_MATMUL && dot != NULL &&
+         (strcmp(dot, ".ffn_gate") == 0 || strcmp(dot, ".ffn_up") == 0 ||
+          strcmp(dot, ".ffn_down") == 0);
+}
+
+uint64_t npu_sparse_streamed(const struct npu_program *p, uint64_t budget, uint8_t *streamed_out) {
+  uint64_t held = 0;
+  for (int32_t l = 0; p->sparse != NULL && l < p->sparse->n_layers; l++) {
+    held += npu_sparse_predictor_bytes(p->sparse, l);
+  }
+  for (int32_t i = 0; i < p->n_qsites; i++) streamed_out[i] = 0;
+  /* the others, smallest first: a selection sort of what is left (a few hundred sites) */
+  for (;;) {
+    int32_t best = -1;
+    for (int32_t i = 0; i < p->n_qsites; i++) {
+      const struct npu_qsite *s = &p->qsites[i];
+      if (s->op != NPU_OP_MATMUL || s->table_site >= 0 || s->packed == NULL ||
+          streamed_out[i] != 0) {
+        continue;
+      }
+      if (is_dense_ffn(s)) {
+        streamed_out[i] = 1;
+        continue;
+      }
+      if (best < 0 || s->packed_size < p->qsites[best].packed_size) best = i;
+    }
+    if (best < 0) break;
+    if ((held + p->qsites[best].packed_size) * 10 <= budget * 9) {
+      held += p->qsites[best].packed_size;
+      streamed_out[best] = 2; /* held: seen */
+    } else {
+      streamed_out[best] = 1;
+    }
+  }
+  for (int32_t i = 0; i < p->n_qsites; i++) streamed_out[i] = streamed_out[i] == 1;
+  return held;
 }
 
 void npu_sparse_free(struct npu_sparse *s) {
   if (s == NULL) return;
-  npu_pages_free(s->arena, s->arena_size);
   for (int32_t l = 0; s->layers != NULL && l < s->n_layers; l++) {
     struct npu_sparse_layer *ly = &s->layers[l];
     if (!s->mapped && s->arena == NULL) {
       free(ly->pred_b);
       free(ly->pred_a);
-      free(ly->bundles);
     }
+    if (!s->mapped && !s->bundles_placed) free(ly->bundles);
     free(ly->mult);
     free(ly->shift);
     free(ly->bias);
     free(ly->freq);
   }
   free(s->layers);
+  npu_pages_free(s->arena, s->arena_size);
   free(s);
 }
 

@@ -92,13 +92,14 @@ struct npu_sparse {
   /* where npu_sparse_place put the bundles and predictors (huge pages), or NULL */
   uint8_t *arena;
   size_t arena_size;
+  bool bundles_placed; /* the bundles too (else only the predictors) */
 };
 
-/* Move every layer's bundles and predictor weights into one block of huge pages (as the dense
- * weights are, npu_quant_place_packed), letting go of the file mapping's pages or the heap
- * copies as it goes: decode reads them scattered, a row at a time, where small pages cost a TLB
- * miss every 4 KiB. */
-npulm_status npu_sparse_place(struct npu_sparse *s, npulm_error *err);
+/* Move every layer's predictor weights, and with 'bundles' its bundles, into one block of huge
+ * pages (as the dense weights are, npu_quant_place_packed), letting go of the file mapping's
+ * pages or the heap copies as it goes: held in memory, not in page cache the kernel may reclaim
+ * (under a memory budget the bundles stay in the file, for the neuron cache). */
+npulm_status npu_sparse_place(struct npu_sparse *s, bool bundles, npulm_error *err);
 
 /* Build the sparse decode data of integer program 'p' (w8a8, without shadow outliers: the FFN
  * of every decode graph is gate and up matmuls, SiLU, product and down matmul on the NPU) for
@@ -122,6 +123,13 @@ struct npu_sparse_sites {
 };
 npulm_status npu_sparse_sites_of(const struct npu_program *p, int32_t layer,
                                  struct npu_sparse_sites *out, npulm_error *err);
+
+/* Under a memory budget of 'budget' bytes, which matmul sites of 'p' are read from the file at
+ * each use ('streamed_out[i]' = 1, n_qsites flags) rather than held in memory: the layers' dense
+ * FFN (prefill's: sparse decode reads the bundles), and of the weights every decode step reads
+ * whole (attention, classifier), those beyond 90 % of the budget when held smallest first after
+ * the predictors. Returns the bytes held (predictors included). */
+uint64_t npu_sparse_streamed(const struct npu_program *p, uint64_t budget, uint8_t *streamed_out);
 
 void npu_sparse_free(struct npu_sparse *s); /* accepts NULL */
 

@@ -9,6 +9,7 @@
 #include "base/common.h"
 #include "compiler/program.h"
 #include "compiler/quantize.h"
+#include "compiler/sparse.h"
 #include "io/gguf_checksum.h"
 #include "program/program_file.h"
 
@@ -774,6 +775,19 @@ npulm_status npu_program_load(const struct npulm_model *m, struct npu_program **
   }
   if ((st = load_quant(g, p, m->mem_budget == 0, err)) != NPULM_OK) goto fail;
   if ((st = npu_program_load_sparse(g, &m->cfg, m->mem_budget == 0, p, err)) != NPULM_OK) goto fail;
+  if (m->mem_budget > 0 && p->sparse != NULL) {
+    /* under a budget: hold what fits in memory, leave the rest in the file */
+    p->streamed = calloc((size_t)p->n_qsites + 1, 1);
+    if (p->streamed == NULL) {
+      st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+      goto fail;
+    }
+    p->held_bytes = npu_sparse_streamed(p, m->mem_budget, p->streamed);
+    if ((st = npu_quant_place_packed_but(p, p->streamed, err)) != NPULM_OK ||
+        (st = npu_sparse_place(p->sparse, false, err)) != NPULM_OK) {
+      goto fail;
+    }
+  }
   if ((st = npu_program_verify(m, p, err)) != NPULM_OK) goto fail;
   program_sizes(m, p);
   *out = p;

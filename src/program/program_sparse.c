@@ -244,7 +244,7 @@ npulm_status npu_program_load_sparse(const struct npu_gguf *g, const struct npu_
       return st;
     }
   }
-  if (place && (st = npu_sparse_place(s, err)) != NPULM_OK) {
+  if (place && (st = npu_sparse_place(s, true, err)) != NPULM_OK) {
     npu_sparse_free(s);
     return st;
   }

@@ -33,10 +33,10 @@ struct npu_residency {
   const struct npulm_model *model;
   const struct npu_sparse *sp;
   const struct npu_gguf *file;
-  uint8_t *streamed; /* (n_qsites) */
-  size_t kp;         /* bytes of each of a neuron's three vectors */
-  size_t bundle;     /* bytes of a slot: 3 kp */
-  size_t part;       /* in the file, from a neuron's gate row to its up row (and on to its down) */
+  const uint8_t *streamed; /* (n_qsites) the program's */
+  size_t kp;               /* bytes of each of a neuron's three vectors */
+  size_t bundle;           /* bytes of a slot: 3 kp */
+  size_t part; /* in the file, from a neuron's gate row to its up row (and on to its down) */
   int32_t n_layers, n_ff;
   /* slots: hot ones first (pinned), then the cache's */
   int8_t *slots;
@@ -257,7 +257,6 @@ void npu_residency_free(struct npu_residency *r) {
   pthread_mutex_destroy(&r->lock);
   pthread_cond_destroy(&r->cond);
   npu_pages_free(r->slots, r->slots_bytes);
-  free(r->streamed);
   free(r->slot_of);
   free(r->owner);
   free(r->used);
@@ -266,32 +265,6 @@ void npu_residency_free(struct npu_residency *r) {
   free(r->miss_id);
   free(r->runs);
   free(r);
-}
-
-/* Whether site 's' is a layer's dense FFN matmul (gate, up, down): prefill's only. */
-static bool is_dense_ffn(const struct npu_qsite *s) {
-  const char *dot = strrchr(s->name, '.');
-  return s->op == NPU_OP_MATMUL && dot != NULL &&
-         (strcmp(dot, ".ffn_gate") == 0 || strcmp(dot, ".ffn_up") == 0 ||
-          strcmp(dot, ".ffn_down") == 0);
-}
-
-static int cmp_size(const void *a, const void *b, void *sizes) {
-  const uint64_t *sz = sizes, x = sz[*(const int32_t *)a], y = sz[*(const int32_t *)b];
-  return (x > y) - (x < y);
-}
-
-/* qsort_r is not portable: a plain insertion sort of the site indices by size. */
-static void sort_by_size(int32_t *idx, int32_t n, const uint64_t *size) {
-  for (int32_t i = 1; i < n; i++) {
-    const int32_t v = idx[i];
-    int32_t k = i;
-    while (k > 0 && cmp_size(&idx[k - 1], &v, (void *)size) > 0) {
-      idx[k] = idx[k - 1];
-      k--;
-    }
-    idx[k] = v;
-  }
 }
 
 /* The hot neurons: for each layer its share of the hot slots, the most often kept first. */
@@ -332,7 +305,7 @@ npulm_status npu_residency_create(const struct npulm_model *m, struct npu_reside
                                   npulm_error *err) {
   *out = NULL;
   const struct npu_program *p = m->program;
-  if (p == NULL || p->sparse == NULL || m->gguf->fd < 0) {
+  if (p == NULL || p->sparse == NULL || p->streamed == NULL || m->gguf->fd < 0) {
     return npu_fail(
         err, NPULM_ERR_ARG,
         "a memory budget needs a program file compiled with --sparsity (npulm compile)");
@@ -351,42 +324,14 @@ npulm_status npu_residency_create(const struct npulm_model *m, struct npu_reside
   r->n_ff = r->sp->layers[0].n_ff;
   const uint64_t budget = m->mem_budget;
   r->stats.budget = budget;
-  npulm_status st = NPULM_OK;
-  /* the weights every step reads: pinned smallest first within 90 % of the budget */
-  r->streamed = calloc((size_t)p->n_qsites + 1, 1);
-  uint64_t *size = calloc((size_t)p->n_qsites + 1, sizeof(uint64_t));
-  int32_t *idx = calloc((size_t)p->n_qsites + 1, sizeof(int32_t));
-  if (r->streamed == NULL || size == NULL || idx == NULL) {
-    st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  /* the weights held and streamed, as the program was loaded (npu_sparse_streamed) */
+  r->streamed = p->streamed;
+  const uint64_t pinned = p->held_bytes;
+  for (int32_t i = 0; i < p->n_qsites; i++) {
+    if (r->streamed[i]) r->stats.streamed_bytes += p->qsites[i].packed_size;
   }
-  int32_t n_idx = 0;
-  uint64_t pinned = 0;
-  for (int32_t l = 0; st == NPULM_OK && l < r->n_layers; l++) {
-    pinned += npu_sparse_predictor_bytes(r->sp, l); /* read every step: always kept */
-  }
-  for (int32_t i = 0; st == NPULM_OK && i < p->n_qsites; i++) {
-    const struct npu_qsite *s = &p->qsites[i];
-    if (s->op != NPU_OP_MATMUL || s->table_site >= 0 || s->packed == NULL) continue;
-    size[i] = s->packed_size;
-    if (is_dense_ffn(s)) {
-      r->streamed[i] = 1;
-      r->stats.streamed_bytes += s->packed_size;
-    } else {
-      idx[n_idx++] = i;
-    }
-  }
-  sort_by_size(idx, n_idx, size);
-  for (int32_t k = 0; st == NPULM_OK && k < n_idx; k++) {
-    if ((pinned + size[idx[k]]) * 10 <= budget * 9) {
-      pinned += size[idx[k]];
-    } else {
-      r->streamed[idx[k]] = 1;
-      r->stats.streamed_bytes += size[idx[k]];
-    }
-  }
-  free(size);
-  free(idx);
   r->stats.pinned_bytes = pinned;
+  npulm_status st = NPULM_OK;
   /* the neuron cache: what is left, half hot; at least two layers' worth of slots */
   const uint64_t left = budget > pinned ? budget - pinned : 0;
   const uint64_t slots = left / r->bundle;
