@@ -68,8 +68,9 @@ npulm_status npu_model_open(const char *path, bool defer_matrices, const npulm_o
                    "a memory budget needs a program compiled with --sparsity; '%s' has none", path);
       goto fail;
     }
-    /* loading read the weights' headers to check them: let them go, as every step will */
-    npu_gguf_drop(m->gguf, m->gguf->data_offset, m->gguf->size, cold);
+    /* loading read the header and the weights' headers to check them: let them go (what is
+     * still read of the header, the vocabulary, comes back a page at a time) */
+    npu_gguf_drop(m->gguf, 0, m->gguf->size, cold);
   }
   *model_out = m;
   return NPULM_OK;

@@ -144,7 +144,9 @@ npulm_status npu_quant_place_packed_but(struct npu_program *p, const uint8_t *le
       total += ((size_t)s->packed_size + ALIGN - 1) / ALIGN * ALIGN;
   }
   if (total == 0 || p->packed_arena != NULL) return NPULM_OK;
-  uint8_t *arena = npu_pages_alloc_huge(total);
+  /* under a budget (some sites left in the file) small pages: a huge page's rounding would count
+   * against it */
+  uint8_t *arena = leave != NULL ? npu_pages_alloc(total) : npu_pages_alloc_huge(total);
   if (arena == NULL) {
     return npu_fail(err, NPULM_ERR_NOMEM, "out of memory placing %zu MiB of packed weights",
                     total >> 20);

@@ -171,7 +171,8 @@ npulm_status npu_quant_link(const struct npu_program *p, struct npu_graph *g, np
  * gathers that borrow a matmul's weights follow them. */
 npulm_status npu_quant_place_packed(struct npu_program *p, npulm_error *err);
 /* The same for the sites not flagged in 'leave' (n_qsites flags; a memory budget's streamed
- * sites, npu_sparse_streamed, stay in the file's mapping). */
+ * sites, npu_sparse_streamed, stay in the file's mapping), in small pages: under a budget a huge
+ * page's rounding would count against it. */
 npulm_status npu_quant_place_packed_but(struct npu_program *p, const uint8_t *leave,
                                         npulm_error *err);
 

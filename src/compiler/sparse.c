@@ -74,7 +74,9 @@ npulm_status npu_sparse_place(struct npu_sparse *s, bool bundles, npulm_error *e
     placed_arrays(s, l, ptr, size);
     for (int i = first; i < 3; i++) total += (size[i] + ALIGN - 1) / ALIGN * ALIGN;
   }
-  uint8_t *arena = npu_pages_alloc_huge(total);
+  /* the predictors alone (under a budget) in small pages: a huge page's rounding would count
+   * against it */
+  uint8_t *arena = bundles ? npu_pages_alloc_huge(total) : npu_pages_alloc(total);
   if (arena == NULL) {
     return npu_fail(err, NPULM_ERR_NOMEM, "out of memory placing %zu MiB of sparse decode data",
                     total >> 20);
