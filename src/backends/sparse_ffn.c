@@ -29,7 +29,7 @@ struct npu_sparse_run {
   const struct npu_ukernels *uk;
   enum npu_sparse_mode mode;
   bool audit;
-  int32_t n_layers, dim, n_ff, kp, max_rank;
+  int32_t n_layers, dim, n_ff, max_rank;
   struct layer_run *layers;
   struct npu_bundle_source source;
   /* one step's work (a session runs one decode step at a time) */
@@ -174,7 +174,6 @@ npulm_status npu_sparse_run_create(const struct npu_program *p, enum npu_sparse_
   r->audit = audit;
   r->n_layers = sp->n_layers;
   r->dim = sp->dim;
-  r->kp = sp->kp;
   r->n_ff = sp->layers[0].n_ff;
   r->source =
       (struct npu_bundle_source){(void *)sp, resident_get, NULL, npu_sparse_part((size_t)sp->kp)};
@@ -328,9 +327,8 @@ static double exact_mass(struct npu_sparse_run *r, const struct layer_run *lr, i
 
 void npu_sparse_ffn_exec(struct npu_sparse_run *r, const struct npu_graph *g, int32_t first,
                          int32_t count, struct npu_pool *pool, uint8_t *const arena[NPU_BE_COUNT]) {
-  int32_t layer = -1;
   (void)count;
-  ffn_span(g, first, first + 5, &layer);
+  const int32_t layer = g->nodes[first].layer; /* npu_sparse_span checked the span */
   const struct layer_run *lr = &r->layers[layer];
   const struct npu_sparse_layer *d = lr->data;
   const struct npu_ir_tensor *xt = &g->tensors[g->nodes[first].in[0]];

@@ -11,6 +11,7 @@
 #include "compiler/program.h"
 #include "compiler/qparams.h"
 #include "compiler/quantize.h"
+#include "compiler/sparse.h"
 #include "program/program_file.h"
 
 #define ARENA_SLACK 4096u /* per tensor: the most alignment padding a plan may add */
@@ -1116,6 +1117,23 @@ static npulm_status verify_qtensors(const struct npu_program *p, npulm_error *er
 
 /* The integer half of a program: FP32 programs have none; integer ones a valid mode, options,
  * table and sites. */
+/* Sparse decode's predictors are int8 GEMMs too: their packed weights as a matmul site's. */
+static npulm_status verify_sparse(const struct npu_program *p, npulm_error *err) {
+  const struct npu_sparse *sp = p->sparse;
+  for (int32_t l = 0; sp != NULL && l < sp->n_layers; l++) {
+    const struct npu_sparse_layer *ly = &sp->layers[l];
+    const struct npu_qsite b = {.n = ly->rank, .k = sp->dim, .packed = ly->pred_b};
+    const struct npu_qsite a = {.n = ly->n_ff, .k = ly->rank, .packed = ly->pred_a};
+    char detail[160];
+    const char *why = check_packed(&b, detail, sizeof(detail));
+    if (why == NULL) why = check_packed(&a, detail, sizeof(detail));
+    if (why != NULL) {
+      return npu_fail(err, NPULM_ERR_FORMAT, "sparse layer %d's predictor: %s", l, why);
+    }
+  }
+  return NPULM_OK;
+}
+
 static npulm_status verify_quant(const struct npu_program *p, const struct npu_gguf *g,
                                  npulm_error *err) {
   if (p->quant_mode == NPU_QUANT_F32) {
@@ -1219,6 +1237,7 @@ npulm_status npu_program_verify(const struct npulm_model *m, const struct npu_pr
   if (!same)
     return npu_fail(err, NPULM_ERR_FORMAT, "program weight table does not match the model");
   if ((st = verify_quant(p, m->gguf, err)) != NPULM_OK) return st;
+  if ((st = verify_sparse(p, err)) != NPULM_OK) return st;
   bool *omitted = calloc((size_t)p->n_weights + 1, sizeof(*omitted));
   if (omitted == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
   for (int32_t i = 0; i < p->n_weights && m->n_omitted > 0; i++) {

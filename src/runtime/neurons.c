@@ -30,7 +30,6 @@ struct read_run {
 };
 
 struct npu_residency {
-  const struct npulm_model *model;
   const struct npu_sparse *sp;
   const struct npu_gguf *file;
   const uint8_t *streamed; /* (n_qsites) the program's */
@@ -314,7 +313,6 @@ npulm_status npu_residency_create(const struct npulm_model *m, struct npu_reside
   if (r == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
   pthread_mutex_init(&r->lock, NULL);
   pthread_cond_init(&r->cond, NULL);
-  r->model = m;
   r->sp = p->sparse;
   r->file = m->gguf;
   r->kp = (size_t)r->sp->kp;
