@@ -1,6 +1,7 @@
 /* Helpers the npulm CLI commands share (see cli_util.h). */
 #include "cli_util.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -42,8 +43,7 @@ long long cli_opt_int(struct cli_args *a, long long min, long long max) {
   return v;
 }
 
-/* A byte count: a number with an optional K, M or G (powers of 1024). */
-static uint64_t opt_size(struct cli_args *a) {
+uint64_t cli_opt_size(struct cli_args *a) {
   const char *name = a->argv[a->i];
   const char *s = cli_opt_value(a);
   char *end;
@@ -62,7 +62,7 @@ static uint64_t opt_size(struct cli_args *a) {
 
 bool cli_open_option(struct cli_args *a, npulm_open_params *op) {
   const char *o = a->argv[a->i];
-  if (cli_is_opt(o, NULL, "--mem-budget")) op->mem_budget = opt_size(a);
+  if (cli_is_opt(o, NULL, "--mem-budget")) op->mem_budget = cli_opt_size(a);
   else if (cli_is_opt(o, NULL, "--cold")) op->cold = true;
   else return false;
   return true;
@@ -142,10 +142,44 @@ char *cli_read_file(const char *cmd, const char *path, size_t *len) {
   return buf;
 }
 
+void cli_compile_batch(struct cli_args *a, npulm_compile_params *cp, int batch) {
+  static const int defaults[] = {16, 64, 128};
+  assert(batch >= 1 && batch <= CLI_MAX_BATCH);
+  int sizes[NPULM_MAX_CHUNKS + 12], n = 0; /* 12 powers of two reach CLI_MAX_BATCH */
+  if (cp->n_chunks == 0) {
+    for (size_t i = 0; i < sizeof(defaults) / sizeof(defaults[0]); i++) sizes[n++] = defaults[i];
+  } else {
+    for (int i = 0; i < cp->n_chunks; i++) sizes[n++] = cp->chunks[i];
+  }
+  for (int b = 2; b / 2 < batch; b *= 2) sizes[n++] = b;
+  int out = 0; /* insertion sort, dropping repeats */
+  for (int i = 0; i < n; i++) {
+    int j = out;
+    while (j > 0 && cp->chunks[j - 1] > sizes[i]) j--;
+    if (j > 0 && cp->chunks[j - 1] == sizes[i]) continue;
+    if (out == NPULM_MAX_CHUNKS) {
+      cli_die(a->cmd, "batch %d: with the chunk sizes, more than %d sizes", batch,
+              NPULM_MAX_CHUNKS);
+    }
+    memmove(&cp->chunks[j + 1], &cp->chunks[j], (size_t)(out - j) * sizeof(int));
+    cp->chunks[j] = sizes[i];
+    out++;
+  }
+  cp->n_chunks = out;
+}
+
 bool cli_compile_option(struct cli_args *a, npulm_compile_params *cp, bool ctx_is_buckets) {
   const char *o = a->argv[a->i];
   if (cli_is_opt(o, NULL, "--chunks")) {
+    /* a --batch before it would be lost: the list replaces the chunk sizes */
+    for (int i = 2; i < a->i; i++) {
+      if (strcmp(a->argv[i], "--batch") == 0) {
+        cli_die(a->cmd, "%s", "give --chunks before --batch (which adds to the chunk sizes)");
+      }
+    }
     cp->n_chunks = cli_opt_list(a, cp->chunks, NPULM_MAX_CHUNKS, 1, 1L << 24);
+  } else if (cli_is_opt(o, NULL, "--batch")) {
+    cli_compile_batch(a, cp, (int)cli_opt_int(a, 1, CLI_MAX_BATCH));
   } else if (cli_is_opt(o, NULL, "--buckets") || (ctx_is_buckets && cli_is_opt(o, NULL, "--ctx"))) {
     cp->n_buckets = cli_opt_list(a, cp->buckets, NPULM_MAX_BUCKETS, 1, 1L << 24);
   } else if (cli_is_opt(o, NULL, "--quant")) {
@@ -209,6 +243,19 @@ bool cli_session_option(struct cli_args *a, npulm_session_params *sp) {
     return false;
   }
   return true;
+}
+
+void cli_compile_if_needed(const char *cmd, npulm_model *model, npulm_compile_params *cp,
+                           bool reference) {
+  npulm_error err;
+  if (reference || npulm_model_has_program(model)) return;
+  struct cli_progress progress = {.lines = false};
+  cp->progress = cli_progress;
+  cp->progress_user = &progress;
+  const npulm_status st = npulm_model_compile(model, cp, &err);
+  cp->progress = NULL; /* 'progress' ends here */
+  cp->progress_user = NULL;
+  if (st != NPULM_OK) cli_die(cmd, "%s", err.msg);
 }
 
 void cli_free_compile_params(npulm_compile_params *cp) {

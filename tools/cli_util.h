@@ -5,6 +5,7 @@
 #define NPULM_TOOLS_CLI_UTIL_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "npulm.h"
 
@@ -26,6 +27,9 @@
   "                     per layer and matmul input by the least predicted int8 error\n"             \
   "  --shadow-threshold T  outlier channel: calibrated max above T x the median (default 6)\n"      \
   "  --chunks LIST      prefill chunk sizes, ascending, comma-separated (default 16,64,128)\n"      \
+  "  --batch N          also the chunk sizes 2, 4, 8, ... up to N (rounded up to a power of\n"      \
+  "                     two), the steps of batched decode of up to N sessions (npulm serve\n"       \
+  "                     --parallel); added to the --chunks given before it, or the defaults\n"      \
   "  --buckets LIST     context buckets, ascending (default: powers of two from 128 up to the\n"    \
   "                     model's context, which is always the last)\n"                               \
   "  --keep-float       the program file also holds the float copy of the NPU's matrices, so\n"     \
@@ -74,6 +78,10 @@ const char *cli_opt_value(struct cli_args *a);
 /* The integer value of the option at argv[i] in [min, max]; exits otherwise. */
 long long cli_opt_int(struct cli_args *a, long long min, long long max);
 
+/* The byte count value of the option at argv[i]: a positive number with an optional K, M or G
+ * (powers of 1024); exits if it is not one. */
+uint64_t cli_opt_size(struct cli_args *a);
+
 /* The number value of the option at argv[i]; exits if it is not a finite one. */
 float cli_opt_float(struct cli_args *a);
 
@@ -100,6 +108,19 @@ const char *cli_resolve_model(const char *cmd, const char *path);
  * cli_free_compile_params. */
 bool cli_compile_option(struct cli_args *a, npulm_compile_params *cp, bool ctx_is_buckets);
 void cli_free_compile_params(npulm_compile_params *cp);
+
+/* The largest --batch. */
+#define CLI_MAX_BATCH 4096
+
+/* Add the chunk sizes batched decode of up to 'batch' sessions steps through (--batch: the powers
+ * of two from 2 up to 'batch' rounded up to one) to cp->chunks, or to the default chunk sizes if
+ * none were given; ascending, without repeats. Exits if they come to more than NPULM_MAX_CHUNKS. */
+void cli_compile_batch(struct cli_args *a, npulm_compile_params *cp, int batch);
+
+/* Compile a GGUF model in memory (a program file carries its program) unless 'reference',
+ * drawing progress on stderr; exits on failure. */
+void cli_compile_if_needed(const char *cmd, npulm_model *model, npulm_compile_params *cp,
+                           bool reference);
 
 /* A session option at a->argv[a->i] (--sparse MODE, --sparse-audit) into 'sp': true if it was
  * one (and consumed), false otherwise. */

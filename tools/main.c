@@ -1,5 +1,5 @@
-/* The npulm command-line tool: run, compile, inspect, verify, tokenize, ppl, synth. Uses only the
- * public API (npulm.h). */
+/* The npulm command-line tool: run, compile, inspect, verify, tokenize, ppl, synth; bench and serve
+ * live in their own files. Uses only the public API (npulm.h). */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -32,6 +32,7 @@ static const char *const usage_main =
     "  ppl        measure perplexity on a text file (llama-perplexity's method)\n"
     "  synth      write a GGUF with the shapes of a real model and random weights\n"
     "  bench      measure prefill and decode speed (llama-bench's method), roofline, NPU model\n"
+    "  serve      serve the model over HTTP with OpenAI's API (completions, chat, streaming)\n"
     "\n"
     "'npulm COMMAND --help' describes a command's options.\n";
 
@@ -197,17 +198,6 @@ static int32_t *tokenize_all(const char *cmd, const npulm_model *model, const ch
   return ids;
 }
 
-/* Compile a GGUF model in memory (a program file carries its program) unless 'reference'. */
-static void compile_if_needed(const char *cmd, npulm_model *model, npulm_compile_params *cp,
-                              bool reference) {
-  npulm_error err;
-  if (reference || npulm_model_has_program(model)) return;
-  static struct cli_progress progress;
-  cp->progress = cli_progress;
-  cp->progress_user = &progress;
-  if (npulm_model_compile(model, cp, &err) != NPULM_OK) cli_die(cmd, "%s", err.msg);
-}
-
 /* Where the compiled engine's time went (nothing for the reference engine). */
 static void print_engine_stats(const npulm_session *session) {
   npulm_session_stats st;
@@ -302,7 +292,7 @@ static int cmd_run(struct cli_args *a) {
   }
   model_path = cli_resolve_model(a->cmd, model_path);
   npulm_model *model = open_model_params(a->cmd, model_path, &op);
-  compile_if_needed(a->cmd, model, &cp, sp.reference);
+  cli_compile_if_needed(a->cmd, model, &cp, sp.reference);
   cli_free_compile_params(&cp);
   npulm_model_info info;
   npulm_model_get_info(model, &info);
@@ -545,7 +535,7 @@ static int cmd_ppl(struct cli_args *a) {
   npulm_model *model = open_model_params(a->cmd, path, &op);
   size_t len;
   char *text = cli_read_file(a->cmd, file, &len);
-  compile_if_needed(a->cmd, model, &cp, reference);
+  cli_compile_if_needed(a->cmd, model, &cp, reference);
   cli_free_compile_params(&cp);
   struct ppl_header header = {path, file, n_ctx, n_threads, false};
   npulm_ppl_result r;
@@ -654,7 +644,7 @@ static int cmd_diff(struct cli_args *a) {
   }
   if (text == NULL) cli_die(a->cmd, "%s", "no text: pass -p TEXT");
   npulm_model *model = open_model(a->cmd, cli_resolve_model(a->cmd, model_path));
-  compile_if_needed(a->cmd, model, &cp, false);
+  cli_compile_if_needed(a->cmd, model, &cp, false);
   cli_free_compile_params(&cp);
   npulm_diff_report *r;
   npulm_error err;
@@ -682,6 +672,9 @@ static int cmd_diff(struct cli_args *a) {
 /* bench lives in tools/bench.c */
 static int cmd_bench(struct cli_args *a) { return npulm_cmd_bench(a->argc, a->argv); }
 
+/* serve lives in tools/serve.c */
+static int cmd_serve(struct cli_args *a) { return npulm_cmd_serve(a->argc, a->argv); }
+
 /* ---- main ----------------------------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
@@ -699,6 +692,7 @@ int main(int argc, char **argv) {
       {"ppl", cmd_ppl, usage_ppl},
       {"synth", cmd_synth, usage_synth},
       {"bench", cmd_bench, npulm_usage_bench},
+      {"serve", cmd_serve, npulm_usage_serve},
   };
   if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
     fputs(usage_main, argc < 2 ? stderr : stdout);
