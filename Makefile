@@ -57,8 +57,13 @@ $(BUILD)/libnpulm.a: $(OBJS)
 	$(AR) rcs $@ $^
 
 TOOL_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard tools/*.c)))
+# npulm serve (tools/serve.c) is built on libmicrohttpd; the arm64 one is found where multiarch
+# puts it, as the other libraries are
+MHD_CFLAGS := $(shell pkg-config --cflags libmicrohttpd 2>/dev/null)
+MHD_LIBS := $(or $(shell pkg-config --libs libmicrohttpd 2>/dev/null),-lmicrohttpd)
+$(TOOL_OBJS): CFLAGS += $(MHD_CFLAGS)
 $(BUILD)/npulm: $(TOOL_OBJS) $(BUILD)/libnpulm.a
-	$(CC) $(LDFLAGS) -o $@ $^ -ljansson $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(MHD_LIBS) -ljansson $(LDLIBS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -10,4 +10,8 @@ int npulm_cmd_bench(int argc, char **argv);
 /* Its usage text (for npulm bench --help). */
 extern const char npulm_usage_bench[];
 
+/* npulm serve: an OpenAI-compatible HTTP server (tools/serve.c), and its usage text. */
+int npulm_cmd_serve(int argc, char **argv);
+extern const char npulm_usage_serve[];
+
 #endif /* NPULM_TOOLS_COMMANDS_H */
