@@ -856,7 +856,9 @@ static enum MHD_Result handle_generate(struct http_req *h) {
   r->created = (long long)ts.tv_sec;
 
   pthread_mutex_lock(&s->mu);
-  const bool refused = s->stopping || s->n_queued >= s->max_queue;
+  int busy = 0; /* slots taken: the engine changes them under the mutex */
+  for (int i = 0; i < s->n_slots; i++) busy += s->slots[i].req != NULL;
+  const bool refused = s->stopping || busy + s->n_queued >= s->n_slots + s->max_queue;
   if (!refused) {
     r->refs = 2; /* this side and the engine */
     if (s->queue_tail != NULL) s->queue_tail->next = r;
