@@ -474,6 +474,9 @@ static enum MHD_Result queue_json(struct MHD_Connection *conn, unsigned status, 
   if (status == MHD_HTTP_UNAUTHORIZED) {
     MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
   }
+  if (status == MHD_HTTP_SERVICE_UNAVAILABLE) { /* an overloaded server lets the client go */
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+  }
   const enum MHD_Result ret = MHD_queue_response(conn, status, resp);
   MHD_destroy_response(resp);
   return ret;
