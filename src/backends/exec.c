@@ -117,6 +117,19 @@ static bool splits_by_rows(const struct npu_graph *g, const struct npu_ir_node *
 static void attention(const struct npu_graph *g, const struct npu_ir_node *n,
                       const struct npu_exec_ctx *ctx, int32_t r0, int32_t r1) {
   const int32_t hd = ctx->cfg->head_dim, q_cols = g->tensors[n->in[0]].ne[1];
+  if (ctx->batch != NULL) {
+    /* each row over its own sequence's keys, as a decode step of that sequence computes it */
+    const struct npu_ir_tensor *kv_t = &g->tensors[n->in[1]];
+    for (int32_t r = r0; r < r1; r++) {
+      const struct npu_batch_row *b = &ctx->batch[r < ctx->n_valid ? r : ctx->n_valid - 1];
+      const size_t at = (size_t)r * (size_t)q_cols;
+      ctx->cpu_uk->f32_attention((float *)tensor_data(g, n->out, ctx) + at,
+                                 (const float *)tensor_data(g, n->in[0], ctx) + at,
+                                 b->k_cache[kv_t->ref], b->v_cache[kv_t->ref], q_cols / hd,
+                                 kv_t->ne[1] / hd, hd, 1, b->pos, 1, n->param);
+    }
+    return;
+  }
   const int32_t pos0 = ctx->pos0 + (r0 < ctx->n_valid ? r0 : ctx->n_valid - 1);
   const int32_t n_valid = r0 < ctx->n_valid ? ctx->n_valid - r0 : 1;
   float *out = (float *)tensor_data(g, n->out, ctx) + (size_t)r0 * (size_t)q_cols;
@@ -148,8 +161,16 @@ static void exec_rows(const struct npu_graph *g, const struct npu_ir_node *n,
   switch ((enum npu_op)n->op) {
   case NPU_OP_RMSNORM: npu_f32_rmsnorm(out, a, b, rows, a_t->ne[1], n->param); return;
   case NPU_OP_ROPE:
-    ctx->cpu_uk->f32_rope(out, a, ctx->rope_cos, ctx->rope_sin, ctx->cfg, rows,
-                          a_t->ne[1] / ctx->cfg->head_dim, ctx->pos0 + r0);
+    for (int32_t r = r0; r < r1 && ctx->batch != NULL; r++) {
+      const struct npu_batch_row *b = &ctx->batch[r < ctx->n_valid ? r : ctx->n_valid - 1];
+      ctx->cpu_uk->f32_rope((float *)out + (size_t)(r - r0) * out_inner,
+                            (const float *)a + (size_t)(r - r0) * in_inner, b->rope_cos,
+                            b->rope_sin, ctx->cfg, 1, a_t->ne[1] / ctx->cfg->head_dim, b->pos);
+    }
+    if (ctx->batch == NULL) {
+      ctx->cpu_uk->f32_rope(out, a, ctx->rope_cos, ctx->rope_sin, ctx->cfg, rows,
+                            a_t->ne[1] / ctx->cfg->head_dim, ctx->pos0 + r0);
+    }
     return;
   case NPU_OP_MATMUL: {
     /* W is [N, K]; x [rows, K] */
@@ -252,7 +273,10 @@ static void exec_split(const struct npu_graph *g, const struct npu_ir_node *n,
   }
   const size_t inner = (size_t)out_t->ne[1] * (size_t)out_t->ne[2];
   size_t tasks = (size_t)threads * TASKS_PER_THREAD;
-  size_t by_size = (size_t)rows * inner / MIN_TASK_ELEMS;
+  /* a batch step's rows attend over caches of their own: each a decode step's attention */
+  size_t by_size = n->op == NPU_OP_ATTN && ctx->batch != NULL
+                       ? (size_t)ctx->n_valid
+                       : (size_t)rows * inner / MIN_TASK_ELEMS;
   if (tasks > by_size) tasks = by_size;
   if (tasks <= 1) {
     exec_rows(g, n, ctx, 0, rows);
@@ -285,7 +309,14 @@ static void run_node(const struct npu_graph *g, const struct npu_ir_node *n,
   case NPU_OP_GATHER:
     npu_f32_gather(out, b, (const int32_t *)(const void *)a, out_t->ne[0], out_t->ne[1]);
     return;
-  case NPU_OP_KV_WRITE: npu_f32_kv_write(out, a, ctx->pos0, ctx->n_valid, a_t->ne[1]); return;
+  case NPU_OP_KV_WRITE:
+    for (int32_t r = 0; r < ctx->n_valid && ctx->batch != NULL; r++) {
+      const struct npu_batch_row *b = &ctx->batch[r];
+      float *cache = out_t->kv_is_value ? b->v_cache[out_t->ref] : b->k_cache[out_t->ref];
+      npu_f32_kv_write(cache, a + (size_t)r * (size_t)a_t->ne[1], b->pos, 1, a_t->ne[1]);
+    }
+    if (ctx->batch == NULL) npu_f32_kv_write(out, a, ctx->pos0, ctx->n_valid, a_t->ne[1]);
+    return;
   case NPU_OP_LAST_ROW:
     memcpy(out, a + (size_t)(ctx->n_valid - 1) * (size_t)a_t->ne[1],
            (size_t)a_t->ne[1] * sizeof(float));

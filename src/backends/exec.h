@@ -26,6 +26,14 @@ struct npu_profile {
   _Atomic uint64_t bytes[NPU_BE_COUNT][NPU_OP_COUNT];
 };
 
+/* Row r of a batch step (npulm_session_eval_batch): the decode token of a sequence of its own. */
+struct npu_batch_row {
+  int32_t pos;                      /* its cache position */
+  float *const *k_cache;            /* (n_layers) its sequence's caches */
+  float *const *v_cache;            /* */
+  const float *rope_cos, *rope_sin; /* tables covering 'pos' */
+};
+
 /* Everything one step of one graph reads and writes, apart from the graph itself. */
 struct npu_exec_ctx {
   const struct npu_program *prog; /* weights: WEIGHT tensor 'ref' is prog->weights[ref].data */
@@ -56,6 +64,11 @@ struct npu_exec_ctx {
    * begins, and its pages let go of (process and page cache) when it ends */
   const uint8_t *streamed;
   const struct npu_gguf *file;
+  /* A batch step (NULL: the rows are the consecutive tokens of one sequence at pos0): real row
+   * r < n_valid is batch[r]'s token, and RoPE, the KV writes and attention (which must be the fused
+   * ATTN) use its position and caches; pos0, k_cache, v_cache and the rope tables are unused. A
+   * padded row repeats the last real row's attention and writes nothing. */
+  const struct npu_batch_row *batch;
 };
 
 /* The floats ctx->attn_part must hold for decode steps over up to 'n_ctx' cache positions. */

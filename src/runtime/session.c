@@ -75,6 +75,11 @@ struct npulm_session {
   const int32_t *tokens;
   float *logits_out;
   int32_t n_steps;
+  /* a batch step in progress (npulm_session_eval_batch) run by this session: each row's sequence
+   * (batch_rows, max_rows of them) and session, which receives the row's logits */
+  struct npu_batch_row *batch_rows;
+  npulm_session *const *batch_members;
+  int32_t batch_n; /* 0: no batch step */
   /* error attribution (npu_session_observe) */
   npu_node_observer observe;
   void *observe_user;
@@ -154,6 +159,7 @@ static npulm_status compiled_init(struct npulm_session *s, npulm_error *err) {
   s->scratch_logits =
       alloc_pages((uint64_t)s->max_rows * (uint64_t)c->n_vocab * sizeof(float), &s->scratch_bytes);
   s->attn_part = malloc(npu_exec_attn_part_floats(c, s->n_ctx) * sizeof(float));
+  s->batch_rows = calloc((size_t)s->max_rows, sizeof(*s->batch_rows));
   s->steps = calloc((size_t)s->n_ctx, sizeof(*s->steps));
   s->step_graphs = calloc((size_t)s->n_ctx, sizeof(*s->step_graphs));
   s->step_costs = calloc((size_t)s->n_ctx, sizeof(*s->step_costs));
@@ -166,8 +172,8 @@ static npulm_status compiled_init(struct npulm_session *s, npulm_error *err) {
   }
   if (s->kv == NULL || s->k_cache == NULL || s->v_cache == NULL || s->rope_cos == NULL ||
       s->rope_sin == NULL || s->scratch_logits == NULL || s->attn_part == NULL ||
-      s->steps == NULL || s->step_graphs == NULL || s->step_costs == NULL || s->cost_off == NULL ||
-      s->costs == NULL) {
+      s->batch_rows == NULL || s->steps == NULL || s->step_graphs == NULL ||
+      s->step_costs == NULL || s->cost_off == NULL || s->costs == NULL) {
     return npu_fail(err, NPULM_ERR_NOMEM, "out of memory allocating a %d-token KV cache (%zu MiB)",
                     s->n_ctx, (2 * (size_t)c->n_layers * layer_rows * sizeof(float)) >> 20);
   }
@@ -310,6 +316,7 @@ void npulm_session_free(npulm_session *s) {
   free(s->rope_sin);
   npu_pages_free(s->scratch_logits, s->scratch_bytes);
   free(s->attn_part);
+  free(s->batch_rows);
   free(s->steps);
   free(s->step_graphs);
   free(s->step_costs);
@@ -430,6 +437,7 @@ static void run_task(void *user, int32_t step, int32_t sub, int32_t slot) {
       .sparse = s->sparse,
       .streamed = s->residency != NULL ? npu_residency_streamed(s->residency) : NULL,
       .file = s->model->gguf,
+      .batch = s->batch_n > 0 ? s->batch_rows : NULL,
   };
   if (s->streamed_step != NULL && sub == 0) {
     atomic_fetch_add_explicit(&s->streamed_read, s->streamed_step[g - s->prog->graphs],
@@ -442,7 +450,11 @@ static void run_task(void *user, int32_t step, int32_t sub, int32_t slot) {
       memcpy(s->logits_out + (size_t)st->row0 * n_vocab, logits,
              (size_t)st->n_valid * n_vocab * sizeof(float));
     }
-    if (step == s->n_steps - 1) {
+    for (int32_t r = 0; r < s->batch_n; r++) {
+      memcpy(s->batch_members[r]->last_logits, logits + (size_t)r * n_vocab,
+             n_vocab * sizeof(float));
+    }
+    if (step == s->n_steps - 1 && s->batch_n == 0) {
       /* the last real row: row n_valid - 1, or the only row of a graph for generation */
       size_t row = npu_graph_logit_rows(g) == 1 ? 0 : (size_t)st->n_valid - 1;
       memcpy(s->last_logits, logits + row * n_vocab, n_vocab * sizeof(float));
@@ -484,6 +496,29 @@ void npulm_session_memory_stats(const npulm_session *s, npulm_memory_stats *out)
   out->streamed_read = atomic_load(&s->streamed_read);
 }
 
+/* Run the steps s->steps[0 .. n_steps-1] over 'tokens' (the logits of every token to
+ * 'logits_out', which may be NULL) on the session's workers. */
+static void run_steps(struct npulm_session *s, const int32_t *tokens, float *logits_out,
+                      int32_t n_steps) {
+  for (int32_t i = 0; i < n_steps; i++) {
+    s->step_graphs[i] = s->steps[i].g;
+    s->step_costs[i] = s->costs + s->cost_off[s->steps[i].g - s->prog->graphs];
+    s->n_transfers += (uint64_t)s->steps[i].g->n_transfers;
+  }
+  s->tokens = tokens;
+  s->logits_out = logits_out;
+  s->n_steps = n_steps;
+  struct npu_sched_job job = {.n_steps = n_steps,
+                              .graphs = s->step_graphs,
+                              .cost = s->step_costs,
+                              .run = run_task,
+                              .user = s};
+  npu_sched_run(s->sched, &job);
+  s->tokens = NULL;
+  s->logits_out = NULL;
+  s->n_steps_total += (uint64_t)n_steps;
+}
+
 npulm_status npulm_session_eval(npulm_session *s, const int32_t *tokens, size_t n,
                                 float *logits_out, npulm_error *err) {
   const struct npu_config *c = &s->model->cfg;
@@ -518,24 +553,91 @@ npulm_status npulm_session_eval(npulm_session *s, const int32_t *tokens, size_t 
     return npu_fail(err, NPULM_ERR_UNSUPPORTED,
                     "the program has no graph for %zu tokens at position %d", n, s->pos);
   }
-  for (int32_t i = 0; i < n_steps; i++) {
-    s->step_graphs[i] = s->steps[i].g;
-    s->step_costs[i] = s->costs + s->cost_off[s->steps[i].g - s->prog->graphs];
-    s->n_transfers += (uint64_t)s->steps[i].g->n_transfers;
-  }
-  s->tokens = tokens;
-  s->logits_out = logits_out;
-  s->n_steps = n_steps;
-  struct npu_sched_job job = {.n_steps = n_steps,
-                              .graphs = s->step_graphs,
-                              .cost = s->step_costs,
-                              .run = run_task,
-                              .user = s};
-  npu_sched_run(s->sched, &job);
-  s->tokens = NULL;
-  s->logits_out = NULL;
+  run_steps(s, tokens, logits_out, n_steps);
   s->pos += (int)n;
-  s->n_steps_total += (uint64_t)n_steps;
   s->wall_s += npu_now() - t0;
+  return NPULM_OK;
+}
+
+/* Why 'b' cannot join a batch step run by 'lead', or NULL if it can. */
+static const char *batch_refusal(const struct npulm_session *lead, const struct npulm_session *b) {
+  if (b->reference) return "a session of the reference forward cannot be batched";
+  if (b->model != lead->model || b->prog != lead->prog) {
+    return "the sessions of a batch must run one model's program";
+  }
+  if (b->n_ctx != lead->n_ctx) return "the sessions of a batch must have one context length";
+  if (b->sparse != NULL) {
+    return "a batch step runs the FFN dense: create its sessions with sparse decode off";
+  }
+  return NULL;
+}
+
+npulm_status npulm_session_eval_batch(npulm_session *const *sessions, const int32_t *tokens,
+                                      size_t n, npulm_error *err) {
+  if (n == 0) return NPULM_OK;
+  if (sessions == NULL || tokens == NULL) {
+    return npu_fail(err, NPULM_ERR_ARG, "no sessions or tokens given for a batch step");
+  }
+  struct npulm_session *lead = sessions[0];
+  for (size_t r = 0; r < n; r++) {
+    const struct npulm_session *b = sessions[r];
+    if (b == NULL) return npu_fail(err, NPULM_ERR_ARG, "session %zu of the batch is NULL", r);
+    const char *why = batch_refusal(lead, b);
+    if (why != NULL) return npu_fail(err, NPULM_ERR_ARG, "%s", why);
+    for (size_t q = 0; q < r; q++) {
+      if (sessions[q] == b) {
+        return npu_fail(err, NPULM_ERR_ARG, "session %zu of the batch is also session %zu", r, q);
+      }
+    }
+    if (b->pos >= b->n_ctx) {
+      return npu_fail(err, NPULM_ERR_ARG,
+                      "session %zu of the batch is full: %d of %d positions are used", r, b->pos,
+                      b->n_ctx);
+    }
+    if (tokens[r] < 0 || tokens[r] >= lead->model->cfg.n_vocab) {
+      return npu_fail(err, NPULM_ERR_ARG, "token id %d is outside the vocabulary (0..%d)",
+                      tokens[r], lead->model->cfg.n_vocab - 1);
+    }
+  }
+  if (n == 1) return npulm_session_eval(lead, tokens, 1, NULL, err);
+  const struct npu_program *p = lead->prog;
+  if (!npu_attention_fused(p->opts.float_ops)) {
+    return npu_fail(err, NPULM_ERR_UNSUPPORTED,
+                    "batched decode needs attention kept in float on the CPU (--float-ops with "
+                    "softmax, qk and pv); this program computes part of it on the NPU");
+  }
+  /* the smallest chunk size that holds the batch, over the longest context of its sequences */
+  int32_t rows = 0, end = 0;
+  for (int32_t i = 0; i < p->opts.n_chunks && rows == 0; i++) {
+    if (p->opts.chunks[i] >= (int32_t)n) rows = p->opts.chunks[i];
+  }
+  for (size_t r = 0; r < n; r++) {
+    if (sessions[r]->pos + 1 > end) end = sessions[r]->pos + 1;
+  }
+  const struct npu_graph *g = rows > 0 ? npu_program_find(p, rows, end, false) : NULL;
+  if (g == NULL || g->rows > lead->max_rows) {
+    return npu_fail(
+        err, NPULM_ERR_UNSUPPORTED,
+        "the program has no batch size for %zu sequences (its chunk sizes are the batch "
+        "sizes: compile it with --batch %zu)",
+        n, n);
+  }
+  const double t0 = npu_now();
+  for (size_t r = 0; r < n; r++) {
+    const struct npulm_session *b = sessions[r];
+    lead->batch_rows[r] = (struct npu_batch_row){.pos = b->pos,
+                                                 .k_cache = b->k_cache,
+                                                 .v_cache = b->v_cache,
+                                                 .rope_cos = b->rope_cos,
+                                                 .rope_sin = b->rope_sin};
+  }
+  lead->steps[0] = (struct npu_step){.g = g, .row0 = 0, .pos0 = lead->pos, .n_valid = (int32_t)n};
+  lead->batch_members = sessions;
+  lead->batch_n = (int32_t)n;
+  run_steps(lead, tokens, NULL, 1);
+  lead->batch_n = 0;
+  lead->batch_members = NULL;
+  for (size_t r = 0; r < n; r++) sessions[r]->pos++;
+  lead->wall_s += npu_now() - t0;
   return NPULM_OK;
 }
