@@ -436,7 +436,7 @@ npulm_status npulm_chat_apply(const npulm_model *model, const char *name,
   if (name == NULL) name = npulm_model_chat_template(model);
   const struct chat_template *t = find_template(name, strlen(name));
   if (t == NULL) {
-    char list[NPULM_ERROR_MAX / 2];
+    char list[400]; /* every name: the message stays within NPULM_ERROR_MAX */
     size_t at = 0;
     for (size_t i = 0; i < N_TEMPLATES && at < sizeof(list); i++) {
       at += (size_t)snprintf(list + at, sizeof(list) - at, "%s%s", i > 0 ? ", " : "", NAMES[i]);
