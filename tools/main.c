@@ -1,5 +1,5 @@
-/* The npulm command-line tool: run, chat, compile, inspect, verify, tokenize, ppl, synth. Uses only the
- * public API (npulm.h). */
+/* The npulm command-line tool: run, chat, compile, inspect, verify, tokenize, ppl, synth. Uses only
+ * the public API (npulm.h). */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -411,8 +411,8 @@ static void chat_add(const char *cmd, struct chat *c, const char *role, const ch
 }
 
 /* Format 'n' messages into c->text; return its length. */
-static size_t chat_format(const char *cmd, struct chat *c, const npulm_chat_message *msgs,
-                          size_t n, bool add_assistant) {
+static size_t chat_format(const char *cmd, struct chat *c, const npulm_chat_message *msgs, size_t n,
+                          bool add_assistant) {
   npulm_error err;
   size_t len;
   for (;;) {
@@ -480,8 +480,9 @@ static bool chat_eval_prompt(struct run *r, struct chat *c, int turn) {
     cli_die(r->cmd, "%s", err.msg);
   }
   if (r->verbose) {
-    fprintf(stderr, "turn %d: %zu tokens of the conversation, %zu reused from the cache, %zu "
-                    "evaluated in %.3f s\n",
+    fprintf(stderr,
+            "turn %d: %zu tokens of the conversation, %zu reused from the cache, %zu "
+            "evaluated in %.3f s\n",
             turn, n, keep, n - keep, cli_now() - t0);
   }
   c->cached = grow(r->cmd, c->cached, &c->cap_cached, n, sizeof(int32_t));
@@ -540,8 +541,9 @@ static bool chat_reply(struct run *r, struct chat *c) {
   chat_add(r->cmd, c, "assistant", reply != NULL ? reply : "", len);
   free(reply);
   if (!room) {
-    fprintf(stderr, "npulm %s: the context of %d tokens is full: chat ended (use -c to enlarge "
-                    "it, up to the model's %d)\n",
+    fprintf(stderr,
+            "npulm %s: the context of %d tokens is full: chat ended (use -c to enlarge "
+            "it, up to the model's %d)\n",
             r->cmd, n_ctx, r->info.n_ctx_train);
   }
   return room;
