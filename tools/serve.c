@@ -22,7 +22,6 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "npulm.h"
-#include "serve_fallback.h"
 
 /* clang-format off */
 const char npulm_usage_serve[] =
