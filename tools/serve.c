@@ -94,7 +94,8 @@ struct request {
   struct request *next; /* in the queue */
 };
 
-/* One session and what the engine knows of the request it is generating. The engine's alone. */
+/* One session and what the engine knows of the request it is generating: the engine's alone, but
+ * for 'req', which it changes under the server's mutex (the HTTP side counts the busy slots). */
 struct slot {
   npulm_session *session;
   struct request *req; /* NULL: free */
@@ -364,13 +365,43 @@ static void engine_publish(struct server *s) {
   }
 }
 
+/* Decode the pending token of each of the 'n' slots as one batched step and take their next
+ * tokens. A program that cannot batch them (a program file compiled without --batch, or with
+ * attention on the NPU) refuses the step, evaluating nothing: then each slot is stepped alone
+ * ('*warned' says so once). */
+static void engine_step(struct server *s, struct slot *const *step, int n, bool *warned) {
+  npulm_session *sessions[MAX_PARALLEL];
+  int32_t tokens[MAX_PARALLEL];
+  for (int i = 0; i < n; i++) {
+    sessions[i] = step[i]->session;
+    tokens[i] = step[i]->prev;
+  }
+  npulm_error err;
+  const npulm_status st = npulm_session_eval_batch(sessions, tokens, (size_t)n, &err);
+  if (st == NPULM_ERR_UNSUPPORTED && !*warned) {
+    fprintf(stderr, "npulm serve: %s; stepping each request alone\n", err.msg);
+    *warned = true;
+  }
+  for (int i = 0; i < n; i++) {
+    struct slot *sl = step[i];
+    if (st != NPULM_OK &&
+        (st != NPULM_ERR_UNSUPPORTED ||
+         npulm_session_eval(sl->session, &tokens[i], 1, NULL, &err) != NPULM_OK)) {
+      fprintf(stderr, "npulm serve: %s: decode step: %s\n", sl->req->id, err.msg);
+      slot_fail(sl, "a decode step failed");
+      continue;
+    }
+    sl->pending = false;
+    slot_token(s, sl, npulm_sampler_sample(sl->req->sampler, npulm_session_logits(sl->session)));
+  }
+}
+
 /* The engine thread: take waiting requests into free slots, prefill them, then decode one token
  * of every running request as one batched step; repeat. */
 static void *engine_main(void *arg) {
   struct server *s = arg;
-  npulm_session *sessions[MAX_PARALLEL];
-  int32_t tokens[MAX_PARALLEL];
   struct slot *fresh[MAX_PARALLEL], *step[MAX_PARALLEL];
+  bool warned = false;
   pthread_mutex_lock(&s->mu);
   for (;;) {
     /* a client gone is dropped before the next step; at shutdown every request ends here */
@@ -414,26 +445,9 @@ static void *engine_main(void *arg) {
     int n = 0;
     for (int i = 0; i < s->n_slots; i++) {
       struct slot *sl = &s->slots[i];
-      if (sl->req == NULL || !sl->pending) continue;
-      step[n] = sl;
-      sessions[n] = sl->session;
-      tokens[n] = sl->prev;
-      n++;
+      if (sl->req != NULL && sl->pending) step[n++] = sl;
     }
-    if (n > 0) {
-      npulm_error err;
-      if (npulm_session_eval_batch(sessions, tokens, (size_t)n, &err) != NPULM_OK) {
-        fprintf(stderr, "npulm serve: decode step: %s\n", err.msg);
-        for (int i = 0; i < n; i++) slot_fail(step[i], "a decode step failed");
-      } else {
-        for (int i = 0; i < n; i++) {
-          const struct request *r = step[i]->req;
-          const float *logits = npulm_session_logits(step[i]->session);
-          step[i]->pending = false;
-          slot_token(s, step[i], npulm_sampler_sample(r->sampler, logits));
-        }
-      }
-    }
+    if (n > 0) engine_step(s, step, n, &warned);
     pthread_mutex_lock(&s->mu);
   }
   pthread_mutex_unlock(&s->mu);
