@@ -586,12 +586,12 @@ static void add_event(struct http_req *h, json_t *json, const char *literal) {
   char *text = json != NULL ? json_dumps(json, JSON_COMPACT) : NULL;
   json_decref(json);
   const char *data = text != NULL ? text : literal != NULL ? literal : "{}";
-  const size_t n = strlen(data) + 8;
+  const size_t n = strlen("data: \n\n") + strlen(data) + 1;
   if (h->out_len + n > h->out_cap) {
     h->out_cap = 2 * (h->out_len + n);
     h->out = xrealloc(h->out, h->out_cap);
   }
-  h->out_len += (size_t)sprintf(h->out + h->out_len, "data: %s\n\n", data);
+  h->out_len += (size_t)snprintf(h->out + h->out_len, n, "data: %s\n\n", data);
   free(text);
 }
 
