@@ -459,7 +459,7 @@ static bool chat_eval_prompt(struct run *r, struct chat *c, int turn) {
     return false;
   }
   size_t keep = c->n_cached;
-  if (keep > n || memcmp(ids, c->cached, keep * sizeof(int32_t)) != 0) {
+  if (keep > n || (keep > 0 && memcmp(ids, c->cached, keep * sizeof(int32_t)) != 0)) {
     /* the template wrote the history differently from what the cache holds */
     npulm_session_reset(r->session);
     keep = 0;

@@ -335,10 +335,9 @@ const char *npu_chat_detect(const char *t, size_t len) {
 }
 
 const char *npulm_model_chat_template(const npulm_model *model) {
-  const struct npu_gguf_kv *kv =
-      model != NULL ? npu_gguf_find(model->gguf, "tokenizer.chat_template") : NULL;
   struct npu_gguf_str s;
-  if (kv != NULL &&
+  /* no key (or a value that is not a string) is no template */
+  if (model != NULL && model->gguf != NULL &&
       npu_gguf_get_str(model->gguf, "tokenizer.chat_template", &s, NULL) == NPULM_OK) {
     const char *name = npu_chat_detect(s.ptr, (size_t)s.len);
     if (name != NULL) return name;
