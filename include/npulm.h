@@ -248,6 +248,31 @@ size_t npulm_token_to_piece(const npulm_model *model, int32_t prev, int32_t id, 
 /* True for tokens that end generation (EOS, end-of-turn, ...). */
 bool npulm_token_is_eog(const npulm_model *model, int32_t id);
 
+/* ---- Chat templates ----------------------------------------------------------------------- */
+
+typedef struct npulm_chat_message {
+  const char *role;    /* "system", "user" or "assistant" */
+  const char *content; /* UTF-8 */
+} npulm_chat_message;
+
+/* The chat template names npulm knows, NULL-terminated (llama.cpp's names: "chatml", "llama2",
+ * "llama3", "mistral-v1", "mistral-v3", "mistral-v7", "gemma", "phi3", "zephyr", ...). */
+const char *const *npulm_chat_templates(void);
+
+/* The template the model's tokenizer.chat_template names or matches, as llama.cpp detects them;
+ * "chatml" (the stated default) when the model has none or it is not recognized. */
+const char *npulm_model_chat_template(const npulm_model *model);
+
+/* Format 'n' messages with template 'name' (NULL: the model's, npulm_model_chat_template; 'model'
+ * may be NULL when 'name' is given), ending with the opening of the assistant's turn when
+ * 'add_assistant' (templates that have one), byte for byte as llama.cpp's built-in templates
+ * (llm_chat_apply_template). Writes at most 'cap' bytes and a NUL and sets '*len_out' to the
+ * length the text needs (without the NUL): if that is >= cap, NPULM_ERR_ARG and the caller
+ * retries with more room. NPULM_ERR_ARG for an unknown template or role. */
+npulm_status npulm_chat_apply(const npulm_model *model, const char *name,
+                              const npulm_chat_message *msgs, size_t n, bool add_assistant,
+                              char *buf, size_t cap, size_t *len_out, npulm_error *err);
+
 /* ---- Sessions: evaluate tokens over a KV cache -------------------------------------------- */
 
 typedef struct npulm_session npulm_session;

@@ -122,9 +122,8 @@ float cli_opt_float(struct cli_args *a) {
   return v;
 }
 
-char *cli_read_file(const char *cmd, const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (f == NULL) cli_die(cmd, "cannot open '%s'", path);
+/* The whole of stream 'f' ('name' for the message), as cli_read_file. */
+static char *read_stream(const char *cmd, FILE *f, const char *name, size_t *len) {
   size_t cap = 1 << 16, n = 0;
   char *buf = malloc(cap);
   while (buf != NULL) {
@@ -134,13 +133,23 @@ char *cli_read_file(const char *cmd, const char *path, size_t *len) {
     if (bigger == NULL) free(buf);
     buf = bigger;
   }
-  bool failed = ferror(f);
-  fclose(f);
   if (buf == NULL) cli_die(cmd, "out of memory");
-  if (failed) cli_die(cmd, "cannot read '%s'", path);
+  if (ferror(f)) cli_die(cmd, "cannot read %s", name);
   *len = n;
   return buf;
 }
+
+char *cli_read_file(const char *cmd, const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) cli_die(cmd, "cannot open '%s': %s", path, strerror(errno));
+  char name[4096 + 2];
+  snprintf(name, sizeof(name), "'%s'", path);
+  char *buf = read_stream(cmd, f, name, len);
+  fclose(f);
+  return buf;
+}
+
+char *cli_read_stdin(const char *cmd, size_t *len) { return read_stream(cmd, stdin, "stdin", len); }
 
 bool cli_compile_option(struct cli_args *a, npulm_compile_params *cp, bool ctx_is_buckets) {
   const char *o = a->argv[a->i];

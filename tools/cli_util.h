@@ -79,6 +79,8 @@ float cli_opt_float(struct cli_args *a);
 
 /* The whole of file 'path' (malloc'd, '*len' bytes); exits on failure. */
 char *cli_read_file(const char *cmd, const char *path, size_t *len);
+/* The whole of stdin, the same way. */
+char *cli_read_stdin(const char *cmd, size_t *len);
 
 /* A comma-separated list of at most 'max' integers in [min, max_value] for the option at argv[i]
  * into 'out'; returns how many. Exits if malformed. */

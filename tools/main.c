@@ -1,5 +1,5 @@
-/* The npulm command-line tool: run, compile, inspect, verify, tokenize, ppl, synth. Uses only the
- * public API (npulm.h). */
+/* The npulm command-line tool: run, chat, compile, inspect, verify, tokenize, ppl, synth. Uses only
+ * the public API (npulm.h). */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -24,6 +24,7 @@ static const char *const usage_main =
     "\n"
     "commands:\n"
     "  run        generate text from a prompt\n"
+    "  chat       chat with a model on stdin, in its chat template (the same as run -i)\n"
     "  compile    compile a model into a program file (.npu) of static NPU graphs\n"
     "  inspect    describe a program: graphs, NPU/CPU placement, fallbacks, memory\n"
     "  verify     check a program file: every checksum, then every structural check\n"
@@ -37,13 +38,36 @@ static const char *const usage_main =
     "'npulm COMMAND --help' describes a command's options.\n";
 
 static const char *const usage_run =
-    "usage: npulm run [-m MODEL.gguf] [-p PROMPT] [options]\n"
+    "usage: npulm run [-m MODEL.gguf] [-p PROMPT | -f FILE] [options]\n"
+    "       npulm run -i [options], or npulm chat [options]\n"
     "\n"
-    "Generate a continuation of PROMPT, streaming it to stdout; speeds go to stderr.\n"
+    "Generate a continuation of PROMPT, streaming it to stdout; speeds go to stderr. Without -p\n"
+    "or -f, a prompt piped or redirected to stdin is read. The last line break of a prompt read\n"
+    "from a file or stdin is not part of it.\n"
+    "\n"
+    "With -i (or as npulm chat), chat: each line read from stdin (after a \"> \" on stderr when\n"
+    "stdin is a terminal) is a user message; the conversation is formatted with the chat\n"
+    "template, and only its new part is evaluated, the history staying in the KV cache (all of\n"
+    "it again when the template writes the history differently from what the cache holds). The\n"
+    "reply streams to stdout and ends at an end-of-generation token, the template's end of turn,\n"
+    "-n tokens or the end of the context, which ends the chat with a line on stderr and exit\n"
+    "status 1 (old turns are not dropped). The chat ends at end of input (Ctrl-D) or a line\n"
+    "\"/exit\".\n"
     "\n"
     "  -m, --model FILE   model (default: $NPULM_MODEL, else " CLI_DEFAULT_MODEL_PATH ")\n"
-    "  -p, --prompt TEXT  prompt (default: empty, generation starts from BOS)\n"
-    "  -n, --n-predict N  tokens to generate (default 128; -1 = until end of text or context)\n"
+    "  -p, --prompt TEXT  prompt (default: empty, generation starts from BOS); - reads it from\n"
+    "                     stdin\n"
+    "  -f, --file FILE    read the prompt from FILE\n"
+    "  -i, --interactive  chat (see above)\n"
+    "  --chat-template NAME  the chat's template (default: the one the model's\n"
+    "                     tokenizer.chat_template names or matches, else chatml): one of\n"
+    "                     chatml, llama2, llama2-sys, llama3, mistral-v1, mistral-v3, mistral-v7,\n"
+    "                     gemma, phi3, zephyr and the others of llama.cpp's built-in templates\n"
+    "  --system TEXT      the chat's system message\n"
+    "  -v, --verbose      chat: the template, and per turn the tokens reused from the cache and\n"
+    "                     evaluated, on stderr\n"
+    "  -n, --n-predict N  tokens to generate (per reply in a chat; default 128; -1 = until end\n"
+    "                     of text or context)\n"
     "  -c, --ctx N        context length (default: the model's, at most 4096)\n"
     "  --temp T           temperature; 0 = greedy (default 0.8)\n"
     "  --top-k K          keep the K most likely tokens; 0 = off (default 40)\n"
@@ -276,9 +300,299 @@ static void print_piece(const npulm_model *model, int32_t prev, int32_t id) {
   fflush(stdout);
 }
 
-static int cmd_run(struct cli_args *a) {
-  const char *model_path = NULL, *prompt = "";
-  long long n_predict = 128, seed = -1;
+/* What run and chat were asked, and what they set up. */
+struct run {
+  const char *cmd;
+  npulm_model *model;
+  npulm_model_info info;
+  npulm_session *session;
+  npulm_sampler *sampler;
+  uint64_t seed;
+  long long n_predict;
+  bool verbose;
+};
+
+/* A prompt piped or redirected to stdin (a terminal, or a device such as /dev/null, is none). */
+static bool stdin_has_text(void) {
+  struct stat st;
+  return !isatty(STDIN_FILENO) && fstat(STDIN_FILENO, &st) == 0 &&
+         (S_ISFIFO(st.st_mode) || S_ISREG(st.st_mode));
+}
+
+/* Generate a continuation of the prompt, streaming it to stdout. */
+static int run_prompt(struct run *r, const char *prompt, size_t len) {
+  size_t n_prompt;
+  int32_t *tokens = tokenize_all(r->cmd, r->model, prompt, len, r->info.add_bos, false, &n_prompt);
+  int n_ctx = npulm_session_ctx(r->session);
+  npulm_error err;
+  if (n_prompt == 0) cli_die(r->cmd, "%s", "the prompt is empty and the model adds no BOS token");
+  if (n_prompt >= (size_t)n_ctx) {
+    cli_die(r->cmd,
+            "the prompt has %zu tokens, more than the context of %d allows (use -c to enlarge it, "
+            "up to the model's %d)",
+            n_prompt, n_ctx, r->info.n_ctx_train);
+  }
+
+  /* prompt: echo it, then evaluate it in one go */
+  fwrite(prompt, 1, len, stdout);
+  fflush(stdout);
+  double t0 = cli_now();
+  if (npulm_session_eval(r->session, tokens, n_prompt, NULL, &err) != NPULM_OK) {
+    cli_die(r->cmd, "%s", err.msg);
+  }
+  double t1 = cli_now();
+
+  /* generation: sample, print, feed back */
+  int32_t prev = tokens[n_prompt - 1];
+  long long n_gen = 0;
+  const char *stop = "length limit";
+  for (;;) {
+    if (r->n_predict >= 0 && n_gen >= r->n_predict) break;
+    if (npulm_session_pos(r->session) >= n_ctx) {
+      stop = "context full";
+      break;
+    }
+    int32_t next = npulm_sampler_sample(r->sampler, npulm_session_logits(r->session));
+    if (npulm_token_is_eog(r->model, next)) {
+      stop = "end of text";
+      break;
+    }
+    print_piece(r->model, prev, next);
+    n_gen++;
+    prev = next;
+    if (npulm_session_eval(r->session, &next, 1, NULL, &err) != NPULM_OK)
+      cli_die(r->cmd, "%s", err.msg);
+  }
+  double t2 = cli_now();
+  printf("\n");
+  fprintf(stderr,
+          "\nprompt: %zu tokens in %.3f s (%.1f tok/s) | generation: %lld tokens in %.3f s "
+          "(%.1f tok/s) | stopped: %s | seed %" PRIu64 "\n",
+          n_prompt, t1 - t0, (double)n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_gen, t2 - t1,
+          n_gen > 0 ? (double)n_gen / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0, stop, r->seed);
+  print_engine_stats(r->session);
+  print_sparse_stats(r->session);
+  print_memory_stats(r->session, n_gen + 1);
+  free(tokens);
+  return 0;
+}
+
+/* ---- chat ----------------------------------------------------------------------------------- */
+
+/* A conversation and the tokens of it the session's KV cache holds. */
+struct chat {
+  const char *template_name;
+  npulm_chat_message *msgs; /* contents malloc'd */
+  size_t n_msgs, cap_msgs;
+  char *text; /* the conversation formatted, NUL-terminated */
+  size_t text_cap;
+  int32_t *cached; /* the tokens in the KV cache, in order */
+  size_t n_cached, cap_cached;
+  char end_marker[64]; /* the text that ends an assistant message in this template, or "" */
+};
+
+static void *grow(const char *cmd, void *p, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return p;
+  size_t c = *cap > 0 ? *cap : 16;
+  while (c < need) c *= 2;
+  void *q = realloc(p, c * elem);
+  if (q == NULL) cli_die(cmd, "%s", "out of memory");
+  *cap = c;
+  return q;
+}
+
+static void chat_add(const char *cmd, struct chat *c, const char *role, const char *content,
+                     size_t len) {
+  c->msgs = grow(cmd, c->msgs, &c->cap_msgs, c->n_msgs + 1, sizeof(*c->msgs));
+  char *copy = malloc(len + 1);
+  if (copy == NULL) cli_die(cmd, "%s", "out of memory");
+  memcpy(copy, content, len);
+  copy[len] = '\0';
+  c->msgs[c->n_msgs++] = (npulm_chat_message){role, copy};
+}
+
+/* Format 'n' messages into c->text; return its length. */
+static size_t chat_format(const char *cmd, struct chat *c, const npulm_chat_message *msgs, size_t n,
+                          bool add_assistant) {
+  npulm_error err;
+  size_t len;
+  for (;;) {
+    npulm_status st = npulm_chat_apply(NULL, c->template_name, msgs, n, add_assistant, c->text,
+                                       c->text_cap, &len, &err);
+    if (st == NPULM_OK) return len;
+    if (len < c->text_cap) cli_die(cmd, "%s", err.msg);
+    c->text = grow(cmd, c->text, &c->text_cap, len + 1, 1);
+  }
+}
+
+/* The end of an assistant message in the template: what follows the content of a lone assistant
+ * message, without surrounding whitespace ("<|im_end|>", "<|eot_id|>", "</s>"). */
+static void chat_find_end_marker(const char *cmd, struct chat *c) {
+  static const char probe[] = "\x01";
+  const npulm_chat_message m = {"assistant", probe};
+  size_t len = chat_format(cmd, c, &m, 1, false);
+  const char *at = strstr(c->text, probe), *end = c->text + len;
+  c->end_marker[0] = '\0';
+  if (at == NULL) return;
+  at += strlen(probe);
+  while (at < end && (*at == ' ' || *at == '\n')) at++;
+  while (end > at && (end[-1] == ' ' || end[-1] == '\n')) end--;
+  if ((size_t)(end - at) < sizeof(c->end_marker)) {
+    memcpy(c->end_marker, at, (size_t)(end - at));
+    c->end_marker[end - at] = '\0';
+  }
+}
+
+/* How many bytes at the end of 'text' could begin 'marker' (held back until they are known not
+ * to). */
+static size_t marker_overlap(const char *text, size_t len, const char *marker) {
+  size_t m = strlen(marker);
+  for (size_t k = m > len ? len : m - 1; k > 0; k--) {
+    if (memcmp(text + len - k, marker, k) == 0) return k;
+  }
+  return 0;
+}
+
+/* Evaluate the conversation formatted up to the assistant's opening: only the tokens past those
+ * the cache holds when the cache's tokens begin them, else all of them again. False (with a line
+ * on stderr) if they do not fit in the context. */
+static bool chat_eval_prompt(struct run *r, struct chat *c, int turn) {
+  size_t len = chat_format(r->cmd, c, c->msgs, c->n_msgs, true);
+  size_t n;
+  int32_t *ids = tokenize_all(r->cmd, r->model, c->text, len, r->info.add_bos, true, &n);
+  int n_ctx = npulm_session_ctx(r->session);
+  if (n >= (size_t)n_ctx) {
+    fprintf(stderr,
+            "npulm %s: the conversation has %zu tokens, more than the context of %d allows: chat "
+            "ended (use -c to enlarge it, up to the model's %d)\n",
+            r->cmd, n, n_ctx, r->info.n_ctx_train);
+    free(ids);
+    return false;
+  }
+  size_t keep = c->n_cached;
+  if (keep > n || (keep > 0 && memcmp(ids, c->cached, keep * sizeof(int32_t)) != 0)) {
+    /* the template wrote the history differently from what the cache holds */
+    npulm_session_reset(r->session);
+    keep = 0;
+  }
+  npulm_error err;
+  double t0 = cli_now();
+  if (npulm_session_eval(r->session, ids + keep, n - keep, NULL, &err) != NPULM_OK) {
+    cli_die(r->cmd, "%s", err.msg);
+  }
+  if (r->verbose) {
+    fprintf(stderr,
+            "turn %d: %zu tokens of the conversation, %zu reused from the cache, %zu "
+            "evaluated in %.3f s\n",
+            turn, n, keep, n - keep, cli_now() - t0);
+  }
+  c->cached = grow(r->cmd, c->cached, &c->cap_cached, n, sizeof(int32_t));
+  memcpy(c->cached, ids, n * sizeof(int32_t));
+  c->n_cached = n;
+  free(ids);
+  return true;
+}
+
+/* Generate the assistant's reply, streaming it, until an end-of-generation token, the template's
+ * end marker, -n tokens or the end of the context; add it to the conversation. False if the
+ * context ended it. */
+static bool chat_reply(struct run *r, struct chat *c) {
+  char *reply = NULL;
+  size_t len = 0, cap = 0, shown = 0;
+  int32_t prev = c->n_cached > 0 ? c->cached[c->n_cached - 1] : -1;
+  int n_ctx = npulm_session_ctx(r->session);
+  bool room = true;
+  npulm_error err;
+  for (long long n_gen = 0; r->n_predict < 0 || n_gen < r->n_predict; n_gen++) {
+    if (npulm_session_pos(r->session) >= n_ctx) {
+      room = false;
+      break;
+    }
+    int32_t next = npulm_sampler_sample(r->sampler, npulm_session_logits(r->session));
+    if (npulm_token_is_eog(r->model, next)) break;
+    char piece[256];
+    size_t n = npulm_token_to_piece(r->model, prev, next, piece, sizeof(piece));
+    if (n > sizeof(piece)) n = sizeof(piece);
+    reply = grow(r->cmd, reply, &cap, len + n + 1, 1);
+    memcpy(reply + len, piece, n);
+    len += n;
+    reply[len] = '\0';
+    if (npulm_session_eval(r->session, &next, 1, NULL, &err) != NPULM_OK) {
+      cli_die(r->cmd, "%s", err.msg);
+    }
+    c->cached = grow(r->cmd, c->cached, &c->cap_cached, c->n_cached + 1, sizeof(int32_t));
+    c->cached[c->n_cached++] = next;
+    prev = next;
+    const char *end = c->end_marker[0] != '\0' ? strstr(reply, c->end_marker) : NULL;
+    if (end != NULL) {
+      len = (size_t)(end - reply);
+      break;
+    }
+    /* print what can no longer turn out to be the start of the end marker */
+    size_t ready = c->end_marker[0] != '\0' ? len - marker_overlap(reply, len, c->end_marker) : len;
+    if (ready > shown) {
+      fwrite(reply + shown, 1, ready - shown, stdout);
+      fflush(stdout);
+      shown = ready;
+    }
+  }
+  if (len > shown) fwrite(reply + shown, 1, len - shown, stdout);
+  fputc('\n', stdout);
+  fflush(stdout);
+  chat_add(r->cmd, c, "assistant", reply != NULL ? reply : "", len);
+  free(reply);
+  if (!room) {
+    fprintf(stderr,
+            "npulm %s: the context of %d tokens is full: chat ended (use -c to enlarge "
+            "it, up to the model's %d)\n",
+            r->cmd, n_ctx, r->info.n_ctx_train);
+  }
+  return room;
+}
+
+/* Read user lines from stdin and answer each, the history staying in the KV cache, until EOF or
+ * "/exit" (status 0), or the end of the context (status 1). */
+static int run_chat(struct run *r, const char *template_name, const char *system) {
+  struct chat c = {.template_name = template_name};
+  chat_find_end_marker(r->cmd, &c);
+  if (r->verbose) {
+    fprintf(stderr, "chat template: %s, end marker '%s' | seed %" PRIu64 "\n", template_name,
+            c.end_marker, r->seed);
+  }
+  if (system != NULL) chat_add(r->cmd, &c, "system", system, strlen(system));
+  bool tty = isatty(STDIN_FILENO);
+  char *line = NULL;
+  size_t line_cap = 0;
+  int status = 0;
+  for (int turn = 1;; turn++) {
+    if (tty) fputs("> ", stderr);
+    ssize_t n = getline(&line, &line_cap, stdin);
+    if (n < 0) break;
+    while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r')) n--;
+    line[n] = '\0';
+    if (strcmp(line, "/exit") == 0) break;
+    chat_add(r->cmd, &c, "user", line, (size_t)n);
+    /* the context's end ends the chat, the rest of the input unanswered: a failure */
+    if (!chat_eval_prompt(r, &c, turn) || !chat_reply(r, &c)) {
+      status = 1;
+      break;
+    }
+  }
+  if (tty) fputc('\n', stderr);
+  free(line);
+  for (size_t i = 0; i < c.n_msgs; i++) free((char *)c.msgs[i].content);
+  free(c.msgs);
+  free(c.text);
+  free(c.cached);
+  return status;
+}
+
+/* npulm run, and npulm chat (run -i) */
+static int run_or_chat(struct cli_args *a, bool chat) {
+  const char *model_path = NULL, *prompt_arg = NULL, *prompt_file = NULL;
+  const char *template_name = NULL, *system = NULL;
+  struct run r = {.cmd = a->cmd, .n_predict = 128};
+  long long seed = -1;
   npulm_session_params sp = npulm_session_default_params();
   npulm_sampler_params samp = npulm_sampler_default_params();
   npulm_compile_params cp = npulm_compile_default_params();
@@ -288,8 +602,13 @@ static int cmd_run(struct cli_args *a) {
     if (cli_wants_help(a)) return 0;
     else if (cli_is_opt(o, "-m", "--model")) model_path = cli_opt_value(a);
     else if (cli_open_option(a, &op)) continue;
-    else if (cli_is_opt(o, "-p", "--prompt")) prompt = cli_opt_value(a);
-    else if (cli_is_opt(o, "-n", "--n-predict")) n_predict = cli_opt_int(a, -1, 1 << 30);
+    else if (cli_is_opt(o, "-p", "--prompt")) prompt_arg = cli_opt_value(a);
+    else if (cli_is_opt(o, "-f", "--file")) prompt_file = cli_opt_value(a);
+    else if (cli_is_opt(o, "-i", "--interactive")) chat = true;
+    else if (cli_is_opt(o, NULL, "--chat-template")) template_name = cli_opt_value(a);
+    else if (cli_is_opt(o, NULL, "--system")) system = cli_opt_value(a);
+    else if (cli_is_opt(o, "-v", "--verbose")) r.verbose = true;
+    else if (cli_is_opt(o, "-n", "--n-predict")) r.n_predict = cli_opt_int(a, -1, 1 << 30);
     else if (cli_is_opt(o, "-c", "--ctx")) sp.n_ctx = (int)cli_opt_int(a, 0, 1 << 30);
     else if (cli_is_opt(o, "-t", "--threads")) sp.n_threads = (int)cli_opt_int(a, 0, 1024);
     else if (cli_is_opt(o, NULL, "--temp")) samp.temp = cli_opt_float(a);
@@ -301,80 +620,63 @@ static int cmd_run(struct cli_args *a) {
     else if (cli_compile_option(a, &cp, false)) continue;
     else cli_unknown_option(a);
   }
+  if (prompt_arg != NULL && prompt_file != NULL) {
+    cli_die(a->cmd, "%s", "-p and -f both give the prompt: give one");
+  }
+  if (chat && (prompt_arg != NULL || prompt_file != NULL)) {
+    cli_die(a->cmd, "%s",
+            "a chat reads its messages from stdin: -p and -f do not apply (--system sets the "
+            "system message)");
+  }
+  if (!chat && (template_name != NULL || system != NULL)) {
+    cli_die(a->cmd, "%s", "--chat-template and --system apply to a chat (-i, or npulm chat)");
+  }
+  /* the prompt first, so that a file that cannot be read fails before the model loads */
+  char *prompt = NULL;
+  size_t prompt_len = 0;
+  if (prompt_file != NULL) prompt = cli_read_file(a->cmd, prompt_file, &prompt_len);
+  else if (prompt_arg != NULL && strcmp(prompt_arg, "-") == 0) {
+    prompt = cli_read_stdin(a->cmd, &prompt_len);
+  } else if (prompt_arg == NULL && !chat && stdin_has_text()) {
+    prompt = cli_read_stdin(a->cmd, &prompt_len);
+  }
+  /* as llama.cpp's -f: a file's (or stdin's) last line break is not part of the prompt */
+  if (prompt_len > 0 && prompt[prompt_len - 1] == '\n') prompt_len--;
+  const char *text = prompt != NULL ? prompt : prompt_arg != NULL ? prompt_arg : "";
+  if (prompt == NULL) prompt_len = strlen(text);
+
   model_path = cli_resolve_model(a->cmd, model_path);
-  npulm_model *model = open_model_params(a->cmd, model_path, &op);
-  compile_if_needed(a->cmd, model, &cp, sp.reference);
-  cli_free_compile_params(&cp);
-  npulm_model_info info;
-  npulm_model_get_info(model, &info);
+  r.model = open_model_params(a->cmd, model_path, &op);
   npulm_error err;
-  npulm_session *session;
-  if (npulm_session_create(model, &sp, &session, &err) != NPULM_OK) cli_die(a->cmd, "%s", err.msg);
-  samp.seed = seed >= 0 ? (uint64_t)seed : (uint64_t)time(NULL);
-  npulm_sampler *sampler;
-  if (npulm_sampler_create(&samp, info.n_vocab, &sampler, &err) != NPULM_OK) {
+  if (chat) {
+    if (template_name == NULL) template_name = npulm_model_chat_template(r.model);
+    /* a known template writes a message, which needs more room than this */
+    const npulm_chat_message probe = {"user", "x"};
+    char small[1];
+    size_t need;
+    npulm_chat_apply(NULL, template_name, &probe, 1, false, small, sizeof(small), &need, &err);
+    if (need == 0) cli_die(a->cmd, "%s", err.msg);
+  }
+  compile_if_needed(a->cmd, r.model, &cp, sp.reference);
+  cli_free_compile_params(&cp);
+  npulm_model_get_info(r.model, &r.info);
+  if (npulm_session_create(r.model, &sp, &r.session, &err) != NPULM_OK) {
     cli_die(a->cmd, "%s", err.msg);
   }
-
-  size_t n_prompt;
-  int32_t *tokens =
-      tokenize_all(a->cmd, model, prompt, strlen(prompt), info.add_bos, false, &n_prompt);
-  int n_ctx = npulm_session_ctx(session);
-  if (n_prompt == 0) cli_die(a->cmd, "%s", "the prompt is empty and the model adds no BOS token");
-  if (n_prompt >= (size_t)n_ctx) {
-    fprintf(stderr,
-            "npulm run: the prompt has %zu tokens, more than the context of %d allows "
-            "(use -c to enlarge it, up to the model's %d)\n",
-            n_prompt, n_ctx, info.n_ctx_train);
-    exit(1);
-  }
-
-  /* prompt: echo it, then evaluate it in one go */
-  fputs(prompt, stdout);
-  fflush(stdout);
-  double t0 = cli_now();
-  if (npulm_session_eval(session, tokens, n_prompt, NULL, &err) != NPULM_OK) {
+  samp.seed = r.seed = seed >= 0 ? (uint64_t)seed : (uint64_t)time(NULL);
+  if (npulm_sampler_create(&samp, r.info.n_vocab, &r.sampler, &err) != NPULM_OK) {
     cli_die(a->cmd, "%s", err.msg);
   }
-  double t1 = cli_now();
-
-  /* generation: sample, print, feed back */
-  int32_t prev = tokens[n_prompt - 1];
-  long long n_gen = 0;
-  const char *stop = "length limit";
-  for (;;) {
-    if (n_predict >= 0 && n_gen >= n_predict) break;
-    if (npulm_session_pos(session) >= n_ctx) {
-      stop = "context full";
-      break;
-    }
-    int32_t next = npulm_sampler_sample(sampler, npulm_session_logits(session));
-    if (npulm_token_is_eog(model, next)) {
-      stop = "end of text";
-      break;
-    }
-    print_piece(model, prev, next);
-    n_gen++;
-    prev = next;
-    if (npulm_session_eval(session, &next, 1, NULL, &err) != NPULM_OK)
-      cli_die(a->cmd, "%s", err.msg);
-  }
-  double t2 = cli_now();
-  printf("\n");
-  fprintf(stderr,
-          "\nprompt: %zu tokens in %.3f s (%.1f tok/s) | generation: %lld tokens in %.3f s "
-          "(%.1f tok/s) | stopped: %s | seed %" PRIu64 "\n",
-          n_prompt, t1 - t0, (double)n_prompt / (t1 - t0 > 0 ? t1 - t0 : 1e-9), n_gen, t2 - t1,
-          n_gen > 0 ? (double)n_gen / (t2 - t1 > 0 ? t2 - t1 : 1e-9) : 0.0, stop, samp.seed);
-  print_engine_stats(session);
-  print_sparse_stats(session);
-  print_memory_stats(session, n_gen + 1);
-  free(tokens);
-  npulm_sampler_free(sampler);
-  npulm_session_free(session);
-  npulm_model_close(model);
-  return 0;
+  int status = chat ? run_chat(&r, template_name, system) : run_prompt(&r, text, prompt_len);
+  free(prompt);
+  npulm_sampler_free(r.sampler);
+  npulm_session_free(r.session);
+  npulm_model_close(r.model);
+  return status;
 }
+
+static int cmd_run(struct cli_args *a) { return run_or_chat(a, false); }
+static int cmd_chat(struct cli_args *a) { return run_or_chat(a, true); }
 
 /* ---- compile and inspect -------------------------------------------------------------------- */
 
@@ -708,6 +1010,7 @@ int main(int argc, char **argv) {
     const char *usage;
   } commands[] = {
       {"run", cmd_run, usage_run},
+      {"chat", cmd_chat, usage_run},
       {"compile", cmd_compile, usage_compile},
       {"inspect", cmd_inspect, usage_inspect},
       {"verify", cmd_verify, usage_verify},
