@@ -99,7 +99,8 @@ await check('the same prompt eight times at once: eight identical answers', asyn
  */
 const bin = process.env.NPULM_BIN;
 const model = process.env.NPULM_MODEL;
-for (const [prompt, n] of [['Once upon a time', 40], ['The cat sat on the', 24], ['Ben and Mia', 33]]) {
+/* -n 600 runs into the context's end (the model's 512 in run, -c 512 here): both stop there */
+for (const [prompt, n] of [['Once upon a time', 40], ['The cat sat on the', 24], ['Ben and Mia', 33], ['Once upon a time', 600]]) {
   await check(`completion equals npulm run -p ${JSON.stringify(prompt)} -n ${n} --temp 0`, async () => {
     assert(bin && model, 'set NPULM_BIN and NPULM_MODEL');
     const p = spawnSync(bin, ['run', '-m', model, '-p', prompt, '-n', String(n), '--temp', '0'],
@@ -109,6 +110,7 @@ for (const [prompt, n] of [['Once upon a time', 40], ['The cat sat on the', 24],
     const want = p.stdout.slice(prompt.length, -1);
     const got = await run({ kind: 'completion', stream: false, prompt, max_tokens: n });
     equal(got.text, want, 'text');
+    assert(got.usage.total_tokens <= 512, `total_tokens ${got.usage.total_tokens}, past the context of 512`);
     const streamed = await run({ kind: 'completion', stream: true, prompt, max_tokens: n });
     equal(streamed.text, want, 'streamed text');
   });
