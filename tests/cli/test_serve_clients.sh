@@ -81,21 +81,27 @@ stop() {
   eval "pid=\$pid_$name"
   [ -n "$pid" ] || return
   n=$((n + 1))
-  kill -TERM "$pid" 2>/dev/null
-  waited=0
-  while alive "$pid" && [ "$waited" -lt 100 ]; do sleep 0.1; waited=$((waited + 1)); done
-  if alive "$pid"; then
-    echo "not ok $n - serve $name: still running 10 s after SIGTERM"
-  else
+  if ! alive "$pid"; then
     wait "$pid"
-    rc=$?
-    if [ "$rc" -eq 0 ]; then echo "ok $n - serve $name: SIGTERM, exit 0"; else
-      echo "not ok $n - serve $name: exit $rc on SIGTERM"; sed 's/^/#   /' "$tmp/$name.log" | tail -20; fi
+    echo "not ok $n - serve $name: it died before SIGTERM (exit $?)"
+  else
+    kill -TERM "$pid"
+    waited=0
+    while alive "$pid" && [ "$waited" -lt 100 ]; do sleep 0.1; waited=$((waited + 1)); done
+    if alive "$pid"; then
+      echo "not ok $n - serve $name: still running 10 s after SIGTERM"
+    elif wait "$pid"; then
+      echo "ok $n - serve $name: SIGTERM, exit 0"
+    else
+      echo "not ok $n - serve $name: exit $? on SIGTERM"
+      grep -v '^ *[A-Z][a-zA-Z ]*: .* [0-9a-f][0-9a-f]$\|^Shadow' "$tmp/$name.log" | tail -10 | sed 's/^/#   /'
+    fi
   fi
   n=$((n + 1))
-  if grep -q 'ERROR: AddressSanitizer\|runtime error:\|LeakSanitizer\|ThreadSanitizer' "$tmp/$name.log"; then
+  report='ERROR: AddressSanitizer\|runtime error:\|LeakSanitizer\|ThreadSanitizer'
+  if grep -q "$report" "$tmp/$name.log"; then
     echo "not ok $n - serve $name: a sanitizer report in its log"
-    grep -A12 'ERROR: AddressSanitizer\|runtime error:\|LeakSanitizer\|ThreadSanitizer' "$tmp/$name.log" | head -40 | sed 's/^/#   /'
+    grep -A12 "$report" "$tmp/$name.log" | head -40 | sed 's/^/#   /'
   else
     echo "ok $n - serve $name: no sanitizer report in its log"
   fi

@@ -359,9 +359,16 @@ await check('connections: after they are gone, /health answers', async () => {
 });
 
 /* ---- clients that vanish: the server goes on, and the one slot (--parallel 1) is freed ------------ */
+/* a request of 8 tokens completes within LIMIT_MS; a 503 while the server has yet to see the
+ * vanished connections close (its count of open ones lags a little) is retried within the limit */
 async function prompt8(limitMs) {
   const t = Date.now();
-  const res = await request('POST', C, { prompt: 'Once', max_tokens: 8, temperature: 0 }, {}, limitMs + 1000);
+  let res;
+  for (;;) {
+    res = await request('POST', C, { prompt: 'Once', max_tokens: 8, temperature: 0 }, {}, limitMs + 1000);
+    if (res.status !== 503 || Date.now() - t > limitMs) break;
+    await sleep(50);
+  }
   if (res.status !== 200) fail(`status ${res.status}: ${res.text.slice(0, 200)}`);
   equal(json(res).usage.completion_tokens, 8, 'completion_tokens');
   assert(Date.now() - t <= limitMs, `took ${Date.now() - t} ms`);
