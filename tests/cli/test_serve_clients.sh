@@ -31,6 +31,7 @@ alive() {
 # launch NAME ARGS...: starts a server in the background, logging to $tmp/NAME.log
 launch() {
   name=$1; shift
+  : >"$tmp/$name.log" # there before the server opens it, for the wait below
   "$bin" serve -m "$model" --port 0 "$@" >"$tmp/$name.out" 2>"$tmp/$name.log" &
   pids="$pids $!"
   eval "pid_$name=$!"

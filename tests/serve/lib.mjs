@@ -48,8 +48,17 @@ export function assert(cond, msg) {
   if (!cond) fail(msg);
 }
 
+/* long strings that differ are shown from a little before their first difference */
 export function equal(got, want, what) {
-  if (got !== want) fail(`${what}: got ${JSON.stringify(got)}, want ${JSON.stringify(want)}`);
+  if (got === want) return;
+  if (typeof got === 'string' && typeof want === 'string' && got.length + want.length > 160) {
+    let i = 0;
+    while (i < got.length && got[i] === want[i]) i++;
+    const from = Math.max(0, i - 40);
+    const show = (t) => JSON.stringify(t.slice(from, i + 60)) + (t.length > i + 60 ? '...' : '');
+    fail(`${what}: differs at ${i} of ${got.length} (want ${want.length} chars): from ${from}, got ${show(got)}, want ${show(want)}`);
+  }
+  fail(`${what}: got ${JSON.stringify(got)}, want ${JSON.stringify(want)}`);
 }
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
