@@ -2,6 +2,8 @@
 // completions and chat completions, streaming and not, their text, finish_reason and usage, stop
 // strings, seeds, and the client's typed errors (a wrong API key is its AuthenticationError). The
 // server runs with --api-key $NPULM_SERVE_KEY. Prints TAP.
+// The client is openai 5 (package.json), which uses node's own fetch: 4.x's node-fetch fails every
+// stream with "Premature close" under Debian 12's Node 18.20, whatever the server.
 import OpenAI from 'openai';
 import { apiKey, assert, baseURL, check, done, equal, fail, modelId, request, sseEvents } from './lib.mjs';
 
