@@ -405,6 +405,23 @@ await check('vanish: a client gone half-way through sending its body', async () 
   await prompt8(2000);
 });
 
+/* ---- a burst on the one slot: every request served, or refused with 503, none left hanging ------- */
+await check(`burst: 30 requests at once on one slot and ${maxConnections} connections: each 200 or 503, within 20 s`, async () => {
+  const t = Date.now();
+  const all = await Promise.all(Array.from({ length: 30 }, (_, i) =>
+    exchange([requestBytes('POST', i % 2 ? CHAT : C, i % 2 ? { ...okChat, max_tokens: 64 } : { prompt: 'Once', max_tokens: 64, stream: i % 4 === 0 })],
+      { until: complete, timeoutMs: 20000 })));
+  let served = 0;
+  for (const r of all) {
+    const res = parseResponse(r.data);
+    if (!res) fail(`a request neither answered nor refused (${r.timedOut ? 'timed out' : 'closed'} after ${r.ms} ms)`);
+    if (res.status === 200) served++;
+    else errorObject(res, 503);
+  }
+  assert(served > 0, 'none served');
+  assert(Date.now() - t < 20000, `took ${Date.now() - t} ms`);
+});
+
 /* ---- afterwards ------------------------------------------------------------------------------------- */
 await check('after all that: /health is 200 {"status":"ok"}', async () => {
   const res = await request('GET', '/health', null, { Authorization: null });
