@@ -8,6 +8,8 @@
 # aarch64-linux-gnu-gcc in build-aarch64/ (Debian's arm64 libraries: .ci/install-deps);
 # `make CROSS=aarch64 test-cross` runs the kernel tests and the end-to-end checks of tests/cross/
 # under qemu-aarch64, against the x86 build in build/ (which it builds first).
+# `make shared` builds the shared library (build/libnpulm.so.VERSION); `make install PREFIX=/usr/local
+# DESTDIR=` installs the CLI, the header, both libraries and npulm.pc; `make uninstall` removes them.
 
 BUILD := build
 OPT := -O2 -g
@@ -49,7 +51,7 @@ TEST_SRCS := $(sort $(wildcard tests/test_*.c))
 TESTS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
 
 .PHONY: all test tests clean fuzz fuzz-program fuzz-run fuzz-run-gguf fuzz-run-program bench \
-        format format-check
+        format format-check shared install uninstall
 all: $(BUILD)/npulm
 
 $(BUILD)/libnpulm.a: $(OBJS)
@@ -80,6 +82,53 @@ $(BUILD)/tests/test_noalloc: LDFLAGS += \
 $(BUILD)/tests/test_dequant: LDLIBS += -ljansson -lnettle
 
 tests: $(TESTS)
+
+# The version, from include/npulm.h's macros, and the git commit the library is built from
+# ("unknown" outside a git checkout), which only src/base/version.c sees: $(BUILD)/commit is
+# rewritten when the commit changes, and that object is rebuilt with it.
+version_part = $(shell awk '$$2 == "NPULM_VERSION_$(1)" { print $$3 }' include/npulm.h)
+VERSION_MAJOR := $(call version_part,MAJOR)
+VERSION := $(VERSION_MAJOR).$(call version_part,MINOR).$(call version_part,PATCH)
+COMMIT := $(shell [ -e .git ] && git describe --always --dirty 2>/dev/null || echo unknown)
+VERSION_OBJS := $(BUILD)/src/base/version.o $(BUILD)/pic/src/base/version.o
+$(VERSION_OBJS): $(BUILD)/commit
+$(VERSION_OBJS): CFLAGS += -DNPULM_COMMIT='"$(COMMIT)"'
+$(BUILD)/commit: FORCE
+	@mkdir -p $(dir $@)
+	@[ "$$(cat $@ 2>/dev/null)" = '$(COMMIT)' ] || echo '$(COMMIT)' >$@
+FORCE:
+
+# The shared library, `make shared` (and make install; plain make does not build it): the library's
+# objects again, position-independent, in $(BUILD)/pic/, exporting only the npulm_* API
+# (src/libnpulm.map), its soname libnpulm.so.MAJOR.
+SONAME := libnpulm.so.$(VERSION_MAJOR)
+SHLIB := $(BUILD)/libnpulm.so.$(VERSION)
+PIC_OBJS := $(SRCS:%.c=$(BUILD)/pic/%.o)
+$(BUILD)/pic/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fPIC -MMD -MP -c $< -o $@
+$(SHLIB): $(PIC_OBJS) src/libnpulm.map
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=src/libnpulm.map -o $@ \
+	  $(PIC_OBJS) $(LDLIBS)
+shared: $(SHLIB)
+
+# `make install PREFIX=/usr/local DESTDIR=`: the CLI, the header, both libraries and npulm.pc
+# (pkg-config) under DESTDIR/PREFIX; `make uninstall` removes them.
+PREFIX := /usr/local
+DEST := $(DESTDIR)$(PREFIX)
+install: $(BUILD)/npulm $(BUILD)/libnpulm.a $(SHLIB)
+	install -d $(DEST)/bin $(DEST)/include $(DEST)/lib/pkgconfig
+	install -m 755 $(BUILD)/npulm $(DEST)/bin/
+	install -m 644 include/npulm.h $(DEST)/include/
+	install -m 644 $(BUILD)/libnpulm.a $(DEST)/lib/
+	install -m 755 $(SHLIB) $(DEST)/lib/
+	ln -sf libnpulm.so.$(VERSION) $(DEST)/lib/$(SONAME)
+	ln -sf $(SONAME) $(DEST)/lib/libnpulm.so
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(LDLIBS)|' \
+	  src/npulm.pc.in >$(DEST)/lib/pkgconfig/npulm.pc
+uninstall:
+	rm -f $(DEST)/bin/npulm $(DEST)/include/npulm.h $(DEST)/lib/pkgconfig/npulm.pc \
+	  $(addprefix $(DEST)/lib/,libnpulm.a libnpulm.so.$(VERSION) $(SONAME) libnpulm.so)
 
 # Microbenchmarks (not tests): `make bench && build/bench/npu_kernels [runs]`,
 # `build/bench/program_load FILE.npu [runs]`
@@ -188,5 +237,5 @@ format:
 format-check:
 	@clang-format --dry-run --Werror $(FORMAT_FILES) && echo "$(words $(FORMAT_FILES)) files formatted as .clang-format says"
 
--include $(OBJS:.o=.d) $(TESTS:=.d) $(BENCHES:=.d) $(TOOL_OBJS:.o=.d) $(FUZZ_OBJS:.o=.d) \
+-include $(OBJS:.o=.d) $(PIC_OBJS:.o=.d) $(TESTS:=.d) $(BENCHES:=.d) $(TOOL_OBJS:.o=.d) $(FUZZ_OBJS:.o=.d) \
   $(FUZZERS:$(FUZZ)/%=$(FUZZ)/obj/fuzz/%.d)

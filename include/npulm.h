@@ -10,7 +10,9 @@
  * overlap, but they may come from different threads in turn (ordered by a join, a mutex, ...).
  * Sessions, perplexity and the roofline start threads of their own (a session's run until
  * npulm_session_free, the others' end before they return); progress callbacks run on the calling
- * thread. tests/test_threads.c checks this under ThreadSanitizer (make TSAN=1 test). */
+ * thread. Calls that take no object (npulm_version, npulm_compile_file, npulm_synth, ...) may
+ * run on any threads at once too; calls that overlap each need their own npulm_error.
+ * tests/test_threads.c checks this under ThreadSanitizer (make TSAN=1 test). */
 #ifndef NPULM_H
 #define NPULM_H
 
@@ -22,6 +24,19 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The library's version. A release that changes the ABI changes MAJOR, the shared library's
+ * soname (libnpulm.so.MAJOR); NPULM_VERSION is the three numbers, as the Makefile and npulm.pc
+ * read them. */
+#define NPULM_VERSION_MAJOR 0
+#define NPULM_VERSION_MINOR 9
+#define NPULM_VERSION_PATCH 0
+#define NPULM_VERSION "0.9.0"
+
+/* The version of the library linked (which may be newer than the header a program was built
+ * with) and the git commit it was built from: "0.9.0 (COMMIT)", COMMIT as `git describe --always
+ * --dirty` names it, "unknown" if built outside a git checkout. */
+const char *npulm_version(void);
 
 /* Every fallible call returns a status; on failure the optional 'err' holds one line naming the
  * problem (no trailing newline). */

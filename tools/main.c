@@ -34,6 +34,7 @@ static const char *const usage_main =
     "  synth      write a GGUF with the shapes of a real model and random weights\n"
     "  bench      measure prefill and decode speed (llama-bench's method), roofline, NPU model\n"
     "  serve      serve the model over HTTP with OpenAI's API (completions, chat, streaming)\n"
+    "  version    print the version and the commit it was built from (also: npulm --version)\n"
     "\n"
     "'npulm COMMAND --help' describes a command's options.\n";
 
@@ -971,6 +972,22 @@ static int cmd_diff(struct cli_args *a) {
   return 0;
 }
 
+/* ---- version -------------------------------------------------------------------------------- */
+
+static const char *const usage_version =
+    "usage: npulm version\n"
+    "\n"
+    "Print npulm's version and the git commit the library was built from.\n";
+
+static int cmd_version(struct cli_args *a) {
+  for (a->i = 2; a->i < a->argc; a->i++) {
+    if (cli_wants_help(a)) return 0;
+    cli_unknown_option(a);
+  }
+  printf("npulm %s\n", npulm_version());
+  return 0;
+}
+
 /* bench lives in tools/bench.c */
 static int cmd_bench(struct cli_args *a) { return npulm_cmd_bench(a->argc, a->argv); }
 
@@ -996,15 +1013,17 @@ int main(int argc, char **argv) {
       {"synth", cmd_synth, usage_synth},
       {"bench", cmd_bench, npulm_usage_bench},
       {"serve", cmd_serve, npulm_usage_serve},
+      {"version", cmd_version, usage_version},
   };
   if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {
     fputs(usage_main, argc < 2 ? stderr : stdout);
     return argc < 2 ? 1 : 0;
   }
+  const char *name = strcmp(argv[1], "--version") == 0 ? "version" : argv[1];
   for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
-    if (strcmp(argv[1], commands[i].name) == 0) {
+    if (strcmp(name, commands[i].name) == 0) {
       struct cli_args a = {
-          .argc = argc, .argv = argv, .i = 2, .cmd = argv[1], .usage = commands[i].usage};
+          .argc = argc, .argv = argv, .i = 2, .cmd = name, .usage = commands[i].usage};
       return commands[i].fn(&a);
     }
   }
