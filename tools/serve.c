@@ -47,8 +47,8 @@ const char npulm_usage_serve[] =
     "  --chat-template NAME  chat template of /v1/chat/completions (default: the model's, else\n"
     "                     chatml)\n"
     "  --max-tokens N     largest max_tokens a request may ask for (default 4096)\n"
-    "  --max-body BYTES   largest request body (K, M suffixes; default 1M): a larger declared\n"
-    "                     length is answered 413, a chunked body is cut off where it passes it\n"
+    "  --max-body BYTES   largest request body (K, M suffixes; default 1M): larger is 413, at\n"
+    "                     once for a declared length, for a chunked body once it has been sent\n"
     "  --max-connections N  open connections (default 64); up to 16 more are answered 503 and\n"
     "                     closed, more still are refused\n"
     "  --queue N          requests that may wait for a slot (default 64); more are answered 503\n"
@@ -298,7 +298,8 @@ static void slot_token(const struct server *s, struct slot *sl, int32_t tok) {
     }
     slot_emit(sl, utf8_whole(sl->hold, sl->hold_len - keep));
   }
-  if (sl->n_gen >= r->max_tokens || npulm_session_pos(sl->session) >= s->n_ctx) {
+  /* the token would fill the context's last place: prompt and generated tokens fit it */
+  if (sl->n_gen >= r->max_tokens || npulm_session_pos(sl->session) + 1 >= s->n_ctx) {
     slot_finish(sl, "length");
   }
 }
@@ -463,9 +464,11 @@ struct http_req {
   struct server *s;
   struct MHD_Connection *conn;
   enum route route;
+  const char *allow; /* the method the path takes, for a 405's Allow */
   char *body;
   size_t body_len, body_cap;
-  bool answered; /* a response is queued */
+  bool too_large; /* the body passed --max-body: the rest is read and dropped, then 413 */
+  bool answered;  /* a response is queued */
   struct request *req;
   /* a stream's events not yet sent */
   char *out;
@@ -473,7 +476,7 @@ struct http_req {
   bool role_sent, ended;
 };
 
-static enum MHD_Result queue_json(struct MHD_Connection *conn, unsigned status, json_t *body) {
+static enum MHD_Result queue_json(struct http_req *h, unsigned status, json_t *body) {
   char *text = json_dumps(body, JSON_COMPACT);
   json_decref(body);
   if (text == NULL) return MHD_NO;
@@ -487,10 +490,12 @@ static enum MHD_Result queue_json(struct MHD_Connection *conn, unsigned status, 
   if (status == MHD_HTTP_UNAUTHORIZED) {
     MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
   }
+  if (status == MHD_HTTP_METHOD_NOT_ALLOWED) MHD_add_response_header(resp, "Allow", h->allow);
   if (status == MHD_HTTP_SERVICE_UNAVAILABLE) { /* an overloaded server lets the client go */
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
   }
-  const enum MHD_Result ret = MHD_queue_response(conn, status, resp);
+  h->answered = true;
+  const enum MHD_Result ret = MHD_queue_response(h->conn, status, resp);
   MHD_destroy_response(resp);
   return ret;
 }
@@ -511,9 +516,9 @@ static enum MHD_Result answer_error(struct http_req *h, unsigned status, const c
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
-  h->answered = true;
+  h->answered = true; /* even if the answer cannot be made: the request goes no further */
   json_t *body = error_json(type, code, param, msg);
-  return body != NULL ? queue_json(h->conn, status, body) : MHD_NO;
+  return body != NULL ? queue_json(h, status, body) : MHD_NO;
 }
 
 /* A 400 naming the field at fault. */
@@ -920,8 +925,7 @@ static enum MHD_Result handle_generate(struct http_req *h) {
   json_t *body = completion_json(
       s, r, false, choice_json(r, false, r->text != NULL ? r->text : "", r->len, true, r->finish));
   json_object_set_new(body, "usage", usage_json(r, r->n_gen));
-  h->answered = true;
-  return queue_json(h->conn, MHD_HTTP_OK, body);
+  return queue_json(h, MHD_HTTP_OK, body);
 }
 
 static struct tracked *tracked_of(struct MHD_Connection *conn) {
@@ -936,6 +940,11 @@ static bool same_key(const char *given, const char *key) {
   unsigned char diff = given_n != n;
   for (size_t i = 0; i < n; i++) diff |= (unsigned char)((i < given_n ? given[i] : 0) ^ key[i]);
   return diff == 0;
+}
+
+static enum MHD_Result too_large(struct http_req *h) {
+  return answer_error(h, MHD_HTTP_CONTENT_TOO_LARGE, "invalid_request_error", "request_too_large",
+                      NULL, "the body is larger than %zu bytes", h->s->max_body);
 }
 
 /* The request's first call: route, method, key and declared size, answered at once when wrong. */
@@ -964,6 +973,7 @@ static enum MHD_Result handle_headers(struct http_req *h, const char *url, const
   }
   h->route = routes[i].route;
   const bool get = strcmp(routes[i].method, "GET") == 0;
+  h->allow = get ? "GET, HEAD" : routes[i].method;
   if (strcmp(method, routes[i].method) != 0 && !(get && strcmp(method, "HEAD") == 0)) {
     return answer_error(h, MHD_HTTP_METHOD_NOT_ALLOWED, "invalid_request_error",
                         "method_not_allowed", NULL, "%s takes %s, not %.20s", url, routes[i].method,
@@ -979,12 +989,10 @@ static enum MHD_Result handle_headers(struct http_req *h, const char *url, const
     }
   }
   if (h->route == ROUTE_HEALTH) {
-    h->answered = true;
-    return queue_json(h->conn, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"));
+    return queue_json(h, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"));
   }
   if (h->route == ROUTE_MODELS) {
-    h->answered = true;
-    return queue_json(h->conn, MHD_HTTP_OK,
+    return queue_json(h, MHD_HTTP_OK,
                       json_pack("{s:s, s:[{s:s, s:s, s:I, s:s}]}", "object", "list", "data", "id",
                                 s->model_id, "object", "model", "created", (json_int_t)s->started,
                                 "owned_by", "npulm"));
@@ -1014,19 +1022,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     *con_cls = h;
     return handle_headers(h, url, method);
   }
-  if (*upload_size > 0 && h->body_len + *upload_size > s->max_body) {
-    /* a body of undeclared length (chunked) past the limit: libmicrohttpd 0.9 cannot answer
-     * before the body has been read, and reading on is what the limit is against: the
-     * connection is closed here */
-    return MHD_NO;
-  }
   if (*upload_size > 0) {
-    if (h->body_len + *upload_size + 1 > h->body_cap) {
-      h->body_cap = 2 * (h->body_len + *upload_size + 1);
-      h->body = xrealloc(h->body, h->body_cap);
+    if (h->too_large || h->body_len + *upload_size > s->max_body) {
+      /* a body of undeclared length (chunked) past the limit: libmicrohttpd 0.9 answers only
+       * once the body is in, so the rest is read and dropped (within --timeout: the watchdog) */
+      h->too_large = true;
+      free(h->body);
+      h->body = NULL;
+      h->body_len = h->body_cap = 0;
+    } else {
+      if (h->body_len + *upload_size + 1 > h->body_cap) {
+        h->body_cap = 2 * (h->body_len + *upload_size + 1);
+        h->body = xrealloc(h->body, h->body_cap);
+      }
+      memcpy(h->body + h->body_len, upload_data, *upload_size);
+      h->body_len += *upload_size;
     }
-    memcpy(h->body + h->body_len, upload_data, *upload_size);
-    h->body_len += *upload_size;
     *upload_size = 0;
     return MHD_YES;
   }
@@ -1035,6 +1046,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   struct tracked *t = tracked_of(conn);
   if (t != NULL) t->waiting = false;
   pthread_mutex_unlock(&s->conn_mu);
+  if (h->too_large) return too_large(h);
   return handle_generate(h);
 }
 

@@ -130,10 +130,10 @@ check "max_tokens 0: no text, finish_reason length" t_zero
 t_context_end() {
   post /v1/completions '{"prompt":"Once upon a time","max_tokens":1000,"temperature":0}' &&
     status_is 200 && has '"finish_reason":' &&
-    k=$(sed -n 's/.*"completion_tokens":\([0-9]*\).*/\1/p' "$tmp/body") && [ "$k" -le 124 ] &&
-    { [ "$k" -eq 124 ] && has '"finish_reason":"length"' || has '"finish_reason":"stop"'; }
+    k=$(sed -n 's/.*"completion_tokens":\([0-9]*\).*/\1/p' "$tmp/body") && [ "$k" -le 123 ] &&
+    { [ "$k" -eq 123 ] && has '"finish_reason":"length"' || has '"finish_reason":"stop"'; }
 }
-check "generation ends at the context (-c 128): length after 124 tokens, unless it stopped" \
+check "generation ends at the context (-c 128): length after 123 tokens, unless it stopped" \
   t_context_end
 
 long=$(i=0; while [ $i -lt 60 ]; do printf 'once upon a time '; i=$((i + 1)); done)
@@ -145,7 +145,9 @@ check "a prompt longer than the context: 400 context_length_exceeded" t_long
 
 t_404() { req /v1/nothing && is_error 404 invalid_request_error; }
 check "unknown path: 404" t_404
-t_405() { req /v1/completions && is_error 405 invalid_request_error; }
+t_405() {
+  req /v1/completions && is_error 405 invalid_request_error && grep -q '^Allow: POST' "$tmp/headers"
+}
 check "GET on a POST endpoint: 405" t_405
 t_405b() { post /v1/models '{}' && is_error 405 invalid_request_error; }
 check "POST on a GET endpoint: 405" t_405b
@@ -180,6 +182,11 @@ bad "content not a string" /v1/chat/completions '{"messages":[{"role":"user","co
 head -c 1100000 /dev/zero | tr '\0' ' ' >"$tmp/big"
 t_413() { req /v1/completions --data-binary @"$tmp/big" && is_error 413 invalid_request_error; }
 check "a body past --max-body (1 MiB): 413" t_413
+t_413_chunked() {
+  req /v1/completions -H 'Transfer-Encoding: chunked' --data-binary @"$tmp/big" &&
+    is_error 413 invalid_request_error
+}
+check "a chunked body past --max-body: 413" t_413_chunked
 
 t_health2() { req /health && status_is 200; }
 check "still serving after all that" t_health2
