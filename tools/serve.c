@@ -117,6 +117,8 @@ struct tracked {
   double since;    /* when it started waiting for a request */
   bool waiting;    /* it has not sent a whole request since 'since' */
   bool over_limit; /* past --max-connections: answered 503 */
+  bool counted;    /* in n_conns: until it closes, or is being closed by this side (which a
+                      client may see before libmicrohttpd has noticed) */
   struct tracked *prev, *next;
 };
 
@@ -141,7 +143,7 @@ struct server {
 
   pthread_mutex_t conn_mu;
   struct tracked *conns;
-  int n_conns;
+  int n_conns; /* connections open and counted */
 };
 
 /* ---- UTF-8 ---------------------------------------------------------------------------------- */
@@ -1087,7 +1089,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   *con_cls = NULL;
   pthread_mutex_lock(&s->conn_mu); /* a kept-alive connection has --timeout for its next one */
   struct tracked *t = tracked_of(conn);
-  if (t != NULL) {
+  if (t != NULL && t->over_limit) { /* its 503 closes it */
+    s->n_conns -= t->counted;
+    t->counted = false;
+  } else if (t != NULL) {
     t->waiting = true;
     t->since = now_s();
   }
@@ -1111,6 +1116,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
       t->next = s->conns;
       if (s->conns != NULL) s->conns->prev = t;
       s->conns = t;
+      t->counted = true;
       s->n_conns++;
     }
     *socket_context = t;
@@ -1119,7 +1125,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     if (t->prev != NULL) t->prev->next = t->next;
     else s->conns = t->next;
     if (t->next != NULL) t->next->prev = t->prev;
-    s->n_conns--;
+    s->n_conns -= t->counted;
     free(t);
     *socket_context = NULL;
   }
@@ -1136,6 +1142,8 @@ static void watchdog(struct server *s) {
     if (t->waiting && t->fd >= 0 && now - t->since > s->timeout_s) {
       shutdown(t->fd, SHUT_RDWR);
       t->waiting = false;
+      s->n_conns -= t->counted;
+      t->counted = false;
     }
   }
   pthread_mutex_unlock(&s->conn_mu);
