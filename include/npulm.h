@@ -385,20 +385,22 @@ int npulm_session_ctx(const npulm_session *session);
 npulm_status npulm_session_eval(npulm_session *session, const int32_t *tokens, size_t n,
                                 float *logits_out, npulm_error *err);
 
-/* Decode one token in each of 'n' sessions as one step (continuous batching, as a server runs its
- * requests): every session's token is a row of one static graph, the program's smallest prefill
- * chunk size that holds n (compile with npulm_compile_params.chunks holding the batch sizes: 2, 4,
- * 8, ...; the rows past n are padding, computed and not written anywhere), so the weights are read
- * once for all of them. Each row has its own position, KV cache and attention. Each session's
- * npulm_session_logits then holds its token's logits, bit for bit those npulm_session_eval of that
- * token alone would give, and its position advances by one. The step runs on sessions[0]'s
- * threads (its statistics count it). The sessions must be distinct, of one model and program (not
- * the reference), with one context length and sparse decode off (NPULM_SPARSE_OFF: a batch's FFN
- * is dense); their program must keep attention in float (the default policy). No other call may
- * be in progress on any of them. NPULM_ERR_ARG (nothing evaluated) otherwise, for a token outside
- * the vocabulary or a session whose context is full; NPULM_ERR_UNSUPPORTED if the program has no
- * chunk size of at least n or computes attention on the NPU. n = 1 is npulm_session_eval of the
- * one token. */
+/* Evaluate 'n' tokens of several sessions as one step (continuous batching, as a server runs its
+ * requests: each running request's next token, and pieces of new requests' prompts): token r goes
+ * to session sessions[r], a session's tokens taking its next positions in the order they come.
+ * The step is one static graph, the program's smallest prefill chunk size that holds n (compile
+ * with npulm_compile_params.chunks holding the batch sizes: 2, 4, 8, ...; rows past n are padding,
+ * computed and not written anywhere), so the weights are read once for all of them; each row has
+ * its session's position, KV cache and attention. Each session's npulm_session_logits then holds
+ * the logits of its last token in the step, bit for bit those npulm_session_eval of its tokens
+ * alone would give, and its position advances by its number of tokens. The step runs on
+ * sessions[0]'s threads (its statistics count it). The sessions must be of one model and program
+ * (not the reference), with one context length and sparse decode off (NPULM_SPARSE_OFF: a batch's
+ * FFN is dense); their program must keep attention in float (the default policy). No other call
+ * may be in progress on any of them. NPULM_ERR_ARG (nothing evaluated) otherwise, for a token
+ * outside the vocabulary or a session whose tokens do not fit its context; NPULM_ERR_UNSUPPORTED
+ * if the program has no chunk size of at least n or computes attention on the NPU. Tokens all of
+ * one session are npulm_session_eval of them. */
 npulm_status npulm_session_eval_batch(npulm_session *const *sessions, const int32_t *tokens,
                                       size_t n, npulm_error *err);
 

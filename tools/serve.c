@@ -72,6 +72,7 @@ enum {
  * is queued and only read after; the rest are under the server's mutex. */
 struct request {
   bool chat, stream;
+  bool ignore_eos; /* (llama-server's extension) an end-of-generation token does not end it */
   int32_t *prompt;
   size_t n_prompt;
   int max_tokens;
@@ -264,7 +265,7 @@ static void slot_finish(struct slot *sl, const char *why) {
  * at the context's end. */
 static void slot_token(const struct server *s, struct slot *sl, int32_t tok) {
   const struct request *r = sl->req;
-  if (npulm_token_is_eog(s->model, tok)) {
+  if (!r->ignore_eos && npulm_token_is_eog(s->model, tok)) {
     slot_finish(sl, "stop");
     return;
   }
@@ -713,6 +714,14 @@ static const char *read_fields(const struct server *s, json_t *root, struct requ
       !(json_is_integer(v) && json_integer_value(v) == 1)) {
     snprintf(msg, cap, "n must be 1: one choice per request");
     return "n";
+  }
+  r->ignore_eos = false;
+  if ((v = json_object_get(root, "ignore_eos")) != NULL && !json_is_null(v)) {
+    if (!json_is_boolean(v)) {
+      snprintf(msg, cap, "ignore_eos must be true or false");
+      return "ignore_eos";
+    }
+    r->ignore_eos = json_is_true(v);
   }
   r->stream = false;
   if ((v = json_object_get(root, "stream")) != NULL && !json_is_null(v)) {

@@ -584,22 +584,23 @@ npulm_status npulm_session_eval_batch(npulm_session *const *sessions, const int3
     if (b == NULL) return npu_fail(err, NPULM_ERR_ARG, "session %zu of the batch is NULL", r);
     const char *why = batch_refusal(lead, b);
     if (why != NULL) return npu_fail(err, NPULM_ERR_ARG, "%s", why);
-    for (size_t q = 0; q < r; q++) {
-      if (sessions[q] == b) {
-        return npu_fail(err, NPULM_ERR_ARG, "session %zu of the batch is also session %zu", r, q);
-      }
-    }
-    if (b->pos >= b->n_ctx) {
+    /* its rows so far: this one's position is pos + earlier */
+    int earlier = 0;
+    for (size_t q = 0; q < r; q++) earlier += sessions[q] == b;
+    if (b->pos + earlier >= b->n_ctx) {
       return npu_fail(err, NPULM_ERR_ARG,
-                      "session %zu of the batch is full: %d of %d positions are used", r, b->pos,
-                      b->n_ctx);
+                      "the batch's tokens of session %zu do not fit in its context: %d of %d "
+                      "positions are used",
+                      r, b->pos, b->n_ctx);
     }
     if (tokens[r] < 0 || tokens[r] >= lead->model->cfg.n_vocab) {
       return npu_fail(err, NPULM_ERR_ARG, "token id %d is outside the vocabulary (0..%d)",
                       tokens[r], lead->model->cfg.n_vocab - 1);
     }
   }
-  if (n == 1) return npulm_session_eval(lead, tokens, 1, NULL, err);
+  bool one_sequence = true;
+  for (size_t r = 1; r < n; r++) one_sequence &= sessions[r] == lead;
+  if (one_sequence) return npulm_session_eval(lead, tokens, n, NULL, err);
   const struct npu_program *p = lead->prog;
   if (!npu_attention_fused(p->opts.float_ops)) {
     return npu_fail(err, NPULM_ERR_UNSUPPORTED,
@@ -611,26 +612,30 @@ npulm_status npulm_session_eval_batch(npulm_session *const *sessions, const int3
   for (int32_t i = 0; i < p->opts.n_chunks && rows == 0; i++) {
     if (p->opts.chunks[i] >= (int32_t)n) rows = p->opts.chunks[i];
   }
-  for (size_t r = 0; r < n; r++) {
-    if (sessions[r]->pos + 1 > end) end = sessions[r]->pos + 1;
+  if (rows == 0 || rows > lead->max_rows) {
+    return npu_fail(err, NPULM_ERR_UNSUPPORTED,
+                    "the program has no batch size for %zu tokens (its chunk sizes are the batch "
+                    "sizes: compile it with --batch %zu)",
+                    n, n);
   }
-  const struct npu_graph *g = rows > 0 ? npu_program_find(p, rows, end, false) : NULL;
-  if (g == NULL || g->rows > lead->max_rows) {
-    return npu_fail(
-        err, NPULM_ERR_UNSUPPORTED,
-        "the program has no batch size for %zu sequences (its chunk sizes are the batch "
-        "sizes: compile it with --batch %zu)",
-        n, n);
-  }
-  const double t0 = npu_now();
   for (size_t r = 0; r < n; r++) {
     const struct npulm_session *b = sessions[r];
-    lead->batch_rows[r] = (struct npu_batch_row){.pos = b->pos,
+    /* its position: its session's, plus its rows before it (the sessions move only after) */
+    int32_t pos = b->pos;
+    for (size_t q = 0; q < r; q++) pos += sessions[q] == b;
+    lead->batch_rows[r] = (struct npu_batch_row){.pos = pos,
                                                  .k_cache = b->k_cache,
                                                  .v_cache = b->v_cache,
                                                  .rope_cos = b->rope_cos,
                                                  .rope_sin = b->rope_sin};
+    if (pos + 1 > end) end = pos + 1;
   }
+  const struct npu_graph *g = npu_program_find(p, rows, end, false);
+  if (g == NULL) {
+    return npu_fail(err, NPULM_ERR_UNSUPPORTED,
+                    "the program has no graph of %d rows for position %d", rows, end - 1);
+  }
+  const double t0 = npu_now();
   lead->steps[0] = (struct npu_step){.g = g, .row0 = 0, .pos0 = lead->pos, .n_valid = (int32_t)n};
   lead->batch_members = sessions;
   lead->batch_n = (int32_t)n;

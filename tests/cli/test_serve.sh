@@ -121,6 +121,14 @@ t_stop() {
 }
 check "stop: finish_reason stop, the text ends before the stop string" t_stop
 
+t_ignore_eos() {
+  post /v1/completions '{"prompt":"Once","max_tokens":4,"ignore_eos":"yes"}' &&
+    is_error 400 invalid_request_error && has '"param":"ignore_eos"' &&
+    post /v1/completions '{"prompt":"Once","max_tokens":4,"ignore_eos":true}' && status_is 200 &&
+    has '"finish_reason":"length"' '"completion_tokens":4'
+}
+check "ignore_eos (llama-server's extension): a boolean, else 400" t_ignore_eos
+
 t_zero() {
   post /v1/completions '{"prompt":"Once","max_tokens":0}' && status_is 200 &&
     has '"text":"","finish_reason":"length"' '"completion_tokens":0'
