@@ -102,6 +102,8 @@ struct slot {
   struct request *req; /* NULL: free */
   int32_t prev;        /* the last token (token_to_piece needs it) */
   bool pending;        /* 'prev' is yet to be evaluated */
+  size_t fed;          /* prompt tokens evaluated: until all are, the slot is prefilling */
+  int rows;            /* its tokens in the step being built */
   int n_gen;
   char hold[MAX_STOP_LEN + 8]; /* bytes held back: a stop string's start, unfinished UTF-8 */
   size_t hold_len;
@@ -313,24 +315,17 @@ static void slot_fail(struct slot *sl, const char *why) {
   sl->pending = false;
 }
 
-/* Prefill a new request's prompt on its slot and take its first token. */
-static void slot_start(struct server *s, struct slot *sl) {
+/* Take a new request into its slot: its prompt is evaluated by the next steps, a piece a step. */
+static void slot_start(struct slot *sl) {
   const struct request *r = sl->req;
-  npulm_error err;
   npulm_session_reset(sl->session);
   sl->n_gen = 0;
   sl->hold_len = 0;
   sl->finish = NULL;
   sl->pending = false;
+  sl->fed = 0;
   sl->prev = r->prompt[r->n_prompt - 1];
-  if (npulm_session_eval(sl->session, r->prompt, r->n_prompt, NULL, &err) != NPULM_OK) {
-    fprintf(stderr, "npulm serve: %s: %s\n", r->id, err.msg);
-    slot_fail(sl, "the prompt could not be evaluated");
-  } else if (r->max_tokens == 0) {
-    slot_finish(sl, "length");
-  } else {
-    slot_token(s, sl, npulm_sampler_sample(r->sampler, npulm_session_logits(sl->session)));
-  }
+  if (r->max_tokens == 0) slot_finish(sl, "length");
 }
 
 /* Hand each slot's released text and end to its request (under the mutex); free ended slots. */
@@ -369,34 +364,66 @@ static void engine_publish(struct server *s) {
   }
 }
 
-/* Decode the pending token of each of the 'n' slots as one batched step and take their next
- * tokens. A program that cannot batch them (a program file compiled without --batch, or with
- * attention on the NPU) refuses the step, evaluating nothing: then each slot is stepped alone
- * ('*warned' says so once). */
-static void engine_step(struct server *s, struct slot *const *step, int n, bool *warned) {
-  npulm_session *sessions[MAX_PARALLEL];
-  int32_t tokens[MAX_PARALLEL];
-  for (int i = 0; i < n; i++) {
-    sessions[i] = step[i]->session;
-    tokens[i] = step[i]->prev;
+/* The rows of one step: each running request's pending token, then pieces of the prompts being
+ * evaluated (chunked prefill: a long prompt does not hold up the others' tokens for all of its
+ * length), in slot order, up to 'max_rows' in all (the program's largest chunk: a step of more is
+ * not one graph). Each slot's rows are consecutive ('sl->rows' of them). */
+static int build_step(struct server *s, int max_rows, npulm_session **sessions, int32_t *tokens,
+                      struct slot **owners) {
+  int n = 0;
+  for (int i = 0; i < s->n_slots; i++) {
+    struct slot *sl = &s->slots[i];
+    sl->rows = 0;
+    if (sl->req == NULL || sl->finish != NULL || !sl->pending) continue;
+    sessions[n] = sl->session;
+    tokens[n] = sl->prev;
+    owners[n++] = sl;
+    sl->rows = 1;
   }
+  /* when the running requests fill a step, a prompt still moves on, in a step of its own */
+  const int room = n < max_rows ? max_rows - n : max_rows;
+  for (int i = 0, left = room; i < s->n_slots && left > 0; i++) {
+    struct slot *sl = &s->slots[i];
+    if (sl->req == NULL || sl->finish != NULL || sl->fed == sl->req->n_prompt) continue;
+    const size_t rest = sl->req->n_prompt - sl->fed;
+    const int k = rest < (size_t)left ? (int)rest : left;
+    for (int j = 0; j < k; j++) {
+      sessions[n] = sl->session;
+      tokens[n] = sl->req->prompt[sl->fed + (size_t)j];
+      owners[n++] = sl;
+    }
+    sl->rows = k;
+    left -= k;
+  }
+  return n;
+}
+
+/* Evaluate the 'n' rows of a step as one batched step, and take the next token of each slot whose
+ * step ended its prompt or decoded its token. A program that cannot batch them (a program file
+ * compiled without --batch, attention on the NPU, more rows than its largest chunk) refuses the
+ * step, evaluating nothing: then each slot's rows are evaluated alone ('*warned' says so once). */
+static void engine_step(struct server *s, npulm_session *const *sessions, const int32_t *tokens,
+                        struct slot *const *owners, int n, bool *warned) {
   npulm_error err;
   const npulm_status st = npulm_session_eval_batch(sessions, tokens, (size_t)n, &err);
   if (st == NPULM_ERR_UNSUPPORTED && !*warned) {
-    fprintf(stderr, "npulm serve: %s; stepping each request alone\n", err.msg);
+    fprintf(stderr, "npulm serve: %s; such steps run each request alone\n", err.msg);
     *warned = true;
   }
-  for (int i = 0; i < n; i++) {
-    struct slot *sl = step[i];
+  for (int i = 0; i < n; i += owners[i]->rows) {
+    struct slot *sl = owners[i];
     if (st != NPULM_OK &&
         (st != NPULM_ERR_UNSUPPORTED ||
-         npulm_session_eval(sl->session, &tokens[i], 1, NULL, &err) != NPULM_OK)) {
-      fprintf(stderr, "npulm serve: %s: decode step: %s\n", sl->req->id, err.msg);
-      slot_fail(sl, "a decode step failed");
+         npulm_session_eval(sl->session, &tokens[i], (size_t)sl->rows, NULL, &err) != NPULM_OK)) {
+      fprintf(stderr, "npulm serve: %s: step: %s\n", sl->req->id, err.msg);
+      slot_fail(sl, sl->pending ? "a decode step failed" : "the prompt could not be evaluated");
       continue;
     }
+    if (!sl->pending) sl->fed += (size_t)sl->rows;
     sl->pending = false;
-    slot_token(s, sl, npulm_sampler_sample(sl->req->sampler, npulm_session_logits(sl->session)));
+    if (sl->fed == sl->req->n_prompt) {
+      slot_token(s, sl, npulm_sampler_sample(sl->req->sampler, npulm_session_logits(sl->session)));
+    }
   }
 }
 
@@ -404,7 +431,17 @@ static void engine_step(struct server *s, struct slot *const *step, int n, bool 
  * of every running request as one batched step; repeat. */
 static void *engine_main(void *arg) {
   struct server *s = arg;
-  struct slot *fresh[MAX_PARALLEL], *step[MAX_PARALLEL];
+  /* a step's rows: at most a token of each slot and a largest chunk of prompts */
+  int max_rows = npulm_program_max_rows(s->model);
+  if (max_rows < 1) max_rows = 1;
+  const size_t cap = (size_t)s->n_slots + (size_t)max_rows;
+  npulm_session **sessions = malloc(cap * sizeof(*sessions));
+  int32_t *tokens = malloc(cap * sizeof(*tokens));
+  struct slot **owners = malloc(cap * sizeof(*owners));
+  if (sessions == NULL || tokens == NULL || owners == NULL) {
+    fprintf(stderr, "npulm serve: out of memory\n");
+    exit(1);
+  }
   bool warned = false;
   pthread_mutex_lock(&s->mu);
   for (;;) {
@@ -425,7 +462,7 @@ static void *engine_main(void *arg) {
       s->queue_tail = NULL;
       s->n_queued = 0;
     }
-    int n_fresh = 0, n_running = 0;
+    int n_running = 0;
     for (int i = 0; i < s->n_slots; i++) {
       struct slot *sl = &s->slots[i];
       if (sl->req == NULL && s->queue_head != NULL) {
@@ -434,7 +471,7 @@ static void *engine_main(void *arg) {
         if (s->queue_head == NULL) s->queue_tail = NULL;
         s->n_queued--;
         sl->req = r;
-        fresh[n_fresh++] = sl;
+        slot_start(sl);
       }
       n_running += sl->req != NULL;
     }
@@ -445,16 +482,14 @@ static void *engine_main(void *arg) {
     }
     pthread_mutex_unlock(&s->mu);
 
-    for (int i = 0; i < n_fresh; i++) slot_start(s, fresh[i]);
-    int n = 0;
-    for (int i = 0; i < s->n_slots; i++) {
-      struct slot *sl = &s->slots[i];
-      if (sl->req != NULL && sl->pending) step[n++] = sl;
-    }
-    if (n > 0) engine_step(s, step, n, &warned);
+    const int n = build_step(s, max_rows, sessions, tokens, owners);
+    if (n > 0) engine_step(s, sessions, tokens, owners, n, &warned);
     pthread_mutex_lock(&s->mu);
   }
   pthread_mutex_unlock(&s->mu);
+  free(sessions);
+  free(tokens);
+  free(owners);
   return NULL;
 }
 
