@@ -694,6 +694,16 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
   return (ssize_t)n;
 }
 
+/* Boolean field 'name' of 'root' into '*out' (false when absent or null); false with the message
+ * in 'msg' if it is of another type. */
+static bool bool_field(json_t *root, const char *name, bool *out, char *msg, size_t cap) {
+  json_t *v = json_object_get(root, name);
+  *out = v != NULL && json_is_true(v);
+  if (v == NULL || json_is_null(v) || json_is_boolean(v)) return true;
+  snprintf(msg, cap, "%s must be true or false", name);
+  return false;
+}
+
 /* The sampling fields and limits both endpoints share, into 'r' and 'sp'; NULL if they are
  * sound, else the field at fault with the message in 'msg'. */
 static const char *read_fields(const struct server *s, json_t *root, struct request *r,
@@ -750,22 +760,8 @@ static const char *read_fields(const struct server *s, json_t *root, struct requ
     snprintf(msg, cap, "n must be 1: one choice per request");
     return "n";
   }
-  r->ignore_eos = false;
-  if ((v = json_object_get(root, "ignore_eos")) != NULL && !json_is_null(v)) {
-    if (!json_is_boolean(v)) {
-      snprintf(msg, cap, "ignore_eos must be true or false");
-      return "ignore_eos";
-    }
-    r->ignore_eos = json_is_true(v);
-  }
-  r->stream = false;
-  if ((v = json_object_get(root, "stream")) != NULL && !json_is_null(v)) {
-    if (!json_is_boolean(v)) {
-      snprintf(msg, cap, "stream must be true or false");
-      return "stream";
-    }
-    r->stream = json_is_true(v);
-  }
+  if (!bool_field(root, "ignore_eos", &r->ignore_eos, msg, cap)) return "ignore_eos";
+  if (!bool_field(root, "stream", &r->stream, msg, cap)) return "stream";
   if ((v = json_object_get(root, "stop")) != NULL && !json_is_null(v)) {
     const bool one = json_is_string(v);
     if (!one && !(json_is_array(v) && json_array_size(v) <= MAX_STOP)) {
