@@ -399,8 +399,9 @@ npulm_status npulm_session_eval(npulm_session *session, const int32_t *tokens, s
  * FFN is dense); their program must keep attention in float (the default policy). No other call
  * may be in progress on any of them. NPULM_ERR_ARG (nothing evaluated) otherwise, for a token
  * outside the vocabulary or a session whose tokens do not fit its context; NPULM_ERR_UNSUPPORTED
- * if the program has no chunk size of at least n or computes attention on the NPU. Tokens all of
- * one session are npulm_session_eval of them. */
+ * if the program has no chunk size of at least n (or no graph of it for the step's positions) or
+ * computes attention on the NPU. Tokens all of one session, past those checks, are
+ * npulm_session_eval of them. */
 npulm_status npulm_session_eval_batch(npulm_session *const *sessions, const int32_t *tokens,
                                       size_t n, npulm_error *err);
 

@@ -117,8 +117,10 @@ struct slot {
 /* A connection, for the request-time watchdog and the connection count (conn_mu). */
 struct tracked {
   int fd;
-  double since;    /* when it started waiting for a request */
+  double since;    /* when it started waiting for a request, or a stream's client for events */
   bool waiting;    /* it has not sent a whole request since 'since' */
+  bool sending;    /* a stream has handed it events since 'since' that it has not taken yet (the
+                      reader is not asked for more until they are on their way) */
   bool over_limit; /* past --max-connections: answered 503 */
   bool counted;    /* in n_conns: until it closes, or is being closed by this side (which a
                       client may see before libmicrohttpd has noticed) */
@@ -364,25 +366,24 @@ static void engine_publish(struct server *s) {
   }
 }
 
-/* The rows of one step: each running request's pending token, then pieces of the prompts being
- * evaluated (chunked prefill: a long prompt does not hold up the others' tokens for all of its
- * length), in slot order, up to 'max_rows' in all (the program's largest chunk: a step of more is
- * not one graph). Each slot's rows are consecutive ('sl->rows' of them). */
-static int build_step(struct server *s, int max_rows, npulm_session **sessions, int32_t *tokens,
-                      struct slot **owners) {
+/* The rows of one step: with 'decode', each running request's pending token; then pieces of the
+ * prompts being evaluated (chunked prefill: a long prompt does not hold up the others' tokens for
+ * all of its length), in slot order, up to 'max_rows' in all (the program's largest chunk: a step
+ * of more is not one graph; the running requests alone may pass it, then the step runs each
+ * alone). Each slot's rows are consecutive ('sl->rows' of them). */
+static int build_step(struct server *s, int max_rows, bool decode, npulm_session **sessions,
+                      int32_t *tokens, struct slot **owners) {
   int n = 0;
   for (int i = 0; i < s->n_slots; i++) {
     struct slot *sl = &s->slots[i];
     sl->rows = 0;
-    if (sl->req == NULL || sl->finish != NULL || !sl->pending) continue;
+    if (!decode || sl->req == NULL || sl->finish != NULL || !sl->pending) continue;
     sessions[n] = sl->session;
     tokens[n] = sl->prev;
     owners[n++] = sl;
     sl->rows = 1;
   }
-  /* when the running requests fill a step, a prompt still moves on, in a step of its own */
-  const int room = n < max_rows ? max_rows - n : max_rows;
-  for (int i = 0, left = room; i < s->n_slots && left > 0; i++) {
+  for (int i = 0, left = max_rows - n; i < s->n_slots && left > 0; i++) {
     struct slot *sl = &s->slots[i];
     if (sl->req == NULL || sl->finish != NULL || sl->fed == sl->req->n_prompt) continue;
     const size_t rest = sl->req->n_prompt - sl->fed;
@@ -482,8 +483,12 @@ static void *engine_main(void *arg) {
     }
     pthread_mutex_unlock(&s->mu);
 
-    const int n = build_step(s, max_rows, sessions, tokens, owners);
+    int n = build_step(s, max_rows, true, sessions, tokens, owners);
     if (n > 0) engine_step(s, sessions, tokens, owners, n, &warned);
+    if (n >= max_rows) { /* the running requests filled the step: prompts move on in one more */
+      n = build_step(s, max_rows, false, sessions, tokens, owners);
+      if (n > 0) engine_step(s, sessions, tokens, owners, n, &warned);
+    }
     pthread_mutex_lock(&s->mu);
   }
   pthread_mutex_unlock(&s->mu);
@@ -554,8 +559,15 @@ static enum MHD_Result answer_error(struct http_req *h, unsigned status, const c
   va_start(ap, fmt);
   vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
+  /* a message may quote the client's bytes (a path, a model, a role), cut anywhere: JSON strings
+   * are UTF-8, so each invalid or cut sequence becomes U+FFFD */
+  char *text = NULL;
+  size_t len = 0, cap = 0;
+  append_utf8(&text, &len, &cap, msg, strlen(msg));
+  text[len] = '\0';
   h->answered = true; /* even if the answer cannot be made: the request goes no further */
-  json_t *body = error_json(type, code, param, msg);
+  json_t *body = error_json(type, code, param, text);
+  free(text);
   return body != NULL ? queue_json(h, status, body) : MHD_NO;
 }
 
@@ -611,14 +623,21 @@ static bool client_gone(struct MHD_Connection *conn) {
 /* Wait (under the mutex) until 'r' has news: text, its end, a failure. false if the client left
  * meanwhile (the mutex is held either way). */
 static bool wait_news(struct http_req *h, struct request *r, bool want_text) {
+  /* the client is looked at every WAIT_MS however often the engine wakes the wait: while a
+   * request generates it wakes it at every step, and an unstreamed answer's wait lasts until the
+   * end */
+  struct timespec check;
+  timespec_after_ms(&check, WAIT_MS);
   while (r->finish == NULL && r->failure == NULL && !(want_text && r->len > 0)) {
-    struct timespec ts;
-    timespec_after_ms(&ts, WAIT_MS);
-    if (pthread_cond_timedwait(&r->cv, &h->s->mu, &ts) == ETIMEDOUT) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now); /* the clock of the condition variables */
+    if (pthread_cond_timedwait(&r->cv, &h->s->mu, &check) == ETIMEDOUT ||
+        now.tv_sec > check.tv_sec || (now.tv_sec == check.tv_sec && now.tv_nsec >= check.tv_nsec)) {
       pthread_mutex_unlock(&h->s->mu);
       const bool gone = client_gone(h->conn);
       pthread_mutex_lock(&h->s->mu);
       if (gone) return false;
+      timespec_after_ms(&check, WAIT_MS);
     }
   }
   return true;
@@ -640,11 +659,31 @@ static void add_event(struct http_req *h, json_t *json, const char *literal) {
 
 /* libmicrohttpd's reader of a stream: waits for the request's next text (looking every WAIT_MS
  * whether the client left) and sends it as events, then the end. */
+/* The record of a connection (libmicrohttpd's socket context), or NULL. */
+static struct tracked *tracked_of(struct MHD_Connection *conn) {
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  return ci != NULL ? ci->socket_context : NULL;
+}
+
+/* Mark a stream's connection as having events its client has yet to take (since now), or not.
+ * The stream holds its connection with no idle timeout (generation may outlast it), so the
+ * watchdog is what closes it when a client stops reading. */
+static void stream_sending(struct http_req *h, bool sending) {
+  struct tracked *t = tracked_of(h->conn);
+  if (t == NULL) return;
+  pthread_mutex_lock(&h->s->conn_mu);
+  t->sending = sending;
+  t->since = now_s();
+  pthread_mutex_unlock(&h->s->conn_mu);
+}
+
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
   struct http_req *h = cls;
   struct server *s = h->s;
   struct request *r = h->req;
   (void)pos;
+  stream_sending(h, false); /* asked for more: what it was given is on its way */
   while (h->out_pos == h->out_len) {
     if (h->ended) return MHD_CONTENT_READER_END_OF_STREAM;
     h->out_pos = h->out_len = 0;
@@ -691,6 +730,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
   const size_t n = h->out_len - h->out_pos < max ? h->out_len - h->out_pos : max;
   memcpy(buf, h->out + h->out_pos, n);
   h->out_pos += n;
+  stream_sending(h, true);
   return (ssize_t)n;
 }
 
@@ -709,16 +749,24 @@ static bool bool_field(json_t *root, const char *name, bool *out, char *msg, siz
 static const char *read_fields(const struct server *s, json_t *root, struct request *r,
                                npulm_sampler_params *sp, bool *seeded, char *msg, size_t cap) {
   json_t *v;
-  r->max_tokens = 16;
-  if ((v = json_object_get(root, "max_tokens")) != NULL && !json_is_null(v)) {
+  /* OpenAI's defaults: 16 tokens for a completion, as many as fit for a chat (here: this
+   * server's largest); a chat's newer name for the field, max_completion_tokens, wins */
+  r->max_tokens = r->chat ? s->max_tokens : 16;
+  const char *field = "max_tokens";
+  if (r->chat && (v = json_object_get(root, "max_completion_tokens")) != NULL && !json_is_null(v)) {
+    field = "max_completion_tokens";
+  } else {
+    v = json_object_get(root, "max_tokens");
+  }
+  if (v != NULL && !json_is_null(v)) {
     if (!json_is_integer(v) || json_integer_value(v) < 0) {
-      snprintf(msg, cap, "max_tokens must be a non-negative integer");
-      return "max_tokens";
+      snprintf(msg, cap, "%s must be a non-negative integer", field);
+      return field;
     }
     if (json_integer_value(v) > s->max_tokens) {
-      snprintf(msg, cap, "max_tokens is %" JSON_INTEGER_FORMAT ", more than this server's %d",
+      snprintf(msg, cap, "%s is %" JSON_INTEGER_FORMAT ", more than this server's %d", field,
                json_integer_value(v), s->max_tokens);
-      return "max_tokens";
+      return field;
     }
     r->max_tokens = (int)json_integer_value(v);
   }
@@ -970,12 +1018,6 @@ static enum MHD_Result handle_generate(struct http_req *h) {
   return queue_json(h, MHD_HTTP_OK, body);
 }
 
-static struct tracked *tracked_of(struct MHD_Connection *conn) {
-  const union MHD_ConnectionInfo *ci =
-      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-  return ci != NULL ? ci->socket_context : NULL;
-}
-
 /* Compared in a time that depends only on the key's length: the time says nothing of the key. */
 static bool same_key(const char *given, const char *key) {
   const size_t n = strlen(key), given_n = strlen(given);
@@ -1179,9 +1221,10 @@ static void watchdog(struct server *s) {
   const double now = now_s();
   pthread_mutex_lock(&s->conn_mu);
   for (struct tracked *t = s->conns; t != NULL; t = t->next) {
-    if (t->waiting && t->fd >= 0 && now - t->since > s->timeout_s) {
+    /* a request not sent in time, or a stream's client that stopped reading */
+    if ((t->waiting || t->sending) && t->fd >= 0 && now - t->since > s->timeout_s) {
       shutdown(t->fd, SHUT_RDWR);
-      t->waiting = false;
+      t->waiting = t->sending = false;
       s->n_conns -= t->counted;
       t->counted = false;
     }

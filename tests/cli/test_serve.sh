@@ -100,6 +100,17 @@ t_chat() {
 }
 check "POST /v1/chat/completions: the assistant's message, finish_reason, usage" t_chat
 
+# a chat's default length is what fits (OpenAI's), not a completion's 16 tokens; and its newer
+# field max_completion_tokens
+t_chat_lengths() {
+  post /v1/chat/completions '{"messages":[{"role":"user","content":"Tell a story."}],"temperature":0,"ignore_eos":true}' &&
+    status_is 200 && has '"finish_reason":"length"' &&
+    k=$(sed -n 's/.*"completion_tokens":\([0-9]*\).*/\1/p' "$tmp/body") && [ "$k" -gt 16 ] &&
+    post /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_completion_tokens":5,"ignore_eos":true}' &&
+    status_is 200 && has '"completion_tokens":5,'
+}
+check "chat: by default as long as the context allows; max_completion_tokens" t_chat_lengths
+
 t_chat_stream() {
   post /v1/chat/completions '{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Tell a story."}],"max_tokens":6,"temperature":0,"stream":true}' &&
     status_is 200 &&
@@ -153,6 +164,13 @@ check "a prompt longer than the context: 400 context_length_exceeded" t_long
 
 t_404() { req /v1/nothing && is_error 404 invalid_request_error; }
 check "unknown path: 404" t_404
+# error messages quote the client's bytes: invalid UTF-8 there becomes U+FFFD, still an answer
+t_404_utf8() {
+  req '/v1/%FF%C3' && is_error 404 invalid_request_error && has "$(printf '\357\277\275')" &&
+    post /v1/completions "$(printf '{"prompt":"a","model":"x\303"}')" &&
+    status_is 400 && has '{"error":{"message":"'
+}
+check "an error quoting invalid UTF-8 (path, model): answered, with U+FFFD" t_404_utf8
 t_405() {
   req /v1/completions && is_error 405 invalid_request_error && grep -q '^Allow: POST' "$tmp/headers"
 }
