@@ -16,7 +16,12 @@ check "run: default model when -m is absent" default_model
 env_model() { NPULM_MODEL="$model" "$bin" run -p "Once" -n 3 --temp 0 >/dev/null 2>&1; }
 check "run: NPULM_MODEL picks the model" env_model
 
-no_default() { (cd "$tmp" && env -u NPULM_MODEL "$bin" run -p "x" 2>&1 | grep -q "pass -m"); }
+# from a folder whose ../shared does not exist (a /tmp/shared beside the scratch folder would be
+# found)
+no_default() {
+  mkdir -p "$tmp/nowhere/cwd" &&
+    (cd "$tmp/nowhere/cwd" && env -u NPULM_MODEL "$bin" run -p "x" 2>&1 | grep -q "pass -m")
+}
 check "run: no model at all explains how to pass one" no_default
 
 seeded() {
