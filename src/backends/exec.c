@@ -161,15 +161,16 @@ static void exec_rows(const struct npu_graph *g, const struct npu_ir_node *n,
   switch ((enum npu_op)n->op) {
   case NPU_OP_RMSNORM: npu_f32_rmsnorm(out, a, b, rows, a_t->ne[1], n->param); return;
   case NPU_OP_ROPE:
-    for (int32_t r = r0; r < r1 && ctx->batch != NULL; r++) {
+    if (ctx->batch == NULL) {
+      ctx->cpu_uk->f32_rope(out, a, ctx->rope_cos, ctx->rope_sin, ctx->cfg, rows,
+                            a_t->ne[1] / ctx->cfg->head_dim, ctx->pos0 + r0);
+      return;
+    }
+    for (int32_t r = r0; r < r1; r++) { /* each row at its own sequence's position */
       const struct npu_batch_row *b = &ctx->batch[r < ctx->n_valid ? r : ctx->n_valid - 1];
       ctx->cpu_uk->f32_rope((float *)out + (size_t)(r - r0) * out_inner,
                             (const float *)a + (size_t)(r - r0) * in_inner, b->rope_cos,
                             b->rope_sin, ctx->cfg, 1, a_t->ne[1] / ctx->cfg->head_dim, b->pos);
-    }
-    if (ctx->batch == NULL) {
-      ctx->cpu_uk->f32_rope(out, a, ctx->rope_cos, ctx->rope_sin, ctx->cfg, rows,
-                            a_t->ne[1] / ctx->cfg->head_dim, ctx->pos0 + r0);
     }
     return;
   case NPU_OP_MATMUL: {
@@ -310,12 +311,15 @@ static void run_node(const struct npu_graph *g, const struct npu_ir_node *n,
     npu_f32_gather(out, b, (const int32_t *)(const void *)a, out_t->ne[0], out_t->ne[1]);
     return;
   case NPU_OP_KV_WRITE:
-    for (int32_t r = 0; r < ctx->n_valid && ctx->batch != NULL; r++) {
+    if (ctx->batch == NULL) {
+      npu_f32_kv_write(out, a, ctx->pos0, ctx->n_valid, a_t->ne[1]);
+      return;
+    }
+    for (int32_t r = 0; r < ctx->n_valid; r++) { /* each real row into its own sequence's cache */
       const struct npu_batch_row *b = &ctx->batch[r];
       float *cache = out_t->kv_is_value ? b->v_cache[out_t->ref] : b->k_cache[out_t->ref];
       npu_f32_kv_write(cache, a + (size_t)r * (size_t)a_t->ne[1], b->pos, 1, a_t->ne[1]);
     }
-    if (ctx->batch == NULL) npu_f32_kv_write(out, a, ctx->pos0, ctx->n_valid, a_t->ne[1]);
     return;
   case NPU_OP_LAST_ROW:
     memcpy(out, a + (size_t)(ctx->n_valid - 1) * (size_t)a_t->ne[1],

@@ -451,8 +451,15 @@ static void run_task(void *user, int32_t step, int32_t sub, int32_t slot) {
              (size_t)st->n_valid * n_vocab * sizeof(float));
     }
     for (int32_t r = 0; r < s->batch_n; r++) {
-      memcpy(s->batch_members[r]->last_logits, logits + (size_t)r * n_vocab,
-             n_vocab * sizeof(float));
+      /* each session's last row only: a prompt's other rows would be copied over */
+      bool last = true;
+      for (int32_t q = r + 1; q < s->batch_n && last; q++) {
+        last = s->batch_members[q] != s->batch_members[r];
+      }
+      if (last) {
+        memcpy(s->batch_members[r]->last_logits, logits + (size_t)r * n_vocab,
+               n_vocab * sizeof(float));
+      }
     }
     if (step == s->n_steps - 1 && s->batch_n == 0) {
       /* the last real row: row n_valid - 1, or the only row of a graph for generation */
@@ -559,6 +566,14 @@ npulm_status npulm_session_eval(npulm_session *s, const int32_t *tokens, size_t 
   return NPULM_OK;
 }
 
+/* The cache position of row r of a batch step: its session's next, plus the session's rows before
+ * it (the sessions move only after the step). */
+static int32_t batch_row_pos(npulm_session *const *sessions, size_t r) {
+  int32_t pos = sessions[r]->pos;
+  for (size_t q = 0; q < r; q++) pos += sessions[q] == sessions[r];
+  return pos;
+}
+
 /* Why 'b' cannot join a batch step run by 'lead', or NULL if it can. */
 static const char *batch_refusal(const struct npulm_session *lead, const struct npulm_session *b) {
   if (b->reference) return "a session of the reference forward cannot be batched";
@@ -584,10 +599,7 @@ npulm_status npulm_session_eval_batch(npulm_session *const *sessions, const int3
     if (b == NULL) return npu_fail(err, NPULM_ERR_ARG, "session %zu of the batch is NULL", r);
     const char *why = batch_refusal(lead, b);
     if (why != NULL) return npu_fail(err, NPULM_ERR_ARG, "%s", why);
-    /* its rows so far: this one's position is pos + earlier */
-    int earlier = 0;
-    for (size_t q = 0; q < r; q++) earlier += sessions[q] == b;
-    if (b->pos + earlier >= b->n_ctx) {
+    if (batch_row_pos(sessions, r) >= b->n_ctx) {
       return npu_fail(err, NPULM_ERR_ARG,
                       "the batch's tokens of session %zu do not fit in its context: %d of %d "
                       "positions are used",
@@ -620,9 +632,7 @@ npulm_status npulm_session_eval_batch(npulm_session *const *sessions, const int3
   }
   for (size_t r = 0; r < n; r++) {
     const struct npulm_session *b = sessions[r];
-    /* its position: its session's, plus its rows before it (the sessions move only after) */
-    int32_t pos = b->pos;
-    for (size_t q = 0; q < r; q++) pos += sessions[q] == b;
+    const int32_t pos = batch_row_pos(sessions, r);
     lead->batch_rows[r] = (struct npu_batch_row){.pos = pos,
                                                  .k_cache = b->k_cache,
                                                  .v_cache = b->v_cache,
