@@ -492,6 +492,47 @@ npulm_status npulm_diff(const npulm_model *model, const char *text, size_t len,
                         npulm_diff_report **report_out, npulm_error *err);
 void npulm_diff_free(npulm_diff_report *report); /* accepts NULL */
 
+/* ---- Export to the vendors' flow: ONNX with QDQ, and AIMET-style encodings ---------------- */
+
+typedef struct npulm_export_params {
+  int rows; /* the specialization: 1 (or 0) decode, else the prefill chunk of this many rows */
+  int ctx;  /* its context bucket (0: the program's largest) */
+  bool external_data; /* the weights in '<path>.data' beside the model (always past 2 GiB) */
+  npulm_progress_fn progress; /* called as weight bytes are written (may be NULL) */
+  void *progress_user;
+} npulm_export_params;
+
+npulm_export_params npulm_export_default_params(void);
+
+typedef struct npulm_export_info {
+  int rows, ctx;
+  int n_nodes; /* ONNX nodes */
+  int n_qdq;   /* QuantizeLinear/DequantizeLinear pairs on activations and DequantizeLinear on
+                  weights and biases */
+  bool external_data;
+  char encodings_path[4096];
+} npulm_export_info;
+
+/* Write one specialization of the model's program (a graph that computes every row's logits) as
+ * a self-contained ONNX model (opset 17; int16 QDQ in the com.microsoft domain) at 'path', with
+ * QuantizeLinear/DequantizeLinear wherever the program's NPU quantizes, carrying its scales and
+ * zero points (weights per output channel), and float ops where it keeps float; and beside it
+ * the encodings in AIMET's 0.6.1 format (npulm_export_encodings_path). Inputs: input_ids and
+ * position_ids int32 [1, rows], attention_mask float [1, 1, rows, ctx] (additive; columns
+ * 0 .. ctx-rows-1 are the past slots, the rest this step's rows), past_key_<L> and
+ * past_value_<L> float [1, ctx - rows, kv_dim] (none if ctx == rows); outputs logits float
+ * [1, rows, n_vocab] and present_key_<L>, present_value_<L> float [1, rows, kv_dim] (this step's
+ * cache rows). Each file is written whole or not at all. NPULM_ERR_ARG if the program lacks the
+ * specialization (the message lists those it has); NPULM_ERR_UNSUPPORTED for what has no ONNX
+ * form here (shadow outlier channels, attention on the NPU, partial RoPE). '*info_out' may be
+ * NULL. */
+npulm_status npulm_model_export_onnx(const npulm_model *model, const char *path,
+                                     const npulm_export_params *params,
+                                     npulm_export_info *info_out, npulm_error *err);
+
+/* The encodings file of 'onnx_path': its name less ".onnx", plus ".encodings.json". */
+void npulm_export_encodings_path(const char *onnx_path, char *buf, size_t cap);
+
 /* ---- Synthetic models of real shapes, for speed work -------------------------------------- */
 
 /* Names of the shapes 'npulm_synth' knows, NULL-terminated. */

@@ -14,4 +14,9 @@ extern const char npulm_usage_bench[];
 int npulm_cmd_serve(int argc, char **argv);
 extern const char npulm_usage_serve[];
 
+/* npulm export: a specialization as ONNX with QDQ and AIMET-style encodings (tools/export.c), and
+ * its usage text. */
+int npulm_cmd_export(int argc, char **argv);
+extern const char npulm_usage_export[];
+
 #endif /* NPULM_TOOLS_COMMANDS_H */

@@ -34,6 +34,7 @@ static const char *const usage_main =
     "  synth      write a GGUF with the shapes of a real model and random weights\n"
     "  bench      measure prefill and decode speed (llama-bench's method), roofline, NPU model\n"
     "  serve      serve the model over HTTP with OpenAI's API (completions, chat, streaming)\n"
+    "  export     write a specialization as ONNX with QDQ and AIMET encodings (vendor NPU flows)\n"
     "  version    print the version and the commit it was built from (also: npulm --version)\n"
     "\n"
     "'npulm COMMAND --help' describes a command's options.\n";
@@ -993,6 +994,7 @@ static int cmd_bench(struct cli_args *a) { return npulm_cmd_bench(a->argc, a->ar
 
 /* serve lives in tools/serve.c */
 static int cmd_serve(struct cli_args *a) { return npulm_cmd_serve(a->argc, a->argv); }
+static int cmd_export(struct cli_args *a) { return npulm_cmd_export(a->argc, a->argv); }
 
 /* ---- main ----------------------------------------------------------------------------------- */
 
@@ -1013,6 +1015,7 @@ int main(int argc, char **argv) {
       {"synth", cmd_synth, usage_synth},
       {"bench", cmd_bench, npulm_usage_bench},
       {"serve", cmd_serve, npulm_usage_serve},
+      {"export", cmd_export, npulm_usage_export},
       {"version", cmd_version, usage_version},
   };
   if (argc < 2 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0) {

@@ -76,3 +76,22 @@ void npu_qc4w_gemm_unpack_row(size_t k, size_t block, const void *restrict packe
     out[c - c0] = (int8_t)((high ? b >> 4 : b & 0x0F) - 8);
   }
 }
+
+void npu_qc4w_gemm_unpack_scales(size_t k, const void *restrict packed, size_t r,
+                                 uint8_t *restrict out) {
+  const uint8_t *wq = (const uint8_t *)packed +
+                      r / NR * npu_qc4w_gemm_block_size(k, NPU_QC4W_BLOCK) +
+                      2 * NR * sizeof(int32_t);
+  for (size_t b = 0; b < (k + NPU_QC4W_BLOCK - 1) / NPU_QC4W_BLOCK; b++) {
+    out[b] = wq[pair_offset(b * NPU_QC4W_BLOCK, NPU_QC4W_BLOCK) - NR + r % NR];
+  }
+}
+
+int32_t npu_qc4w_gemm_bias(size_t k, size_t block, const void *restrict packed, size_t r) {
+  int32_t bias;
+  memcpy(&bias,
+         (const uint8_t *)packed + r / NR * npu_qc4w_gemm_block_size(k, block) +
+             r % NR * sizeof(int32_t),
+         sizeof(bias));
+  return bias;
+}

@@ -199,6 +199,12 @@ bool npu_qc4w_gemm_pack(size_t n, size_t k, const int8_t *restrict w, const int3
 void npu_qc4w_gemm_unpack_row(size_t k, size_t block, const void *restrict packed, size_t r,
                               size_t c0, size_t c1, int8_t *restrict out);
 
+/* The block scales q[r][b] (b < ceil(k / 32)) of row r of a qc4w-packed [n, k] matrix packed with
+ * block 32, and the int32 bias of row r of one packed with 'block', as packed. */
+void npu_qc4w_gemm_unpack_scales(size_t k, const void *restrict packed, size_t r,
+                                 uint8_t *restrict out);
+int32_t npu_qc4w_gemm_bias(size_t k, size_t block, const void *restrict packed, size_t r);
+
 /* ---- standalone requantization of int32 values -------------------------------------------------
  * y[i] = sat(npu_requantize(acc[i], mult[i], shift[i]) + zero_point): per-element multipliers
  * (pass arrays of one repeated value for per-tensor). Ranges as in fixedpoint.h. */
