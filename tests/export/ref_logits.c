@@ -32,31 +32,16 @@ static int32_t argmax(const float *x, int n) {
   return best;
 }
 
-/* Append 'n' 32-bit words, little-endian whatever the host's order, to 'f'. Return 0, or -1 on a
- * write error. */
-static int put_u32(FILE *f, const uint32_t *w, size_t n) {
+/* Append 'n' 32-bit values (int32 or float, 'x' read as bytes), little-endian whatever the
+ * host's order, to 'f'. Return 0, or -1 on a write error. */
+static int put32(FILE *f, const void *x, size_t n) {
+  _Static_assert(sizeof(float) == 4, "float is not 32-bit");
   for (size_t i = 0; i < n; i++) {
-    unsigned char b[4] = {(unsigned char)w[i], (unsigned char)(w[i] >> 8),
-                          (unsigned char)(w[i] >> 16), (unsigned char)(w[i] >> 24)};
+    uint32_t w;
+    memcpy(&w, (const unsigned char *)x + 4 * i, 4);
+    unsigned char b[4] = {(unsigned char)w, (unsigned char)(w >> 8), (unsigned char)(w >> 16),
+                          (unsigned char)(w >> 24)};
     if (fwrite(b, 1, 4, f) != 4) return -1;
-  }
-  return 0;
-}
-
-static int put_i32(FILE *f, const int32_t *x, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    uint32_t w;
-    memcpy(&w, &x[i], 4);
-    if (put_u32(f, &w, 1) != 0) return -1;
-  }
-  return 0;
-}
-
-static int put_f32(FILE *f, const float *x, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    uint32_t w;
-    memcpy(&w, &x[i], 4);
-    if (put_u32(f, &w, 1) != 0) return -1;
   }
   return 0;
 }
@@ -75,9 +60,9 @@ static int write_ref(const char *path, const int32_t *prompt, int n_prompt, cons
   FILE *f = fopen(tmp, "wb");
   int ok = f != NULL;
   int32_t head[3] = {n_prompt, n_steps, n_vocab};
-  ok = ok && put_i32(f, head, 3) == 0 && put_i32(f, prompt, (size_t)n_prompt) == 0 &&
-       put_i32(f, gen, (size_t)n_steps) == 0 &&
-       put_f32(f, logits, (size_t)(1 + n_steps) * (size_t)n_vocab) == 0 && fflush(f) == 0 &&
+  ok = ok && put32(f, head, 3) == 0 && put32(f, prompt, (size_t)n_prompt) == 0 &&
+       put32(f, gen, (size_t)n_steps) == 0 &&
+       put32(f, logits, (size_t)(1 + n_steps) * (size_t)n_vocab) == 0 && fflush(f) == 0 &&
        fsync(fileno(f)) == 0;
   if (f && fclose(f) != 0) ok = 0;
   if (ok && rename(tmp, path) != 0) ok = 0;
