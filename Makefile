@@ -82,7 +82,13 @@ $(BUILD)/tests/test_noalloc: LDFLAGS += \
 # test_dequant reads llama.cpp's expected digests (JSON, with the library's jansson) and hashes every dequantized tensor
 $(BUILD)/tests/test_dequant: LDLIBS += -lnettle
 
-tests: $(TESTS)
+# npulm's reference logits for npulm export's ONNX checks (tests/cli/test_export.sh); not a
+# test_* program, so tests/run.sh does not run it as one
+EXPORT_REF := $(BUILD)/tests/export_ref
+$(EXPORT_REF): $(BUILD)/tests/export/ref_logits.o $(BUILD)/libnpulm.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+tests: $(TESTS) $(EXPORT_REF)
 
 # The version, from include/npulm.h's macros, and the git commit the library is built from
 # ("unknown" outside a git checkout), which only src/base/version.c sees: $(BUILD)/commit is
@@ -141,7 +147,7 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libnpulm.a
 # CLANG=1 builds every C file of the tree, the fuzz harnesses as objects (they link only with
 # -fsanitize=fuzzer, below)
 ifeq ($(CLANG),1)
-all: $(TESTS) $(BENCHES) $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard fuzz/*.c)))
+all: $(TESTS) $(EXPORT_REF) $(BENCHES) $(patsubst %.c,$(BUILD)/%.o,$(sort $(wildcard fuzz/*.c)))
 endif
 ifeq ($(CROSS),aarch64)
 all: $(TESTS) $(BENCHES)
@@ -156,7 +162,7 @@ TEST_ENV := TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 $(TSAN_OPTIONS
 TEST_WRAP := $(shell setarch $$(uname -m) -R true 2>/dev/null && echo setarch $$(uname -m) -R)
 endif
 
-test: $(BUILD)/npulm $(TESTS)
+test: $(BUILD)/npulm $(TESTS) $(EXPORT_REF)
 	@$(TEST_ENV) $(TEST_WRAP) tests/run.sh $(BUILD)
 
 # The cross build's tests under qemu-aarch64 (`make CROSS=aarch64 test-cross`): the kernel tests
@@ -238,5 +244,5 @@ format:
 format-check:
 	@clang-format --dry-run --Werror $(FORMAT_FILES) && echo "$(words $(FORMAT_FILES)) files formatted as .clang-format says"
 
--include $(OBJS:.o=.d) $(PIC_OBJS:.o=.d) $(TESTS:=.d) $(BENCHES:=.d) $(TOOL_OBJS:.o=.d) $(FUZZ_OBJS:.o=.d) \
+-include $(OBJS:.o=.d) $(PIC_OBJS:.o=.d) $(TESTS:=.d) $(BUILD)/tests/export/ref_logits.d $(BENCHES:=.d) $(TOOL_OBJS:.o=.d) $(FUZZ_OBJS:.o=.d) \
   $(FUZZERS:$(FUZZ)/%=$(FUZZ)/obj/fuzz/%.d)
