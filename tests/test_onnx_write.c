@@ -315,7 +315,7 @@ static void test_golden_identity(void **state) {
   assert_true(version_len < 128); /* its length one byte */
   uint8_t want[256];
   size_t n = 0;
-  const uint8_t head[] = {0x08, 0x08,                            /* ir_version 8 */
+  const uint8_t head[] = {0x08, 0x08,                           /* ir_version 8 */
                           0x12, 0x05, 'n', 'p', 'u', 'l', 'm'}; /* producer_name */
   memcpy(want + n, head, sizeof(head));
   n += sizeof(head);
@@ -326,13 +326,14 @@ static void test_golden_identity(void **state) {
   const uint8_t rest[] = {
       0x3a, 59, /* graph, 59 bytes */
       0x0a, 20, /* node, 20 bytes: input, output, name, op_type */
-      0x0a, 1, 'x', 0x12, 1, 'y', 0x1a, 2, 'n', '0', 0x22, 8, 'I', 'd', 'e', 'n', 't', 'i', 't', 'y',
-      0x12, 1, 'g',                                     /* graph name */
-      0x5a, 15, 0x0a, 1, 'x',                           /* input: name */
-      0x12, 10, 0x0a, 8, 0x08, 1, 0x12, 4, 0x0a, 2, 0x08, 1, /* tensor(float), shape [1] */
-      0x62, 15, 0x0a, 1, 'y',                           /* output */
-      0x12, 10, 0x0a, 8, 0x08, 1, 0x12, 4, 0x0a, 2, 0x08, 1,
-      0x42, 4, 0x0a, 0, 0x10, 17, /* opset_import: "" version 17 */
+      0x0a, 1,    'x',  0x12, 1,    'y', 0x1a, 2,    'n',  '0', 0x22, 8, 'I',
+      'd',  'e',  'n',  't',  'i',  't', 'y',  0x12, 1,    'g',          /* graph name */
+      0x5a, 15,   0x0a, 1,    'x',                                       /* input: name */
+      0x12, 10,   0x0a, 8,    0x08, 1,   0x12, 4,    0x0a, 2,   0x08, 1, /* tensor(float), shape [1]
+                                                                          */
+      0x62, 15,   0x0a, 1,    'y',                                       /* output */
+      0x12, 10,   0x0a, 8,    0x08, 1,   0x12, 4,    0x0a, 2,   0x08, 1, 0x42,
+      4,    0x0a, 0,    0x10, 17, /* opset_import: "" version 17 */
   };
   memcpy(want + n, rest, sizeof(rest));
   n += sizeof(rest);
@@ -415,7 +416,8 @@ static void test_external_data(void **state) {
     assert_int_equal(count_fields(t, 9), 0); /* no raw_data */
     assert_int_equal(get_int(t, 14, 0), 1);  /* data_location EXTERNAL */
     assert_int_equal(count_fields(t, 13), 3);
-    struct span location = get_msg(t, 13, 0), offset = get_msg(t, 13, 1), length = get_msg(t, 13, 2);
+    struct span location = get_msg(t, 13, 0), offset = get_msg(t, 13, 1),
+                length = get_msg(t, 13, 2);
     assert_str_field(location, 1, 0, "location");
     assert_str_field(location, 2, 0, data_name);
     assert_str_field(offset, 1, 0, "offset");
@@ -522,6 +524,12 @@ static void test_refuse_defined_twice(void **state) {
   npu_onnx_output(o, "x", NPU_ONNX_FLOAT, 1, one);
   expect_refused(o, "'x' is listed twice");
   npu_onnx_free(o);
+
+  o = small_model();
+  npu_onnx_metadata(o, "k", "1");
+  npu_onnx_metadata(o, "k", "2");
+  expect_refused(o, "'k' is set twice");
+  npu_onnx_free(o);
 }
 
 static void test_refuse_undefined_output(void **state) {
@@ -610,16 +618,11 @@ static void test_sticky_failure(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_dtype_size),
-      cmocka_unit_test(test_model_fields),
-      cmocka_unit_test(test_golden_identity),
-      cmocka_unit_test(test_file_equals_memory),
-      cmocka_unit_test(test_external_data),
-      cmocka_unit_test(test_refuse_undefined_input),
-      cmocka_unit_test(test_refuse_defined_twice),
-      cmocka_unit_test(test_refuse_undefined_output),
-      cmocka_unit_test(test_refuse_bad_names),
-      cmocka_unit_test(test_refuse_failing_fill),
+      cmocka_unit_test(test_dtype_size),           cmocka_unit_test(test_model_fields),
+      cmocka_unit_test(test_golden_identity),      cmocka_unit_test(test_file_equals_memory),
+      cmocka_unit_test(test_external_data),        cmocka_unit_test(test_refuse_undefined_input),
+      cmocka_unit_test(test_refuse_defined_twice), cmocka_unit_test(test_refuse_undefined_output),
+      cmocka_unit_test(test_refuse_bad_names),     cmocka_unit_test(test_refuse_failing_fill),
       cmocka_unit_test(test_sticky_failure),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

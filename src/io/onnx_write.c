@@ -177,16 +177,15 @@ static void fail_nomem(struct npu_onnx *o, const char *what) {
   fail(o, NPULM_ERR_NOMEM, "out of memory adding ONNX %s", what);
 }
 
-/* Make room in '*items' (of 'cap' items of 'size' bytes) for item 'n'; false if out of memory. */
-static bool grow(void *items, size_t *cap, size_t n, size_t size) {
-  if (n < *cap) return true;
+/* Array 'items' ('*cap' items of 'size' bytes) with room for item 'n': itself, or a larger one
+ * ('*cap' updated; 'items' is then gone), or NULL if out of memory ('items' as it was). */
+static void *grow(void *items, size_t *cap, size_t n, size_t size) {
+  if (n < *cap) return items;
   size_t new_cap = *cap ? 2 * *cap : 16;
-  if (new_cap > SIZE_MAX / size) return false;
-  void *p = realloc(*(void **)items, new_cap * size);
-  if (p == NULL) return false;
-  *(void **)items = p;
-  *cap = new_cap;
-  return true;
+  if (new_cap > SIZE_MAX / size) return NULL;
+  void *grown = realloc(items, new_cap * size);
+  if (grown != NULL) *cap = new_cap;
+  return grown;
 }
 
 /* FNV-1a */
@@ -368,14 +367,22 @@ bool npu_onnx_has_value(const struct npu_onnx *o, const char *name) {
 void npu_onnx_metadata(struct npu_onnx *o, const char *key, const char *value) {
   char *key_copy = copy_name(o, "metadata key", key);
   char *value_copy = copy_text(o, value);
-  if (o->status == NPULM_OK && !grow(&o->meta, &o->cap_meta, o->n_meta, sizeof(*o->meta))) {
-    fail_nomem(o, "metadata");
+  for (size_t i = 0; i < o->n_meta && o->status == NPULM_OK; i++) {
+    if (strcmp(o->meta[i].key, key_copy) == 0) {
+      fail(o, NPULM_ERR_ARG, "ONNX metadata key '%s' is set twice", key_copy);
+    }
+  }
+  struct meta *meta = NULL;
+  if (o->status == NPULM_OK) {
+    meta = grow(o->meta, &o->cap_meta, o->n_meta, sizeof(*meta));
+    if (meta == NULL) fail_nomem(o, "metadata");
   }
   if (o->status != NPULM_OK) {
     free(key_copy);
     free(value_copy);
     return;
   }
+  o->meta = meta;
   o->meta[o->n_meta++] = (struct meta){key_copy, value_copy};
 }
 
@@ -399,12 +406,14 @@ static void add_io(struct npu_onnx *o, struct io_value **values, size_t *n, size
       goto fail;
     }
   }
-  if (!grow(values, cap, *n, sizeof(**values))) {
+  struct io_value *grown = grow(*values, cap, *n, sizeof(*grown));
+  if (grown == NULL) {
     fail_nomem(o, what);
     goto fail;
   }
+  *values = grown;
   if (define && !define_value(o, v.name)) goto fail;
-  (*values)[(*n)++] = v;
+  grown[(*n)++] = v;
   return;
 fail:
   free(v.name);
@@ -417,8 +426,7 @@ void npu_onnx_input(struct npu_onnx *o, const char *name, enum npu_onnx_dtype dt
 
 void npu_onnx_output(struct npu_onnx *o, const char *name, enum npu_onnx_dtype dt, int nd,
                      const int64_t *dims) {
-  add_io(o, &o->outputs, &o->n_outputs, &o->cap_outputs, "graph output", false, name, dt, nd,
-         dims);
+  add_io(o, &o->outputs, &o->n_outputs, &o->cap_outputs, "graph output", false, name, dt, nd, dims);
 }
 
 /* Add an initializer; its bytes are 'data' (copied) or made by 'fill'. */
@@ -438,12 +446,14 @@ static void add_init(struct npu_onnx *o, const char *name, enum npu_onnx_dtype d
     }
     memcpy(t.data, data, (size_t)t.nbytes);
   }
-  if (!grow(&o->inits, &o->cap_inits, o->n_inits, sizeof(*o->inits))) {
+  struct init *inits = grow(o->inits, &o->cap_inits, o->n_inits, sizeof(*inits));
+  if (inits == NULL) {
     fail_nomem(o, "initializer");
     goto fail;
   }
+  o->inits = inits;
   if (!define_value(o, t.name)) goto fail;
-  o->inits[o->n_inits++] = t;
+  inits[o->n_inits++] = t;
   return;
 fail:
   free(t.name);
@@ -480,12 +490,14 @@ static void import_domain(struct npu_onnx *o, const char *domain) {
   }
   char *copy = copy_name(o, "domain", domain);
   if (copy == NULL) return;
-  if (!grow(&o->domains, &o->cap_domains, o->n_domains, sizeof(*o->domains))) {
+  char **domains = grow(o->domains, &o->cap_domains, o->n_domains, sizeof(*domains));
+  if (domains == NULL) {
     free(copy);
     fail_nomem(o, "domain");
     return;
   }
-  o->domains[o->n_domains++] = copy;
+  o->domains = domains;
+  domains[o->n_domains++] = copy;
 }
 
 /* Copies of the 'n' names 'names' (a 'what'; "" allowed where 'optional') into '*copies_out',
@@ -544,8 +556,13 @@ struct npu_onnx_node *npu_onnx_node(struct npu_onnx *o, const char *op_type, con
     }
     value_is_new(o, n->out[i]);
   }
-  if (o->status == NPULM_OK && !grow(&o->nodes, &o->cap_nodes, o->n_nodes, sizeof(*o->nodes))) {
-    fail_nomem(o, "node");
+  if (o->status == NPULM_OK) {
+    struct npu_onnx_node **nodes = grow(o->nodes, &o->cap_nodes, o->n_nodes, sizeof(*nodes));
+    if (nodes == NULL) {
+      fail_nomem(o, "node");
+    } else {
+      o->nodes = nodes;
+    }
   }
   if (o->status == NPULM_OK && n->domain != NULL) import_domain(o, n->domain);
   for (int i = 0; i < n->n_out && o->status == NPULM_OK; i++) {
@@ -756,7 +773,7 @@ static void put_tensor_head(struct npu_gguf_buf *b, const struct init *t, const 
 /* The model file's bytes but for the initializers, which go between 'graph_head' and
  * 'graph_tail', and the sizes that place them. */
 struct plan {
-  const char *data_name; /* base name of the data file, or NULL: initializers inside */
+  const char *data_name;          /* base name of the data file, or NULL: initializers inside */
   struct npu_gguf_buf head;       /* ModelProto up to the graph */
   struct npu_gguf_buf graph_head; /* GraphProto up to its initializers */
   struct npu_gguf_buf graph_tail; /* GraphProto after them */
@@ -794,7 +811,8 @@ static npulm_status make_plan(struct npu_onnx *o, const char *data_name, struct 
   if (o->doc != NULL) pb_str(&p->head, MODEL_DOC_STRING, o->doc);
   for (size_t i = 0; i < o->n_nodes; i++) put_node(&p->graph_head, o->nodes[i]);
   pb_str(&p->graph_head, GRAPH_NAME, o->graph_name);
-  for (size_t i = 0; i < o->n_inputs; i++) put_value_info(&p->graph_tail, GRAPH_INPUT, &o->inputs[i]);
+  for (size_t i = 0; i < o->n_inputs; i++)
+    put_value_info(&p->graph_tail, GRAPH_INPUT, &o->inputs[i]);
   for (size_t i = 0; i < o->n_outputs; i++) {
     put_value_info(&p->graph_tail, GRAPH_OUTPUT, &o->outputs[i]);
   }
@@ -815,7 +833,8 @@ static npulm_status make_plan(struct npu_onnx *o, const char *data_name, struct 
          npu_add_u64(graph, 1 + varint_size(size) + size, &graph);
   }
   p->graph_size = graph;
-  ok = ok && npu_add_u64(p->head.size + p->tail.size, 1 + varint_size(graph) + graph, &p->model_size);
+  ok = ok &&
+       npu_add_u64(p->head.size + p->tail.size, 1 + varint_size(graph) + graph, &p->model_size);
   if (ok) return NPULM_OK;
   plan_free(p);
   return npu_fail(err, NPULM_ERR_NOMEM, "out of memory encoding ONNX graph '%s'", o->graph_name);
