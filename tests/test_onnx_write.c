@@ -594,6 +594,24 @@ static void test_refuse_failing_fill(void **state) {
   npu_onnx_free(o);
 }
 
+/* Past protobuf's 2 GiB the initializers cannot be inside: write_mem refuses before making any
+ * bytes. */
+static void test_mem_past_2gib(void **state) {
+  (void)state;
+  struct npu_onnx *o = small_model();
+  const int64_t dims[2] = {1 << 16, 1 << 15}; /* 2^31 bytes of int8 */
+  int fill_calls = 0;
+  npu_onnx_init_lazy(o, "huge", NPU_ONNX_INT8, 2, dims, fill_big, &fill_calls);
+  uint8_t *bytes = NULL;
+  size_t n = 0;
+  npulm_error err;
+  assert_int_equal(npu_onnx_write_mem(o, &bytes, &n, &err), NPULM_ERR_UNSUPPORTED);
+  assert_non_null(strstr(err.msg, "2 GiB"));
+  assert_null(bytes);
+  assert_int_equal(fill_calls, 0);
+  npu_onnx_free(o);
+}
+
 /* The first failure stays; later calls do nothing. */
 static void test_sticky_failure(void **state) {
   (void)state;
@@ -623,7 +641,7 @@ int main(void) {
       cmocka_unit_test(test_external_data),        cmocka_unit_test(test_refuse_undefined_input),
       cmocka_unit_test(test_refuse_defined_twice), cmocka_unit_test(test_refuse_undefined_output),
       cmocka_unit_test(test_refuse_bad_names),     cmocka_unit_test(test_refuse_failing_fill),
-      cmocka_unit_test(test_sticky_failure),
+      cmocka_unit_test(test_mem_past_2gib),        cmocka_unit_test(test_sticky_failure),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
