@@ -9,7 +9,7 @@
  * NPU_ONNX_NAME_MAX bytes, no NUL), every value (graph input, initializer, node output) is
  * defined once, every node input is a value defined before it (or "" for an omitted optional
  * input), every graph output is defined; npu_onnx_write refuses a model that breaks one of these
- * (NPULM_ERR_INTERNAL naming the value), so nodes must be added in a topological order. The
+ * (NPULM_ERR_ARG naming the value), so nodes must be added in a topological order. The
  * builder keeps the first failure (out of memory, a bad name, a bad shape) and every later call
  * does nothing; npu_onnx_write reports it. */
 #ifndef NPU_IO_ONNX_WRITE_H
@@ -70,7 +70,7 @@ void npu_onnx_init_copy(struct npu_onnx *o, const char *name, enum npu_onnx_dtyp
  * being a buffer of the tensor's size (any alignment of 8 or more): for large tensors (weights)
  * that the caller makes (unpacks) on demand, so no more than one is in memory at a time. 'user'
  * must stay valid until npu_onnx_write returns. fill returns false to fail the write (it may
- * then have set nothing: the write reports NPULM_ERR_INTERNAL naming the tensor). */
+ * then have set nothing: the write reports NPULM_ERR_ARG naming the tensor). */
 typedef bool npu_onnx_fill_fn(void *user, void *dst);
 void npu_onnx_init_lazy(struct npu_onnx *o, const char *name, enum npu_onnx_dtype dt, int nd,
                         const int64_t *dims, npu_onnx_fill_fn *fill, void *user);
