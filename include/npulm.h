@@ -527,8 +527,8 @@ typedef struct npulm_export_info {
  * form here (shadow outlier channels, attention on the NPU, partial RoPE). '*info_out' may be
  * NULL. */
 npulm_status npulm_model_export_onnx(const npulm_model *model, const char *path,
-                                     const npulm_export_params *params,
-                                     npulm_export_info *info_out, npulm_error *err);
+                                     const npulm_export_params *params, npulm_export_info *info_out,
+                                     npulm_error *err);
 
 /* The encodings file of 'onnx_path': its name less ".onnx", plus ".encodings.json". */
 void npulm_export_encodings_path(const char *onnx_path, char *buf, size_t cap);

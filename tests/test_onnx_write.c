@@ -389,6 +389,11 @@ static void test_external_data(void **state) {
   (void)state;
   int fill_calls = 0;
   struct npu_onnx *o = build_model(&fill_calls);
+  /* one initializer of 1 KiB or more, which goes to the data file; the others stay inside */
+  enum { BIG = 1536 };
+  int8_t big_bytes[BIG];
+  for (int i = 0; i < BIG; i++) big_bytes[i] = (int8_t)(i * 7);
+  npu_onnx_init_copy(o, "large", NPU_ONNX_INT8, 1, (const int64_t[]){BIG}, big_bytes);
   char path[256], data_path[300];
   snprintf(path, sizeof(path), "%s", tmp_path("external"));
   snprintf(data_path, sizeof(data_path), "%s.data", path);
@@ -404,35 +409,38 @@ static void test_external_data(void **state) {
   uint8_t *model_bytes_ = test_read_file(path, &model_n);
   uint8_t *data = test_read_file(data_path, &data_n);
   struct span graph = get_msg((struct span){model_bytes_, model_n}, 7, 0);
-  const int16_t big[5] = {-2000, -1000, 0, 1000, 2000};
+  const int16_t shorts[5] = {-2000, -1000, 0, 1000, 2000};
   const float half = 0.5f;
   const struct {
     const void *bytes;
     size_t n;
-  } want[4] = {{w_bytes, 12}, {big, 10}, {&half, 4}, {shape_values, 16}};
-  assert_int_equal(count_fields(graph, 5), 4);
-  for (int i = 0; i < 4; i++) {
+  } want[5] = {{w_bytes, 12}, {shorts, 10}, {&half, 4}, {shape_values, 16}, {big_bytes, BIG}};
+  assert_int_equal(count_fields(graph, 5), 5);
+  for (int i = 0; i < 4; i++) { /* inside, as raw_data */
     struct span t = get_msg(graph, 5, i);
-    assert_int_equal(count_fields(t, 9), 0); /* no raw_data */
-    assert_int_equal(get_int(t, 14, 0), 1);  /* data_location EXTERNAL */
-    assert_int_equal(count_fields(t, 13), 3);
-    struct span location = get_msg(t, 13, 0), offset = get_msg(t, 13, 1),
-                length = get_msg(t, 13, 2);
-    assert_str_field(location, 1, 0, "location");
-    assert_str_field(location, 2, 0, data_name);
-    assert_str_field(offset, 1, 0, "offset");
-    assert_str_field(length, 1, 0, "length");
-    char number[32];
-    snprintf(number, sizeof(number), "%zu", want[i].n);
-    assert_str_field(length, 2, 0, number);
-    struct span value = get_msg(offset, 2, 0);
-    snprintf(number, sizeof(number), "%.*s", (int)value.n, (const char *)value.p);
-    size_t at = (size_t)strtoull(number, NULL, 10);
-    assert_int_equal(at % 64, 0);
-    assert_true(at + want[i].n <= data_n);
-    assert_memory_equal(data + at, want[i].bytes, want[i].n);
+    assert_int_equal(count_fields(t, 13), 0);
+    assert_int_equal(count_fields(t, 14), 0);
+    struct span raw = get_msg(t, 9, 0);
+    assert_int_equal(raw.n, want[i].n);
+    assert_memory_equal(raw.p, want[i].bytes, want[i].n);
   }
-  assert_int_equal(data_n, 3 * 64 + 16); /* three aligned gaps, then the last tensor */
+  struct span t = get_msg(graph, 5, 4);
+  assert_int_equal(count_fields(t, 9), 0); /* no raw_data */
+  assert_int_equal(get_int(t, 14, 0), 1);  /* data_location EXTERNAL */
+  assert_int_equal(count_fields(t, 13), 3);
+  struct span location = get_msg(t, 13, 0), offset = get_msg(t, 13, 1), length = get_msg(t, 13, 2);
+  assert_str_field(location, 1, 0, "location");
+  assert_str_field(location, 2, 0, data_name);
+  assert_str_field(offset, 1, 0, "offset");
+  assert_str_field(length, 1, 0, "length");
+  char number[32];
+  snprintf(number, sizeof(number), "%d", BIG);
+  assert_str_field(length, 2, 0, number);
+  struct span value = get_msg(offset, 2, 0);
+  snprintf(number, sizeof(number), "%.*s", (int)value.n, (const char *)value.p);
+  assert_int_equal(strtoull(number, NULL, 10), 0);
+  assert_int_equal(data_n, BIG);
+  assert_memory_equal(data, big_bytes, BIG);
   unlink(path);
   unlink(data_path);
   free(model_bytes_);
@@ -586,7 +594,7 @@ static void test_refuse_bad_names(void **state) {
 static void test_refuse_failing_fill(void **state) {
   (void)state;
   struct npu_onnx *o = small_model();
-  const int64_t dims[1] = {4};
+  const int64_t dims[1] = {1024}; /* 4 KiB: in the data file of an external write */
   npu_onnx_init_f32(o, "first", 1.0f);
   npu_onnx_init_lazy(o, "weights", NPU_ONNX_FLOAT, 1, dims, fill_fails, NULL);
   assert_int_equal(npu_onnx_status(o, NULL), NPULM_OK);

@@ -39,9 +39,8 @@ const char npulm_usage_export[] =
     "  --ctx K            the context bucket (default: the program's largest)\n"
     "  --external-data    the weights in FILE.data beside the model (always done past 2 GiB)\n"
     "  --quant MODE, --float-ops LIST, --calib FILE, --calib-tokens N, --smooth-alpha A,\n"
-    "  --shadow-threshold T  compile options, as 'npulm compile --help' gives them (a GGUF,\n"
-    "                     or a program recompiled in memory); w8a8-shadow and attention on the\n"
-    "                     NPU have no ONNX form here\n";
+    "  --shadow-threshold T  how a GGUF model is compiled, as 'npulm compile --help' says;\n"
+    "                     w8a8-shadow and attention on the NPU have no ONNX form here\n";
 
 /* "decode" -> 1, "prefill:C" -> C; 0 for anything else. */
 static int parse_specialization(const char *s) {
@@ -59,7 +58,7 @@ static void progress_bytes(void *user, uint64_t done, uint64_t total) {
 int npulm_cmd_export(int argc, char **argv) {
   struct cli_args args = {.argc = argc, .argv = argv, .cmd = "export", .usage = npulm_usage_export};
   struct cli_args *a = &args;
-  const char *model_path = NULL, *out = NULL;
+  const char *model_path = NULL, *out = NULL, *compile_opt = NULL;
   npulm_compile_params cp = npulm_compile_default_params();
   npulm_export_params ep = npulm_export_default_params();
   for (a->i = 2; a->i < a->argc; a->i++) {
@@ -76,9 +75,11 @@ int npulm_cmd_export(int argc, char **argv) {
         cli_die(a->cmd, "option --specialization: '%s' is not decode nor prefill:C", v);
       }
     } else if (cli_compile_option(a, &cp, false)) {
+      if (compile_opt == NULL) compile_opt = o;
       if (cp.n_chunks > 0 || cp.n_buckets > 0 || cp.sparsity != 0.0f || cp.keep_float) {
-        cli_die(a->cmd, "option %s does not apply: export compiles the one specialization it "
-                        "writes, dense",
+        cli_die(a->cmd,
+                "option %s does not apply: export compiles the one specialization it "
+                "writes, dense",
                 o);
       }
     } else cli_unknown_option(a);
@@ -90,7 +91,11 @@ int npulm_cmd_export(int argc, char **argv) {
   npulm_error err;
   if (npulm_model_open(model_path, &model, &err) != NPULM_OK) cli_die(a->cmd, "%s", err.msg);
   struct cli_progress progress = {.lines = false};
-  if (!npulm_model_has_program(model) || cp.quant || cp.float_ops || cp.calib_text) {
+  if (npulm_model_has_program(model) && compile_opt != NULL) {
+    cli_die(a->cmd, "option %s applies to a GGUF model, and '%s' is a compiled program",
+            compile_opt, model_path);
+  }
+  if (!npulm_model_has_program(model)) {
     /* just the graphs exported: the decode graph is always there */
     if (ep.rows > 1) {
       cp.chunks[0] = ep.rows;

@@ -62,9 +62,9 @@ struct exporter {
   const struct npu_program *p;
   const struct npu_graph *g;
   int32_t rows, ctx, past;
-  char (*val)[NAME];  /* per graph tensor: its value in ONNX ("" until made) */
-  char (*fval)[NAME]; /* its float view: val for a float tensor, the DequantizeLinear output for
-                         an integer one */
+  char (*val)[NAME];      /* per graph tensor: its value in ONNX ("" until made) */
+  char (*fval)[NAME];     /* its float view: val for a float tensor, the DequantizeLinear output for
+                             an integer one */
   char (*cache)[2][NAME]; /* per layer, K and V: the whole cache [K, kv_dim] the step attends */
   struct weight_fill *fills;
   int32_t n_fills, cap_fills;
@@ -124,7 +124,8 @@ static void op2(struct exporter *ex, const char *op, const char *a, const char *
 /* An int64 constant vector (a shape, axes), made once per value. */
 static const char *ints_const(struct exporter *ex, char buf[NAME], int n, const int64_t *v) {
   int at = snprintf(buf, NAME, "const.i64");
-  for (int i = 0; i < n && at < NAME; i++) at += snprintf(buf + at, NAME - at, "_%lld", (long long)v[i]);
+  for (int i = 0; i < n && at < NAME; i++)
+    at += snprintf(buf + at, NAME - at, "_%lld", (long long)v[i]);
   if (!npu_onnx_has_value(ex->o, buf)) npu_onnx_init_i64s(ex->o, buf, n, v);
   return buf;
 }
@@ -160,7 +161,8 @@ static void unsqueeze(struct exporter *ex, const char *x, int n, const int64_t *
  * (q_u + offset) * scale over q_u in [0, 2^bits - 1]. */
 static json_t *encoding(int bits, double scale, int64_t zero_point) {
   const int64_t offset = -(zero_point + ((int64_t)1 << (bits - 1)));
-  const double lo = (double)offset * scale, hi = (double)(offset + ((int64_t)1 << bits) - 1) * scale;
+  const double lo = (double)offset * scale,
+               hi = (double)(offset + ((int64_t)1 << bits) - 1) * scale;
   return json_pack("{s:i, s:s, s:s, s:f, s:I, s:f, s:f}", "bitwidth", bits, "dtype", "int",
                    "is_symmetric", zero_point == 0 ? "True" : "False", "scale", scale, "offset",
                    (json_int_t)offset, "min", lo, "max", hi);
@@ -382,7 +384,8 @@ static float *row_scales(struct exporter *ex, const struct npu_qsite *s, double 
 static void op_gather(struct exporter *ex, int32_t i, bool integer) {
   const struct npu_ir_node *n = &ex->g->nodes[i];
   const char *ids = "input_ids.flat";
-  if (!npu_onnx_has_value(ex->o, ids)) reshape(ex, "input_ids", 1, (const int64_t[]){ex->rows}, ids);
+  if (!npu_onnx_has_value(ex->o, ids))
+    reshape(ex, "input_ids", 1, (const int64_t[]){ex->rows}, ids);
   const char *table = NULL;
   char wq[NAME], tf[NAME], out[NAME];
   if (!integer) {
@@ -403,9 +406,9 @@ static void op_gather(struct exporter *ex, int32_t i, bool integer) {
     free(sc);
     table = tf;
   }
-  npu_onnx_attr_int(node(ex, "Gather", NULL, 2, (const char *[]){table, ids},
-                         result_name(ex, out, n->out)),
-                    "axis", 0);
+  npu_onnx_attr_int(
+      node(ex, "Gather", NULL, 2, (const char *[]){table, ids}, result_name(ex, out, n->out)),
+      "axis", 0);
   set_result(ex, n->out, out);
 }
 
@@ -445,8 +448,9 @@ static void op_matmul(struct exporter *ex, int32_t i, bool integer) {
         fail(ex, NPULM_ERR_NOMEM, "%s", "out of memory exporting the weights");
       } else {
         for (int32_t r = 0; r < s->n; r++) {
-          b[r] = s->w_bits == 8 ? npu_qs8_gemm_bias((size_t)s->k, s->packed, (size_t)r)
-                                : npu_qc4w_gemm_bias((size_t)s->k, s->w_block, s->packed, (size_t)r);
+          b[r] = s->w_bits == 8
+                     ? npu_qs8_gemm_bias((size_t)s->k, s->packed, (size_t)r)
+                     : npu_qc4w_gemm_bias((size_t)s->k, s->w_block, s->packed, (size_t)r);
           bs[r] = (float)(x->q.scale * (double)sc[r]);
         }
         const int64_t nn = s->n;
@@ -458,8 +462,8 @@ static void op_matmul(struct exporter *ex, int32_t i, bool integer) {
         npu_onnx_init_copy(ex->o, bsc, NPU_ONNX_FLOAT, 1, &nn, bs);
         npu_onnx_init_copy(ex->o, bzp, NPU_ONNX_INT32, 1, &nn, zeros);
         fresh(ex, bf, "%s", bname);
-        npu_onnx_attr_int(
-            node(ex, "DequantizeLinear", NULL, 3, (const char *[]){bq, bsc, bzp}, bf), "axis", 0);
+        npu_onnx_attr_int(node(ex, "DequantizeLinear", NULL, 3, (const char *[]){bq, bsc, bzp}, bf),
+                          "axis", 0);
         ex->n_qdq++;
         json_t *list = json_array();
         for (int32_t r = 0; r < s->n && list != NULL; r++) {
@@ -475,8 +479,8 @@ static void op_matmul(struct exporter *ex, int32_t i, bool integer) {
     free(sc);
   }
   const char *in[3] = {in_f(ex, n->in[0]), w, bias};
-  struct npu_onnx_node *gemm = node(ex, "Gemm", NULL, bias != NULL ? 3 : 2, in,
-                                    result_name(ex, out, n->out));
+  struct npu_onnx_node *gemm =
+      node(ex, "Gemm", NULL, bias != NULL ? 3 : 2, in, result_name(ex, out, n->out));
   npu_onnx_attr_int(gemm, "transB", 1);
   set_result(ex, n->out, out);
 }
@@ -501,8 +505,7 @@ static void op_rmsnorm(struct exporter *ex, int32_t i, bool integer) {
   char out[NAME], gname[NAME];
   result_name(ex, out, n->out);
   if (!integer) {
-    rmsnorm(ex, in_f(ex, n->in[0]), float_weight(ex, ex->g->tensors[n->in[1]].ref), n->param,
-            out);
+    rmsnorm(ex, in_f(ex, n->in[0]), float_weight(ex, ex->g->tensors[n->in[1]].ref), n->param, out);
   } else {
     /* gain and eps back from the integer form (qparams.c npu_rmsnorm_params_make):
      * mult[c] 2^(shift - 31) = gain[c] sqrt(cols) / scale_y, eps_int = cols eps / scale_x^2 */
@@ -575,8 +578,8 @@ static void op_rope(struct exporter *ex, int32_t i) {
   const int64_t shape[4] = {ex->rows, heads, norm ? half : 2, norm ? 2 : half};
   reshape(ex, in_f(ex, n->in[0]), 4, shape, fresh(ex, x4, "%s.pairs", out));
   const char *halves[2] = {fresh(ex, a, "%s.a", out), fresh(ex, b, "%s.b", out)};
-  struct npu_onnx_node *split = npu_onnx_node(ex->o, "Split", NULL, NULL, 1,
-                                              (const char *[]){x4}, 2, halves);
+  struct npu_onnx_node *split =
+      npu_onnx_node(ex->o, "Split", NULL, NULL, 1, (const char *[]){x4}, 2, halves);
   ex->n_nodes++;
   npu_onnx_attr_int(split, "axis", norm ? 3 : 2);
   /* a' = a cos - b sin, b' = a sin + b cos: the reference's products and one sum each */
@@ -586,9 +589,9 @@ static void op_rope(struct exporter *ex, int32_t i) {
   op2(ex, "Mul", b, cs[0], fresh(ex, bc, "%s.b_cos", out));
   op2(ex, "Sub", ac, bs, fresh(ex, ya, "%s.a_rot", out));
   op2(ex, "Add", as, bc, fresh(ex, yb, "%s.b_rot", out));
-  npu_onnx_attr_int(node(ex, "Concat", NULL, 2, (const char *[]){ya, yb},
-                         fresh(ex, y4, "%s.rot", out)),
-                    "axis", norm ? 3 : 2);
+  npu_onnx_attr_int(
+      node(ex, "Concat", NULL, 2, (const char *[]){ya, yb}, fresh(ex, y4, "%s.rot", out)), "axis",
+      norm ? 3 : 2);
   reshape(ex, y4, 2, (const int64_t[]){ex->rows, (int64_t)heads * hd}, out);
   set_result(ex, n->out, out);
 }
@@ -629,7 +632,8 @@ static void op_attn(struct exporter *ex, int32_t i) {
     return;
   }
   const char *mask = "attention_mask.rows";
-  if (!npu_onnx_has_value(ex->o, mask)) reshape(ex, "attention_mask", 2, (const int64_t[]){C, K}, mask);
+  if (!npu_onnx_has_value(ex->o, mask))
+    reshape(ex, "attention_mask", 2, (const int64_t[]){C, K}, mask);
   char out[NAME], q4[NAME], qh[NAME], k3[NAME], kt[NAME], k4[NAME], s[NAME], ss[NAME], sm[NAME],
       pr[NAME], v3[NAME], vt[NAME], v4[NAME], o4[NAME], ot[NAME], sc[NAME];
   result_name(ex, out, n->out);
@@ -642,9 +646,9 @@ static void op_attn(struct exporter *ex, int32_t i) {
   op2(ex, "MatMul", qh, k4, fresh(ex, s, "%s.scores", out));
   op2(ex, "Mul", s, f32_const(ex, sc, n->param), fresh(ex, ss, "%s.scaled", out));
   op2(ex, "Add", ss, mask, fresh(ex, sm, "%s.masked", out));
-  npu_onnx_attr_int(node(ex, "Softmax", NULL, 1, (const char *[]){sm},
-                         fresh(ex, pr, "%s.probs", out)),
-                    "axis", -1);
+  npu_onnx_attr_int(
+      node(ex, "Softmax", NULL, 1, (const char *[]){sm}, fresh(ex, pr, "%s.probs", out)), "axis",
+      -1);
   reshape(ex, vc, 3, (const int64_t[]){K, kvh, hd}, fresh(ex, v3, "%s.v", out));
   transpose(ex, v3, 3, (const int64_t[]){1, 0, 2}, fresh(ex, vt, "%s.v_t", out));
   unsqueeze(ex, vt, 1, (const int64_t[]){1}, fresh(ex, v4, "%s.v_heads", out));
@@ -706,6 +710,12 @@ static void translate(struct exporter *ex, int32_t i) {
       return;
     }
     break;
+  case NPU_OP_SHADOW:
+    fail(ex, NPULM_ERR_UNSUPPORTED,
+         "'%s' is a shadow outlier share (w8a8-shadow computes outlier channels in float on the "
+         "CPU), which has no ONNX form here: export a naive or smooth program",
+         ex->g->tensors[n->out].name);
+    return;
   case NPU_OP_QK:
   case NPU_OP_SOFTMAX:
   case NPU_OP_PV:
@@ -752,8 +762,8 @@ static void translate_graph(struct exporter *ex) {
   for (int32_t i = 0; i < g->n_nodes && ok(ex); i++) translate(ex, i);
   for (int32_t t = 0; t < g->n_tensors && ok(ex); t++) {
     if (g->tensors[t].kind != NPU_TK_LOGITS) continue;
-    reshape(ex, in_f(ex, t), 3,
-            (const int64_t[]){1, npu_graph_logit_rows(g), ex->m->cfg.n_vocab}, "logits");
+    reshape(ex, in_f(ex, t), 3, (const int64_t[]){1, npu_graph_logit_rows(g), ex->m->cfg.n_vocab},
+            "logits");
     return;
   }
   fail(ex, NPULM_ERR_FORMAT, "%s", "export: the graph has no logits");
@@ -785,8 +795,7 @@ static npulm_status write_encodings(struct exporter *ex, const char *path, npulm
   json_t *root = json_object();
   json_t *args = json_pack(
       "{s:i, s:i, s:s, s:s, s:s}", "activation_bitwidth",
-      p->quant_mode ? npu_quant_act_bits((enum npu_quant_mode)p->quant_mode) : 32,
-      "param_bitwidth",
+      p->quant_mode ? npu_quant_act_bits((enum npu_quant_mode)p->quant_mode) : 32, "param_bitwidth",
       p->quant_mode ? npu_quant_weight_bits((enum npu_quant_mode)p->quant_mode) : 32, "dtype",
       p->quant_mode ? "int" : "float", "per_channel_quantization", "True", "npulm_quant",
       npu_quant_mode_name((enum npu_quant_mode)p->quant_mode));
@@ -800,7 +809,8 @@ static npulm_status write_encodings(struct exporter *ex, const char *path, npulm
   }
   char *text = json_dumps(root, JSON_INDENT(1) | JSON_REAL_PRECISION(9));
   json_decref(root);
-  if (text == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "%s", "out of memory making the encodings");
+  if (text == NULL)
+    return npu_fail(err, NPULM_ERR_NOMEM, "%s", "out of memory making the encodings");
   struct npu_afile f;
   npulm_status st = npu_afile_open(path, &f, err);
   if (st == NPULM_OK) st = npu_afile_write(&f, text, strlen(text), err);
@@ -811,9 +821,7 @@ static npulm_status write_encodings(struct exporter *ex, const char *path, npulm
   return st;
 }
 
-npulm_export_params npulm_export_default_params(void) {
-  return (npulm_export_params){.rows = 1};
-}
+npulm_export_params npulm_export_default_params(void) { return (npulm_export_params){.rows = 1}; }
 
 void npulm_export_encodings_path(const char *onnx_path, char *buf, size_t cap) {
   size_t len = strlen(onnx_path);
@@ -822,8 +830,8 @@ void npulm_export_encodings_path(const char *onnx_path, char *buf, size_t cap) {
 }
 
 npulm_status npulm_model_export_onnx(const npulm_model *model, const char *path,
-                                     const npulm_export_params *params,
-                                     npulm_export_info *info_out, npulm_error *err) {
+                                     const npulm_export_params *params, npulm_export_info *info_out,
+                                     npulm_error *err) {
   const npulm_export_params defaults = npulm_export_default_params();
   if (params == NULL) params = &defaults;
   if (model == NULL || path == NULL) {
@@ -860,8 +868,8 @@ npulm_status npulm_model_export_onnx(const npulm_model *model, const char *path,
   ex.act_enc = json_object();
   ex.param_enc = json_object();
   npulm_status st = NPULM_OK;
-  if (ex.o == NULL || ex.val == NULL || ex.fval == NULL || ex.cache == NULL ||
-      ex.act_enc == NULL || ex.param_enc == NULL) {
+  if (ex.o == NULL || ex.val == NULL || ex.fval == NULL || ex.cache == NULL || ex.act_enc == NULL ||
+      ex.param_enc == NULL) {
     st = npu_fail(err, NPULM_ERR_NOMEM, "%s", "out of memory starting the export");
   } else {
     char spec[64];

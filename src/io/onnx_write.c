@@ -15,7 +15,11 @@
 /* protobuf's limit on one message (a model file read whole is one message) */
 #define PROTOBUF_MAX_BYTES ((uint64_t)INT32_MAX)
 #define EXTERNAL_ALIGN 64 /* of each tensor's offset in the data file */
-#define IR_VERSION 8      /* ONNX IR of opset 17 */
+/* Smaller initializers stay inside the model in an external write, as onnx's own
+ * convert_model_to_external_data leaves them (its size_threshold): ONNX Runtime's shape inference
+ * reads a Reshape's shape only from the model file. */
+#define EXTERNAL_MIN 1024
+#define IR_VERSION 8 /* ONNX IR of opset 17 */
 
 /* ---- Field numbers (onnx/onnx.proto) ------------------------------------------------------- */
 
@@ -768,6 +772,11 @@ static void put_tensor_head(struct npu_gguf_buf *b, const struct init *t, const 
   pb_int(b, TENSOR_DATA_LOCATION, DATA_LOCATION_EXTERNAL);
 }
 
+/* The data file's base name for initializer 't' of a write with 'data_name' (NULL: inside). */
+static const char *data_file_of(const struct init *t, const char *data_name) {
+  return data_name != NULL && t->nbytes >= EXTERNAL_MIN ? data_name : NULL;
+}
+
 /* ---- Writing -------------------------------------------------------------------------------- */
 
 /* The model file's bytes but for the initializers, which go between 'graph_head' and
@@ -781,6 +790,7 @@ struct plan {
   uint64_t graph_size;
   uint64_t model_size;
   uint64_t data_size; /* initializer bytes, padding between them excluded */
+  bool any_external;  /* some initializer's bytes go to the data file */
 };
 
 static void plan_free(struct plan *p) {
@@ -826,9 +836,12 @@ static npulm_status make_plan(struct npu_onnx *o, const char *data_name, struct 
   uint64_t graph = p->graph_head.size + p->graph_tail.size, offset = 0;
   for (size_t i = 0; i < o->n_inits && ok; i++) {
     struct init *t = &o->inits[i];
+    const char *file = data_file_of(t, data_name);
+    p->any_external = p->any_external || file != NULL;
     t->offset = (offset + EXTERNAL_ALIGN - 1) / EXTERNAL_ALIGN * EXTERNAL_ALIGN;
     uint64_t size;
-    ok = tensor_size(t, data_name, &size) && npu_add_u64(t->offset, t->nbytes, &offset) &&
+    ok = tensor_size(t, file, &size) &&
+         (file == NULL || npu_add_u64(t->offset, t->nbytes, &offset)) &&
          npu_add_u64(p->data_size, t->nbytes, &p->data_size) &&
          npu_add_u64(graph, 1 + varint_size(size) + size, &graph);
   }
@@ -900,13 +913,14 @@ static npulm_status put_model(struct npu_onnx *o, const struct plan *p, struct s
     const struct init *t = &o->inits[i];
     struct npu_gguf_buf tensor_head = {0};
     uint64_t size;
-    if (!tensor_size(t, p->data_name, &size)) goto nomem;
+    const char *file = data_file_of(t, p->data_name);
+    if (!tensor_size(t, file, &size)) goto nomem;
     pb_len(&tensor_head, GRAPH_INITIALIZER, size);
-    put_tensor_head(&tensor_head, t, p->data_name);
+    put_tensor_head(&tensor_head, t, file);
     st = tensor_head.failed ? NPULM_ERR_NOMEM : sink_put_buf(s, &tensor_head, err);
     npu_gguf_buf_free(&tensor_head);
     if (st == NPULM_ERR_NOMEM) goto nomem;
-    if (st == NPULM_OK && p->data_name == NULL) st = put_init_bytes(s, t, err);
+    if (st == NPULM_OK && file == NULL) st = put_init_bytes(s, t, err);
   }
   if (st == NPULM_OK) st = sink_put_buf(s, &p->graph_tail, err);
   if (st == NPULM_OK) st = sink_put_buf(s, &p->tail, err);
@@ -916,8 +930,8 @@ nomem:
 }
 
 /* The data file of an external write: each initializer's bytes at its offset. */
-static npulm_status write_data_file(struct npu_onnx *o, const char *data_path, struct sink *s,
-                                    npulm_error *err) {
+static npulm_status write_data_file(struct npu_onnx *o, const char *data_path,
+                                    const char *data_name, struct sink *s, npulm_error *err) {
   static const uint8_t zeros[EXTERNAL_ALIGN];
   struct npu_afile file = {0};
   npulm_status st = npu_afile_open(data_path, &file, err);
@@ -926,6 +940,7 @@ static npulm_status write_data_file(struct npu_onnx *o, const char *data_path, s
   uint64_t at = 0;
   for (size_t i = 0; i < o->n_inits && st == NPULM_OK; i++) {
     const struct init *t = &o->inits[i];
+    if (data_file_of(t, data_name) == NULL) continue;
     st = sink_put(s, zeros, (size_t)(t->offset - at), err);
     if (st == NPULM_OK) st = put_init_bytes(s, t, err);
     at = t->offset + t->nbytes;
@@ -980,8 +995,8 @@ npulm_status npu_onnx_write(struct npu_onnx *o, const char *path,
   if (p.model_size > PROTOBUF_MAX_BYTES) {
     st = npu_fail(err, NPULM_ERR_UNSUPPORTED, "ONNX graph '%s' passes protobuf's 2 GiB limit",
                   o->graph_name);
-  } else if (external) {
-    st = write_data_file(o, data_path, &s, err);
+  } else if (p.any_external) { /* no data file when every initializer is small */
+    st = write_data_file(o, data_path, data_name, &s, err);
   }
   struct npu_afile file = {0};
   if (st == NPULM_OK) st = npu_afile_open(path, &file, err);

@@ -95,9 +95,10 @@ void npu_onnx_attr_string(struct npu_onnx_node *n, const char *name, const char 
 bool npu_onnx_has_value(const struct npu_onnx *o, const char *name);
 
 struct npu_onnx_write_options {
-  /* Put every initializer's bytes in '<path>.data' (ONNX external data: location = that file's
-   * base name, offset, length; offsets 64-byte aligned) instead of inside the model. The write
-   * does so anyway when the model would pass protobuf's 2 GiB limit. */
+  /* Put the bytes of every initializer of 1 KiB or more in '<path>.data' (ONNX external data:
+   * location = that file's base name, offset, length; offsets 64-byte aligned) instead of inside
+   * the model (smaller ones stay: shapes, scales). The write does so anyway when the model would
+   * pass protobuf's 2 GiB limit. No data file is written when no initializer is that large. */
   bool external;
   /* called as initializer bytes are written (may be NULL) */
   void (*progress)(void *user, uint64_t done, uint64_t total);
@@ -107,7 +108,7 @@ struct npu_onnx_write_options {
 /* Check the model (see the top of this file) and write it to 'path' (and '<path>.data' when
  * external), each file whole or not at all (base/atomic_file.h): the data file first, then the
  * model. 'opts' may be NULL (defaults: inside, no progress). '*external_out' (may be NULL) is set
- * to whether the initializers went to the data file. */
+ * to whether some initializer went to the data file. */
 npulm_status npu_onnx_write(struct npu_onnx *o, const char *path,
                             const struct npu_onnx_write_options *opts, bool *external_out,
                             npulm_error *err);

@@ -249,6 +249,10 @@ def check_against_node(key, entries, node, consts):
     has_zp = len(node.input) > 2 and node.input[2] != ""
     zp = consts[node.input[2]].reshape(-1) if has_zp else np.zeros(scale.shape, np.uint8)
     signed = np.issubdtype(zp.dtype, np.signedinteger)
+    weight = consts.get(node.input[0]) if node.op_type == "DequantizeLinear" else None
+    if weight is not None and weight.ndim == 2 and len(entries) != scale.size:
+        check_lpbq(key, entries, weight, scale)
+        return
     if len(entries) != scale.size:
         raise Problem(
             f"encoding '{key}' has {len(entries)} entries, its {node.op_type} {scale.size} scales"
@@ -264,6 +268,34 @@ def check_against_node(key, entries, node, consts):
                 f"encoding '{key}'[{i}]: offset {e['offset']}, but its {node.op_type}'s zero point "
                 f"{zp[i]} ({zp.dtype}) at {e['bitwidth']} bits makes it {qmin - int(zp[i])}"
             )
+
+
+def check_lpbq(key, entries, weight, scale):
+    """LPBQ (4-bit weights in blocks of 32 along k, each block's scale an integer 1..15 times its
+    channel's): one entry per (channel, block), channel-major, over an int8 weight that holds each
+    4-bit value times its block's integer scale under a per-channel DequantizeLinear."""
+    n, k = weight.shape
+    blocks = -(-k // 32)
+    if scale.size != n or len(entries) != n * blocks:
+        raise Problem(
+            f"encoding '{key}' has {len(entries)} entries: neither its DequantizeLinear's "
+            f"{scale.size} scales nor {n} channels x {blocks} blocks of 32"
+        )
+    for c in range(n):
+        for b in range(blocks):
+            e = entries[c * blocks + b]
+            q = e["scale"] / float(scale[c])
+            if e["bitwidth"] != 4 or abs(q - round(q)) > 1e-4 or not 1 <= round(q) <= 15:
+                raise Problem(
+                    f"encoding '{key}'[{c * blocks + b}]: not a 4-bit block whose scale is an "
+                    f"integer 1..15 times its channel's (ratio {q})"
+                )
+            vals = weight[c, b * 32 : (b + 1) * 32].astype(np.int32)
+            if np.any(vals % round(q)) or np.any(np.abs(vals // round(q)) > 8):
+                raise Problem(
+                    f"param '{key}': channel {c} block {b} holds values that are not 4-bit "
+                    f"multiples of its block scale {round(q)}"
+                )
 
 
 def check_encodings(model, consts, path):
@@ -298,7 +330,8 @@ def check_encodings(model, consts, path):
             node = reader.get(key) or writer.get(key)
             if node is not None:
                 check_against_node(key, entries, node, consts)
-            if section == "param_encodings" and key in writer and entries[0]["bitwidth"] == 4:
+            lpbq = node is not None and len(entries) != consts[node.input[1]].size
+            if section == "param_encodings" and key in writer and entries[0]["bitwidth"] == 4 and not lpbq:
                 q = consts.get(writer[key].input[0])
                 if q is not None and (q.min() < -8 or q.max() > 7):
                     raise Problem(

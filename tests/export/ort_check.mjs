@@ -139,13 +139,14 @@ function maxAbsDiff(a, b) {
 
 const fmt = (x) => (Number.isFinite(x) ? x.toPrecision(4) : String(x));
 
-async function check(decode, pre, ref, tol) {
+async function check(decode, pre, ref, tol, medianTol) {
   const cache = makeCache(decode.nLayers, decode.kvDim, ref.prompt.length + ref.nSteps);
   let logits = await prefill(pre, decode, cache, ref.prompt);
   const dPrefill = maxAbsDiff(logits, ref.row(0));
   const top1Prefill = argmax(logits) === argmax(ref.row(0));
   const tokens = [];
   let dDecode = 0;
+  const steps = []; // each compared step's max |d|
   let agree = 0;
   let compared = 0;
   let firstDiff = -1;
@@ -157,13 +158,17 @@ async function check(decode, pre, ref, tol) {
     if (firstDiff >= 0) continue; // the reference's row i + 1 followed other tokens
     const d = maxAbsDiff(logits, ref.row(i + 1));
     if (!(d <= dDecode)) dDecode = d;
+    steps.push(d);
     compared++;
     if (argmax(logits) === argmax(ref.row(i + 1))) agree++;
   }
   const same = firstDiff < 0 ? 'yes' : `no (first difference at ${firstDiff})`;
+  steps.sort((a, b) => a - b);
+  const median = steps.length ? steps[Math.floor(steps.length / 2)] : 0;
   console.log(
     `ort_check: prefill max|d|=${fmt(dPrefill)} (top1 ${top1Prefill ? 'agrees' : 'differs'}) ; ` +
-      `decode steps=${ref.nSteps} max|d|=${fmt(dDecode)} top1 agree ${agree}/${compared}; ` +
+      `decode steps=${ref.nSteps} max|d|=${fmt(dDecode)} median step max|d|=${fmt(median)} ` +
+      `top1 agree ${agree}/${compared}; ` +
       `tokens identical: ${same}`,
   );
   if (firstDiff >= 0) {
@@ -173,6 +178,9 @@ async function check(decode, pre, ref, tol) {
   const bad = [];
   if (!(dPrefill <= tol)) bad.push(`prefill max|d| ${fmt(dPrefill)} > tol ${tol}`);
   if (!(dDecode <= tol)) bad.push(`decode max|d| ${fmt(dDecode)} > tol ${tol}`);
+  if (!(median <= medianTol)) {
+    bad.push(`median step max|d| ${fmt(median)} > median tol ${medianTol}`);
+  }
   if (firstDiff >= 0) bad.push('the greedy tokens differ');
   if (bad.length) console.log(`ort_check: FAIL: ${bad.join('; ')}`);
   return bad.length === 0;
@@ -204,6 +212,7 @@ async function main() {
         prefill: { type: 'string' },
         ref: { type: 'string' },
         tol: { type: 'string' },
+        'median-tol': { type: 'string' },
         bench: { type: 'string' },
       },
     }).values;
@@ -243,7 +252,8 @@ async function main() {
       await bench(decode, pre, ref ? ref.prompt : [1], benchN);
       return 0;
     }
-    return (await check(decode, pre, ref, tol)) ? 0 : 1;
+    const medianTol = args['median-tol'] === undefined ? tol : Number(args['median-tol']);
+    return (await check(decode, pre, ref, tol, medianTol)) ? 0 : 1;
   } catch (e) {
     die(String(e.message).split('\n')[0], 1);
   }
