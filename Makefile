@@ -139,7 +139,7 @@ uninstall:
 
 # Microbenchmarks (not tests): `make bench && build/bench/npu_kernels [runs]`,
 # `build/bench/program_load FILE.npu [runs]`
-BENCHES := $(BUILD)/bench/npu_kernels $(BUILD)/bench/program_load
+BENCHES := $(BUILD)/bench/npu_kernels $(BUILD)/bench/program_load $(BUILD)/bench/export_windows
 bench: $(BENCHES)
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libnpulm.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

@@ -638,7 +638,7 @@ static void op_attn(struct exporter *ex, int32_t i) {
       pr[NAME], v3[NAME], vt[NAME], v4[NAME], o4[NAME], ot[NAME], sc[NAME];
   result_name(ex, out, n->out);
   reshape(ex, in_f(ex, n->in[0]), 4, (const int64_t[]){C, kvh, grp, hd},
-          fresh(ex, q4, "%s.q", out));
+          fresh(ex, q4, "%s.query", out));
   transpose(ex, q4, 4, (const int64_t[]){1, 2, 0, 3}, fresh(ex, qh, "%s.q_heads", out));
   reshape(ex, kc, 3, (const int64_t[]){K, kvh, hd}, fresh(ex, k3, "%s.k", out));
   transpose(ex, k3, 3, (const int64_t[]){1, 2, 0}, fresh(ex, kt, "%s.k_t", out));
