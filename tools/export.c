@@ -28,15 +28,16 @@ const char npulm_usage_export[] =
     "           past_key_L, past_value_L  float [1, P, kv_dim] for each layer L (none if P = 0)\n"
     "  outputs  logits                    float [1, C, n_vocab]\n"
     "           present_key_L, _value_L   float [1, C, kv_dim]: this step's cache rows, for the\n"
-    "                                     host to put in slots pos0 .. pos0 + C - 1\n"
+    "                                     host to put in slots pos0 .. pos0 + n - 1 (n real rows)\n"
     "\n"
     "  -m, --model FILE   a program file (.npu), or a GGUF, compiled first in memory with the\n"
-    "                     options below for this one specialization (default: $NPULM_MODEL,\n"
+    "                     options below at the one context exported (default: $NPULM_MODEL,\n"
     "                     else " CLI_DEFAULT_MODEL_PATH ")\n"
     "  -o, --output FILE  the ONNX model to write (the encodings go to FILE less .onnx, plus\n"
     "                     .encodings.json)\n"
     "  --specialization S decode (default) or prefill:C, a chunk size the program has\n"
-    "  --ctx K            the context bucket (default: the program's largest)\n"
+    "  --ctx K            the context bucket (default: the program's largest; a GGUF's own\n"
+    "                     context, or any K it is compiled for)\n"
     "  --external-data    the weights in FILE.data beside the model (always done past 2 GiB)\n"
     "  --quant MODE, --float-ops LIST, --calib FILE, --calib-tokens N, --smooth-alpha A,\n"
     "  --shadow-threshold T  how a GGUF model is compiled, as 'npulm compile --help' says;\n"
@@ -96,15 +97,16 @@ int npulm_cmd_export(int argc, char **argv) {
             compile_opt, model_path);
   }
   if (!npulm_model_has_program(model)) {
-    /* just the graphs exported: the decode graph is always there */
+    /* the one bucket exported (default: the model's context, the largest a program has) and a
+     * prefill's chunk; the decode graph is always there */
+    npulm_model_info info;
+    npulm_model_get_info(model, &info);
     if (ep.rows > 1) {
       cp.chunks[0] = ep.rows;
       cp.n_chunks = 1;
     }
-    if (ep.ctx > 0) {
-      cp.buckets[0] = ep.ctx;
-      cp.n_buckets = 1;
-    }
+    cp.buckets[0] = ep.ctx > 0 ? ep.ctx : info.n_ctx_train;
+    cp.n_buckets = 1;
     cp.progress = cli_progress;
     cp.progress_user = &progress;
     const npulm_status st = npulm_model_compile(model, &cp, &err);

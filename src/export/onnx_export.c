@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/atomic_file.h"
 #include "base/common.h"
@@ -44,9 +45,6 @@
 #include "npulm.h"
 
 enum { OPSET = 17, NAME = NPU_ONNX_NAME_MAX };
-
-/* The additive mask value that hides a column: exp of it underflows to exactly 0 in float. */
-#define MASK_HIDDEN (-1e9f)
 
 /* What a lazy initializer's fill reads: a matmul's or gather's integer weights, or a float
  * weight. */
@@ -66,7 +64,9 @@ struct exporter {
   char (*fval)[NAME];     /* its float view: val for a float tensor, the DequantizeLinear output for
                              an integer one */
   char (*cache)[2][NAME]; /* per layer, K and V: the whole cache [K, kv_dim] the step attends */
-  struct weight_fill *fills;
+  char (*float_made)[NAME];  /* per weight: its float initializer ("" until made) */
+  char (*site_made)[NAME];   /* per site: the float view of its integer weights ("" until made) */
+  struct weight_fill *fills; /* lazy initializers' records: one per weight and per site at most */
   int32_t n_fills, cap_fills;
   json_t *act_enc, *param_enc;
   int32_t n_nodes, n_qdq;
@@ -271,24 +271,22 @@ static bool fill_weight(void *user, void *dst) {
   return true;
 }
 
+/* The fill record of a new lazy initializer: 'fills' holds room for one per weight and per site
+ * (what can have one), made before the translation, so that the records stay where the writer
+ * was told they are. */
 static struct weight_fill *new_fill(struct exporter *ex) {
   if (ex->n_fills == ex->cap_fills) {
-    const int32_t cap = ex->cap_fills ? 2 * ex->cap_fills : 64;
-    struct weight_fill *f = realloc(ex->fills, (size_t)cap * sizeof(*f));
-    if (f == NULL) {
-      fail(ex, NPULM_ERR_NOMEM, "%s", "out of memory exporting the weights");
-      return NULL;
-    }
-    ex->fills = f;
-    ex->cap_fills = cap;
+    fail(ex, NPULM_ERR_FORMAT, "%s", "export: more weights than the program has");
+    return NULL;
   }
   return &ex->fills[ex->n_fills++];
 }
 
-/* Float weight 'ref' as an initializer of its name (made once). */
-static const char *float_weight(struct exporter *ex, int32_t ref) {
+/* Float weight 'ref' as an initializer (made once): a matrix [ne1, ne0], or a vector [ne0]. */
+static const char *float_weight(struct exporter *ex, int32_t ref, bool matrix) {
   const struct npu_weight *w = &ex->p->weights[ref];
-  if (npu_onnx_has_value(ex->o, w->name)) return w->name;
+  char *name = ex->float_made[ref];
+  if (name[0] != '\0') return name;
   if (w->data == NULL) {
     fail(ex, NPULM_ERR_UNSUPPORTED,
          "the program holds no float copy of '%s', which its CPU reads: export from the GGUF "
@@ -300,59 +298,97 @@ static const char *float_weight(struct exporter *ex, int32_t ref) {
   if (f == NULL) return w->name;
   *f = (struct weight_fill){.data = w->data, .n = (size_t)w->ne1, .k = (size_t)w->ne0};
   const int64_t dims[2] = {w->ne1, w->ne0};
-  npu_onnx_init_lazy(ex->o, w->name, NPU_ONNX_FLOAT, w->ne1 > 1 ? 2 : 1,
-                     w->ne1 > 1 ? dims : dims + 1, fill_weight, f);
-  return w->name;
+  fresh(ex, name, "%s", w->name);
+  npu_onnx_init_lazy(ex->o, name, NPU_ONNX_FLOAT, matrix ? 2 : 1, matrix ? dims : dims + 1,
+                     fill_weight, f);
+  return name;
 }
 
-/* The integer weights [n, k] of site 's' (a matmul's, or a gather's own table) as an int8
- * initializer, made once per site ('wname': the weight's name). */
-static const char *int_weight(struct exporter *ex, const struct npu_qsite *s, const char *wname,
-                              char buf[NAME]) {
-  snprintf(buf, NAME, "%s.q", wname);
-  if (npu_onnx_has_value(ex->o, buf)) return buf;
-  struct weight_fill *f = new_fill(ex);
-  if (f == NULL) return buf;
-  *f = (struct weight_fill){.site = s, .n = (size_t)s->n, .k = (size_t)s->k};
-  npu_onnx_init_lazy(ex->o, buf, NPU_ONNX_INT8, 2, (const int64_t[]){s->n, s->k}, fill_weight, f);
-  return buf;
+static void append_encoding(struct exporter *ex, json_t *list, json_t *entry) {
+  if (list == NULL || entry == NULL || json_array_append_new(list, entry) != 0) {
+    fail(ex, NPULM_ERR_NOMEM, "%s", "out of memory making the encodings");
+  }
 }
 
-/* out = DequantizeLinear(int8 weights, per-row 'scales') [n, k], with its encodings: per channel,
- * or for LPBQ per (channel, 32-k block) in channel-major order. */
-static void dequantize_weight(struct exporter *ex, const struct npu_qsite *s, const char *wq,
-                              const float *scales, const char *out) {
-  char sc[NAME], zp[NAME];
-  fresh(ex, sc, "%s.scale", out);
-  fresh(ex, zp, "%s.zero_point", out);
-  const int64_t n = s->n;
-  npu_onnx_init_copy(ex->o, sc, NPU_ONNX_FLOAT, 1, &n, scales);
-  int8_t *zeros = calloc((size_t)s->n, 1);
-  if (zeros == NULL) {
+/* The per-row scales of site 's' (a matmul's output channels, a gather's table rows): the real
+ * multiplier times scale_out / scale_in. A row of zeros has multiplier 0: its values are zero at
+ * any scale, and it gets the largest of the others, as the vendors' tools divide by scales. */
+static float *row_scales(struct exporter *ex, const struct npu_qsite *s, double in_scale,
+                         double out_scale) {
+  float *sc = malloc((size_t)s->n * sizeof(float));
+  if (sc == NULL) {
     fail(ex, NPULM_ERR_NOMEM, "%s", "out of memory exporting the weights");
-    return;
+    return NULL;
   }
-  npu_onnx_init_copy(ex->o, zp, NPU_ONNX_INT8, 1, &n, zeros);
-  free(zeros);
-  npu_onnx_attr_int(node(ex, "DequantizeLinear", NULL, 3, (const char *[]){wq, sc, zp}, out),
-                    "axis", 0);
-  ex->n_qdq++;
-  const int bits = s->op == NPU_OP_MATMUL ? s->w_bits : 8;
-  const bool lpbq = s->op == NPU_OP_MATMUL && s->w_bits == 4 && s->w_block != 0;
+  float largest = 0.0f;
+  for (int32_t r = 0; r < s->n; r++) {
+    sc[r] = (float)(real_of(s->mult[r], s->shift[r]) * out_scale / in_scale);
+    largest = sc[r] > largest ? sc[r] : largest;
+  }
+  for (int32_t r = 0; r < s->n; r++) sc[r] = sc[r] > 0.0f ? sc[r] : largest > 0.0f ? largest : 1.0f;
+  return sc;
+}
+
+/* What a matmul site's multipliers divide by besides the weights' scales: the input's scale,
+ * and for an int16 input the 2^acc_shift its sums are narrowed by first. */
+static double multiplier_in_scale(const struct npu_qsite *s, const struct npu_ir_tensor *x) {
+  return ldexp(x->q.scale, x->dtype == NPU_DT_I16 ? s->gemm16.acc_shift : 0);
+}
+
+/* The float view of the integer weights [n, k] of site 'si', read by node 'i' (a matmul, or a
+ * gather of its own table), made once per site: an int8 initializer and DequantizeLinear per row
+ * with the scales the site's multipliers give back, named by the weight ('wref'), with its
+ * encodings: per channel, or for LPBQ per (channel, 32-k block) in channel-major order. */
+static const char *site_weight(struct exporter *ex, int32_t si, int32_t i, int32_t wref) {
+  char *out = ex->site_made[si];
+  if (out[0] != '\0') return out;
+  const struct npu_qsite *s = &ex->p->qsites[si];
+  const struct npu_ir_node *n = &ex->g->nodes[i];
+  const struct npu_ir_tensor *x = &ex->g->tensors[n->in[0]], *y = &ex->g->tensors[n->out];
+  float *scales =
+      row_scales(ex, s, s->op == NPU_OP_MATMUL ? multiplier_in_scale(s, x) : 1.0, y->q.scale);
+  struct weight_fill *f = new_fill(ex);
+  int8_t *zeros = calloc((size_t)s->n, 1);
   json_t *list = json_array();
-  uint8_t bscale[NPU_QS8_GEMM_MAX_K / NPU_QC4W_BLOCK];
-  const int32_t nb = (s->k + NPU_QC4W_BLOCK - 1) / NPU_QC4W_BLOCK;
-  for (int32_t r = 0; r < s->n && list != NULL; r++) {
-    if (!lpbq) {
-      json_array_append_new(list, encoding(bits, scales[r], 0));
-      continue;
+  if (scales == NULL || f == NULL || zeros == NULL || list == NULL) {
+    fail(ex, NPULM_ERR_NOMEM, "%s", "out of memory exporting the weights");
+  } else {
+    const char *wname = ex->p->weights[wref].name;
+    char wq[NAME], sc[NAME], zp[NAME];
+    *f = (struct weight_fill){.site = s, .n = (size_t)s->n, .k = (size_t)s->k};
+    npu_onnx_init_lazy(ex->o, fresh(ex, wq, "%s.q", wname), NPU_ONNX_INT8, 2,
+                       (const int64_t[]){s->n, s->k}, fill_weight, f);
+    fresh(ex, out, "%s", wname);
+    fresh(ex, sc, "%s.scale", out);
+    fresh(ex, zp, "%s.zero_point", out);
+    const int64_t rows = s->n;
+    npu_onnx_init_copy(ex->o, sc, NPU_ONNX_FLOAT, 1, &rows, scales);
+    npu_onnx_init_copy(ex->o, zp, NPU_ONNX_INT8, 1, &rows, zeros);
+    npu_onnx_attr_int(node(ex, "DequantizeLinear", NULL, 3, (const char *[]){wq, sc, zp}, out),
+                      "axis", 0);
+    ex->n_qdq++;
+    const bool lpbq = s->op == NPU_OP_MATMUL && s->w_bits == 4 && s->w_block != 0;
+    const int bits = s->op == NPU_OP_MATMUL ? s->w_bits : 8;
+    uint8_t bscale[NPU_QS8_GEMM_MAX_K / NPU_QC4W_BLOCK];
+    const int32_t nb = (s->k + NPU_QC4W_BLOCK - 1) / NPU_QC4W_BLOCK;
+    for (int32_t r = 0; r < s->n && ok(ex); r++) {
+      if (!lpbq) {
+        append_encoding(ex, list, encoding(bits, scales[r], 0));
+        continue;
+      }
+      npu_qc4w_gemm_unpack_scales((size_t)s->k, s->packed, (size_t)r, bscale);
+      for (int32_t b = 0; b < nb; b++) {
+        /* a block of scale 0 holds zeros: any scale is its own, that of q = 1 here */
+        append_encoding(ex, list, encoding(4, (double)scales[r] * (bscale[b] ? bscale[b] : 1), 0));
+      }
     }
-    npu_qc4w_gemm_unpack_scales((size_t)s->k, s->packed, (size_t)r, bscale);
-    for (int32_t b = 0; b < nb; b++) {
-      json_array_append_new(list, encoding(4, (double)scales[r] * bscale[b], 0));
-    }
+    add_encoding(ex, ex->param_enc, out, list);
+    list = NULL;
   }
-  add_encoding(ex, ex->param_enc, out, list);
+  json_decref(list);
+  free(zeros);
+  free(scales);
+  return out;
 }
 
 /* ---- Ops ------------------------------------------------------------------------------------- */
@@ -366,45 +402,41 @@ static const struct npu_qsite *site_of(struct exporter *ex, int32_t i) {
   return &ex->p->qsites[si];
 }
 
-/* Scales of the per-row integer data (a matmul's channels, a gather's table rows): real
- * multiplier x scale_out / scale_in. */
-static float *row_scales(struct exporter *ex, const struct npu_qsite *s, double in_scale,
-                         double out_scale) {
-  float *sc = malloc((size_t)s->n * sizeof(float));
-  if (sc == NULL) {
-    fail(ex, NPULM_ERR_NOMEM, "%s", "out of memory exporting the weights");
-    return NULL;
+/* The index of the node whose integer data is site 'si', or -1. */
+static int32_t node_of_site(const struct exporter *ex, int32_t si) {
+  for (int32_t j = 0; j < ex->g->n_nodes; j++) {
+    if (ex->g->node_site[j] == si) return j;
   }
-  for (int32_t r = 0; r < s->n; r++) {
-    sc[r] = (float)(real_of(s->mult[r], s->shift[r]) * out_scale / in_scale);
-  }
-  return sc;
+  return -1;
 }
 
 static void op_gather(struct exporter *ex, int32_t i, bool integer) {
   const struct npu_ir_node *n = &ex->g->nodes[i];
   const char *ids = "input_ids.flat";
-  if (!npu_onnx_has_value(ex->o, ids))
+  if (!npu_onnx_has_value(ex->o, ids)) {
     reshape(ex, "input_ids", 1, (const int64_t[]){ex->rows}, ids);
+  }
+  const int32_t wref = ex->g->tensors[n->in[1]].ref;
   const char *table = NULL;
-  char wq[NAME], tf[NAME], out[NAME];
+  char out[NAME];
   if (!integer) {
-    table = float_weight(ex, ex->g->tensors[n->in[1]].ref);
+    table = float_weight(ex, wref, true);
   } else {
     const struct npu_qsite *s = site_of(ex, i);
     if (s == NULL) return;
-    const struct npu_qsite *own = s->table_site >= 0 ? &ex->p->qsites[s->table_site] : s;
-    const char *wname = ex->p->weights[ex->g->tensors[n->in[1]].ref].name;
-    int_weight(ex, own, wname, wq);
-    /* the table's rows at their own scales (the gather's multipliers, ~ row scale / out scale) */
-    float *sc = row_scales(ex, s, 1.0, ex->g->tensors[n->out].q.scale);
-    if (sc == NULL) return;
-    fresh(ex, tf, "%s.rows", wname);
-    struct npu_qsite rows_site = *s;
-    rows_site.k = own->k;
-    dequantize_weight(ex, &rows_site, wq, sc, tf);
-    free(sc);
-    table = tf;
+    if (s->table_site < 0) {
+      table = site_weight(ex, ex->g->node_site[i], i, wref);
+    } else {
+      /* a tied embedding: the classifier's weights, one parameter for both (the gather's own
+       * multipliers give the same row scales, to their rounding) */
+      const int32_t j = node_of_site(ex, s->table_site);
+      if (j < 0) {
+        fail(ex, NPULM_ERR_FORMAT, "export: '%s' reads the weights of a matmul the graph lacks",
+             ex->g->tensors[n->out].name);
+        return;
+      }
+      table = site_weight(ex, s->table_site, j, ex->g->tensors[ex->g->nodes[j].in[1]].ref);
+    }
   }
   npu_onnx_attr_int(
       node(ex, "Gather", NULL, 2, (const char *[]){table, ids}, result_name(ex, out, n->out)),
@@ -412,15 +444,57 @@ static void op_gather(struct exporter *ex, int32_t i, bool integer) {
   set_result(ex, n->out, out);
 }
 
+/* The int32 bias of matmul site 's' (x, y: its input and output) as an initializer in units of
+ * scale_x * scale_w[r], and its float view 'out'. */
+static const char *int_bias(struct exporter *ex, const struct npu_qsite *s,
+                            const struct npu_ir_tensor *x, const struct npu_ir_tensor *y,
+                            int32_t bref, char out[NAME]) {
+  const char *bname = ex->p->weights[bref].name;
+  int32_t *b = malloc((size_t)s->n * sizeof(int32_t));
+  int32_t *zeros = calloc((size_t)s->n, sizeof(int32_t));
+  json_t *list = json_array();
+  float *bs = b != NULL && zeros != NULL && list != NULL
+                  ? row_scales(ex, s, multiplier_in_scale(s, x), y->q.scale)
+                  : NULL;
+  if (bs == NULL) {
+    fail(ex, NPULM_ERR_NOMEM, "%s", "out of memory exporting the weights");
+  } else {
+    for (int32_t r = 0; r < s->n; r++) {
+      b[r] = s->w_bits == 8 ? npu_qs8_gemm_bias((size_t)s->k, s->packed, (size_t)r)
+                            : npu_qc4w_gemm_bias((size_t)s->k, s->w_block, s->packed, (size_t)r);
+      bs[r] = (float)(x->q.scale * (double)bs[r]);
+      append_encoding(ex, list, encoding(32, bs[r], 0));
+    }
+    const int64_t rows = s->n;
+    char bq[NAME], bsc[NAME], bzp[NAME];
+    npu_onnx_init_copy(ex->o, fresh(ex, bq, "%s.q", bname), NPU_ONNX_INT32, 1, &rows, b);
+    fresh(ex, out, "%s", bname);
+    npu_onnx_init_copy(ex->o, fresh(ex, bsc, "%s.scale", out), NPU_ONNX_FLOAT, 1, &rows, bs);
+    npu_onnx_init_copy(ex->o, fresh(ex, bzp, "%s.zero_point", out), NPU_ONNX_INT32, 1, &rows,
+                       zeros);
+    npu_onnx_attr_int(node(ex, "DequantizeLinear", NULL, 3, (const char *[]){bq, bsc, bzp}, out),
+                      "axis", 0);
+    ex->n_qdq++;
+    add_encoding(ex, ex->param_enc, out, list);
+    list = NULL;
+  }
+  json_decref(list);
+  free(b);
+  free(bs);
+  free(zeros);
+  return out;
+}
+
 static void op_matmul(struct exporter *ex, int32_t i, bool integer) {
   const struct npu_ir_node *n = &ex->g->nodes[i];
   const struct npu_ir_tensor *x = &ex->g->tensors[n->in[0]], *y = &ex->g->tensors[n->out];
-  const char *wname = ex->p->weights[ex->g->tensors[n->in[1]].ref].name;
-  char wq[NAME], wf[NAME], bq[NAME], bf[NAME], out[NAME];
+  const int32_t wref = ex->g->tensors[n->in[1]].ref;
+  const int32_t bref = n->in[2] >= 0 ? ex->g->tensors[n->in[2]].ref : -1;
+  char bf[NAME], out[NAME];
   const char *w = NULL, *bias = NULL;
   if (!integer) {
-    w = float_weight(ex, ex->g->tensors[n->in[1]].ref);
-    if (n->in[2] >= 0) bias = float_weight(ex, ex->g->tensors[n->in[2]].ref);
+    w = float_weight(ex, wref, true);
+    if (bref >= 0) bias = float_weight(ex, bref, false);
   } else {
     const struct npu_qsite *s = site_of(ex, i);
     if (s == NULL) return;
@@ -431,52 +505,8 @@ static void op_matmul(struct exporter *ex, int32_t i, bool integer) {
            y->name);
       return;
     }
-    /* an int16 input's sums are narrowed by 2^acc_shift before the multiplier, which holds it */
-    const double in_scale = ldexp(x->q.scale, x->dtype == NPU_DT_I16 ? s->gemm16.acc_shift : 0);
-    float *sc = row_scales(ex, s, in_scale, y->q.scale);
-    if (sc == NULL) return;
-    int_weight(ex, s, wname, wq);
-    dequantize_weight(ex, s, wq, sc, fresh(ex, wf, "%s", wname));
-    w = wf;
-    if (n->in[2] >= 0) {
-      /* the int32 bias, in units of scale_x * scale_w */
-      const char *bname = ex->p->weights[ex->g->tensors[n->in[2]].ref].name;
-      int32_t *b = malloc((size_t)s->n * sizeof(int32_t));
-      float *bs = malloc((size_t)s->n * sizeof(float));
-      int32_t *zeros = calloc((size_t)s->n, sizeof(int32_t));
-      if (b == NULL || bs == NULL || zeros == NULL) {
-        fail(ex, NPULM_ERR_NOMEM, "%s", "out of memory exporting the weights");
-      } else {
-        for (int32_t r = 0; r < s->n; r++) {
-          b[r] = s->w_bits == 8
-                     ? npu_qs8_gemm_bias((size_t)s->k, s->packed, (size_t)r)
-                     : npu_qc4w_gemm_bias((size_t)s->k, s->w_block, s->packed, (size_t)r);
-          bs[r] = (float)(x->q.scale * (double)sc[r]);
-        }
-        const int64_t nn = s->n;
-        char bsc[NAME], bzp[NAME];
-        fresh(ex, bq, "%s.q", bname);
-        fresh(ex, bsc, "%s.scale", bname);
-        fresh(ex, bzp, "%s.zero_point", bname);
-        npu_onnx_init_copy(ex->o, bq, NPU_ONNX_INT32, 1, &nn, b);
-        npu_onnx_init_copy(ex->o, bsc, NPU_ONNX_FLOAT, 1, &nn, bs);
-        npu_onnx_init_copy(ex->o, bzp, NPU_ONNX_INT32, 1, &nn, zeros);
-        fresh(ex, bf, "%s", bname);
-        npu_onnx_attr_int(node(ex, "DequantizeLinear", NULL, 3, (const char *[]){bq, bsc, bzp}, bf),
-                          "axis", 0);
-        ex->n_qdq++;
-        json_t *list = json_array();
-        for (int32_t r = 0; r < s->n && list != NULL; r++) {
-          json_array_append_new(list, encoding(32, bs[r], 0));
-        }
-        add_encoding(ex, ex->param_enc, bf, list);
-        bias = bf;
-      }
-      free(b);
-      free(bs);
-      free(zeros);
-    }
-    free(sc);
+    w = site_weight(ex, ex->g->node_site[i], i, wref);
+    if (bref >= 0) bias = int_bias(ex, s, x, y, bref, bf);
   }
   const char *in[3] = {in_f(ex, n->in[0]), w, bias};
   struct npu_onnx_node *gemm =
@@ -505,7 +535,8 @@ static void op_rmsnorm(struct exporter *ex, int32_t i, bool integer) {
   char out[NAME], gname[NAME];
   result_name(ex, out, n->out);
   if (!integer) {
-    rmsnorm(ex, in_f(ex, n->in[0]), float_weight(ex, ex->g->tensors[n->in[1]].ref), n->param, out);
+    rmsnorm(ex, in_f(ex, n->in[0]), float_weight(ex, ex->g->tensors[n->in[1]].ref, false), n->param,
+            out);
   } else {
     /* gain and eps back from the integer form (qparams.c npu_rmsnorm_params_make):
      * mult[c] 2^(shift - 31) = gain[c] sqrt(cols) / scale_y, eps_int = cols eps / scale_x^2 */
@@ -802,8 +833,12 @@ static npulm_status write_encodings(struct exporter *ex, const char *path, npulm
   if (root == NULL || args == NULL || json_object_set_new(root, "version", json_string("0.6.1")) ||
       json_object_set(root, "activation_encodings", ex->act_enc) ||
       json_object_set(root, "param_encodings", ex->param_enc) ||
-      json_object_set_new(root, "excluded_layers", json_array()) ||
-      json_object_set_new(root, "quantizer_args", args)) {
+      json_object_set_new(root, "excluded_layers", json_array())) {
+    json_decref(args);
+    json_decref(root);
+    return npu_fail(err, NPULM_ERR_NOMEM, "%s", "out of memory making the encodings");
+  }
+  if (json_object_set_new(root, "quantizer_args", args)) { /* which takes 'args' either way */
     json_decref(root);
     return npu_fail(err, NPULM_ERR_NOMEM, "%s", "out of memory making the encodings");
   }
@@ -859,8 +894,15 @@ npulm_status npulm_model_export_onnx(const npulm_model *model, const char *path,
                     model->cfg.rope_dim, model->cfg.head_dim);
   }
   char enc_path[4096];
+  if (strlen(path) + sizeof(".encodings.json") > sizeof(enc_path)) {
+    return npu_fail(err, NPULM_ERR_ARG, "export: the path '%.64s...' is too long", path);
+  }
   npulm_export_encodings_path(path, enc_path, sizeof(enc_path));
   struct exporter ex = {.m = model, .p = p, .g = g, .rows = rows, .ctx = ctx, .past = ctx - rows};
+  ex.cap_fills = p->n_weights + p->n_qsites;
+  ex.fills = calloc((size_t)ex.cap_fills + 1, sizeof(*ex.fills));
+  ex.float_made = calloc((size_t)p->n_weights + 1, sizeof(*ex.float_made));
+  ex.site_made = calloc((size_t)p->n_qsites + 1, sizeof(*ex.site_made));
   ex.o = npu_onnx_new("npulm", OPSET);
   ex.val = calloc((size_t)g->n_tensors, sizeof(*ex.val));
   ex.fval = calloc((size_t)g->n_tensors, sizeof(*ex.fval));
@@ -869,7 +911,7 @@ npulm_status npulm_model_export_onnx(const npulm_model *model, const char *path,
   ex.param_enc = json_object();
   npulm_status st = NPULM_OK;
   if (ex.o == NULL || ex.val == NULL || ex.fval == NULL || ex.cache == NULL || ex.act_enc == NULL ||
-      ex.param_enc == NULL) {
+      ex.param_enc == NULL || ex.fills == NULL || ex.float_made == NULL || ex.site_made == NULL) {
     st = npu_fail(err, NPULM_ERR_NOMEM, "%s", "out of memory starting the export");
   } else {
     char spec[64];
@@ -890,8 +932,13 @@ npulm_status npulm_model_export_onnx(const npulm_model *model, const char *path,
                                                 .progress = params->progress,
                                                 .progress_user = params->progress_user};
       bool external = false;
-      st = npu_onnx_write(ex.o, path, &wo, &external, err);
-      if (st == NPULM_OK) st = write_encodings(&ex, enc_path, err);
+      /* the encodings first: they go if the model cannot be written, so that no half of a pair
+       * is left */
+      st = write_encodings(&ex, enc_path, err);
+      if (st == NPULM_OK) {
+        st = npu_onnx_write(ex.o, path, &wo, &external, err);
+        if (st != NPULM_OK) unlink(enc_path);
+      }
       if (st == NPULM_OK && info_out != NULL) {
         *info_out = (npulm_export_info){.rows = rows,
                                         .ctx = ctx,
@@ -908,6 +955,8 @@ npulm_status npulm_model_export_onnx(const npulm_model *model, const char *path,
   free(ex.fval);
   free(ex.cache);
   free(ex.fills);
+  free(ex.float_made);
+  free(ex.site_made);
   npu_onnx_free(ex.o);
   return st;
 }

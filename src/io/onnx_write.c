@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/atomic_file.h"
 #include "base/common.h"
@@ -992,11 +993,13 @@ npulm_status npu_onnx_write(struct npu_onnx *o, const char *path,
     return st;
   }
   struct sink s = {.opts = opts, .total = p.data_size};
+  bool data_committed = false;
   if (p.model_size > PROTOBUF_MAX_BYTES) {
     st = npu_fail(err, NPULM_ERR_UNSUPPORTED, "ONNX graph '%s' passes protobuf's 2 GiB limit",
                   o->graph_name);
   } else if (p.any_external) { /* no data file when every initializer is small */
     st = write_data_file(o, data_path, data_name, &s, err);
+    data_committed = st == NPULM_OK;
   }
   struct npu_afile file = {0};
   if (st == NPULM_OK) st = npu_afile_open(path, &file, err);
@@ -1009,6 +1012,8 @@ npulm_status npu_onnx_write(struct npu_onnx *o, const char *path,
       npu_afile_abort(&file);
     }
   }
+  /* a data file without its model is no half of a pair to leave behind */
+  if (st != NPULM_OK && p.any_external && data_committed) unlink(data_path);
   plan_free(&p);
   free(data_path);
   if (st == NPULM_OK && external_out != NULL) *external_out = external;

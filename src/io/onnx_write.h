@@ -107,8 +107,9 @@ struct npu_onnx_write_options {
 
 /* Check the model (see the top of this file) and write it to 'path' (and '<path>.data' when
  * external), each file whole or not at all (base/atomic_file.h): the data file first, then the
- * model. 'opts' may be NULL (defaults: inside, no progress). '*external_out' (may be NULL) is set
- * to whether some initializer went to the data file. */
+ * model (the data file is removed again if the model cannot be written). 'opts' may be NULL
+ * (defaults: inside, no progress). '*external_out' (may be NULL) is set to whether some initializer
+ * went to the data file. */
 npulm_status npu_onnx_write(struct npu_onnx *o, const char *path,
                             const struct npu_onnx_write_options *opts, bool *external_out,
                             npulm_error *err);

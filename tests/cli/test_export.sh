@@ -76,16 +76,21 @@ ort() {
 }
 
 prompt="Once upon a time"
+# a qwen2 shape (random weights): Q/K/V biases, NeoX RoPE, 4 query heads a KV head
+check "synth tiny-qwen2" "$bin" synth --shape tiny-qwen2 -o "$tmp/tiny-qwen2.gguf"
 # MODEL QUANT SPECIALIZATIONS: every precision on stories260K, decode and prefill:16 on the
-# default and one int16 precision of each model
+# default and one int16 precision of each model; stories27M in f32 has more lazily written
+# weights than any other here
 for spec in "stories260K w8a8-smooth decode,prefill:16" "stories260K w4a16-block decode,prefill:16" \
   "stories260K f32 decode,prefill:16" "stories260K w8a16-naive decode" "stories260K w4a16 decode" \
   "stories260K w4a8 decode" "tinystories-5M w8a8-smooth decode,prefill:16" \
-  "tinystories-5M w8a16 decode,prefill:16"; do
+  "tinystories-5M w8a16 decode,prefill:16" "tiny-qwen2 w8a8-smooth decode,prefill:16" \
+  "tiny-qwen2 w8a16 decode,prefill:16" "stories27M f32 decode"; do
   # shellcheck disable=SC2086 # three words
   set -- $spec
   mname=$1; quant=$2; specs=$3 # not 'name': check and fails set that
   gguf=$shared/models/$mname.gguf
+  [ "$mname" = tiny-qwen2 ] && gguf=$tmp/tiny-qwen2.gguf
   if [ ! -r "$gguf" ]; then
     n=$((n + 1)); echo "ok $n - export $mname # SKIP no $gguf"; continue
   fi
@@ -121,6 +126,13 @@ tolerances w8a8-smooth
 ort "export --external-data: onnxruntime" --decode "$tmp/ext.onnx" --ref "$m.ref"
 check "export from the GGUF at a bucket of 100 (compiled for it)" \
   "$bin" export -m "$shared/models/stories260K.gguf" -o "$tmp/c100.onnx" --ctx 100
+# a chunk as long as its bucket has no past slots: the first chunk of a prompt
+check "export prefill:128 at context 128 (no past inputs)" "$bin" export -m "$m.npu" \
+  -o "$tmp/p128.onnx" --specialization prefill:128 --ctx 128
+check "export prefill:128 at 128: check_onnx.py" \
+  "$py" "$export_dir/check_onnx.py" "$tmp/p128.onnx" "$tmp/p128.encodings.json"
+ort "export prefill:128 at 128: onnxruntime, prompt through it" --decode "$m.decode.onnx" \
+  --prefill "$tmp/p128.onnx" --ref "$m.ref"
 
 # bad use, on the first program: one line, non-zero exit, no output file
 npu=$tmp/stories260K.w8a8-smooth.npu

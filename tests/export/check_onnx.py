@@ -122,25 +122,26 @@ def check_interface(model):
     if elem != FLOAT or len(dims) != 4 or dims[:2] != [1, 1]:
         raise Problem(f"input 'attention_mask' is {dims}, the contract says float [1, 1, C, K]")
     c, k = dims[2], dims[3]
-    if c < 1 or k <= c:
-        raise Problem(f"attention_mask [1, 1, {c}, {k}]: needs 1 <= C < K")
-    p = k - c
+    if c < 1 or k < c:
+        raise Problem(f"attention_mask [1, 1, {c}, {k}]: needs 1 <= C <= K")
+    p = k - c  # past slots: none when C = K (a chunk from an empty cache)
     expect(ins, "input_ids", "input", INT32, [1, c])
     expect(ins, "position_ids", "input", INT32, [1, c])
-    n_layers = sum(1 for name in ins if name.startswith("past_key_"))
+    n_layers = sum(1 for name in outs if name.startswith("present_key_"))
     if n_layers == 0:
-        raise Problem("no input past_key_0")
-    kv_dim = shape(ins, "past_key_0", "input")[1][-1]
+        raise Problem("no output present_key_0")
+    kv_dim = shape(outs, "present_key_0", "output")[1][-1]
     for layer in range(n_layers):
         for kv in ("key", "value"):
-            expect(ins, f"past_{kv}_{layer}", "input", FLOAT, [1, p, kv_dim])
+            if p > 0:
+                expect(ins, f"past_{kv}_{layer}", "input", FLOAT, [1, p, kv_dim])
             expect(outs, f"present_{kv}_{layer}", "output", FLOAT, [1, c, kv_dim])
     elem, dims = shape(outs, "logits", "output")
     if elem != FLOAT or len(dims) != 3 or dims[:2] != [1, c]:
         raise Problem(f"output 'logits' is {dims}, the contract says float [1, {c}, n_vocab]")
     n_vocab = dims[2]
     want_in = {"input_ids", "position_ids", "attention_mask"}
-    want_in |= {f"past_{kv}_{i}" for kv in ("key", "value") for i in range(n_layers)}
+    want_in |= {f"past_{kv}_{i}" for kv in ("key", "value") for i in range(n_layers) if p > 0}
     want_out = {"logits"}
     want_out |= {f"present_{kv}_{i}" for kv in ("key", "value") for i in range(n_layers)}
     for extra in sorted(set(ins) - want_in):

@@ -60,12 +60,13 @@ async function load(path) {
   const meta = Object.fromEntries(session.inputMetadata.map((m) => [m.name, m.shape]));
   const out = Object.fromEntries(session.outputMetadata.map((m) => [m.name, m.shape]));
   const mask = meta.attention_mask;
-  if (!mask || mask.length !== 4 || !meta.past_key_0 || !out.logits) {
-    die(`${path}: not the contract's interface (attention_mask, past_key_0, logits)`, 1);
+  if (!mask || mask.length !== 4 || !out.present_key_0 || !out.logits) {
+    die(`${path}: not the contract's interface (attention_mask, present_key_0, logits)`, 1);
   }
   const [c, k] = [mask[2], mask[3]];
-  const nLayers = session.inputNames.filter((n) => n.startsWith('past_key_')).length;
-  const kvDim = meta.past_key_0[2];
+  // a chunk with C = K has no past inputs (it starts from an empty cache)
+  const nLayers = session.outputNames.filter((n) => n.startsWith('present_key_')).length;
+  const kvDim = out.present_key_0[2];
   return { path, session, c, k, p: k - c, nLayers, kvDim, nVocab: out.logits[2] };
 }
 
@@ -100,7 +101,9 @@ async function step(model, cache, tokens, pos0) {
     position_ids: new ort.Tensor('int32', pos, [1, c]),
     attention_mask: new ort.Tensor('float32', mask, [1, 1, c, k]),
   };
+  if (p === 0 && pos0 > 0) die(`${model.path} has no past slots: it runs a chunk at position 0 only`, 1);
   for (const [name, rows] of Object.entries(cache)) {
+    if (p === 0) break;
     const past = new Float32Array(p * kvDim);
     past.set(rows.subarray(0, pos0 * kvDim));
     feeds[`past_${name}`] = new ort.Tensor('float32', past, [1, p, kvDim]);
