@@ -43,8 +43,7 @@ endif
 CFLAGS += -std=c11 -D_POSIX_C_SOURCE=200809L $(WARN) -ffp-contract=off -Iinclude -Isrc -pthread \
           $(OPT)
 LDFLAGS += $(filter -fsanitize%,$(OPT))
-# jansson: the export's encodings file (src/export), serve's JSON
-LDLIBS := -lpcre2-8 -lxxhash -ljansson -lm -pthread
+LDLIBS := -lpcre2-8 -lxxhash -lm -pthread
 
 SRCS := $(shell find src -name '*.c' | sort)
 OBJS := $(SRCS:%.c=$(BUILD)/%.o)
@@ -66,7 +65,7 @@ MHD_CFLAGS := $(shell pkg-config --cflags libmicrohttpd 2>/dev/null)
 MHD_LIBS := $(or $(shell pkg-config --libs libmicrohttpd 2>/dev/null),-lmicrohttpd)
 $(TOOL_OBJS): CFLAGS += $(MHD_CFLAGS)
 $(BUILD)/npulm: $(TOOL_OBJS) $(BUILD)/libnpulm.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(MHD_LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(MHD_LIBS) -ljansson $(LDLIBS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -79,8 +78,8 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libnpulm.a
 $(BUILD)/tests/test_noalloc: LDFLAGS += \
   -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=free,--wrap=aligned_alloc,--wrap=posix_memalign
 
-# test_dequant reads llama.cpp's expected digests (JSON, with the library's jansson) and hashes every dequantized tensor
-$(BUILD)/tests/test_dequant: LDLIBS += -lnettle
+# test_dequant reads llama.cpp's expected digests (JSON) and hashes every dequantized tensor
+$(BUILD)/tests/test_dequant: LDLIBS += -ljansson -lnettle
 
 # npulm's reference logits for npulm export's ONNX checks (tests/cli/test_export.sh); not a
 # test_* program, so tests/run.sh does not run it as one

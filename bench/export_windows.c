@@ -6,8 +6,9 @@
  *
  * The text is tokenized whole (with BOS if the model wants it); window w is its tokens
  * [w * LEN, (w + 1) * LEN), each evaluated from an empty cache one token at a time (decode: its
- * rows are bit for bit a prefill chunk's). OUT.bin, in the host's byte order: int32 windows, len, n_vocab;
- * int32 tokens[windows * len]; float32 logits[windows * len * n_vocab] (row t: after token t). */
+ * rows are bit for bit a prefill chunk's). OUT.bin, in the host's byte order: int32 windows, len,
+ * n_vocab; int32 tokens[windows * len]; float32 logits[windows * len * n_vocab] (row t: after token
+ * t). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -25,7 +25,6 @@
  * weights are int8 tensors holding values in [-8, 7] (LPBQ: the value times its block scale, at
  * most 120 in magnitude, so that one per-channel DequantizeLinear gives the real weight); the
  * encodings give their real bit widths. */
-#include <jansson.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -38,6 +37,7 @@
 #include "base/common.h"
 #include "compiler/program.h"
 #include "compiler/quantize.h"
+#include "export/encodings.h"
 #include "io/onnx_write.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/npu/ukernels.h"
@@ -68,14 +68,15 @@ struct exporter {
   char (*site_made)[NAME];   /* per site: the float view of its integer weights ("" until made) */
   struct weight_fill *fills; /* lazy initializers' records: one per weight and per site at most */
   int32_t n_fills, cap_fills;
-  json_t *act_enc, *param_enc;
+  struct npu_encodings enc; /* written as the translation goes */
   int32_t n_nodes, n_qdq;
   npulm_status st;
   npulm_error err;
 };
 
 static bool ok(const struct exporter *ex) {
-  return ex->st == NPULM_OK && npu_onnx_status(ex->o, NULL) == NPULM_OK;
+  return ex->st == NPULM_OK && npu_onnx_status(ex->o, NULL) == NPULM_OK &&
+         ex->enc.status == NPULM_OK;
 }
 
 static void fail(struct exporter *ex, npulm_status st, const char *fmt, ...) NPU_PRINTF(3, 4);
@@ -154,26 +155,6 @@ static void unsqueeze(struct exporter *ex, const char *x, int n, const int64_t *
   op2(ex, "Unsqueeze", x, ints_const(ex, s, n, axes), out);
 }
 
-/* ---- Encodings (AIMET's 0.6.1 format) ------------------------------------------------------ */
-
-/* One encoding of a 'bits'-bit integer with real value (q - zero_point) * scale, in AIMET's
- * unsigned frame: q_u = q + 2^(bits-1), offset = -(zero_point + 2^(bits-1)), so that real =
- * (q_u + offset) * scale over q_u in [0, 2^bits - 1]. */
-static json_t *encoding(int bits, double scale, int64_t zero_point) {
-  const int64_t offset = -(zero_point + ((int64_t)1 << (bits - 1)));
-  const double lo = (double)offset * scale,
-               hi = (double)(offset + ((int64_t)1 << bits) - 1) * scale;
-  return json_pack("{s:i, s:s, s:s, s:f, s:I, s:f, s:f}", "bitwidth", bits, "dtype", "int",
-                   "is_symmetric", zero_point == 0 ? "True" : "False", "scale", scale, "offset",
-                   (json_int_t)offset, "min", lo, "max", hi);
-}
-
-static void add_encoding(struct exporter *ex, json_t *table, const char *name, json_t *list) {
-  if (list == NULL || json_object_set_new(table, name, list) != 0) {
-    fail(ex, NPULM_ERR_NOMEM, "out of memory making the encodings of '%s'", name);
-  }
-}
-
 /* ---- Quantized values ------------------------------------------------------------------------ */
 
 static bool is_int(const struct npu_ir_tensor *t) {
@@ -202,8 +183,7 @@ static void quantize_into(struct exporter *ex, int32_t t, const char *x) {
   fresh(ex, ex->fval[t], "%s.dq", x);
   node(ex, "DequantizeLinear", domain, 3, (const char *[]){ex->val[t], scale, zp}, ex->fval[t]);
   ex->n_qdq++;
-  add_encoding(ex, ex->act_enc, x,
-               json_pack("[o]", encoding(wide ? 16 : 8, tt->q.scale, tt->q.zero_point)));
+  npu_encodings_activation(&ex->enc, x, wide ? 16 : 8, tt->q.scale, tt->q.zero_point);
 }
 
 /* The name of the float result of the op that writes tensor 't'. */
@@ -304,12 +284,6 @@ static const char *float_weight(struct exporter *ex, int32_t ref, bool matrix) {
   return name;
 }
 
-static void append_encoding(struct exporter *ex, json_t *list, json_t *entry) {
-  if (list == NULL || entry == NULL || json_array_append_new(list, entry) != 0) {
-    fail(ex, NPULM_ERR_NOMEM, "%s", "out of memory making the encodings");
-  }
-}
-
 /* The per-row scales of site 's' (a matmul's output channels, a gather's table rows): the real
  * multiplier times scale_out / scale_in. A row of zeros has multiplier 0: its values are zero at
  * any scale, and it gets the largest of the others, as the vendors' tools divide by scales. */
@@ -349,8 +323,7 @@ static const char *site_weight(struct exporter *ex, int32_t si, int32_t i, int32
       row_scales(ex, s, s->op == NPU_OP_MATMUL ? multiplier_in_scale(s, x) : 1.0, y->q.scale);
   struct weight_fill *f = new_fill(ex);
   int8_t *zeros = calloc((size_t)s->n, 1);
-  json_t *list = json_array();
-  if (scales == NULL || f == NULL || zeros == NULL || list == NULL) {
+  if (scales == NULL || f == NULL || zeros == NULL) {
     fail(ex, NPULM_ERR_NOMEM, "%s", "out of memory exporting the weights");
   } else {
     const char *wname = ex->p->weights[wref].name;
@@ -369,23 +342,15 @@ static const char *site_weight(struct exporter *ex, int32_t si, int32_t i, int32
     ex->n_qdq++;
     const bool lpbq = s->op == NPU_OP_MATMUL && s->w_bits == 4 && s->w_block != 0;
     const int bits = s->op == NPU_OP_MATMUL ? s->w_bits : 8;
-    uint8_t bscale[NPU_QS8_GEMM_MAX_K / NPU_QC4W_BLOCK];
+    uint8_t bscale[NPU_ENCODINGS_MAX_BLOCKS];
     const int32_t nb = (s->k + NPU_QC4W_BLOCK - 1) / NPU_QC4W_BLOCK;
+    npu_encodings_param_begin(&ex->enc, out);
     for (int32_t r = 0; r < s->n && ok(ex); r++) {
-      if (!lpbq) {
-        append_encoding(ex, list, encoding(bits, scales[r], 0));
-        continue;
-      }
-      npu_qc4w_gemm_unpack_scales((size_t)s->k, s->packed, (size_t)r, bscale);
-      for (int32_t b = 0; b < nb; b++) {
-        /* a block of scale 0 holds zeros: any scale is its own, that of q = 1 here */
-        append_encoding(ex, list, encoding(4, (double)scales[r] * (bscale[b] ? bscale[b] : 1), 0));
-      }
+      if (lpbq) npu_qc4w_gemm_unpack_scales((size_t)s->k, s->packed, (size_t)r, bscale);
+      npu_encodings_param_channel(&ex->enc, bits, scales[r], bscale, lpbq ? nb : 0, NPU_QC4W_BLOCK);
     }
-    add_encoding(ex, ex->param_enc, out, list);
-    list = NULL;
+    npu_encodings_param_end(&ex->enc);
   }
-  json_decref(list);
   free(zeros);
   free(scales);
   return out;
@@ -452,10 +417,8 @@ static const char *int_bias(struct exporter *ex, const struct npu_qsite *s,
   const char *bname = ex->p->weights[bref].name;
   int32_t *b = malloc((size_t)s->n * sizeof(int32_t));
   int32_t *zeros = calloc((size_t)s->n, sizeof(int32_t));
-  json_t *list = json_array();
-  float *bs = b != NULL && zeros != NULL && list != NULL
-                  ? row_scales(ex, s, multiplier_in_scale(s, x), y->q.scale)
-                  : NULL;
+  float *bs =
+      b != NULL && zeros != NULL ? row_scales(ex, s, multiplier_in_scale(s, x), y->q.scale) : NULL;
   if (bs == NULL) {
     fail(ex, NPULM_ERR_NOMEM, "%s", "out of memory exporting the weights");
   } else {
@@ -463,22 +426,21 @@ static const char *int_bias(struct exporter *ex, const struct npu_qsite *s,
       b[r] = s->w_bits == 8 ? npu_qs8_gemm_bias((size_t)s->k, s->packed, (size_t)r)
                             : npu_qc4w_gemm_bias((size_t)s->k, s->w_block, s->packed, (size_t)r);
       bs[r] = (float)(x->q.scale * (double)bs[r]);
-      append_encoding(ex, list, encoding(32, bs[r], 0));
     }
     const int64_t rows = s->n;
     char bq[NAME], bsc[NAME], bzp[NAME];
     npu_onnx_init_copy(ex->o, fresh(ex, bq, "%s.q", bname), NPU_ONNX_INT32, 1, &rows, b);
     fresh(ex, out, "%s", bname);
+    npu_encodings_param_begin(&ex->enc, out);
+    for (int32_t r = 0; r < s->n; r++) npu_encodings_param_channel(&ex->enc, 32, bs[r], NULL, 0, 0);
+    npu_encodings_param_end(&ex->enc);
     npu_onnx_init_copy(ex->o, fresh(ex, bsc, "%s.scale", out), NPU_ONNX_FLOAT, 1, &rows, bs);
     npu_onnx_init_copy(ex->o, fresh(ex, bzp, "%s.zero_point", out), NPU_ONNX_INT32, 1, &rows,
                        zeros);
     npu_onnx_attr_int(node(ex, "DequantizeLinear", NULL, 3, (const char *[]){bq, bsc, bzp}, out),
                       "axis", 0);
     ex->n_qdq++;
-    add_encoding(ex, ex->param_enc, out, list);
-    list = NULL;
   }
-  json_decref(list);
   free(b);
   free(bs);
   free(zeros);
@@ -821,39 +783,16 @@ static void describe_specializations(const struct npu_program *p, char *buf, siz
   }
 }
 
-static npulm_status write_encodings(struct exporter *ex, const char *path, npulm_error *err) {
-  const struct npu_program *p = ex->p;
-  json_t *root = json_object();
-  json_t *args = json_pack(
-      "{s:i, s:i, s:s, s:s, s:s}", "activation_bitwidth",
-      p->quant_mode ? npu_quant_act_bits((enum npu_quant_mode)p->quant_mode) : 32, "param_bitwidth",
-      p->quant_mode ? npu_quant_weight_bits((enum npu_quant_mode)p->quant_mode) : 32, "dtype",
-      p->quant_mode ? "int" : "float", "per_channel_quantization", "True", "npulm_quant",
-      npu_quant_mode_name((enum npu_quant_mode)p->quant_mode));
-  if (root == NULL || args == NULL || json_object_set_new(root, "version", json_string("0.6.1")) ||
-      json_object_set(root, "activation_encodings", ex->act_enc) ||
-      json_object_set(root, "param_encodings", ex->param_enc) ||
-      json_object_set_new(root, "excluded_layers", json_array())) {
-    json_decref(args);
-    json_decref(root);
-    return npu_fail(err, NPULM_ERR_NOMEM, "%s", "out of memory making the encodings");
-  }
-  if (json_object_set_new(root, "quantizer_args", args)) { /* which takes 'args' either way */
-    json_decref(root);
-    return npu_fail(err, NPULM_ERR_NOMEM, "%s", "out of memory making the encodings");
-  }
-  char *text = json_dumps(root, JSON_INDENT(1) | JSON_REAL_PRECISION(9));
-  json_decref(root);
-  if (text == NULL)
-    return npu_fail(err, NPULM_ERR_NOMEM, "%s", "out of memory making the encodings");
-  struct npu_afile f;
-  npulm_status st = npu_afile_open(path, &f, err);
-  if (st == NPULM_OK) st = npu_afile_write(&f, text, strlen(text), err);
-  if (st == NPULM_OK) st = npu_afile_write(&f, "\n", 1, err);
-  if (st == NPULM_OK) st = npu_afile_commit(&f, err);
-  else npu_afile_abort(&f);
-  free(text);
-  return st;
+/* Finish the encodings file with the quantizer's arguments and put it in place. */
+static npulm_status commit_encodings(struct exporter *ex, npulm_error *err) {
+  const enum npu_quant_mode mode = (enum npu_quant_mode)ex->p->quant_mode;
+  char args[256];
+  snprintf(args, sizeof(args),
+           "{\"activation_bitwidth\": %d, \"param_bitwidth\": %d, \"dtype\": \"%s\", "
+           "\"per_channel_quantization\": \"True\", \"npulm_quant\": \"%s\"}",
+           mode ? npu_quant_act_bits(mode) : 32, mode ? npu_quant_weight_bits(mode) : 32,
+           mode ? "int" : "float", npu_quant_mode_name(mode));
+  return npu_encodings_commit(&ex->enc, args, err);
 }
 
 npulm_export_params npulm_export_default_params(void) { return (npulm_export_params){.rows = 1}; }
@@ -907,13 +846,11 @@ npulm_status npulm_model_export_onnx(const npulm_model *model, const char *path,
   ex.val = calloc((size_t)g->n_tensors, sizeof(*ex.val));
   ex.fval = calloc((size_t)g->n_tensors, sizeof(*ex.fval));
   ex.cache = calloc((size_t)model->cfg.n_layers, sizeof(*ex.cache));
-  ex.act_enc = json_object();
-  ex.param_enc = json_object();
   npulm_status st = NPULM_OK;
-  if (ex.o == NULL || ex.val == NULL || ex.fval == NULL || ex.cache == NULL || ex.act_enc == NULL ||
-      ex.param_enc == NULL || ex.fills == NULL || ex.float_made == NULL || ex.site_made == NULL) {
+  if (ex.o == NULL || ex.val == NULL || ex.fval == NULL || ex.cache == NULL || ex.fills == NULL ||
+      ex.float_made == NULL || ex.site_made == NULL) {
     st = npu_fail(err, NPULM_ERR_NOMEM, "%s", "out of memory starting the export");
-  } else {
+  } else if ((st = npu_encodings_open(&ex.enc, enc_path, err)) == NPULM_OK) {
     char spec[64];
     if (rows == 1) snprintf(spec, sizeof(spec), "decode");
     else snprintf(spec, sizeof(spec), "prefill:%d", (int)rows);
@@ -924,9 +861,10 @@ npulm_status npulm_model_export_onnx(const npulm_model *model, const char *path,
     npu_onnx_metadata(ex.o, "npulm.quant", npu_quant_mode_name((enum npu_quant_mode)p->quant_mode));
     npu_onnx_metadata(ex.o, "npulm.model", model->cfg.name);
     translate_graph(&ex);
-    if (ex.st != NPULM_OK) {
-      st = ex.st;
-      if (err != NULL) *err = ex.err;
+    if (ex.st != NPULM_OK || ex.enc.status != NPULM_OK) {
+      st = ex.st != NPULM_OK ? ex.st : ex.enc.status;
+      if (err != NULL) *err = ex.st != NPULM_OK ? ex.err : ex.enc.err;
+      npu_encodings_abort(&ex.enc);
     } else {
       const struct npu_onnx_write_options wo = {.external = params->external_data,
                                                 .progress = params->progress,
@@ -934,7 +872,7 @@ npulm_status npulm_model_export_onnx(const npulm_model *model, const char *path,
       bool external = false;
       /* the encodings first: they go if the model cannot be written, so that no half of a pair
        * is left */
-      st = write_encodings(&ex, enc_path, err);
+      st = commit_encodings(&ex, err);
       if (st == NPULM_OK) {
         st = npu_onnx_write(ex.o, path, &wo, &external, err);
         if (st != NPULM_OK) unlink(enc_path);
@@ -949,8 +887,6 @@ npulm_status npulm_model_export_onnx(const npulm_model *model, const char *path,
       }
     }
   }
-  json_decref(ex.act_enc);
-  json_decref(ex.param_enc);
   free(ex.val);
   free(ex.fval);
   free(ex.cache);

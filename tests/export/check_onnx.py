@@ -251,9 +251,8 @@ def check_against_node(key, entries, node, consts):
     zp = consts[node.input[2]].reshape(-1) if has_zp else np.zeros(scale.shape, np.uint8)
     signed = np.issubdtype(zp.dtype, np.signedinteger)
     weight = consts.get(node.input[0]) if node.op_type == "DequantizeLinear" else None
-    if weight is not None and weight.ndim == 2 and len(entries) != scale.size:
-        check_lpbq(key, entries, weight, scale)
-        return
+    if weight is not None and weight.ndim == 2 and "per_block_int_scale" in entries[0]:
+        check_lpbq(key, entries, weight)
     if len(entries) != scale.size:
         raise Problem(
             f"encoding '{key}' has {len(entries)} entries, its {node.op_type} {scale.size} scales"
@@ -271,31 +270,28 @@ def check_against_node(key, entries, node, consts):
             )
 
 
-def check_lpbq(key, entries, weight, scale):
-    """LPBQ (4-bit weights in blocks of 32 along k, each block's scale an integer 1..15 times its
-    channel's): one entry per (channel, block), channel-major, over an int8 weight that holds each
-    4-bit value times its block's integer scale under a per-channel DequantizeLinear."""
+def check_lpbq(key, entries, weight):
+    """LPBQ (4-bit weights in blocks along k, each block's scale an integer 0..15 times its
+    channel's): each channel's entry carries block_size and per_block_int_scale, over an int8
+    weight that holds each 4-bit value times its block's integer scale (a block of scale 0 holds
+    zeros) under the per-channel DequantizeLinear."""
     n, k = weight.shape
-    blocks = -(-k // 32)
-    if scale.size != n or len(entries) != n * blocks:
-        raise Problem(
-            f"encoding '{key}' has {len(entries)} entries: neither its DequantizeLinear's "
-            f"{scale.size} scales nor {n} channels x {blocks} blocks of 32"
-        )
-    for c in range(n):
-        for b in range(blocks):
-            e = entries[c * blocks + b]
-            q = e["scale"] / float(scale[c])
-            if e["bitwidth"] != 4 or abs(q - round(q)) > 1e-4 or not 1 <= round(q) <= 15:
-                raise Problem(
-                    f"encoding '{key}'[{c * blocks + b}]: not a 4-bit block whose scale is an "
-                    f"integer 1..15 times its channel's (ratio {q})"
-                )
-            vals = weight[c, b * 32 : (b + 1) * 32].astype(np.int32)
-            if np.any(vals % round(q)) or np.any(np.abs(vals // round(q)) > 8):
+    for c, e in enumerate(entries):
+        size, qs = e.get("block_size"), e.get("per_block_int_scale")
+        blocks = -(-k // size) if isinstance(size, int) and size > 0 else -1
+        if e["bitwidth"] != 4 or not isinstance(qs, list) or len(qs) != blocks:
+            raise Problem(
+                f"encoding '{key}'[{c}]: LPBQ needs bitwidth 4, block_size and {blocks} "
+                f"per_block_int_scale values"
+            )
+        for b, q in enumerate(qs):
+            vals = weight[c, b * size : (b + 1) * size].astype(np.int32)
+            if not isinstance(q, int) or not 0 <= q <= 15:
+                raise Problem(f"encoding '{key}'[{c}]: block {b}'s integer scale {q!r}")
+            if (q == 0 and np.any(vals)) or (q > 0 and (np.any(vals % q) or np.any(np.abs(vals // q) > 8))):
                 raise Problem(
                     f"param '{key}': channel {c} block {b} holds values that are not 4-bit "
-                    f"multiples of its block scale {round(q)}"
+                    f"multiples of its block scale {q}"
                 )
 
 
@@ -331,7 +327,7 @@ def check_encodings(model, consts, path):
             node = reader.get(key) or writer.get(key)
             if node is not None:
                 check_against_node(key, entries, node, consts)
-            lpbq = node is not None and len(entries) != consts[node.input[1]].size
+            lpbq = "per_block_int_scale" in entries[0]
             if section == "param_encodings" and key in writer and entries[0]["bitwidth"] == 4 and not lpbq:
                 q = consts.get(writer[key].input[0])
                 if q is not None and (q.min() < -8 or q.max() > 7):
