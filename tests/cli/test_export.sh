@@ -1,8 +1,8 @@
 #!/bin/sh
-# npulm export against its contract (the exported model's interface: /work/notes/export-contract.md
-# as the lead keeps it): for stories260K and tinystories-5M, each at the default quantization
-# (w8a8-smooth) and one more (w4a16-block, w8a16), a program is compiled once (npulm compile)
-# and exported as a decode and a prefill:16 model over the 128-position bucket; each passes
+# npulm export against its contract (the exported model's interface: README, "npulm export"): for
+# stories260K (every precision and f32), tinystories-5M, a qwen2 shape and stories27M (f32), a
+# program is compiled once (npulm compile) and exported as a decode (and a prefill:16) model over
+# the 128-position bucket; each passes
 # tests/export/check_onnx.py (the ONNX checker, the interface, the QDQ nodes, the encodings), and
 # under onnxruntime (tests/export/ort_check.mjs) gives npulm's own logits (export_ref, run on the
 # same program) within TOL and its greedy tokens exactly, prompt token by token through the decode
