@@ -23,9 +23,9 @@ struct npu_encodings {
   struct npu_afile file;
   npulm_status status; /* the first failure; every later call does nothing */
   npulm_error err;
-  int32_t params;        /* param entries written */
-  int32_t channels;      /* channels of the param entry open (-1: none) */
-  char *activations;     /* the activation section's text so far */
+  int32_t params;    /* param entries written */
+  int32_t channels;  /* channels of the param entry open (-1: none) */
+  char *activations; /* the activation section's text so far */
   size_t act_len, act_cap;
 };
 
@@ -42,8 +42,7 @@ void npu_encodings_activation(struct npu_encodings *e, const char *name, int bit
 #define NPU_ENCODINGS_MAX_BLOCKS 1024 /* 32768 / 32: the widest k a matmul takes */
 void npu_encodings_param_begin(struct npu_encodings *e, const char *name);
 void npu_encodings_param_channel(struct npu_encodings *e, int bits, double scale,
-                                 const uint8_t *block_scales, int32_t n_blocks,
-                                 int32_t block_size);
+                                 const uint8_t *block_scales, int32_t n_blocks, int32_t block_size);
 void npu_encodings_param_end(struct npu_encodings *e);
 
 /* Finish with the activation section and 'quantizer_args' (a JSON object's text), and put the
