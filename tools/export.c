@@ -41,7 +41,7 @@ const char npulm_usage_export[] =
     "  --external-data    the weights in FILE.data beside the model (always done past 2 GiB)\n"
     "  --quant MODE, --float-ops LIST, --calib FILE, --calib-tokens N, --smooth-alpha A,\n"
     "  --shadow-threshold T  how a GGUF model is compiled, as 'npulm compile --help' says;\n"
-    "                     w8a8-shadow and attention on the NPU have no ONNX form here\n";
+    "                     w8a8-shadow's outlier channels have no ONNX form here\n";
 
 /* "decode" -> 1, "prefill:C" -> C; 0 for anything else. */
 static int parse_specialization(const char *s) {

@@ -610,44 +610,107 @@ static void op_kv_write(struct exporter *ex, int32_t i) {
   }
 }
 
-/* softmax(q k^T * scale + mask) v over the bucket's K columns, grouped-query: query head h reads
- * K/V head h / g. */
-static void op_attn(struct exporter *ex, int32_t i) {
-  const struct npu_ir_node *n = &ex->g->nodes[i];
-  const struct npu_ir_tensor *q = &ex->g->tensors[n->in[0]], *k = &ex->g->tensors[n->in[1]],
-                             *v = &ex->g->tensors[n->in[2]];
-  const int64_t hd = ex->m->cfg.head_dim, C = ex->rows, K = ex->ctx;
-  const int64_t heads = q->ne[1] / hd, kvh = k->ne[1] / hd, grp = heads / kvh;
-  const char *kc = ex->cache[k->ref][0], *vc = ex->cache[v->ref][1];
-  if (kc[0] == '\0' || vc[0] == '\0') {
-    fail(ex, NPULM_ERR_FORMAT, "export: attention of layer %d before its cache writes",
-         (int)k->ref);
-    return;
-  }
+/* Attention's shape: query head h of 'heads' reads K/V head h / grp of 'kvh'. */
+struct attn_shape {
+  int64_t hd, heads, kvh, grp;
+};
+
+static struct attn_shape attn_shape_of(const struct exporter *ex, int32_t q_cols, int32_t kv_cols) {
+  const int64_t hd = ex->m->cfg.head_dim;
+  return (struct attn_shape){hd, q_cols / hd, kv_cols / hd, (q_cols / hd) / (kv_cols / hd)};
+}
+
+/* The additive mask [C, K] (attention_mask without its leading ones). */
+static const char *mask_rows(struct exporter *ex) {
   const char *mask = "attention_mask.rows";
-  if (!npu_onnx_has_value(ex->o, mask))
-    reshape(ex, "attention_mask", 2, (const int64_t[]){C, K}, mask);
-  char out[NAME], q4[NAME], qh[NAME], k3[NAME], kt[NAME], k4[NAME], s[NAME], ss[NAME], sm[NAME],
-      pr[NAME], v3[NAME], vt[NAME], v4[NAME], o4[NAME], ot[NAME], sc[NAME];
-  result_name(ex, out, n->out);
-  reshape(ex, in_f(ex, n->in[0]), 4, (const int64_t[]){C, kvh, grp, hd},
-          fresh(ex, q4, "%s.query", out));
+  if (!npu_onnx_has_value(ex->o, mask)) {
+    reshape(ex, "attention_mask", 2, (const int64_t[]){ex->rows, ex->ctx}, mask);
+  }
+  return mask;
+}
+
+/* 'out' = q k^T * scale [kvh, grp, C, K]: q [C, heads * hd], k [K, kvh * hd] (float views). */
+static void attn_scores(struct exporter *ex, const struct attn_shape *a, const char *q,
+                        const char *k, float scale, const char *out) {
+  const int64_t C = ex->rows, K = ex->ctx;
+  char q4[NAME], qh[NAME], k3[NAME], kt[NAME], k4[NAME], s[NAME], sc[NAME];
+  reshape(ex, q, 4, (const int64_t[]){C, a->kvh, a->grp, a->hd}, fresh(ex, q4, "%s.query", out));
   transpose(ex, q4, 4, (const int64_t[]){1, 2, 0, 3}, fresh(ex, qh, "%s.q_heads", out));
-  reshape(ex, kc, 3, (const int64_t[]){K, kvh, hd}, fresh(ex, k3, "%s.k", out));
+  reshape(ex, k, 3, (const int64_t[]){K, a->kvh, a->hd}, fresh(ex, k3, "%s.k", out));
   transpose(ex, k3, 3, (const int64_t[]){1, 2, 0}, fresh(ex, kt, "%s.k_t", out));
   unsqueeze(ex, kt, 1, (const int64_t[]){1}, fresh(ex, k4, "%s.k_heads", out));
-  op2(ex, "MatMul", qh, k4, fresh(ex, s, "%s.scores", out));
-  op2(ex, "Mul", s, f32_const(ex, sc, n->param), fresh(ex, ss, "%s.scaled", out));
-  op2(ex, "Add", ss, mask, fresh(ex, sm, "%s.masked", out));
-  npu_onnx_attr_int(
-      node(ex, "Softmax", NULL, 1, (const char *[]){sm}, fresh(ex, pr, "%s.probs", out)), "axis",
-      -1);
-  reshape(ex, vc, 3, (const int64_t[]){K, kvh, hd}, fresh(ex, v3, "%s.v", out));
+  op2(ex, "MatMul", qh, k4, fresh(ex, s, "%s.dots", out));
+  op2(ex, "Mul", s, f32_const(ex, sc, scale), out);
+}
+
+/* 'out' = softmax(scores + mask) over the last axis (scores [..., C, K]). */
+static void attn_softmax(struct exporter *ex, const char *scores, const char *out) {
+  char masked[NAME];
+  op2(ex, "Add", scores, mask_rows(ex), fresh(ex, masked, "%s.masked", out));
+  npu_onnx_attr_int(node(ex, "Softmax", NULL, 1, (const char *[]){masked}, out), "axis", -1);
+}
+
+/* 'out' [C, heads * hd] = probs v: probs [kvh, grp, C, K], v [K, kvh * hd] (float views). */
+static void attn_values(struct exporter *ex, const struct attn_shape *a, const char *probs,
+                        const char *v, const char *out) {
+  const int64_t C = ex->rows, K = ex->ctx;
+  char v3[NAME], vt[NAME], v4[NAME], o4[NAME], ot[NAME];
+  reshape(ex, v, 3, (const int64_t[]){K, a->kvh, a->hd}, fresh(ex, v3, "%s.v", out));
   transpose(ex, v3, 3, (const int64_t[]){1, 0, 2}, fresh(ex, vt, "%s.v_t", out));
   unsqueeze(ex, vt, 1, (const int64_t[]){1}, fresh(ex, v4, "%s.v_heads", out));
-  op2(ex, "MatMul", pr, v4, fresh(ex, o4, "%s.heads", out));
+  op2(ex, "MatMul", probs, v4, fresh(ex, o4, "%s.heads", out));
   transpose(ex, o4, 4, (const int64_t[]){2, 0, 1, 3}, fresh(ex, ot, "%s.rows", out));
-  reshape(ex, ot, 2, (const int64_t[]){C, heads * hd}, out);
+  reshape(ex, ot, 2, (const int64_t[]){C, a->heads * a->hd}, out);
+}
+
+/* The float cache [K, kv_dim] that KV tensor 't' holds, made by the step's cache writes. */
+static const char *cache_of(struct exporter *ex, int32_t t) {
+  const struct npu_ir_tensor *kv = &ex->g->tensors[t];
+  const char *c = ex->cache[kv->ref][kv->kv_is_value ? 1 : 0];
+  if (c[0] == '\0') {
+    fail(ex, NPULM_ERR_FORMAT, "export: layer %d's cache is read before its write", (int)kv->ref);
+  }
+  return c;
+}
+
+/* Fused float attention: softmax(q k^T * scale + mask) v over the bucket's K columns. */
+static void op_attn(struct exporter *ex, int32_t i) {
+  const struct npu_ir_node *n = &ex->g->nodes[i];
+  const struct attn_shape a =
+      attn_shape_of(ex, ex->g->tensors[n->in[0]].ne[1], ex->g->tensors[n->in[1]].ne[1]);
+  const char *kc = cache_of(ex, n->in[1]), *vc = cache_of(ex, n->in[2]);
+  char out[NAME], s[NAME], pr[NAME];
+  result_name(ex, out, n->out);
+  attn_scores(ex, &a, in_f(ex, n->in[0]), kc, n->param, fresh(ex, s, "%s.scores", out));
+  attn_softmax(ex, s, fresh(ex, pr, "%s.probs", out));
+  attn_values(ex, &a, pr, vc, out);
+  set_result(ex, n->out, out);
+}
+
+/* Attention as the NPU runs it, three ops (the precision policy lets them off the CPU): scores
+ * [heads, C, K] from q and the K cache's copy (both quantized), the softmax of the scores that the
+ * mask leaves (npulm's QK writes its own mask value where ONNX adds the mask in the softmax), the
+ * probabilities' product with the V cache's copy. */
+static void op_attn_part(struct exporter *ex, int32_t i) {
+  const struct npu_ir_node *n = &ex->g->nodes[i];
+  char out[NAME], tmp[NAME];
+  result_name(ex, out, n->out);
+  if (n->op == NPU_OP_QK) {
+    const struct attn_shape a =
+        attn_shape_of(ex, ex->g->tensors[n->in[0]].ne[1], ex->g->tensors[n->in[1]].ne[1]);
+    attn_scores(ex, &a, in_f(ex, n->in[0]), in_f(ex, n->in[1]), n->param,
+                fresh(ex, tmp, "%s.grouped", out));
+    reshape(ex, tmp, 3, (const int64_t[]){a.heads, ex->rows, ex->ctx}, out);
+  } else if (n->op == NPU_OP_SOFTMAX) {
+    attn_softmax(ex, in_f(ex, n->in[0]), out);
+  } else { /* PV */
+    const int32_t heads = ex->g->tensors[n->in[0]].ne[0];
+    const struct attn_shape a =
+        attn_shape_of(ex, heads * ex->m->cfg.head_dim, ex->g->tensors[n->in[1]].ne[1]);
+    reshape(ex, in_f(ex, n->in[0]), 4, (const int64_t[]){a.kvh, a.grp, ex->rows, ex->ctx},
+            fresh(ex, tmp, "%s.grouped", out));
+    attn_values(ex, &a, tmp, in_f(ex, n->in[1]), out);
+  }
   set_result(ex, n->out, out);
 }
 
@@ -670,10 +733,9 @@ static void op_elementwise(struct exporter *ex, int32_t i) {
 static void op_transfer(struct exporter *ex, int32_t i) {
   const struct npu_ir_node *n = &ex->g->nodes[i];
   const struct npu_ir_tensor *a = &ex->g->tensors[n->in[0]], *out = &ex->g->tensors[n->out];
-  if (a->kind == NPU_TK_KV) {
-    fail(ex, NPULM_ERR_UNSUPPORTED, "%s",
-         "attention on the NPU (a program compiled with --float-ops not keeping qk, softmax and "
-         "pv) has no ONNX form here: export a program that keeps attention in float");
+  if (a->kind == NPU_TK_KV) { /* the NPU's int8 copy of a cache, for its attention ops */
+    const char *cache = cache_of(ex, n->in[0]);
+    if (ok(ex)) quantize_into(ex, n->out, cache);
     return;
   }
   if (!is_int(out) || a->dtype == out->dtype) {
@@ -711,12 +773,7 @@ static void translate(struct exporter *ex, int32_t i) {
     return;
   case NPU_OP_QK:
   case NPU_OP_SOFTMAX:
-  case NPU_OP_PV:
-    fail(ex, NPULM_ERR_UNSUPPORTED,
-         "attention on the NPU (op %s: a program compiled with --float-ops not keeping qk, "
-         "softmax and pv) has no ONNX form here: export a program that keeps attention in float",
-         npu_op_name((enum npu_op)n->op));
-    return;
+  case NPU_OP_PV: op_attn_part(ex, i); return;
   default: break;
   }
   fail(ex, NPULM_ERR_UNSUPPORTED, "op %s of '%s' has no ONNX form here",

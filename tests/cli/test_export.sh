@@ -29,11 +29,18 @@ export_ref=$(dirname "$bin")/tests/export_ref # built by make tests / make test
 #   second rounding the ONNX graph does not have), so every step differs a little: 0.005 (w8a16,
 #   tinystories-5M) and 0.028 (w4a16-block, stories260K) measured at most, medians 0.003 and 0.015.
 # - f32 programs differ only in the order of float sums (1.6e-5 measured).
-# Besides, every greedy token must be npulm's.
+# - attention on the NPU (--float-ops none): ONNX's softmax is float where npulm's is an exp2
+#   table in fixed point, and the int8 K/V copies and int16 scores move with every flip before
+#   them: a median step of 0.96 and at most 1.59 measured (stories260K w8a8), where npulm's own
+#   integer attention differs from its float one by 1.53 median; TOL 3, MEDIAN 1.5, and the
+#   first 16 greedy tokens npulm's (31 of 32 measured).
+# Besides, every greedy token must be npulm's (SAME, default all).
 tolerances() {
+  SAME=32
   case $1 in
   f32) TOL=1e-4; MEDIAN=1e-4 ;;
   *a16*) TOL=0.1; MEDIAN=0.05 ;;
+  npu-attention) TOL=3; MEDIAN=1.5; SAME=16 ;;
   *) TOL=1.0; MEDIAN=0.01 ;;
   esac
 }
@@ -66,8 +73,8 @@ fi
 ort() {
   what=$1; shift
   n=$((n + 1))
-  if node "$export_dir/ort_check.mjs" "$@" --tol "$TOL" --median-tol "$MEDIAN" >"$tmp/out" \
-    2>"$tmp/err"; then
+  if node "$export_dir/ort_check.mjs" "$@" --tol "$TOL" --median-tol "$MEDIAN" \
+    --same-tokens "$SAME" >"$tmp/out" 2>"$tmp/err"; then
     echo "ok $n - $what"
   else
     echo "not ok $n - $what"
@@ -78,14 +85,15 @@ ort() {
 prompt="Once upon a time"
 # a qwen2 shape (random weights): Q/K/V biases, NeoX RoPE, 4 query heads a KV head
 check "synth tiny-qwen2" "$bin" synth --shape tiny-qwen2 -o "$tmp/tiny-qwen2.gguf"
-# MODEL QUANT SPECIALIZATIONS: every precision on stories260K, decode and prefill:16 on the
-# default and one int16 precision of each model; stories27M in f32 has more lazily written
-# weights than any other here
+# MODEL QUANT SPECIALIZATIONS: every precision on stories260K and its attention on the NPU,
+# decode and prefill:16 on the default and one int16 precision of each model; stories27M in f32
+# has more lazily written weights than any other here
 for spec in "stories260K w8a8-smooth decode,prefill:16" "stories260K w4a16-block decode,prefill:16" \
   "stories260K f32 decode,prefill:16" "stories260K w8a16-naive decode" "stories260K w4a16 decode" \
   "stories260K w4a8 decode" "tinystories-5M w8a8-smooth decode,prefill:16" \
   "tinystories-5M w8a16 decode,prefill:16" "tiny-qwen2 w8a8-smooth decode,prefill:16" \
-  "tiny-qwen2 w8a16 decode,prefill:16" "stories27M f32 decode"; do
+  "tiny-qwen2 w8a16 decode,prefill:16" "stories27M f32 decode" \
+  "stories260K npu-attention decode,prefill:16"; do
   # shellcheck disable=SC2086 # three words
   set -- $spec
   mname=$1; quant=$2; specs=$3 # not 'name': check and fails set that
@@ -96,7 +104,11 @@ for spec in "stories260K w8a8-smooth decode,prefill:16" "stories260K w4a16-block
   fi
   tolerances "$quant"
   m=$tmp/$mname.$quant
-  check "$mname $quant: compile" "$bin" compile -m "$gguf" -o "$m.npu" --quant "$quant"
+  if [ "$quant" = npu-attention ]; then # w8a8-smooth with attention on the NPU
+    check "$mname $quant: compile" "$bin" compile -m "$gguf" -o "$m.npu" --float-ops none
+  else
+    check "$mname $quant: compile" "$bin" compile -m "$gguf" -o "$m.npu" --quant "$quant"
+  fi
   for s in $(echo "$specs" | tr , ' '); do
     out=$m.$(echo "$s" | tr -d :)
     check "$mname $quant: export --specialization $s --ctx 128" \
@@ -149,8 +161,6 @@ fails "export: --quant with a program file" "quant" \
 fails "export: shadow outlier channels have no ONNX form" "shadow" \
   "$bin" export -m "$shared/models/stories260K.gguf" -o "$tmp/e.onnx" --quant w8a8-shadow \
   --shadow-threshold 2
-fails "export: attention on the NPU has no ONNX form" "attention on the NPU" \
-  "$bin" export -m "$shared/models/stories260K.gguf" -o "$tmp/e.onnx" --float-ops none
 no_file() { [ ! -e "$tmp/e.onnx" ] && [ ! -e "$tmp/e.encodings.json" ]; }
 check "export: the failed exports left no file" no_file
 
