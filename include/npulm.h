@@ -524,7 +524,7 @@ typedef struct npulm_export_info {
  * [1, rows, n_vocab] and present_key_<L>, present_value_<L> float [1, rows, kv_dim] (this step's
  * cache rows). Each file is written whole or not at all. NPULM_ERR_ARG if the program lacks the
  * specialization (the message lists those it has); NPULM_ERR_UNSUPPORTED for what has no ONNX
- * form here (shadow outlier channels, partial RoPE). '*info_out' may be
+ * form here (partial RoPE). '*info_out' may be
  * NULL. */
 npulm_status npulm_model_export_onnx(const npulm_model *model, const char *path,
                                      const npulm_export_params *params, npulm_export_info *info_out,

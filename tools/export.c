@@ -40,8 +40,7 @@ const char npulm_usage_export[] =
     "                     context, or any K it is compiled for)\n"
     "  --external-data    the weights in FILE.data beside the model (always done past 2 GiB)\n"
     "  --quant MODE, --float-ops LIST, --calib FILE, --calib-tokens N, --smooth-alpha A,\n"
-    "  --shadow-threshold T  how a GGUF model is compiled, as 'npulm compile --help' says;\n"
-    "                     w8a8-shadow's outlier channels have no ONNX form here\n";
+    "  --shadow-threshold T  how a GGUF model is compiled, as 'npulm compile --help' says\n";
 
 /* "decode" -> 1, "prefill:C" -> C; 0 for anything else. */
 static int parse_specialization(const char *s) {

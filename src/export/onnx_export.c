@@ -460,13 +460,6 @@ static void op_matmul(struct exporter *ex, int32_t i, bool integer) {
   } else {
     const struct npu_qsite *s = site_of(ex, i);
     if (s == NULL) return;
-    if (s->n_outliers > 0) {
-      fail(ex, NPULM_ERR_UNSUPPORTED,
-           "'%s' has shadow outlier channels (w8a8-shadow), which have no ONNX form here: "
-           "export a naive or smooth program",
-           y->name);
-      return;
-    }
     w = site_weight(ex, ex->g->node_site[i], i, wref);
     if (bref >= 0) bias = int_bias(ex, s, x, y, bref, bf);
   }
@@ -714,6 +707,57 @@ static void op_attn_part(struct exporter *ex, int32_t i) {
   set_result(ex, n->out, out);
 }
 
+/* A float initializer copied from 'data' (shape 'dims'), named 'base' + 'suffix' made fresh. */
+static const char *float_const(struct exporter *ex, char buf[NAME], const char *base,
+                               const char *suffix, int nd, const int64_t *dims, const float *data) {
+  npu_onnx_init_copy(ex->o, fresh(ex, buf, "%s%s", base, suffix), NPU_ONNX_FLOAT, nd, dims, data);
+  return buf;
+}
+
+/* Shadow outlier execution's CPU share of a matmul (w8a8-shadow, exec.c's shadow()): the outlier
+ * input channels of the float input, or for the FFN product silu(gate) * up recomputed for those
+ * channels from the FFN norm's output, times their float weights [N, n_outliers]. The NPU's
+ * matmul holds zeros in those channels; an ADD joins the two. */
+static void op_shadow(struct exporter *ex, int32_t i) {
+  const struct npu_ir_node *n = &ex->g->nodes[i];
+  const struct npu_qsite *s = site_of(ex, i);
+  if (s == NULL) return;
+  char out[NAME], idx[NAME], v[NAME], g[NAME], u[NAME], sg[NAME], gs[NAME], w[NAME], wg[NAME],
+      wu[NAME];
+  result_name(ex, out, n->out);
+  const char *x = in_f(ex, n->in[0]);
+  const int64_t k = s->n_outliers;
+  if (s->outlier_gate == NULL) {
+    int64_t *channels = malloc((size_t)k * sizeof(int64_t));
+    if (channels == NULL) {
+      fail(ex, NPULM_ERR_NOMEM, "%s", "out of memory exporting a shadow");
+      return;
+    }
+    for (int64_t c = 0; c < k; c++) channels[c] = s->outliers[c];
+    npu_onnx_init_copy(ex->o, fresh(ex, idx, "%s.channels", out), NPU_ONNX_INT64, 1, &k, channels);
+    free(channels);
+    npu_onnx_attr_int(
+        node(ex, "Gather", NULL, 2, (const char *[]){x, idx}, fresh(ex, v, "%s.inputs", out)),
+        "axis", 1);
+  } else {
+    const int64_t dims[2] = {k, s->outlier_dim};
+    float_const(ex, wg, out, ".gate_rows", 2, dims, s->outlier_gate);
+    float_const(ex, wu, out, ".up_rows", 2, dims, s->outlier_up);
+    npu_onnx_attr_int(
+        node(ex, "Gemm", NULL, 2, (const char *[]){x, wg}, fresh(ex, g, "%s.gate", out)), "transB",
+        1);
+    npu_onnx_attr_int(
+        node(ex, "Gemm", NULL, 2, (const char *[]){x, wu}, fresh(ex, u, "%s.up", out)), "transB",
+        1);
+    op1(ex, "Sigmoid", g, fresh(ex, sg, "%s.sigmoid", out));
+    op2(ex, "Mul", g, sg, fresh(ex, gs, "%s.silu", out));
+    op2(ex, "Mul", gs, u, fresh(ex, v, "%s.inputs", out));
+  }
+  float_const(ex, w, out, ".weights", 2, (const int64_t[]){s->n, k}, s->outlier_w);
+  npu_onnx_attr_int(node(ex, "Gemm", NULL, 2, (const char *[]){v, w}, out), "transB", 1);
+  set_result(ex, n->out, out);
+}
+
 static void op_elementwise(struct exporter *ex, int32_t i) {
   const struct npu_ir_node *n = &ex->g->nodes[i];
   char out[NAME], sig[NAME];
@@ -765,12 +809,7 @@ static void translate(struct exporter *ex, int32_t i) {
       return;
     }
     break;
-  case NPU_OP_SHADOW:
-    fail(ex, NPULM_ERR_UNSUPPORTED,
-         "'%s' is a shadow outlier share (w8a8-shadow computes outlier channels in float on the "
-         "CPU), which has no ONNX form here: export a naive or smooth program",
-         ex->g->tensors[n->out].name);
-    return;
+  case NPU_OP_SHADOW: op_shadow(ex, i); return;
   case NPU_OP_QK:
   case NPU_OP_SOFTMAX:
   case NPU_OP_PV: op_attn_part(ex, i); return;
