@@ -1,10 +1,13 @@
 /* ONNX writer tests: models built through the API are read back by a minimal protobuf decoder
  * (below) and checked field by field; one tiny model byte for byte; external data; and every
  * refusal, which must leave no file behind (and an existing one as it was). */
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "test_util.h"
 
@@ -398,7 +401,7 @@ static void test_external_data(void **state) {
   snprintf(path, sizeof(path), "%s", tmp_path("external"));
   snprintf(data_path, sizeof(data_path), "%s.data", path);
   const char *data_name = strrchr(data_path, '/') + 1;
-  struct npu_onnx_write_options opts = {.external = true};
+  struct npu_onnx_write_options opts = {.external = true, .checksum_key = "sum"};
   bool external = false;
   npulm_error err;
   npulm_status st = npu_onnx_write(o, path, &opts, &external, &err);
@@ -441,6 +444,28 @@ static void test_external_data(void **state) {
   assert_int_equal(strtoull(number, NULL, 10), 0);
   assert_int_equal(data_n, BIG);
   assert_memory_equal(data, big_bytes, BIG);
+  /* the digest of every initializer's bytes, inside or not, appended as the last metadata entry */
+  XXH3_state_t *sum = XXH3_createState();
+  assert_non_null(sum);
+  XXH3_64bits_reset(sum);
+  for (int i = 0; i < 5; i++) {
+    const uint64_t d = XXH3_64bits(want[i].bytes, want[i].n);
+    uint8_t le[8];
+    for (int b = 0; b < 8; b++) le[b] = (uint8_t)(d >> (8 * b));
+    XXH3_64bits_update(sum, le, sizeof(le));
+  }
+  char hex[17];
+  snprintf(hex, sizeof(hex), "%016" PRIx64, XXH3_64bits_digest(sum));
+  XXH3_freeState(sum);
+  struct span model = {model_bytes_, model_n};
+  const int n_meta = count_fields(model, 14);
+  assert_true(n_meta >= 1);
+  struct span last = get_msg(model, 14, n_meta - 1);
+  assert_str_field(last, 1, 0, "sum");
+  assert_str_field(last, 2, 0, hex);
+  char again[17];
+  snprintf(again, sizeof(again), "%016" PRIx64, npu_onnx_initializers_digest(o));
+  assert_string_equal(again, hex);
   unlink(path);
   unlink(data_path);
   free(model_bytes_);

@@ -6,11 +6,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "base/common.h"
 
 static void fail_nomem(struct npu_encodings *e) {
   if (e->status != NPULM_OK) return;
   e->status = npu_fail(&e->err, NPULM_ERR_NOMEM, "%s", "out of memory writing the encodings");
+}
+
+/* Append 'n' bytes to the file, and to its digest. */
+static void emit(struct npu_encodings *e, const void *bytes, size_t n) {
+  if (e->status != NPULM_OK) return;
+  e->status = npu_afile_write(&e->file, bytes, n, &e->err);
+  if (e->status == NPULM_OK && XXH3_64bits_update(e->hash, bytes, n) != XXH_OK) fail_nomem(e);
 }
 
 /* Append formatted text to the file. */
@@ -26,7 +35,7 @@ static void put(struct npu_encodings *e, const char *fmt, ...) {
     e->status = npu_fail(&e->err, NPULM_ERR_ARG, "%s", "an encodings entry too long to write");
     return;
   }
-  e->status = npu_afile_write(&e->file, buf, (size_t)n, &e->err);
+  emit(e, buf, (size_t)n);
 }
 
 /* A JSON string of 'name' (quotes, backslashes and control characters escaped; the names are
@@ -56,8 +65,15 @@ static int entry_text(char *buf, size_t cap, int bits, double scale, int64_t zer
 npulm_status npu_encodings_open(struct npu_encodings *e, const char *path, npulm_error *err) {
   memset(e, 0, sizeof(*e));
   e->channels = -1;
+  e->hash = XXH3_createState();
+  if (e->hash == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "%s", "out of memory");
+  XXH3_64bits_reset(e->hash);
   npulm_status st = npu_afile_open(path, &e->file, err);
-  if (st != NPULM_OK) return st;
+  if (st != NPULM_OK) {
+    XXH3_freeState(e->hash);
+    e->hash = NULL;
+    return st;
+  }
   put(e, "%s", "{\n \"version\": \"0.6.1\",\n \"param_encodings\": {");
   return NPULM_OK;
 }
@@ -114,7 +130,7 @@ void npu_encodings_param_channel(struct npu_encodings *e, int bits, double scale
       at += (size_t)snprintf(list + at, sizeof(list) - at, "%s%u", b > 0 ? "," : "",
                              (unsigned)block_scales[b]);
     }
-    if (e->status == NPULM_OK) e->status = npu_afile_write(&e->file, list, at, &e->err);
+    emit(e, list, at);
     put(e, "%s", "]");
   }
   put(e, "%s", "}");
@@ -127,20 +143,21 @@ void npu_encodings_param_end(struct npu_encodings *e) {
 }
 
 static void release(struct npu_encodings *e) {
+  XXH3_freeState(e->hash);
+  e->hash = NULL;
   free(e->activations);
   e->activations = NULL;
   e->act_len = e->act_cap = 0;
 }
 
 npulm_status npu_encodings_commit(struct npu_encodings *e, const char *quantizer_args,
-                                  npulm_error *err) {
+                                  uint64_t *digest_out, npulm_error *err) {
   put(e, "%s", "\n },\n \"activation_encodings\": {");
-  if (e->status == NPULM_OK && e->act_len > 0) {
-    e->status = npu_afile_write(&e->file, e->activations, e->act_len, &e->err);
-  }
+  if (e->act_len > 0) emit(e, e->activations, e->act_len);
   put(e, "%s", "\n },\n \"excluded_layers\": [],\n \"quantizer_args\": ");
   put(e, "%s", quantizer_args);
   put(e, "%s", "\n}\n");
+  if (e->status == NPULM_OK) *digest_out = XXH3_64bits_digest(e->hash);
   release(e);
   if (e->status != NPULM_OK) {
     npu_afile_abort(&e->file);

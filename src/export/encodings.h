@@ -23,9 +23,10 @@ struct npu_encodings {
   struct npu_afile file;
   npulm_status status; /* the first failure; every later call does nothing */
   npulm_error err;
-  int32_t params;    /* param entries written */
-  int32_t channels;  /* channels of the param entry open (-1: none) */
-  char *activations; /* the activation section's text so far */
+  int32_t params;            /* param entries written */
+  int32_t channels;          /* channels of the param entry open (-1: none) */
+  struct XXH3_state_s *hash; /* of every byte written (xxhash.h's XXH3_state_t) */
+  char *activations;         /* the activation section's text so far */
   size_t act_len, act_cap;
 };
 
@@ -46,9 +47,10 @@ void npu_encodings_param_channel(struct npu_encodings *e, int bits, double scale
 void npu_encodings_param_end(struct npu_encodings *e);
 
 /* Finish with the activation section and 'quantizer_args' (a JSON object's text), and put the
- * file in place; or give up, leaving no file. Both free 'e''s memory. */
+ * file in place, '*digest_out' the XXH3-64 of all its bytes; or give up, leaving no file. Both
+ * free 'e''s memory. */
 npulm_status npu_encodings_commit(struct npu_encodings *e, const char *quantizer_args,
-                                  npulm_error *err);
+                                  uint64_t *digest_out, npulm_error *err);
 void npu_encodings_abort(struct npu_encodings *e);
 
 #endif /* NPU_EXPORT_ENCODINGS_H */

@@ -25,6 +25,7 @@
  * weights are int8 tensors holding values in [-8, 7] (LPBQ: the value times its block scale, at
  * most 120 in magnitude, so that one per-channel DequantizeLinear gives the real weight); the
  * encodings give their real bit widths. */
+#include <inttypes.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -879,7 +880,8 @@ static void describe_specializations(const struct npu_program *p, char *buf, siz
   }
 }
 
-/* Finish the encodings file with the quantizer's arguments and put it in place. */
+/* Finish the encodings file with the quantizer's arguments and put it in place; the model names
+ * its digest (metadata npulm.encodings_xxh3_64), so that the two are known to be a pair. */
 static npulm_status commit_encodings(struct exporter *ex, npulm_error *err) {
   const enum npu_quant_mode mode = (enum npu_quant_mode)ex->p->quant_mode;
   char args[256];
@@ -888,7 +890,14 @@ static npulm_status commit_encodings(struct exporter *ex, npulm_error *err) {
            "\"per_channel_quantization\": \"True\", \"npulm_quant\": \"%s\"}",
            mode ? npu_quant_act_bits(mode) : 32, mode ? npu_quant_weight_bits(mode) : 32,
            mode ? "int" : "float", npu_quant_mode_name(mode));
-  return npu_encodings_commit(&ex->enc, args, err);
+  uint64_t digest = 0;
+  const npulm_status st = npu_encodings_commit(&ex->enc, args, &digest, err);
+  if (st == NPULM_OK) {
+    char hex[17];
+    snprintf(hex, sizeof(hex), "%016" PRIx64, digest);
+    npu_onnx_metadata(ex->o, "npulm.encodings_xxh3_64", hex);
+  }
+  return st;
 }
 
 npulm_export_params npulm_export_default_params(void) { return (npulm_export_params){.rows = 1}; }
@@ -964,7 +973,8 @@ npulm_status npulm_model_export_onnx(const npulm_model *model, const char *path,
     } else {
       const struct npu_onnx_write_options wo = {.external = params->external_data,
                                                 .progress = params->progress,
-                                                .progress_user = params->progress_user};
+                                                .progress_user = params->progress_user,
+                                                .checksum_key = "npulm.initializers_xxh3_64"};
       bool external = false;
       /* the encodings first: they go if the model cannot be written, so that no half of a pair
        * is left */

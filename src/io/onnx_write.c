@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "base/atomic_file.h"
 #include "base/common.h"
@@ -95,6 +96,7 @@ struct init {
   npu_onnx_fill_fn *fill;
   void *user;
   uint64_t offset; /* in the data file, while an external write runs */
+  uint64_t digest; /* XXH3-64 of its bytes, set as they are written */
 };
 
 struct attr {
@@ -875,7 +877,7 @@ static npulm_status sink_put_buf(struct sink *s, const struct npu_gguf_buf *b, n
 
 /* Initializer 't''s bytes: copied ones as they are, a lazy one's made by its fill() in a buffer
  * of its own, freed once written, so that one at most is in memory. */
-static npulm_status put_init_bytes(struct sink *s, const struct init *t, npulm_error *err) {
+static npulm_status put_init_bytes(struct sink *s, struct init *t, npulm_error *err) {
   uint8_t *made = NULL;
   if (t->data == NULL) {
     made = malloc((size_t)t->nbytes); /* malloc's alignment suits any element type */
@@ -888,13 +890,29 @@ static npulm_status put_init_bytes(struct sink *s, const struct init *t, npulm_e
                       t->name);
     }
   }
-  npulm_status st = sink_put(s, made != NULL ? made : t->data, (size_t)t->nbytes, err);
+  const void *bytes = made != NULL ? made : t->data;
+  t->digest = XXH3_64bits(bytes, (size_t)t->nbytes);
+  npulm_status st = sink_put(s, bytes, (size_t)t->nbytes, err);
   free(made);
   s->done += t->nbytes;
   if (st == NPULM_OK && s->opts != NULL && s->opts->progress != NULL) {
     s->opts->progress(s->opts->progress_user, s->done, s->total);
   }
   return st;
+}
+
+uint64_t npu_onnx_initializers_digest(const struct npu_onnx *o) {
+  XXH3_state_t *state = XXH3_createState();
+  if (state == NULL) return 0;
+  XXH3_64bits_reset(state);
+  for (size_t i = 0; i < o->n_inits; i++) {
+    uint8_t le[8];
+    for (int b = 0; b < 8; b++) le[b] = (uint8_t)(o->inits[i].digest >> (8 * b));
+    XXH3_64bits_update(state, le, sizeof(le));
+  }
+  const uint64_t digest = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return digest;
 }
 
 /* The model file's bytes. */
@@ -911,7 +929,7 @@ static npulm_status put_model(struct npu_onnx *o, const struct plan *p, struct s
   npu_gguf_buf_free(&graph_tag);
   if (st == NPULM_OK) st = sink_put_buf(s, &p->graph_head, err);
   for (size_t i = 0; i < o->n_inits && st == NPULM_OK; i++) {
-    const struct init *t = &o->inits[i];
+    struct init *t = &o->inits[i];
     struct npu_gguf_buf tensor_head = {0};
     uint64_t size;
     const char *file = data_file_of(t, p->data_name);
@@ -925,6 +943,17 @@ static npulm_status put_model(struct npu_onnx *o, const struct plan *p, struct s
   }
   if (st == NPULM_OK) st = sink_put_buf(s, &p->graph_tail, err);
   if (st == NPULM_OK) st = sink_put_buf(s, &p->tail, err);
+  if (st == NPULM_OK && s->opts != NULL && s->opts->checksum_key != NULL) {
+    /* last, once every initializer's bytes are written (a ModelProto's fields may come in any
+     * order, and a repeated one's entries add up) */
+    struct npu_gguf_buf entry = {0};
+    char hex[17];
+    snprintf(hex, sizeof(hex), "%016" PRIx64, npu_onnx_initializers_digest(o));
+    put_string_entry(&entry, MODEL_METADATA_PROPS, s->opts->checksum_key, hex);
+    st = entry.failed ? NPULM_ERR_NOMEM : sink_put_buf(s, &entry, err);
+    npu_gguf_buf_free(&entry);
+    if (st == NPULM_ERR_NOMEM) goto nomem;
+  }
   return st;
 nomem:
   return npu_fail(err, NPULM_ERR_NOMEM, "out of memory writing ONNX graph '%s'", o->graph_name);
@@ -940,7 +969,7 @@ static npulm_status write_data_file(struct npu_onnx *o, const char *data_path,
   s->file = &file;
   uint64_t at = 0;
   for (size_t i = 0; i < o->n_inits && st == NPULM_OK; i++) {
-    const struct init *t = &o->inits[i];
+    struct init *t = &o->inits[i];
     if (data_file_of(t, data_name) == NULL) continue;
     st = sink_put(s, zeros, (size_t)(t->offset - at), err);
     if (st == NPULM_OK) st = put_init_bytes(s, t, err);

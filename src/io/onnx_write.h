@@ -103,7 +103,16 @@ struct npu_onnx_write_options {
   /* called as initializer bytes are written (may be NULL) */
   void (*progress)(void *user, uint64_t done, uint64_t total);
   void *progress_user;
+  /* NULL, or the key of a metadata_props entry appended last to the model, holding
+   * npu_onnx_initializers_digest as 16 lower-case hex digits: a check that the weights a reader
+   * holds are the ones written, inside the model or in its data file */
+  const char *checksum_key;
 };
+
+/* The digest of the initializers the last write wrote: XXH3-64 over the little-endian 8-byte
+ * XXH3-64 of each initializer's bytes, in the order they were added (0 before a write, or if
+ * out of memory). */
+uint64_t npu_onnx_initializers_digest(const struct npu_onnx *o);
 
 /* Check the model (see the top of this file) and write it to 'path' (and '<path>.data' when
  * external), each file whole or not at all (base/atomic_file.h): the data file first, then the

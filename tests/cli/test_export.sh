@@ -53,11 +53,12 @@ if ! "$bin" export --help >/dev/null 2>&1; then
 fi
 py=
 for p in python3 /usr/bin/python3; do # Debian's python3-onnx is /usr/bin/python3's
-  if "$p" -c 'import onnx' >/dev/null 2>&1; then py=$p; break; fi
+  if "$p" -c 'import onnx, xxhash' >/dev/null 2>&1; then py=$p; break; fi
 done
 if [ -z "$py" ] || ! command -v node >/dev/null 2>&1 ||
   [ ! -d "$export_dir/node_modules/onnxruntime-node" ]; then
-  what="no python3 with onnx (python3-onnx), no node or no tests/export/node_modules"
+  what="no python3 with onnx and xxhash (python3-onnx, python3-xxhash), no node or no"
+  what="$what tests/export/node_modules"
   what="$what (npm ci --prefix tests/export)"
   if [ -n "${CI:-}" ]; then
     echo "not ok 1 - export: $what"
@@ -140,6 +141,18 @@ check "export --external-data: check_onnx.py" \
   "$py" "$export_dir/check_onnx.py" "$tmp/ext.onnx" "$tmp/ext.encodings.json"
 tolerances w8a8-smooth
 ort "export --external-data: onnxruntime" --decode "$tmp/ext.onnx" --ref "$m.ref"
+# one weight byte changed in the data file, one byte of the encodings: the digests the model
+# names catch each
+mkdir "$tmp/bad"
+cp "$tmp/ext.onnx" "$tmp/ext.onnx.data" "$tmp/ext.encodings.json" "$tmp/bad/"
+printf '\177' | dd of="$tmp/bad/ext.onnx.data" bs=1 seek=100 conv=notrunc 2>/dev/null
+bad_check() { "$py" "$export_dir/check_onnx.py" "$@" >&2; }
+fails "check_onnx: a changed weight byte" "initializers_xxh3_64" \
+  bad_check "$tmp/bad/ext.onnx" "$tmp/bad/ext.encodings.json"
+cp "$tmp/ext.onnx.data" "$tmp/bad/"
+sed -i 's/"version": "0.6.1"/"version": "0.6.2"/' "$tmp/bad/ext.encodings.json"
+fails "check_onnx: a changed encodings byte" "encodings_xxh3_64" \
+  bad_check "$tmp/bad/ext.onnx" "$tmp/bad/ext.encodings.json"
 check "export from the GGUF at a bucket of 100 (compiled for it)" \
   "$bin" export -m "$shared/models/stories260K.gguf" -o "$tmp/c100.onnx" --ctx 100
 # a chunk as long as its bucket has no past slots: the first chunk of a prompt

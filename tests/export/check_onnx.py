@@ -20,19 +20,23 @@ inference, strict), then checks:
   max = (offset + 2^bitwidth - 1) * scale to 1e-6 relative, a symmetric one's offset
   -2^(bitwidth-1); where the key is the tensor a QuantizeLinear reads or a DequantizeLinear
   writes, its entries are that node's scales and offsets (AIMET's: qmin - zero point), one per
-  channel; a 4-bit
-  weight's int8 values lie in [-8, 7].
+  channel; a 4-bit weight's int8 values lie in [-8, 7] (LPBQ: multiples of its blocks' integer
+  scales, per_block_int_scale);
+- the digests the model's metadata gives: npulm.initializers_xxh3_64 of the weights read, and
+  npulm.encodings_xxh3_64 of the encodings file.
 Prints one summary line and exits 0, or one line naming the first problem and exits 1.
-Needs python3-onnx (Debian's, 1.12; .ci/install-deps installs it)."""
+Needs python3-onnx (Debian's, 1.12) and python3-xxhash (.ci/install-deps installs both)."""
 
 import json
 import math
 import os
 import re
+import struct
 import sys
 
 import numpy as np
 import onnx
+import xxhash
 from onnx import numpy_helper
 
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
@@ -338,6 +342,29 @@ def check_encodings(model, consts, path):
     return counts
 
 
+def check_digests(model, enc_path):
+    """The model's metadata names its weights and its encodings by XXH3-64
+    (npulm.initializers_xxh3_64: over each initializer's own digest, little-endian, in order;
+    npulm.encodings_xxh3_64: of the encodings file's bytes), and they must be what is read."""
+    meta = {p.key: p.value for p in model.metadata_props}
+    digest = xxhash.xxh3_64()
+    for t in model.graph.initializer:
+        digest.update(struct.pack("<Q", xxhash.xxh3_64(t.raw_data).intdigest()))
+    if meta.get("npulm.initializers_xxh3_64") != digest.hexdigest():
+        raise Problem(
+            f"npulm.initializers_xxh3_64 {meta.get('npulm.initializers_xxh3_64')!r}, "
+            f"the weights read give {digest.hexdigest()}"
+        )
+    if enc_path is not None:
+        with open(enc_path, "rb") as f:
+            enc = xxhash.xxh3_64(f.read()).hexdigest()
+        if meta.get("npulm.encodings_xxh3_64") != enc:
+            raise Problem(
+                f"npulm.encodings_xxh3_64 {meta.get('npulm.encodings_xxh3_64')!r}, "
+                f"{os.path.basename(enc_path)} gives {enc}"
+            )
+
+
 def main(argv):
     if len(argv) not in (2, 3):
         print("usage: check_onnx.py MODEL.onnx [MODEL.encodings.json]", file=sys.stderr)
@@ -361,6 +388,7 @@ def main(argv):
             f"vocab={n_vocab}; {len(model.graph.node)} nodes, {len(model.graph.initializer)} "
             f"initializers, {n_q} QuantizeLinear, {n_dq} DequantizeLinear, {n_pairs} QDQ pairs"
         )
+        check_digests(model, argv[2] if len(argv) == 3 else None)
         if len(argv) == 3:
             n_act, n_param = check_encodings(model, consts, argv[2])
             summary += f"; encodings: {n_act} activation, {n_param} param"
