@@ -31,6 +31,8 @@ bool npu_quantize_multiplier(double real, int32_t *mult_out, int32_t *shift_out)
   return true;
 }
 
+double npu_multiplier_real(int32_t mult, int32_t shift) { return ldexp((double)mult, shift - 31); }
+
 bool npu_quantize_multipliers(float in_scale, const float *ch_scales, size_t n, float out_scale,
                               int32_t *mult_out, int32_t *shift_out) {
   bool ok = out_scale > 0.0f;

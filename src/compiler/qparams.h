@@ -20,6 +20,10 @@
  * if real is negative, not finite, or >= 2^30 (after rounding). */
 bool npu_quantize_multiplier(double real, int32_t *mult_out, int32_t *shift_out);
 
+/* The real multiplier mult * 2^(shift - 31) that (mult, shift) stands for: the inverse of
+ * npu_quantize_multiplier, exact in double. */
+double npu_multiplier_real(int32_t mult, int32_t shift);
+
 /* Per-channel multipliers real[i] = in_scale * ch_scales[i] / out_scale (in double), e.g. x_scale
  * * w_scale[n] / y_scale for a matmul, or row_scale[r] / y_scale for a gather (in_scale = 1).
  * Return false if any is not representable (see npu_quantize_multiplier) or out_scale <= 0. */

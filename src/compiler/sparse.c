@@ -163,9 +163,6 @@ void npu_sparse_free(struct npu_sparse *s) {
 /* 'size' bytes, 64-byte aligned (the kernels' streams start on a cache line); free() frees. */
 static void *alloc64(size_t size) { return aligned_alloc(64, (size + 63) / 64 * 64); }
 
-/* M_j = mult 2^(shift - 31): a gate accumulator times it is the value in the gate's steps. */
-static double step_of(int32_t mult, int32_t shift) { return ldexp((double)mult, shift - 31); }
-
 /* The bounds of |SiLU(g)| >= tau on g: g >= *hi, or *lo_a <= g <= *lo_b (the negative lobe, empty
  * when tau is above SiLU's minimum magnitude, 0.2785 at g = -1.2785). Bisection: SiLU is
  * increasing above -1.2785 and decreasing below. */
@@ -562,7 +559,8 @@ npulm_status npu_sparse_build(struct npu_program *p, const struct npu_config *cf
     b.x = x[l];
     b.zx = sites.gate->gemm.x_zero_point;
     for (size_t j = 0; j < n_ff; j++)
-      b.step[j] = step_of(sites.gate->mult[j], sites.gate->shift[j]);
+      /* a gate accumulator times it is the value in the gate's steps */
+      b.step[j] = npu_multiplier_real(sites.gate->mult[j], sites.gate->shift[j]);
     if (!make_bundles(&b, ly) || !exact_values(&b, ly) || !make_predictor(&b, ly) ||
         !make_thresholds(&b, ly, level, recall)) {
       st = npu_fail(err, NPULM_ERR_NOMEM,

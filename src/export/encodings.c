@@ -38,16 +38,31 @@ static void put(struct npu_encodings *e, const char *fmt, ...) {
   emit(e, buf, (size_t)n);
 }
 
-/* A JSON string of 'name' (quotes, backslashes and control characters escaped; the names are
- * npulm's own, ASCII). */
-static void put_name(struct npu_encodings *e, const char *name) {
-  put(e, "%s", "\"");
+/* 'name' as a JSON string, quoted, with quotes, backslashes and control characters escaped (the
+ * names are npulm's own, ASCII), into 'dst' (room for json_string_room(name) bytes); returns its
+ * length. */
+static size_t json_string_room(const char *name) { return 6 * strlen(name) + 3; }
+static size_t json_string(char *dst, const char *name) {
+  char *at = dst;
+  *at++ = '"';
   for (const char *c = name; *c != '\0'; c++) {
-    if (*c == '"' || *c == '\\') put(e, "\\%c", *c);
-    else if ((unsigned char)*c < 0x20) put(e, "\\u%04x", (unsigned)(unsigned char)*c);
-    else put(e, "%c", *c);
+    if (*c == '"' || *c == '\\') at += sprintf(at, "\\%c", *c);
+    else if ((unsigned char)*c < 0x20) at += sprintf(at, "\\u%04x", (unsigned)(unsigned char)*c);
+    else *at++ = *c;
   }
-  put(e, "%s", "\"");
+  *at++ = '"';
+  *at = '\0';
+  return (size_t)(at - dst);
+}
+
+static void put_name(struct npu_encodings *e, const char *name) {
+  char *quoted = malloc(json_string_room(name));
+  if (quoted == NULL) {
+    fail_nomem(e);
+    return;
+  }
+  emit(e, quoted, json_string(quoted, name));
+  free(quoted);
 }
 
 /* The fields of one encoding, in AIMET's unsigned frame (encodings.h). */
@@ -83,8 +98,7 @@ void npu_encodings_activation(struct npu_encodings *e, const char *name, int bit
   if (e->status != NPULM_OK) return;
   char fields[256];
   entry_text(fields, sizeof(fields), bits, scale, zero_point, zero_point == 0);
-  /* the name's escaped form is at most 6 bytes a byte */
-  const size_t need = e->act_len + 6 * strlen(name) + strlen(fields) + 32;
+  const size_t need = e->act_len + json_string_room(name) + strlen(fields) + 32;
   if (need > e->act_cap) {
     const size_t cap = need > 2 * e->act_cap ? need : 2 * e->act_cap;
     char *grown = realloc(e->activations, cap);
@@ -96,13 +110,9 @@ void npu_encodings_activation(struct npu_encodings *e, const char *name, int bit
     e->act_cap = cap;
   }
   char *at = e->activations + e->act_len;
-  at += sprintf(at, "%s\n  \"", e->act_len > 0 ? "," : "");
-  for (const char *c = name; *c != '\0'; c++) {
-    if (*c == '"' || *c == '\\') at += sprintf(at, "\\%c", *c);
-    else if ((unsigned char)*c < 0x20) at += sprintf(at, "\\u%04x", (unsigned)(unsigned char)*c);
-    else *at++ = *c;
-  }
-  at += sprintf(at, "\": [{%s}]", fields);
+  at += sprintf(at, "%s\n  ", e->act_len > 0 ? "," : "");
+  at += json_string(at, name);
+  at += sprintf(at, ": [{%s}]", fields);
   e->act_len = (size_t)(at - e->activations);
 }
 

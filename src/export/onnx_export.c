@@ -37,6 +37,7 @@
 #include "base/atomic_file.h"
 #include "base/common.h"
 #include "compiler/program.h"
+#include "compiler/qparams.h"
 #include "compiler/quantize.h"
 #include "export/encodings.h"
 #include "io/onnx_write.h"
@@ -221,9 +222,6 @@ static const char *in_f(struct exporter *ex, int32_t t) {
 
 /* ---- Weights --------------------------------------------------------------------------------- */
 
-/* The real multiplier mult * 2^(shift - 31) of fixedpoint.h. */
-static double real_of(int32_t mult, int32_t shift) { return ldexp((double)mult, shift - 31); }
-
 static bool fill_weight(void *user, void *dst) {
   const struct weight_fill *f = user;
   if (f->site == NULL) {
@@ -297,7 +295,7 @@ static float *row_scales(struct exporter *ex, const struct npu_qsite *s, double 
   }
   float largest = 0.0f;
   for (int32_t r = 0; r < s->n; r++) {
-    sc[r] = (float)(real_of(s->mult[r], s->shift[r]) * out_scale / in_scale);
+    sc[r] = (float)(npu_multiplier_real(s->mult[r], s->shift[r]) * out_scale / in_scale);
     largest = sc[r] > largest ? sc[r] : largest;
   }
   for (int32_t r = 0; r < s->n; r++) sc[r] = sc[r] > 0.0f ? sc[r] : largest > 0.0f ? largest : 1.0f;
@@ -506,7 +504,7 @@ static void op_rmsnorm(struct exporter *ex, int32_t i, bool integer) {
       return;
     }
     for (int32_t c = 0; c < s->n; c++) {
-      gain[c] = (float)(real_of(s->mult[c], s->rmsnorm.shift) * y->q.scale / root);
+      gain[c] = (float)(npu_multiplier_real(s->mult[c], s->rmsnorm.shift) * y->q.scale / root);
     }
     const double eps = (double)s->rmsnorm.eps * x->q.scale * x->q.scale / s->n;
     const int64_t nn = s->n;
