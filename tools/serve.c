@@ -32,8 +32,9 @@ const char npulm_usage_serve[] =
     "events). Up to --parallel requests generate at once, each in its own session (slot), their\n"
     "decode steps batched into one; more wait in a queue of --queue. Prints\n"
     "'npulm serve: listening on http://HOST:PORT ...' on stderr once ready; SIGINT or SIGTERM\n"
-    "stops it: running requests end where they are (finish_reason \"length\"), waiting ones get\n"
-    "an error, and it exits 0.\n"
+    "stops it: it takes no new connections, running requests end where they are\n"
+    "(finish_reason \"length\"), waiting ones get an error, every response is written out whole\n"
+    "(a client has --timeout to take it) and then it exits 0.\n"
     "\n"
     "  -m, --model FILE   model (default: $NPULM_MODEL, else " CLI_DEFAULT_MODEL_PATH ");\n"
     "                     its file name is the model's id in the API\n"
@@ -148,7 +149,8 @@ struct server {
 
   pthread_mutex_t conn_mu;
   struct tracked *conns;
-  int n_conns; /* connections open and counted */
+  int n_conns;   /* connections open and counted */
+  int n_answers; /* requests begun and not yet answered in full (their on_completed to come) */
 };
 
 /* ---- UTF-8 ---------------------------------------------------------------------------------- */
@@ -1104,6 +1106,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     h->s = s;
     h->conn = conn;
     *con_cls = h;
+    pthread_mutex_lock(&s->conn_mu);
+    s->n_answers++;
+    pthread_mutex_unlock(&s->conn_mu);
     return handle_headers(h, url, method);
   }
   if (*upload_size > 0) {
@@ -1170,6 +1175,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   free(h);
   *con_cls = NULL;
   pthread_mutex_lock(&s->conn_mu); /* a kept-alive connection has --timeout for its next one */
+  s->n_answers--;
   struct tracked *t = tracked_of(conn);
   if (t != NULL && t->over_limit) { /* its 503 closes it */
     s->n_conns -= t->counted;
@@ -1363,6 +1369,17 @@ int npulm_cmd_serve(int argc, char **argv) {
   pthread_cond_signal(&s.work);
   pthread_mutex_unlock(&s.mu);
   pthread_join(engine, NULL);
+  /* every request has its end now (the running ones "length", the waiting ones an error): the
+   * connections write it all out before they are closed, within --timeout (the watchdog cuts a
+   * client that stops reading) */
+  for (const double until = now_s() + s.timeout_s;;) {
+    pthread_mutex_lock(&s.conn_mu);
+    const int left = s.n_answers;
+    pthread_mutex_unlock(&s.conn_mu);
+    if (left == 0 || now_s() > until) break;
+    watchdog(&s);
+    nanosleep(&(struct timespec){0, 10 * 1000000L}, NULL);
+  }
   MHD_stop_daemon(d);
   if (listen_fd != MHD_INVALID_SOCKET) close(listen_fd);
   for (int i = 0; i < s.n_slots; i++) {
