@@ -194,6 +194,13 @@ npulm_status npulm_model_compile(npulm_model *model, const npulm_compile_params 
                                  npulm_error *err);
 bool npulm_model_has_program(const npulm_model *model);
 
+/* Whether a command reading the model file at 'model_path' may write 'out_path', said before the
+ * work: NPULM_ERR_ARG for an empty path, a directory, or the model's own file (by device and
+ * inode, whatever names them: the write would replace the model), NPULM_ERR_IO for a directory
+ * that does not exist or cannot be written in. npulm_compile_file and npulm_model_export_onnx
+ * check each file they write so (the export: its model, encodings and data file). */
+npulm_status npulm_check_output(const char *model_path, const char *out_path, npulm_error *err);
+
 /* Compile the model file at 'model_path' (GGUF) into the program file 'out_path', as
  * npulm_model_open, npulm_model_compile and npulm_model_save_program would (the same file, byte for
  * byte), but reading the model a block at a time: an integer program compiled without keep_float

@@ -504,6 +504,23 @@ static void test_api_errors(void **state) {
   assert_int_equal(npulm_model_save_program(m, "/nonexistent-dir/x.npu", NULL, NULL, &err),
                    NPULM_ERR_IO);
   assert_non_null(strstr(err.msg, "/nonexistent-dir/x.npu"));
+  /* an export never writes over the file the model is read from: its model, encodings or data
+   * file (the library's own check, as a caller other than the CLI meets it) */
+  char enc[512], data[512];
+  snprintf(enc, sizeof(enc), "%s.encodings.json", out);
+  snprintf(data, sizeof(data), "%s.data", out);
+  const char *const onto[] = {src, enc, data};
+  for (int i = 0; i < 3; i++) {
+    if (i > 0) assert_int_equal(link(src, onto[i]), 0);
+    assert_int_equal(npulm_model_export_onnx(m, i == 0 ? src : out, NULL, NULL, &err),
+                     NPULM_ERR_ARG);
+    assert_non_null(strstr(err.msg, "the model's own file"));
+    if (i > 0) unlink(onto[i]);
+  }
+  assert_int_equal(npulm_check_output(src, "", &err), NPULM_ERR_ARG);
+  assert_int_equal(npulm_check_output(src, "/tmp", &err), NPULM_ERR_ARG);
+  assert_non_null(strstr(err.msg, "names a directory"));
+  assert_int_equal(npulm_check_output(src, out, &err), NPULM_OK);
   npulm_model_close(m);
   unlink(src);
   unlink(out);

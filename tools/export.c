@@ -89,6 +89,16 @@ int npulm_cmd_export(int argc, char **argv) {
   const double t0 = cli_now();
   npulm_model *model;
   npulm_error err;
+  /* each file written, before a GGUF is compiled: the library checks them again */
+  char enc_path[4096], data_path[4096];
+  npulm_export_encodings_path(out, enc_path, sizeof(enc_path));
+  snprintf(data_path, sizeof(data_path), "%s.data", out);
+  const char *const outputs[] = {out, enc_path, data_path};
+  for (size_t i = 0; i < sizeof(outputs) / sizeof(outputs[0]); i++) {
+    if (npulm_check_output(model_path, outputs[i], &err) != NPULM_OK) {
+      cli_die(a->cmd, "%s", err.msg);
+    }
+  }
   if (npulm_model_open(model_path, &model, &err) != NPULM_OK) cli_die(a->cmd, "%s", err.msg);
   struct cli_progress progress = {.lines = false};
   if (npulm_model_has_program(model) && compile_opt != NULL) {

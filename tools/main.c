@@ -685,14 +685,9 @@ static int cmd_compile(struct cli_args *a) {
   }
   if (out == NULL) cli_die(a->cmd, "%s", "no output file: pass -o MODEL.npu");
   model_path = cli_resolve_model(a->cmd, model_path);
-  struct stat in_st, out_st;
-  if (stat(model_path, &in_st) == 0 && stat(out, &out_st) == 0 && in_st.st_dev == out_st.st_dev &&
-      in_st.st_ino == out_st.st_ino) {
-    /* said before compiling; the library refuses it too, after */
-    cli_die(a->cmd, "'%s' is the model's own file: write the program to another path", out);
-  }
-  double t0 = cli_now();
   npulm_error err;
+  if (npulm_check_output(model_path, out, &err) != NPULM_OK) cli_die(a->cmd, "%s", err.msg);
+  double t0 = cli_now();
   struct cli_progress progress = {.lines = true};
   cp.progress = cli_progress;
   cp.progress_user = &progress;

@@ -8,6 +8,7 @@
 
 #include "api/open.h"
 #include "api/sparse.h"
+#include "base/atomic_file.h"
 #include "base/common.h"
 #include "compiler/program.h"
 #include "compiler/quantize.h"
@@ -234,6 +235,10 @@ static void directory_of(const char *path, char *dir, size_t cap) {
   else snprintf(dir, cap, "%.*s", (int)(slash - path), path);
 }
 
+npulm_status npulm_check_output(const char *model_path, const char *out_path, npulm_error *err) {
+  return npu_afile_check_target(out_path, model_path, err);
+}
+
 npulm_status npulm_compile_file(const char *model_path, const char *out_path,
                                 const npulm_compile_params *params, npulm_error *err) {
   /* an integer program without its float copy streams; the mode as the compile will parse it */
@@ -241,14 +246,12 @@ npulm_status npulm_compile_file(const char *model_path, const char *out_path,
   npulm_status st = quant_from_params(params, &q, err);
   if (st != NPULM_OK) return st;
   const bool stream = q.mode != NPU_QUANT_F32 && (params == NULL || !params->keep_float);
+  /* a program that cannot be written is said before the compile, not after */
+  if ((st = npulm_check_output(model_path, out_path, err)) != NPULM_OK) return st;
   char dir[4096];
   directory_of(out_path, dir, sizeof(dir));
   npulm_model *m = NULL;
   struct npu_program *p = NULL;
-  /* a program that cannot be written is said before the compile, not after */
-  if (access(dir, W_OK | X_OK) != 0) {
-    return npu_fail(err, NPULM_ERR_IO, "cannot create '%s': %s", out_path, strerror(errno));
-  }
   const bool report = params != NULL && params->progress != NULL;
   if (report) params->progress(params->progress_user, "load", "model", 0, 1);
   st = npu_model_open(model_path, stream, NULL, &m, err);

@@ -214,6 +214,29 @@ void npu_afile_abort(struct npu_afile *f) {
   *f = (struct npu_afile){.fd = -1};
 }
 
+npulm_status npu_afile_check_target(const char *path, const char *input, npulm_error *err) {
+  if (path == NULL || path[0] == '\0') return npu_fail(err, NPULM_ERR_ARG, "no output path given");
+  struct stat sb;
+  if (input != NULL && stat(input, &sb) == 0 &&
+      npu_file_is(path, (uint64_t)sb.st_dev, (uint64_t)sb.st_ino)) {
+    return npu_fail(err, NPULM_ERR_ARG,
+                    "'%s' is the model's own file: write the output to another path", path);
+  }
+  const size_t len = strlen(path);
+  if (path[len - 1] == '/' || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))) {
+    return npu_fail(err, NPULM_ERR_ARG, "cannot write '%s': it names a directory", path);
+  }
+  char *dir = dir_of(path);
+  if (dir == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  const int ok = access(dir, W_OK | X_OK);
+  const int access_errno = errno;
+  free(dir);
+  if (ok != 0) {
+    return npu_fail(err, NPULM_ERR_IO, "cannot create '%s': %s", path, strerror(access_errno));
+  }
+  return NPULM_OK;
+}
+
 bool npu_file_is(const char *path, uint64_t dev, uint64_t ino) {
   struct stat sb;
   return stat(path, &sb) == 0 && (uint64_t)sb.st_dev == dev && (uint64_t)sb.st_ino == ino;

@@ -38,6 +38,12 @@ npulm_status npu_afile_commit(struct npu_afile *f, npulm_error *err);
  * committed, aborted or never opened (zero-initialized). */
 void npu_afile_abort(struct npu_afile *f);
 
+/* Whether a file can be written at 'path', said before the work that makes it: NPULM_ERR_ARG for
+ * an empty path, a directory, or the file 'input' names (if not NULL: the file the work reads,
+ * which the write would replace, by device and inode); NPULM_ERR_IO for a directory that does
+ * not exist or cannot be written in. */
+npulm_status npu_afile_check_target(const char *path, const char *input, npulm_error *err);
+
 /* Whether 'path' names an existing file of device 'dev' and inode 'ino' (a file being read, which
  * a write to 'path' would replace). */
 bool npu_file_is(const char *path, uint64_t dev, uint64_t ino);

@@ -940,6 +940,18 @@ npulm_status npulm_model_export_onnx(const npulm_model *model, const char *path,
     return npu_fail(err, NPULM_ERR_ARG, "export: the path '%.64s...' is too long", path);
   }
   npulm_export_encodings_path(path, enc_path, sizeof(enc_path));
+  /* none of the files written may take the place of the one the model is read from */
+  char data_path[4096];
+  snprintf(data_path, sizeof(data_path), "%s.data", path);
+  const char *const outputs[] = {path, enc_path, data_path};
+  for (size_t i = 0; i < sizeof(outputs) / sizeof(outputs[0]); i++) {
+    if (npu_gguf_is_file(model->gguf, outputs[i])) {
+      return npu_fail(err, NPULM_ERR_ARG,
+                      "'%s' is the model's own file: write the output to another path", outputs[i]);
+    }
+    const npulm_status st = npu_afile_check_target(outputs[i], NULL, err);
+    if (st != NPULM_OK) return st;
+  }
   struct exporter ex = {.m = model, .p = p, .g = g, .rows = rows, .ctx = ctx, .past = ctx - rows};
   ex.cap_fills = p->n_weights + p->n_qsites;
   ex.fills = calloc((size_t)ex.cap_fills + 1, sizeof(*ex.fills));

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/atomic_file.h"
 #include "base/common.h"
 #include "base/pages.h"
 
@@ -485,6 +486,10 @@ npulm_status npu_gguf_open(const char *path, struct npu_gguf **out, npulm_error 
   (*out)->file_dev = (uint64_t)sb.st_dev;
   (*out)->file_ino = (uint64_t)sb.st_ino;
   return NPULM_OK;
+}
+
+bool npu_gguf_is_file(const struct npu_gguf *g, const char *path) {
+  return g != NULL && g->owns_mapping && npu_file_is(path, g->file_dev, g->file_ino);
 }
 
 void npu_gguf_close(struct npu_gguf *g) {

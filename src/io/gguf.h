@@ -96,6 +96,9 @@ npulm_status npu_gguf_open(const char *path, struct npu_gguf **out, npulm_error 
 npulm_status npu_gguf_open_memory(const void *data, size_t size, struct npu_gguf **out,
                                   npulm_error *err);
 void npu_gguf_close(struct npu_gguf *g); /* accepts NULL */
+/* Whether 'path' names the file 'g' was read from (by device and inode: a write to 'path' would
+ * replace it, whatever the name it was opened by); false for an image. */
+bool npu_gguf_is_file(const struct npu_gguf *g, const char *path);
 
 /* Let go of bytes [begin, end) of the file (the whole pages they touch): out of this process's
  * resident set and, with 'uncache', out of the page cache too (clean pages), so that the next

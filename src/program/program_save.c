@@ -334,9 +334,9 @@ npulm_status npu_program_save(const struct npulm_model *m, const struct npu_prog
   }
   /* the written file would take the place of the one the weights are read from: even written
    * safely, that destroys the user's model file, which is never what was meant */
-  if (m->gguf->owns_mapping && npu_file_is(path, m->gguf->file_dev, m->gguf->file_ino)) {
+  if (npu_gguf_is_file(m->gguf, path)) {
     st = npu_fail(err, NPULM_ERR_ARG,
-                  "'%s' is the model's own file: write the program to another path", path);
+                  "'%s' is the model's own file: write the output to another path", path);
     goto fail;
   }
   if ((st = npu_gguf_writer_open_file(path, &w, err)) != NPULM_OK) goto fail;

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Files npulm writes and reads: a program file is written whole or not at all (a killed or failing
-# compile leaves the old file as it was and no temporary), never onto the model it reads, and
-# every byte of it is checksummed (`npulm verify` names the damaged part; loading refuses it).
+# compile leaves the old file as it was and no temporary), never onto the model it reads (nor any
+# file of an export), and every byte of it is checksummed (`npulm verify` names the damaged part; loading refuses it).
 # Prints TAP lines.
 . "$(dirname "$0")/tap.sh"
 require_model files
@@ -26,7 +26,33 @@ fails "compile: -o the input program itself" "model's own file" "$bin" compile -
 check "compile: the input program is untouched" cmp -s "$old" "$out/m.npu"
 ln -s m.npu "$out/link.npu"
 fails "compile: -o a link to the input" "model's own file" "$bin" compile -m "$out/m.npu" -o "$out/link.npu"
-rm "$out/link.npu" "$out/m.gguf"
+# export onto its input: the model, the encodings or the external data file beside -o; each
+# refused before anything is written, the input untouched
+fails "export: -o the input program itself" "model's own file" "$bin" export -m "$out/m.npu" -o "$out/m.npu"
+check "export: the input program is untouched" cmp -s "$old" "$out/m.npu"
+fails "export: -o the input GGUF itself" "model's own file" "$bin" export -m "$out/m.gguf" -o "$out/m.gguf"
+check "export: the input GGUF is untouched" cmp -s "$model" "$out/m.gguf"
+ln -s m.npu "$out/x.encodings.json"
+fails "export: encodings onto the input (a link to it)" "'.*x.encodings.json' is the model's own file" \
+  "$bin" export -m "$out/m.npu" -o "$out/x.onnx"
+ln "$out/m.npu" "$out/y.onnx.data"
+fails "export: the data file onto the input (a hard link)" "'.*y.onnx.data' is the model's own file" \
+  "$bin" export -m "$out/m.npu" -o "$out/y.onnx" --external-data
+check "export: the input program is still untouched" cmp -s "$old" "$out/m.npu"
+rm "$out/link.npu" "$out/m.gguf" "$out/x.encodings.json" "$out/y.onnx.data"
+
+# an output that cannot be a file: said at once, before the model is compiled
+quick() { # quick SECONDS COMMAND...: the command fails within SECONDS
+  limit=$1; shift
+  start=$(date +%s)
+  "$@" 2>/dev/null && return 1
+  [ $(($(date +%s) - start)) -le "$limit" ]
+}
+fails "compile: -o a directory" "'$tmp': it names a directory" "$bin" compile -m "$model" -o "$tmp"
+fails "compile: -o ''" "no output path given" "$bin" compile -m "$model" -o ''
+fails "export: -o a directory" "it names a directory" "$bin" export -m "$model" -o "$tmp/"
+check "compile: -o a directory is refused before the compile (stories27M, 2 s)" \
+  quick 2 "$bin" compile -m "$shared/models/stories27M.gguf" -o "$tmp"
 
 # killed in the middle of writing: the file size limit stops the process with SIGXFSZ once the
 # output passes ~0.5 MB (of 1.7 MB), as a kill at that moment would
