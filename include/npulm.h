@@ -331,6 +331,9 @@ typedef struct npulm_sparse_stats {
 } npulm_sparse_stats;
 
 void npulm_session_sparse_stats(const npulm_session *session, npulm_sparse_stats *stats_out);
+/* Whether the session's decode steps run sparse: its program was compiled with a sparsity and
+ * its params.sparse is not NPULM_SPARSE_OFF. */
+bool npulm_session_is_sparse(const npulm_session *session);
 
 /* Where a session's weights are under a memory budget (npulm_open_params.mem_budget; zeros
  * without one), and what it read from storage since created or cleared. */
@@ -402,8 +405,10 @@ npulm_status npulm_session_eval(npulm_session *session, const int32_t *tokens, s
  * the logits of its last token in the step, bit for bit those npulm_session_eval of its tokens
  * alone would give, and its position advances by its number of tokens. The step runs on
  * sessions[0]'s threads (its statistics count it). The sessions must be of one model and program
- * (not the reference), with one context length and sparse decode off (NPULM_SPARSE_OFF: a batch's
- * FFN is dense); their program must keep attention in float (the default policy). No other call
+ * (not the reference), with one context length; a batch of several sessions runs its FFNs dense,
+ * also for sessions that decode sparse (npulm_session_is_sparse: their one-row steps alone are
+ * sparse, so a token batched with others may differ from the one npulm_session_eval gives); their
+ * program must keep attention in float (the default policy). No other call
  * may be in progress on any of them. NPULM_ERR_ARG (nothing evaluated) otherwise, for a token
  * outside the vocabulary or a session whose tokens do not fit its context; NPULM_ERR_UNSUPPORTED
  * if the program has no chunk size of at least n (or no graph of it for the step's positions) or

@@ -55,6 +55,11 @@ const char npulm_usage_serve[] =
     "  --queue N          requests that may wait for a slot (default 64); more are answered 503\n"
     "  --timeout S        seconds a connection has to send a whole request (headers and body;\n"
     "                     also the most a kept-alive connection waits idle) (default 10)\n"
+    "  --sparse MODE      decode of a program compiled with --sparsity: predict (default), exact\n"
+    "                     or off (dense). Sparse decode is a one-row step's: a step of one request\n"
+    "                     decodes sparse, so its greedy text is run's; a step that batches several\n"
+    "                     requests (or a token and a prompt) runs their FFNs dense, and its\n"
+    "                     tokens may differ from run's (said at start)\n"
     "\n"
     "A GGUF model is compiled in memory first (calibrated and quantized as compile would), with\n"
     "the chunk sizes of batched decode (--batch, default --parallel):\n"
@@ -1267,6 +1272,7 @@ static void parse_options(struct cli_args *a, struct server *s, struct serve_opt
       s->max_connections = (int)cli_opt_int(a, 1, 4096);
     else if (cli_is_opt(arg, NULL, "--queue")) s->max_queue = (int)cli_opt_int(a, 0, 1 << 16);
     else if (cli_is_opt(arg, NULL, "--timeout")) s->timeout_s = (int)cli_opt_int(a, 1, 86400);
+    else if (cli_is_opt(arg, NULL, "--sparse")) cli_session_option(a, &o->sp);
     else if (cli_compile_option(a, &o->cp, false)) o->batch_given |= strcmp(arg, "--batch") == 0;
     else cli_unknown_option(a);
   }
@@ -1321,12 +1327,17 @@ int npulm_cmd_serve(int argc, char **argv) {
   npulm_model_get_info(s.model, &s.info);
   const char *slash = strrchr(path, '/');
   s.model_id = slash != NULL ? slash + 1 : path;
-  o.sp.sparse = NPULM_SPARSE_OFF; /* batched decode is dense */
   s.n_slots = o.parallel;
   for (int i = 0; i < s.n_slots; i++) {
     if (npulm_session_create(s.model, &o.sp, &s.slots[i].session, &err) != NPULM_OK) {
       cli_die(a.cmd, "%s", err.msg);
     }
+  }
+  if (npulm_session_is_sparse(s.slots[0].session)) {
+    fprintf(stderr,
+            "npulm serve: sparse decode (--sparse %s): a step of one request decodes sparse, as "
+            "run does; a step batching several requests runs their FFNs dense\n",
+            o.sp.sparse == NPULM_SPARSE_EXACT ? "exact" : "predict");
   }
   s.n_ctx = npulm_session_ctx(s.slots[0].session);
   s.started = (long long)time(NULL);

@@ -490,6 +490,8 @@ void npulm_session_sparse_stats(const npulm_session *s, npulm_sparse_stats *out)
   };
 }
 
+bool npulm_session_is_sparse(const npulm_session *s) { return s->sparse != NULL; }
+
 void npulm_session_sparse_stats_clear(npulm_session *s) {
   if (s->sparse != NULL) npu_sparse_reset_stats(s->sparse);
   if (s->residency != NULL) npu_residency_reset_stats(s->residency);
@@ -581,9 +583,6 @@ static const char *batch_refusal(const struct npulm_session *lead, const struct 
     return "the sessions of a batch must run one model's program";
   }
   if (b->n_ctx != lead->n_ctx) return "the sessions of a batch must have one context length";
-  if (b->sparse != NULL) {
-    return "a batch step runs the FFN dense: create its sessions with sparse decode off";
-  }
   return NULL;
 }
 

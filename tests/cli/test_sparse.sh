@@ -1,7 +1,8 @@
 #!/bin/sh
 # Sparse decode and memory budgets from the command line: a program compiled with --sparsity runs
 # predicted, exact and dense decode; inspect describes its layers; a memory budget from a cold
-# page cache gives the unbudgeted text and prints what it read; bad use is a one-line error.
+# page cache gives the unbudgeted text and prints what it read; serve decodes it as run does; bad
+# use is a one-line error.
 # Prints TAP lines.
 . "$(dirname "$0")/tap.sh"
 model=$shared/models/tinystories-5M.gguf
@@ -39,6 +40,35 @@ ppl_decode() {
     grep -q "^Final estimate" "$tmp/ppl" && grep -q "recall 1.0000" "$tmp/ppl"
 }
 check "ppl --sparse exact --sparse-audit: recall 1 by definition" ppl_decode
+
+# serve decodes the program as compiled: with one request at a time every step is one request's,
+# sparse as run's, so greedy serve gives run's text (5 prompts); it says so once at start
+serve_is_run() {
+  command -v curl >/dev/null && command -v python3 >/dev/null || return 0
+  "$bin" serve -m "$tmp/s.npu" --port 0 --parallel 2 2>"$tmp/serve.log" &
+  spid=$!
+  i=0
+  until grep -q 'listening on' "$tmp/serve.log"; do
+    i=$((i + 1))
+    if [ "$i" -gt 600 ] || ! kill -0 "$spid" 2>/dev/null; then cat "$tmp/serve.log"; return 1; fi
+    sleep 0.1
+  done
+  url=$(sed -n 's/.*listening on \(http:[^ ]*\) .*/\1/p' "$tmp/serve.log")
+  ok=0
+  for p in "Once upon a time" "The little dog" "Lily wanted to" "One day, Tom" "The sun was"; do
+    "$bin" run -m "$tmp/s.npu" -p "$p" -n 32 --temp 0 2>/dev/null >"$tmp/run.txt"
+    curl -s --max-time 60 -H 'Content-Type: application/json' \
+      -d "{\"prompt\":\"$p\",\"max_tokens\":32,\"temperature\":0}" "$url/v1/completions" |
+      python3 -c 'import json,sys; sys.stdout.write(sys.argv[1] + json.load(sys.stdin)["choices"][0]["text"])' "$p" \
+        >"$tmp/serve.txt"
+    if [ "$(cat "$tmp/run.txt")" = "$(cat "$tmp/serve.txt")" ]; then ok=$((ok + 1)); else
+      echo "'$p': run and serve differ:"; cat "$tmp/run.txt"; echo; cat "$tmp/serve.txt"; echo; fi
+  done
+  kill -TERM "$spid"
+  wait "$spid"
+  [ "$ok" -eq 5 ] && grep -q "^npulm serve: sparse decode (--sparse predict): a step of one request decodes sparse" "$tmp/serve.log"
+}
+check "serve: greedy text is run's for a sparse program (5 prompts), and says how it decodes" serve_is_run
 
 fails "compile: sparsity out of range" "not in \[0, 1)" "$bin" compile -m "$model" -o "$tmp/x.npu" --sparsity 1.5
 fails "compile: sparsity needs int8 activations" "sparse decode needs" "$bin" compile -m "$model" -o "$tmp/x.npu" --sparsity 0.5 --quant w8a16
