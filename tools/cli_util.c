@@ -204,10 +204,18 @@ bool cli_compile_option(struct cli_args *a, npulm_compile_params *cp, bool ctx_i
       a->i++;
       cp->smooth_alpha = NPULM_SMOOTH_ALPHA_AUTO;
     } else {
+      /* 0 is the library's "default" (0.5): as an option it is out of range like 1 */
       cp->smooth_alpha = cli_opt_float(a);
+      if (!(cp->smooth_alpha > 0.0f && cp->smooth_alpha < 1.0f)) {
+        cli_die(a->cmd, "option --smooth-alpha: %g is not in (0, 1) (nor auto)",
+                (double)cp->smooth_alpha);
+      }
     }
   } else if (cli_is_opt(o, NULL, "--shadow-threshold")) {
     cp->shadow_threshold = cli_opt_float(a);
+    if (!(cp->shadow_threshold > 1.0f)) { /* 0 too, the library's "default" (6) */
+      cli_die(a->cmd, "option --shadow-threshold: %g is not above 1", (double)cp->shadow_threshold);
+    }
   } else if (cli_is_opt(o, NULL, "--sparsity")) {
     /* "auto": the largest level within 1 % of dense perplexity */
     const char *v = a->i + 1 < a->argc ? a->argv[a->i + 1] : NULL;

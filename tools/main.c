@@ -600,7 +600,7 @@ static int run_or_chat(struct cli_args *a, bool chat) {
     else if (cli_is_opt(o, NULL, "--system")) system = cli_opt_value(a);
     else if (cli_is_opt(o, "-v", "--verbose")) r.verbose = true;
     else if (cli_is_opt(o, "-n", "--n-predict")) r.n_predict = cli_opt_int(a, -1, 1 << 30);
-    else if (cli_is_opt(o, "-c", "--ctx")) sp.n_ctx = (int)cli_opt_int(a, 0, 1 << 30);
+    else if (cli_is_opt(o, "-c", "--ctx")) sp.n_ctx = (int)cli_opt_int(a, 1, 1 << 20);
     else if (cli_is_opt(o, "-t", "--threads")) sp.n_threads = (int)cli_opt_int(a, 0, 1024);
     else if (cli_is_opt(o, NULL, "--temp")) samp.temp = cli_opt_float(a);
     else if (cli_is_opt(o, NULL, "--top-k")) samp.top_k = (int)cli_opt_int(a, 0, 1 << 30);

@@ -57,6 +57,17 @@ for opt in --temp --top-p --smooth-alpha --shadow-threshold; do
 done
 fails "compile: --shadow-threshold inf" "option --shadow-threshold: 'inf' is not a finite number" \
   "$bin" compile -m "$model" -o "$tmp/x.npu" --shadow-threshold inf
+# 0 is the library's "default", never a value an option takes: refused as the help's ranges say
+for v in 0 -0 1; do
+  fails "compile: --smooth-alpha $v" "option --smooth-alpha: $v is not in (0, 1)" \
+    "$bin" compile -m "$model" -o "$tmp/x.npu" --quant w8a8-smooth --smooth-alpha $v
+done
+fails "compile: --shadow-threshold 0" "option --shadow-threshold: 0 is not above 1" \
+  "$bin" compile -m "$model" -o "$tmp/x.npu" --quant w8a8-shadow --shadow-threshold 0
+# one rule for a context length: run, chat, serve and ppl refuse 0
+for cmd in run chat; do
+  fails "$cmd: -c 0" "option -c: '0' is not an integer in \[1, " "$bin" $cmd -m "$model" -p x -c 0
+done
 fails "run: unknown option" "unknown option" "$bin" run --frobnicate
 fails "unknown command" "unknown command" "$bin" frobnicate
 
