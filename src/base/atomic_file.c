@@ -1,13 +1,19 @@
 /* Files written whole or not at all (see atomic_file.h). On Linux the temporary is opened with
- * O_TMPFILE and has no name until it is complete, so a process killed at any point (SIGKILL, a
- * full disk's SIGXFSZ) leaves no file behind; elsewhere, or on filesystems without O_TMPFILE, it is
- * a named file beside the target, removed on every failure the process lives through. */
+ * O_TMPFILE and has no name until it is complete, so a process killed while writing (SIGKILL, a
+ * full disk's SIGXFSZ) leaves no file behind. Once complete it must be named to be renamed over
+ * the target (linkat cannot replace a file): a process killed between that link and the rename
+ * leaves a complete "<target>.tmp.<pid>.<n>". Elsewhere, or on filesystems without O_TMPFILE, the
+ * temporary has that name from the start, removed on every failure the process lives through.
+ * Either way, the next write of the same target removes the temporaries of processes that no
+ * longer exist (stale_temporaries). */
 #define _GNU_SOURCE /* O_TMPFILE */
 #include "base/atomic_file.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +39,39 @@ static char *tmp_name(const char *path, int attempt) {
   char *s = malloc(n);
   if (s != NULL) snprintf(s, n, "%s.tmp.%ld.%d", path, (long)getpid(), attempt);
   return s;
+}
+
+/* Remove the temporaries of 'path' ("<path>.tmp.<pid>.<n>", tmp_name) that processes which no
+ * longer exist left behind (killed between naming and renaming one). A live process's are its
+ * own; a pid of another PID namespace looks dead from here, so such a writer must not share the
+ * target's directory. */
+static void stale_temporaries(const char *path) {
+  char *dir = dir_of(path);
+  const char *slash = strrchr(path, '/');
+  const char *base = slash != NULL ? slash + 1 : path;
+  const size_t base_len = strlen(base);
+  DIR *d = dir != NULL ? opendir(dir) : NULL;
+  free(dir);
+  if (d == NULL) return;
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    const char *name = e->d_name;
+    if (strncmp(name, base, base_len) != 0 || strncmp(name + base_len, ".tmp.", 5) != 0) continue;
+    char *end;
+    errno = 0;
+    const long pid = strtol(name + base_len + 5, &end, 10);
+    if (errno != 0 || pid <= 0 || end == name + base_len + 5 || *end != '.' || pid == getpid()) {
+      continue;
+    }
+    const char *n = end + 1;
+    while (*n >= '0' && *n <= '9') n++;
+    if (n == end + 1 || *n != '\0') continue;
+    struct stat sb;
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to know */
+    if (fstatat(dirfd(d), name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode)) {
+      (void)unlinkat(dirfd(d), name, 0);
+    }
+  }
+  closedir(d);
 }
 
 static npulm_status open_tmp(struct npu_afile *f, npulm_error *err) {
@@ -87,6 +126,8 @@ npulm_status npu_afile_open(const char *path, struct npu_afile *f, npulm_error *
     }
   } else if ((st = open_tmp(f, err)) != NPULM_OK) {
     goto fail;
+  } else {
+    stale_temporaries(f->path);
   }
   f->live = true;
   return NPULM_OK;

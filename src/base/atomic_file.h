@@ -1,6 +1,8 @@
 /* Files written whole or not at all: the bytes go to a temporary file in the target's directory
- * (unnamed where the system allows it, so that even a killed process leaves nothing behind), which
- * is synced and then renamed over the target; until then the target keeps its old contents. */
+ * (unnamed where the system allows it, so that a process killed while writing leaves nothing
+ * behind), which is synced and then renamed over the target; until then the target keeps its old
+ * contents. A process killed in the moment between naming the complete temporary and renaming it
+ * leaves "<target>.tmp.<pid>.<n>", which the next write of the target removes. */
 #ifndef NPU_BASE_ATOMIC_FILE_H
 #define NPU_BASE_ATOMIC_FILE_H
 

@@ -76,6 +76,20 @@ replaced() { "$bin" compile -m "$model" -o "$out/m.npu" 2>/dev/null && ! cmp -s 
   only_files "$out" m.npu && "$bin" run -m "$out/m.npu" -p "Once" -n 4 --temp 0 >/dev/null 2>&1; }
 check "compile: a finished compile replaces the file" replaced
 
+# a kill between naming the complete temporary and renaming it leaves NAME.tmp.PID.N: the next
+# write of NAME removes those of processes that are gone, not a live one's nor another target's
+stale() {
+  dead=$(sh -c 'echo $$')
+  for f in m.npu.tmp.$dead.0 m.npu.tmp.$dead.7 m.npu.tmp.$$.0 other.npu.tmp.$dead.0 \
+    m.npu.tmp.$dead.x; do
+    cp "$old" "$out/$f"
+  done
+  "$bin" compile -m "$model" -o "$out/m.npu" 2>/dev/null &&
+    only_files "$out" m.npu m.npu.tmp.$$.0 other.npu.tmp.$dead.0 m.npu.tmp.$dead.x &&
+    rm "$out/m.npu.tmp.$$.0" "$out/other.npu.tmp.$dead.0" "$out/m.npu.tmp.$dead.x"
+}
+check "compile: removes the temporaries dead writers left beside the target" stale
+
 # checksums: every damaged part is named, and a damaged file does not load
 sound() { "$bin" verify "$old" | grep -q "sound: .* XXH3-64 checksums"; }
 check "verify: a sound program" sound
