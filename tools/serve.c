@@ -38,6 +38,9 @@ const char npulm_usage_serve[] =
     "\n"
     "  -m, --model FILE   model (default: $NPULM_MODEL, else " CLI_DEFAULT_MODEL_PATH ");\n"
     "                     its file name is the model's id in the API\n"
+    "  -a, --alias NAME   the model's id instead (as llama-server's): /v1/models lists NAME and\n"
+    "                     answers carry it. A request's \"model\" may be NAME or the file name;\n"
+    "                     any other is 404 model_not_found (as OpenAI answers)\n"
     "  --host ADDR        numeric address to listen on (default 127.0.0.1)\n"
     "  --port N           port, 0 = any free one (default 8080)\n"
     "  --parallel N       slots: requests generated at once, 1 to 64 (default 4)\n"
@@ -136,7 +139,9 @@ struct tracked {
 struct server {
   npulm_model *model;
   npulm_model_info info;
-  const char *model_id;
+  const char *model_id; /* the served name: --alias, else the model's file name */
+  const char *file_id;  /* the model's file name, which a request may name too */
+  const char *alias;
   const char *api_key;
   const char *chat_template; /* NULL: the model's */
   int n_ctx, max_tokens, max_connections, max_queue, timeout_s;
@@ -815,6 +820,17 @@ static const char *read_fields(const struct server *s, json_t *root, struct requ
     snprintf(msg, cap, "n must be 1: one choice per request");
     return "n";
   }
+  /* log probabilities are not given: asked for, that is said rather than left out unseen (a
+   * chat's "logprobs": false asks for none) */
+  v = json_object_get(root, "logprobs");
+  if (v != NULL && !json_is_null(v) && !(r->chat && json_is_false(v))) {
+    snprintf(msg, cap, "logprobs is not supported by this server");
+    return "logprobs";
+  }
+  if ((v = json_object_get(root, "top_logprobs")) != NULL && !json_is_null(v)) {
+    snprintf(msg, cap, "top_logprobs is not supported by this server");
+    return "top_logprobs";
+  }
   if (!bool_field(root, "ignore_eos", &r->ignore_eos, msg, cap)) return "ignore_eos";
   if (!bool_field(root, "stream", &r->stream, msg, cap)) return "stream";
   if ((v = json_object_get(root, "stop")) != NULL && !json_is_null(v)) {
@@ -927,7 +943,8 @@ static enum MHD_Result handle_generate(struct http_req *h) {
     ret = BAD_REQUEST(h, NULL, "the body must be a JSON object");
   } else if (model != NULL && !json_is_null(model) && !json_is_string(model)) {
     ret = BAD_REQUEST(h, "model", "model must be a string");
-  } else if (json_is_string(model) && strcmp(json_string_value(model), s->model_id) != 0) {
+  } else if (json_is_string(model) && strcmp(json_string_value(model), s->model_id) != 0 &&
+             strcmp(json_string_value(model), s->file_id) != 0) {
     ret = answer_error(h, MHD_HTTP_NOT_FOUND, "invalid_request_error", "model_not_found", "model",
                        "the model '%.200s' does not exist: this server has '%s'",
                        json_string_value(model), s->model_id);
@@ -1265,6 +1282,7 @@ static void parse_options(struct cli_args *a, struct server *s, struct serve_opt
     else if (cli_is_opt(arg, "-c", "--ctx")) o->sp.n_ctx = (int)cli_opt_int(a, 1, 1 << 20);
     else if (cli_is_opt(arg, "-t", "--threads")) o->sp.n_threads = (int)cli_opt_int(a, 0, 1024);
     else if (cli_is_opt(arg, NULL, "--api-key")) s->api_key = cli_opt_value(a);
+    else if (cli_is_opt(arg, "-a", "--alias")) s->alias = cli_opt_value(a);
     else if (cli_is_opt(arg, NULL, "--chat-template")) s->chat_template = cli_opt_value(a);
     else if (cli_is_opt(arg, NULL, "--max-tokens")) s->max_tokens = (int)cli_opt_int(a, 1, 1 << 24);
     else if (cli_is_opt(arg, NULL, "--max-body")) s->max_body = (size_t)cli_opt_size(a);
@@ -1276,6 +1294,10 @@ static void parse_options(struct cli_args *a, struct server *s, struct serve_opt
     else if (cli_compile_option(a, &o->cp, false)) o->batch_given |= strcmp(arg, "--batch") == 0;
     else cli_unknown_option(a);
   }
+  if (s->api_key != NULL && s->api_key[0] == '\0') {
+    cli_die(a->cmd, "%s", "option --api-key: the key is empty (a request would need none)");
+  }
+  if (s->alias != NULL && s->alias[0] == '\0') cli_die(a->cmd, "%s", "option --alias: empty");
   if (s->chat_template != NULL) {
     const char *const *t = npulm_chat_templates();
     while (*t != NULL && strcmp(*t, s->chat_template) != 0) t++;
@@ -1326,7 +1348,8 @@ int npulm_cmd_serve(int argc, char **argv) {
   cli_free_compile_params(&o.cp);
   npulm_model_get_info(s.model, &s.info);
   const char *slash = strrchr(path, '/');
-  s.model_id = slash != NULL ? slash + 1 : path;
+  s.file_id = slash != NULL ? slash + 1 : path;
+  s.model_id = s.alias != NULL ? s.alias : s.file_id;
   s.n_slots = o.parallel;
   for (int i = 0; i < s.n_slots; i++) {
     if (npulm_session_create(s.model, &o.sp, &s.slots[i].session, &err) != NPULM_OK) {

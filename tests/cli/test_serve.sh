@@ -1,8 +1,8 @@
 #!/bin/sh
 # npulm serve over HTTP with curl: every endpoint, streamed and not (status, the JSON's shape,
 # finish_reason and usage), greedy output the same streamed or not, stop strings, the context's
-# end, OpenAI error objects and statuses, the API key, the connection limit and request timeout,
-# bad options, and a prompt exit 0 on SIGTERM. The JSON is checked as text: the server writes it
+# end, OpenAI error objects and statuses (logprobs refused by name), the API key, --alias, the
+# connection limit and request timeout, bad options, and a prompt exit 0 on SIGTERM. The JSON is checked as text: the server writes it
 # compact, fields in a fixed order.
 . "$(dirname "$0")/tap.sh"
 require_model "npulm serve"
@@ -201,6 +201,17 @@ bad "temperature 2.5" /v1/completions '{"prompt":"a","temperature":2.5}' tempera
 bad "top_p 0" /v1/completions '{"prompt":"a","top_p":0}' top_p
 bad "stream not a boolean" /v1/completions '{"prompt":"a","stream":"yes"}' stream
 bad "five stop strings" /v1/completions '{"prompt":"a","stop":["a","b","c","d","e"]}' stop
+bad "logprobs (not given: said, not left out)" /v1/completions '{"prompt":"a","logprobs":2}' logprobs
+bad "a chat's logprobs true" /v1/chat/completions \
+  '{"messages":[{"role":"user","content":"a"}],"logprobs":true}' logprobs
+bad "a chat's top_logprobs" /v1/chat/completions \
+  '{"messages":[{"role":"user","content":"a"}],"logprobs":false,"top_logprobs":3}' top_logprobs
+t_logprobs_off() {
+  post /v1/chat/completions \
+    '{"messages":[{"role":"user","content":"a"}],"logprobs":false,"max_tokens":2}' &&
+    status_is 200
+}
+check "a chat's logprobs false asks for none: 200" t_logprobs_off
 bad "no messages" /v1/chat/completions '{"prompt":"a"}' messages
 bad "an unknown role" /v1/chat/completions '{"messages":[{"role":"wizard","content":"a"}]}' messages
 bad "content not a string" /v1/chat/completions '{"messages":[{"role":"user","content":3}]}' messages
@@ -232,8 +243,9 @@ t_term() {
 check "SIGTERM: exits 0 within 10 s" t_term
 
 # a second server: an API key, one connection, a 2 s request time
-check "starts with --api-key, --max-connections 1, --timeout 2" \
-  start "$tmp/log2" --api-key sekrit --max-connections 1 --timeout 2 --parallel 1
+check "starts with --api-key, --max-connections 1, --timeout 2, --alias" \
+  start "$tmp/log2" --api-key sekrit --max-connections 1 --timeout 2 --parallel 1 \
+  --alias gpt-3.5-turbo
 t_key_none() { post /v1/completions '{"prompt":"a"}' && is_error 401 invalid_request_error; }
 check "--api-key: no key is 401" t_key_none
 t_key_wrong() {
@@ -250,6 +262,26 @@ t_key_right() {
 check "--api-key: the key is let in" t_key_right
 t_key_health() { req /health && status_is 200; }
 check "--api-key: /health needs none" t_key_health
+key='Authorization: Bearer sekrit'
+t_alias_models() {
+  req /v1/models -H "$key" && status_is 200 && has '"data":[{"id":"gpt-3.5-turbo","object":"model"'
+}
+check "--alias: /v1/models lists the alias" t_alias_models
+t_alias_named() {
+  post /v1/completions '{"prompt":"a","max_tokens":2,"model":"gpt-3.5-turbo"}' -H "$key" &&
+    status_is 200 && has '"model":"gpt-3.5-turbo"'
+}
+check "--alias: a request naming the alias is served, and answered under it" t_alias_named
+t_alias_file() {
+  post /v1/completions '{"prompt":"a","max_tokens":2,"model":"stories260K.gguf"}' -H "$key" &&
+    status_is 200
+}
+check "--alias: the file name is served too" t_alias_file
+t_alias_other() {
+  post /v1/completions '{"prompt":"a","model":"gpt-4"}' -H "$key" && is_error 404 invalid_request_error &&
+    has '"code":"model_not_found"'
+}
+check "--alias: any other name is 404 model_not_found" t_alias_other
 
 # a client that sends its headers and then nothing (its body never comes)
 mkfifo "$tmp/fifo"
@@ -285,6 +317,8 @@ fails "a model that does not open" "nonexistent" "$bin" serve -m "$tmp/nonexiste
 fails "an unknown chat template" "unknown chat template" "$bin" serve -m "$model" \
   --chat-template nonesuch
 fails "--host not an address" "not a numeric" "$bin" serve -m "$model" --host example.org
+fails "an empty --api-key" "option --api-key: the key is empty" "$bin" serve -m "$model" --api-key ''
+fails "an empty --alias" "option --alias: empty" "$bin" serve -m "$model" --alias ''
 start "$tmp/log3" --parallel 1 >/dev/null 2>&1
 port=${url##*:}
 fails "a port in use" "cannot listen" "$bin" serve -m "$model" --port "$port" --parallel 1
