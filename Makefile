@@ -123,18 +123,19 @@ shared: $(SHLIB)
 PREFIX := /usr/local
 DEST := $(DESTDIR)$(PREFIX)
 install: $(BUILD)/npulm $(BUILD)/libnpulm.a $(SHLIB)
-	install -d $(DEST)/bin $(DEST)/include $(DEST)/lib/pkgconfig
-	install -m 755 $(BUILD)/npulm $(DEST)/bin/
-	install -m 644 include/npulm.h $(DEST)/include/
-	install -m 644 $(BUILD)/libnpulm.a $(DEST)/lib/
-	install -m 755 $(SHLIB) $(DEST)/lib/
-	ln -sf libnpulm.so.$(VERSION) $(DEST)/lib/$(SONAME)
-	ln -sf $(SONAME) $(DEST)/lib/libnpulm.so
+	install -d "$(DEST)/bin" "$(DEST)/include" "$(DEST)/lib/pkgconfig"
+	install -m 755 $(BUILD)/npulm "$(DEST)/bin/"
+	install -m 644 include/npulm.h "$(DEST)/include/"
+	install -m 644 $(BUILD)/libnpulm.a "$(DEST)/lib/"
+	install -m 755 $(SHLIB) "$(DEST)/lib/"
+	ln -sf libnpulm.so.$(VERSION) "$(DEST)/lib/$(SONAME)"
+	ln -sf $(SONAME) "$(DEST)/lib/libnpulm.so"
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(LDLIBS)|' \
-	  src/npulm.pc.in >$(DEST)/lib/pkgconfig/npulm.pc
+	  src/npulm.pc.in >"$(DEST)/lib/pkgconfig/npulm.pc"
 uninstall:
-	rm -f $(DEST)/bin/npulm $(DEST)/include/npulm.h $(DEST)/lib/pkgconfig/npulm.pc \
-	  $(addprefix $(DEST)/lib/,libnpulm.a libnpulm.so.$(VERSION) $(SONAME) libnpulm.so)
+	rm -f "$(DEST)/bin/npulm" "$(DEST)/include/npulm.h" "$(DEST)/lib/pkgconfig/npulm.pc" \
+	  "$(DEST)/lib/libnpulm.a" "$(DEST)/lib/libnpulm.so.$(VERSION)" "$(DEST)/lib/$(SONAME)" \
+	  "$(DEST)/lib/libnpulm.so"
 
 # Microbenchmarks (not tests): `make bench && build/bench/npu_kernels [runs]`,
 # `build/bench/program_load FILE.npu [runs]`

@@ -3,7 +3,7 @@
 # files, the soname, only the npulm_* API exported, npulm.pc), then README.md's example
 # (tests/install/example.c, which README.md must hold verbatim) built with pkg-config's flags
 # against the shared library and, with --static, against libnpulm.a, each run on the tiny model;
-# DESTDIR, and `make uninstall`. Prints TAP lines.
+# DESTDIR, a prefix with a space, and `make uninstall`. Prints TAP lines.
 # It installs what build/ holds (building build/pic/ and the shared library there if they are
 # missing), so it runs for the plain build only: under SAN=1 or TSAN=1 it skips.
 . "$(dirname "$0")/tap.sh"
@@ -87,4 +87,14 @@ destdir() {
 check "DESTDIR: the same files, npulm.pc naming PREFIX" destdir
 check "make uninstall removes every file" run_make uninstall PREFIX="$prefix"
 check "nothing is left" [ -z "$(installed "$prefix")" ]
+
+# a prefix with a space: every file under it, no stray folder in the tree (nor where the words
+# would point), and uninstall removes them
+spaced="$tmp/with space"
+before=$(ls -A "$root")
+check "make install PREFIX='.../with space'" run_make install PREFIX="$spaced"
+check "a prefix with a space: the same files" [ "$(installed "$spaced")" = "$expected" ]
+check "a prefix with a space: no stray folder in the tree" [ "$(ls -A "$root")" = "$before" ]
+check "a prefix with a space: uninstall" run_make uninstall PREFIX="$spaced"
+check "a prefix with a space: nothing is left" [ -z "$(installed "$spaced")" ]
 echo "1..$n"
