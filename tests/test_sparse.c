@@ -3,7 +3,8 @@
  * skips set to their zero point, where the skipped set is computed here independently (the
  * thresholds in the gate's real steps, in double; the predictor by the scalar reference GEMMs);
  * the share skipped follows the level; a program file keeps the sparse data (the same logits
- * after a save and load); and bad use is a one-line error. */
+ * after a save and load); a program file written while in use is refused, budgeted or not; and bad
+ * use is a one-line error. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -331,6 +332,72 @@ static void test_memory_budget(void **state) {
   remove(path);
 }
 
+/* Invert the byte at 'offset' of the file at 'path', in place (as another process rewriting the
+ * program file would). */
+static void flip_in_place(const char *path, long offset) {
+  FILE *f = fopen(path, "r+b");
+  assert_non_null(f);
+  assert_int_equal(fseek(f, offset, SEEK_SET), 0);
+  const int c = fgetc(f);
+  assert_true(c != EOF);
+  assert_int_equal(fseek(f, offset, SEEK_SET), 0);
+  assert_int_equal(fputc(255 - c, f), 255 - c);
+  assert_int_equal(fclose(f), 0);
+}
+
+/* A program file written in place while a session reads it, with a memory budget (its neurons
+ * read on demand) or without (mapped): the next step is refused as an I/O error naming it, not
+ * computed with other bytes; a file replaced by a rename is another file, and the session goes on
+ * with the one it opened. */
+static void test_file_written_in_use(void **state) {
+  (void)state;
+  npulm_model *m = compile_sparse(0.5f, "w8a8-smooth");
+  const char *path = "/tmp/npulm_test_sparse_inuse.npu", *next = "/tmp/npulm_test_sparse_next.npu";
+  npulm_error err;
+  assert_int_equal(npulm_model_save_program(m, path, NULL, NULL, &err), NPULM_OK);
+  assert_int_equal(npulm_model_save_program(m, next, NULL, NULL, &err), NPULM_OK);
+  npulm_model_close(m);
+  struct npu_gguf *g;
+  assert_int_equal(npu_gguf_open(path, &g, &err), NPULM_OK);
+  const long data = (long)g->data_offset, size = (long)g->size;
+  npu_gguf_close(g);
+  for (int budgeted = 0; budgeted < 2; budgeted++) {
+    /* the same budget as test_memory_budget's, loosely: most weights held, the cache small */
+    const npulm_open_params op = {.mem_budget = budgeted ? (uint64_t)size * 3 / 4 : 0};
+    npulm_model *pm;
+    assert_int_equal(npulm_model_open_params(path, &op, &pm, &err), NPULM_OK);
+    npulm_session_params sp = npulm_session_default_params();
+    sp.n_ctx = 64;
+    sp.n_threads = 1;
+    npulm_session *s;
+    assert_int_equal(npulm_session_create(pm, &sp, &s, &err), NPULM_OK);
+    const int32_t ids[4] = {1, 403, 407, 261};
+    assert_int_equal(npulm_session_eval(s, ids, 2, NULL, &err), NPULM_OK);
+    assert_int_equal(npulm_session_eval(s, &ids[2], 1, NULL, &err), NPULM_OK);
+    flip_in_place(path, data + (size - data) / 2);
+    assert_int_equal(npulm_session_eval(s, &ids[3], 1, NULL, &err), NPULM_ERR_IO);
+    assert_non_null(strstr(err.msg, "file was written while in use"));
+    flip_in_place(path, data + (size - data) / 2); /* its bytes again, still written */
+    assert_int_equal(npulm_session_eval(s, &ids[3], 1, NULL, &err), NPULM_ERR_IO);
+    npulm_session_free(s);
+    npulm_model_close(pm);
+  }
+  /* replaced whole by a rename (as compile writes): the open file is not the one written */
+  npulm_model *pm;
+  assert_int_equal(npulm_model_open(path, &pm, &err), NPULM_OK);
+  npulm_session *s;
+  npulm_session_params sp = npulm_session_default_params();
+  sp.n_ctx = 64;
+  assert_int_equal(npulm_session_create(pm, &sp, &s, &err), NPULM_OK);
+  const int32_t id = 1;
+  assert_int_equal(npulm_session_eval(s, &id, 1, NULL, &err), NPULM_OK);
+  assert_int_equal(rename(next, path), 0);
+  assert_int_equal(npulm_session_eval(s, &id, 1, NULL, &err), NPULM_OK);
+  npulm_session_free(s);
+  npulm_model_close(pm);
+  remove(path);
+}
+
 static void test_errors(void **state) {
   (void)state;
   npulm_model *m = test_open_shared(MODEL);
@@ -365,6 +432,7 @@ int main(void) {
       cmocka_unit_test(test_level_zero_is_dense),
       cmocka_unit_test(test_round_trip),
       cmocka_unit_test(test_memory_budget),
+      cmocka_unit_test(test_file_written_in_use),
       cmocka_unit_test(test_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

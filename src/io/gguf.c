@@ -455,6 +455,10 @@ npulm_status npu_gguf_open_memory(const void *data, size_t size, struct npu_gguf
   return NPULM_OK;
 }
 
+static uint64_t time_ns(const struct timespec *t) {
+  return (uint64_t)t->tv_sec * 1000000000u + (uint64_t)t->tv_nsec;
+}
+
 npulm_status npu_gguf_open(const char *path, struct npu_gguf **out, npulm_error *err) {
   *out = NULL;
   int fd = open(path, O_RDONLY);
@@ -485,7 +489,16 @@ npulm_status npu_gguf_open(const char *path, struct npu_gguf **out, npulm_error 
   (*out)->fd = fd;
   (*out)->file_dev = (uint64_t)sb.st_dev;
   (*out)->file_ino = (uint64_t)sb.st_ino;
+  (*out)->file_size = (uint64_t)sb.st_size;
+  (*out)->file_mtime_ns = time_ns(&sb.st_mtim);
   return NPULM_OK;
+}
+
+bool npu_gguf_changed(const struct npu_gguf *g) {
+  struct stat sb;
+  if (g == NULL || g->fd < 0) return false;
+  return fstat(g->fd, &sb) != 0 || (uint64_t)sb.st_size != g->file_size ||
+         time_ns(&sb.st_mtim) != g->file_mtime_ns;
 }
 
 bool npu_gguf_is_file(const struct npu_gguf *g, const char *path) {

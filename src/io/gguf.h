@@ -77,6 +77,8 @@ struct npu_gguf {
   bool owns_mapping;
   uint64_t file_dev; /* the mapped file's device and inode (npu_gguf_open; 0 for an image) */
   uint64_t file_ino;
+  /* its size and modification time when opened, before anything was read (npu_gguf_changed) */
+  uint64_t file_size, file_mtime_ns;
   int fd; /* the mapped file, open for reading (npu_gguf_open), or -1 (an image) */
   /* Under a memory budget: pages are let go of as soon as they have been read through (the
    * checksums, npu_gguf_drop), so that reading the file once does not make it resident. */
@@ -96,6 +98,14 @@ npulm_status npu_gguf_open(const char *path, struct npu_gguf **out, npulm_error 
 npulm_status npu_gguf_open_memory(const void *data, size_t size, struct npu_gguf **out,
                                   npulm_error *err);
 void npu_gguf_close(struct npu_gguf *g); /* accepts NULL */
+/* Whether the file 'g' maps was written since it was opened (its size or modification time
+ * moved): its bytes, checksummed when opened, may then be others. A file put in its place by a
+ * rename is another file and does not count (the change time would: the rename unlinks the old
+ * one). One fstat; false for an image. Exact where the kernel stamps a write after a look at the
+ * times with a time of its own (Linux 6.13 and later on ext4, xfs, btrfs, tmpfs); elsewhere a
+ * write within one clock tick of the open may be missed, and so is one whose writer set the
+ * modification time back on purpose. */
+bool npu_gguf_changed(const struct npu_gguf *g);
 /* Whether 'path' names the file 'g' was read from (by device and inode: a write to 'path' would
  * replace it, whatever the name it was opened by); false for an image. */
 bool npu_gguf_is_file(const struct npu_gguf *g, const char *path);

@@ -528,6 +528,16 @@ static void run_steps(struct npulm_session *s, const int32_t *tokens, float *log
   s->n_steps_total += (uint64_t)n_steps;
 }
 
+/* The model's file, checksummed when opened, must not have been written since: its bytes are
+ * read as steps need them (mapped, and under a memory budget streamed and read by the neuron
+ * cache), so another write would change the output unseen. */
+static npulm_status file_unchanged(const npulm_session *s, npulm_error *err) {
+  if (!npu_gguf_changed(s->model->gguf)) return NPULM_OK;
+  return npu_fail(err, NPULM_ERR_IO,
+                  "the model's file was written while in use: its weights can no longer be "
+                  "trusted (open it again)");
+}
+
 npulm_status npulm_session_eval(npulm_session *s, const int32_t *tokens, size_t n,
                                 float *logits_out, npulm_error *err) {
   const struct npu_config *c = &s->model->cfg;
@@ -543,6 +553,8 @@ npulm_status npulm_session_eval(npulm_session *s, const int32_t *tokens, size_t 
     }
   }
   if (n == 0) return NPULM_OK;
+  npulm_status st = file_unchanged(s, err);
+  if (st != NPULM_OK) return st;
   if (s->reference) {
     for (size_t i = 0; i < n; i++) {
       npu_ref_forward(s->model, &s->ref, tokens[i], s->pos, s->last_logits, NULL);
@@ -552,7 +564,7 @@ npulm_status npulm_session_eval(npulm_session *s, const int32_t *tokens, size_t 
                (size_t)c->n_vocab * sizeof(float));
       }
     }
-    return NPULM_OK;
+    return file_unchanged(s, err);
   }
 
   double t0 = npu_now();
@@ -565,7 +577,7 @@ npulm_status npulm_session_eval(npulm_session *s, const int32_t *tokens, size_t 
   run_steps(s, tokens, logits_out, n_steps);
   s->pos += (int)n;
   s->wall_s += npu_now() - t0;
-  return NPULM_OK;
+  return file_unchanged(s, err);
 }
 
 /* The cache position of row r of a batch step: its session's next, plus the session's rows before
@@ -644,6 +656,8 @@ npulm_status npulm_session_eval_batch(npulm_session *const *sessions, const int3
     return npu_fail(err, NPULM_ERR_UNSUPPORTED,
                     "the program has no graph of %d rows for position %d", rows, end - 1);
   }
+  npulm_status st = file_unchanged(lead, err);
+  if (st != NPULM_OK) return st;
   const double t0 = npu_now();
   lead->steps[0] = (struct npu_step){.g = g, .row0 = 0, .pos0 = lead->pos, .n_valid = (int32_t)n};
   lead->batch_members = sessions;
@@ -653,5 +667,5 @@ npulm_status npulm_session_eval_batch(npulm_session *const *sessions, const int3
   lead->batch_members = NULL;
   for (size_t r = 0; r < n; r++) sessions[r]->pos++;
   lead->wall_s += npu_now() - t0;
-  return NPULM_OK;
+  return file_unchanged(lead, err);
 }
