@@ -1,6 +1,7 @@
 /* Error attribution: the FP32 reference and the compiled program run side by side, token by
  * token; every activation the graph names is compared with the reference's value of the same
- * name (integer tensors dequantized), and the next-token distributions by KL divergence. */
+ * name (integer tensors dequantized, SmoothQuant's factors taken out), and the next-token
+ * distributions by KL divergence. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include "base/common.h"
 #include "compiler/program.h"
 #include "compiler/quantize.h"
+#include "compiler/smooth.h"
 #include "ref/forward.h"
 #include "runtime/session_internal.h"
 
@@ -153,8 +155,9 @@ static void on_node(void *user, const struct npu_graph *g, int32_t node,
   const struct npu_ir_tensor *t = &g->tensors[nd->out];
   if (g->rows != 1 || (t->kind != NPU_TK_ACT && t->kind != NPU_TK_LOGITS)) return;
   if (t->role == NPU_ROLE_SHADOW) return;
-  const char *name =
-      t->role == NPU_ROLE_SHADOW_SUM && nd->in[0] >= 0 ? g->tensors[nd->in[0]].name : t->name;
+  const struct npu_ir_tensor *named =
+      t->role == NPU_ROLE_SHADOW_SUM && nd->in[0] >= 0 ? &g->tensors[nd->in[0]] : t;
+  const char *name = named->name;
   const void *src = t->kind == NPU_TK_LOGITS ? (const void *)ctx->logits
                                              : (const void *)(ctx->arena[t->backend] + t->offset);
   struct slot *s;
@@ -173,6 +176,9 @@ static void on_node(void *user, const struct npu_graph *g, int32_t node,
     s = slot_for(d, name, t->ne[1] * t->ne[2], false);
     if (s == NULL) return;
     values(ctx->cpu_uk, t, src, (size_t)s->n, s->got);
+    /* SmoothQuant's activations are divided by its factors: compared as the model's own */
+    npu_smooth_unsmooth(ctx->prog, ctx->cfg, nd->layer, (enum npu_tensor_role)named->role, s->got,
+                        s->n);
   }
   s->have_got = true;
   /* a transfer only moves the value: the op and place that made it are the ones to report */

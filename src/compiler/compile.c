@@ -12,6 +12,10 @@ void npu_program_free(struct npu_program *p) {
   npu_quant_free(p);
   free(p->streamed);
   free(p->smooth_alphas);
+  for (int32_t i = 0; p->smooth_factors != NULL && i < p->n_smooth_factors; i++) {
+    free(p->smooth_factors[i]);
+  }
+  free(p->smooth_factors);
   for (int32_t i = 0; i < p->n_graphs; i++) npu_graph_free(&p->graphs[i]);
   free(p->graphs);
   free(p->weights);

@@ -56,6 +56,11 @@ struct npu_program {
    * file): the alphas it took, -2 (NPU_SMOOTH_NONE) where it left a group alone */
   float smooth_alpha, shadow_threshold;
   float *smooth_alphas;
+  /* smooth_factors (n_layers, 4 groups, in memory only like smooth_alphas): each group's factors
+   * s, its input's channels divided by them (KV channels for the output projection's), or NULL
+   * where it left the group alone: what npu_smooth_unsmooth needs */
+  float **smooth_factors;
+  int32_t n_smooth_factors;
   int32_t n_qsites;
   struct npu_qsite *qsites;
   int32_t n_qtensors;

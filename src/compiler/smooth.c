@@ -278,8 +278,12 @@ npulm_status npu_smooth_layer(const struct npulm_model *m, struct npu_program *p
   if (p->smooth_alphas == NULL) {
     p->smooth_alphas = calloc((size_t)c->n_layers * NPU_SMOOTH_GROUPS, sizeof(float));
   }
+  if (p->smooth_factors == NULL) {
+    p->smooth_factors = calloc((size_t)c->n_layers * NPU_SMOOTH_GROUPS, sizeof(float *));
+    if (p->smooth_factors != NULL) p->n_smooth_factors = c->n_layers * NPU_SMOOTH_GROUPS;
+  }
   if (s == NULL || f == NULL || meansq == NULL || gain == NULL || src_meansq == NULL ||
-      kv_of == NULL || p->smooth_alphas == NULL) {
+      kv_of == NULL || p->smooth_alphas == NULL || p->smooth_factors == NULL) {
     st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
     goto done;
   }
@@ -338,6 +342,11 @@ npulm_status npu_smooth_layer(const struct npulm_model *m, struct npu_program *p
     if (st != NPULM_OK) break;
     p->smooth_alphas[(size_t)l * NPU_SMOOTH_GROUPS + (size_t)gi] = chosen;
     if (chosen == NPU_SMOOTH_NONE) continue;
+    float **kept = &p->smooth_factors[(size_t)l * NPU_SMOOTH_GROUPS + (size_t)gi];
+    free(*kept);
+    *kept = malloc((size_t)n_factors * sizeof(float));
+    if (*kept == NULL) goto nomem;
+    memcpy(*kept, s, (size_t)n_factors * sizeof(float));
     for (int32_t i = 0; i < a->n_channels; i++) f[i] = s[per_kv ? kv_of[i] : i];
     for (int k = 0; k < 2 && gr->fold[k] != NPU_ROLE_NONE; k++) {
       const int32_t fw = npu_ir_weight_of(g, l, gr->fold[k], gr->fold_slot[k]);
@@ -363,4 +372,30 @@ done:
   free(src_meansq);
   free(kv_of);
   return st;
+}
+
+void npu_smooth_unsmooth(const struct npu_program *p, const struct npu_config *c, int32_t layer,
+                         enum npu_tensor_role role, float *v, int32_t n) {
+  if (p->smooth_factors == NULL || layer < 0 || layer >= c->n_layers) return;
+  /* the activations that carry a group's 1/s: its input, and for the down projection's input
+   * up's output too (its rows took 1/s), for the output projection's V too (likewise) */
+  int gi;
+  switch (role) {
+  case NPU_ROLE_ATTN_NORM: gi = NPU_SMOOTH_QKV; break;
+  case NPU_ROLE_FFN_NORM: gi = NPU_SMOOTH_GATE_UP; break;
+  case NPU_ROLE_FFN_UP:
+  case NPU_ROLE_FFN_GATE_PAR: gi = NPU_SMOOTH_DOWN; break;
+  case NPU_ROLE_V:
+  case NPU_ROLE_KQV: gi = NPU_SMOOTH_OUT; break;
+  default: return;
+  }
+  const float *s = p->smooth_factors[(size_t)layer * NPU_SMOOTH_GROUPS + (size_t)gi];
+  if (s == NULL) return;
+  const int32_t group = c->n_heads / c->n_kv_heads;
+  for (int32_t i = 0; i < n; i++) {
+    /* KQV's channel i is the KV channel of its head's group */
+    const int32_t j =
+        role == NPU_ROLE_KQV ? (i / c->head_dim / group) * c->head_dim + i % c->head_dim : i;
+    v[i] *= s[j];
+  }
 }

@@ -103,4 +103,11 @@ npulm_status npu_smooth_layer(const struct npulm_model *m, struct npu_program *p
                               const struct npu_calib *cal, float alpha, int32_t l,
                               npulm_error *err);
 
+/* The value 'v' (n channels) of the activation of 'role' in block 'layer' as program 'p' computes
+ * it, made the unsmoothed model's: multiplied by the factors p->smooth_factors holds for it (no
+ * change for an activation no group divides, or a program without them). What npulm diff
+ * compares with the reference. */
+void npu_smooth_unsmooth(const struct npu_program *p, const struct npu_config *c, int32_t layer,
+                         enum npu_tensor_role role, float *v, int32_t n);
+
 #endif /* NPU_COMPILER_SMOOTH_H */
