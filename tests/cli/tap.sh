@@ -1,5 +1,5 @@
 # Shared by the CLI test scripts (sourced, not run): the binary, the shared data, a scratch
-# folder, the two TAP checks, and a skip for a missing model.
+# folder, the two TAP checks, skips for a missing model or curl, and a server's start.
 bin=${NPULM_BIN:-build/npulm}
 bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
 shared=${NPULM_SHARED:-../shared}
@@ -14,6 +14,29 @@ require_model() { # require_model NAME: skip the whole script (one TAP skip) wit
     echo "1..1"
     exit 0
   fi
+}
+
+require_curl() { # require_curl NAME: skip the whole script without curl
+  if ! command -v curl >/dev/null; then
+    echo "ok 1 - $1 # SKIP no curl"
+    echo "1..1"
+    exit 0
+  fi
+}
+
+# start_server LOG ARGS...: npulm serve on a free port in the background, its stderr in LOG;
+# waits (at most 60 s) for its listening line and sets 'server_pid' and 'url'
+start_server() {
+  log=$1; shift
+  "$bin" serve --port 0 "$@" 2>"$log" &
+  server_pid=$!
+  i=0
+  until grep -q 'listening on' "$log"; do
+    i=$((i + 1))
+    if [ "$i" -gt 600 ] || ! kill -0 "$server_pid" 2>/dev/null; then return 1; fi
+    sleep 0.1
+  done
+  url=$(sed -n 's/.*listening on \(http:[^ ]*\) .*/\1/p' "$log")
 }
 
 check() { # check NAME COMMAND...: the command must succeed

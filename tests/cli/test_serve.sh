@@ -6,28 +6,18 @@
 # compact, fields in a fixed order.
 . "$(dirname "$0")/tap.sh"
 require_model "npulm serve"
-if ! command -v curl >/dev/null; then
-  echo "ok 1 - npulm serve # SKIP no curl"
-  echo "1..1"
-  exit 0
-fi
+require_curl "npulm serve"
 pids=
 trap 'for p in $pids; do kill "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
 
-# start LOG ARGS...: the server in the background; waits (at most 60 s) for its listening line and
-# sets 'pid' and 'url'
+# start LOG ARGS...: the server on the model (start_server), its pid in 'pid' too
 start() {
-  log=$1; shift
-  "$bin" serve -m "$model" --port 0 "$@" 2>"$log" &
-  pid=$!
+  l=$1; shift
+  start_server "$l" -m "$model" "$@"
+  started=$?
+  pid=$server_pid
   pids="$pids $pid"
-  i=0
-  until grep -q 'listening on' "$log"; do
-    i=$((i + 1))
-    if [ "$i" -gt 600 ] || ! kill -0 "$pid" 2>/dev/null; then return 1; fi
-    sleep 0.1
-  done
-  url=$(sed -n 's/.*listening on \(http:[^ ]*\) .*/\1/p' "$log")
+  return $started
 }
 
 # req PATH [CURL ARGS...]: the response's body in $tmp/body, its headers in $tmp/headers, its

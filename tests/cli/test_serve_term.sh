@@ -6,11 +6,7 @@
 # 0, not 18 nor 52); then the server exits 0. Three rounds.
 . "$(dirname "$0")/tap.sh"
 require_model "npulm serve under SIGTERM"
-if ! command -v curl >/dev/null; then
-  echo "ok 1 - npulm serve under SIGTERM # SKIP no curl"
-  echo "1..1"
-  exit 0
-fi
+require_curl "npulm serve under SIGTERM"
 pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
 
@@ -18,15 +14,10 @@ trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$tmp"' EXIT
 # are running or waiting when the signal comes), SIGTERM 0.3 s in; each curl's exit status in
 # NAME.rc beside its body, the server's in $rc
 round() {
-  "$bin" serve -m "$model" --port 0 --parallel 4 -c 512 2>"$tmp/log" &
-  pid=$!
-  i=0
-  until grep -q 'listening on' "$tmp/log"; do
-    i=$((i + 1))
-    if [ "$i" -gt 600 ] || ! kill -0 "$pid" 2>/dev/null; then cat "$tmp/log"; return 1; fi
-    sleep 0.1
-  done
-  url=$(sed -n 's/.*listening on \(http:[^ ]*\) .*/\1/p' "$tmp/log")
+  start_server "$tmp/log" -m "$model" --parallel 4 -c 512
+  started=$?
+  pid=$server_pid
+  [ "$started" -eq 0 ] || { cat "$tmp/log"; return 1; }
   body='{"prompt":"Once upon a time","max_tokens":400,"temperature":0,"ignore_eos":true'
   for k in $ks; do
     curl -s -o "$tmp/plain$k" --max-time 60 -H 'Content-Type: application/json' \

@@ -45,15 +45,10 @@ check "ppl --sparse exact --sparse-audit: recall 1 by definition" ppl_decode
 # sparse as run's, so greedy serve gives run's text (5 prompts); it says so once at start
 serve_is_run() {
   command -v curl >/dev/null && command -v python3 >/dev/null || return 0
-  "$bin" serve -m "$tmp/s.npu" --port 0 --parallel 2 2>"$tmp/serve.log" &
-  spid=$!
-  i=0
-  until grep -q 'listening on' "$tmp/serve.log"; do
-    i=$((i + 1))
-    if [ "$i" -gt 600 ] || ! kill -0 "$spid" 2>/dev/null; then cat "$tmp/serve.log"; return 1; fi
-    sleep 0.1
-  done
-  url=$(sed -n 's/.*listening on \(http:[^ ]*\) .*/\1/p' "$tmp/serve.log")
+  start_server "$tmp/serve.log" -m "$tmp/s.npu" --parallel 2 || {
+    kill "$server_pid"; cat "$tmp/serve.log"; return 1
+  }
+  spid=$server_pid
   ok=0
   for p in "Once upon a time" "The little dog" "Lily wanted to" "One day, Tom" "The sun was"; do
     "$bin" run -m "$tmp/s.npu" -p "$p" -n 32 --temp 0 2>/dev/null >"$tmp/run.txt"
