@@ -214,9 +214,10 @@ npulm_status npulm_compile_file(const char *model_path, const char *out_path,
 /* Write the model with its program as one program file (.npu), which npulm_model_open reads
  * back. The file is written whole or not at all: until it is complete, synced and renamed into
  * place, 'path' keeps its old contents, and a failure (a full disk, a killed process) leaves no
- * partial or temporary file. Every byte of it is covered by a checksum that npulm_model_open
- * checks. NPULM_ERR_ARG if 'path' is the file the model was opened from. 'progress' (may be
- * NULL) is called as weight bytes are written. */
+ * partial or temporary file (but for a kill between naming the complete temporary and renaming
+ * it, which leaves a complete "PATH.tmp.PID.N": the next write of 'path' removes it). Every byte of
+ * it is covered by a checksum that npulm_model_open checks. NPULM_ERR_ARG if 'path' is the file the
+ * model was opened from. 'progress' (may be NULL) is called as weight bytes are written. */
 npulm_status npulm_model_save_program(const npulm_model *model, const char *path,
                                       void (*progress)(void *user, uint64_t done, uint64_t total),
                                       void *user, npulm_error *err);

@@ -4,7 +4,8 @@
  * chunk sizes 2, 4, 8), on the integer NPU (int8 and int16 activations) and on FP32 graphs, across
  * context buckets. Prompts fed a few tokens per step among the others' decode tokens (rows of one
  * session interleaved with other sessions' rows) give each session the logits of evaluating the
- * same tokens alone. And each way the call can be misused is one error that evaluates nothing. */
+ * same tokens alone. Sessions that decode sparse batch with their FFNs dense. And each way the
+ * call can be misused is one error that evaluates nothing. */
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
@@ -230,6 +231,72 @@ static void test_batch_f32(void **state) {
   npulm_model_close(m);
 }
 
+/* Sessions that decode sparse in a batch of several: the batch runs their FFNs dense, so its
+ * logits are those of the same batch of dense sessions, bit for bit, and it counts no sparse FFN
+ * step; a step of one such session alone is sparse (what serve relies on). */
+static void test_batch_sparse(void **state) {
+  (void)state;
+  npulm_model *m = test_open_shared("models/tinystories-5M.gguf");
+  npulm_compile_params cp = npulm_compile_default_params();
+  const int chunks[] = {2, 4};
+  memcpy(cp.chunks, chunks, sizeof(chunks));
+  cp.n_chunks = 2;
+  cp.buckets[0] = 256;
+  cp.n_buckets = 1;
+  cp.calib_tokens = 256;
+  cp.sparsity = 0.5f;
+  npulm_error err;
+  if (npulm_model_compile(m, &cp, &err) != NPULM_OK) fail_msg("%s", err.msg);
+  npulm_model_info info;
+  npulm_model_get_info(m, &info);
+  enum { N = 3, PROMPT = 3, STEPS = 24 };
+  npulm_session *sparse[N], *dense[N];
+  int32_t next[N], ids[N][MAX_PROMPT];
+  for (int i = 0; i < N; i++) {
+    npulm_session_params sp = npulm_session_default_params();
+    sp.n_ctx = 128;
+    sp.n_threads = 2;
+    if (npulm_session_create(m, &sp, &sparse[i], &err) != NPULM_OK) fail_msg("%s", err.msg);
+    dense[i] = new_session(m, 128);
+    assert_true(npulm_session_is_sparse(sparse[i]) && !npulm_session_is_sparse(dense[i]));
+    size_t n;
+    if (npulm_tokenize(m, prompts[i], strlen(prompts[i]), info.add_bos, false, ids[i], MAX_PROMPT,
+                       &n, &err) != NPULM_OK) {
+      fail_msg("%s", err.msg);
+    }
+    assert_true(n >= PROMPT);
+  }
+  /* the prompts' first tokens in batched steps too: one session's rows alone would take a
+   * one-row (sparse) step for a prompt that no chunk holds */
+  for (int step = 0; step < PROMPT + STEPS; step++) {
+    if (step < PROMPT) {
+      for (int i = 0; i < N; i++) next[i] = ids[i][step];
+    }
+    if (npulm_session_eval_batch(sparse, next, N, &err) != NPULM_OK ||
+        npulm_session_eval_batch(dense, next, N, &err) != NPULM_OK) {
+      fail_msg("%s", err.msg);
+    }
+    for (int i = 0; i < N; i++) {
+      const float *ls = npulm_session_logits(sparse[i]), *ld = npulm_session_logits(dense[i]);
+      if (memcmp(ls, ld, (size_t)info.n_vocab * sizeof(float)) != 0) {
+        fail_msg("sequence %d, step %d: a batch of sparse sessions differs from dense", i, step);
+      }
+      next[i] = argmax(ld, info.n_vocab);
+    }
+  }
+  npulm_sparse_stats st;
+  npulm_session_sparse_stats(sparse[0], &st);
+  assert_true(st.layer_steps == 0);
+  if (npulm_session_eval(sparse[0], &next[0], 1, NULL, &err) != NPULM_OK) fail_msg("%s", err.msg);
+  npulm_session_sparse_stats(sparse[0], &st);
+  assert_true(st.layer_steps == (uint64_t)info.n_layers);
+  for (int i = 0; i < N; i++) {
+    npulm_session_free(sparse[i]);
+    npulm_session_free(dense[i]);
+  }
+  npulm_model_close(m);
+}
+
 /* Evaluate a batch expected to fail with 'want', checking that nothing moved. */
 static void expect_refused(npulm_session *const *s, const int32_t *tokens, size_t n,
                            npulm_status want, const char *msg_part) {
@@ -318,9 +385,8 @@ static void test_batch_refusals(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_batch_w8a8),
-      cmocka_unit_test(test_batch_w8a16_5m),
-      cmocka_unit_test(test_batch_f32),
+      cmocka_unit_test(test_batch_w8a8),     cmocka_unit_test(test_batch_w8a16_5m),
+      cmocka_unit_test(test_batch_f32),      cmocka_unit_test(test_batch_sparse),
       cmocka_unit_test(test_batch_refusals),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -56,12 +56,13 @@ static void stale_temporaries(const char *path) {
   for (struct dirent *e; (e = readdir(d)) != NULL;) {
     const char *name = e->d_name;
     if (strncmp(name, base, base_len) != 0 || strncmp(name + base_len, ".tmp.", 5) != 0) continue;
+    /* the pid as tmp_name writes it: decimal digits, no sign, space or leading zero */
+    const char *digits = name + base_len + 5;
+    if (*digits < '1' || *digits > '9') continue;
     char *end;
     errno = 0;
-    const long pid = strtol(name + base_len + 5, &end, 10);
-    if (errno != 0 || pid <= 0 || end == name + base_len + 5 || *end != '.' || pid == getpid()) {
-      continue;
-    }
+    const long pid = strtol(digits, &end, 10);
+    if (errno != 0 || pid > INT_MAX || *end != '.' || pid == getpid()) continue;
     const char *n = end + 1;
     while (*n >= '0' && *n <= '9') n++;
     if (n == end + 1 || *n != '\0') continue;

@@ -80,13 +80,11 @@ check "compile: a finished compile replaces the file" replaced
 # write of NAME removes those of processes that are gone, not a live one's nor another target's
 stale() {
   dead=$(sh -c 'echo $$')
-  for f in m.npu.tmp.$dead.0 m.npu.tmp.$dead.7 m.npu.tmp.$$.0 other.npu.tmp.$dead.0 \
-    m.npu.tmp.$dead.x; do
-    cp "$old" "$out/$f"
-  done
-  "$bin" compile -m "$model" -o "$out/m.npu" 2>/dev/null &&
-    only_files "$out" m.npu m.npu.tmp.$$.0 other.npu.tmp.$dead.0 m.npu.tmp.$dead.x &&
-    rm "$out/m.npu.tmp.$$.0" "$out/other.npu.tmp.$dead.0" "$out/m.npu.tmp.$dead.x"
+  kept="m.npu.tmp.$$.0 other.npu.tmp.$dead.0 m.npu.tmp.$dead.x m.npu.tmp.+$dead.0 m.npu.tmp.0$dead.0"
+  for f in m.npu.tmp.$dead.0 m.npu.tmp.$dead.7 $kept; do cp "$old" "$out/$f"; done
+  # shellcheck disable=SC2086 # the names are words
+  "$bin" compile -m "$model" -o "$out/m.npu" 2>/dev/null && only_files "$out" m.npu $kept &&
+    (cd "$out" && rm $kept)
 }
 check "compile: removes the temporaries dead writers left beside the target" stale
 

@@ -27,6 +27,16 @@ round() {
       -d "$body,\"stream\":true}" "$url/v1/completions" &
     echo $! >"$tmp/stream$k.pid"
   done
+  # all 24 connected (the clients' ends in /proc/net/tcp, in any state: a request done may have
+  # closed already), then 0.3 s for the server to take them in and generate: the signal finds
+  # them running or waiting, none still to come
+  port=$(printf '%04X' "${url##*:}")
+  i=0
+  while [ "$(awk -v p=":$port" '$3 ~ p"$"' /proc/net/tcp | wc -l)" -lt 24 ]; do
+    i=$((i + 1))
+    [ "$i" -le 100 ] || { echo "the 24 requests did not connect within 10 s"; break; }
+    sleep 0.1
+  done
   sleep 0.3
   kill -TERM "$pid"
   for k in $ks; do

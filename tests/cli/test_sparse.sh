@@ -44,7 +44,6 @@ check "ppl --sparse exact --sparse-audit: recall 1 by definition" ppl_decode
 # serve decodes the program as compiled: with one request at a time every step is one request's,
 # sparse as run's, so greedy serve gives run's text (5 prompts); it says so once at start
 serve_is_run() {
-  command -v curl >/dev/null && command -v python3 >/dev/null || return 0
   start_server "$tmp/serve.log" -m "$tmp/s.npu" --parallel 2 || {
     kill "$server_pid"; cat "$tmp/serve.log"; return 1
   }
@@ -63,7 +62,12 @@ serve_is_run() {
   wait "$spid"
   [ "$ok" -eq 5 ] && grep -q "^npulm serve: sparse decode (--sparse predict): a step of one request decodes sparse" "$tmp/serve.log"
 }
-check "serve: greedy text is run's for a sparse program (5 prompts), and says how it decodes" serve_is_run
+if command -v curl >/dev/null && command -v python3 >/dev/null; then
+  check "serve: greedy text is run's for a sparse program (5 prompts), and says how it decodes" serve_is_run
+else
+  n=$((n + 1))
+  echo "ok $n - serve: greedy text is run's for a sparse program # SKIP no curl or python3"
+fi
 
 fails "compile: sparsity out of range" "not in \[0, 1)" "$bin" compile -m "$model" -o "$tmp/x.npu" --sparsity 1.5
 fails "compile: sparsity needs int8 activations" "sparse decode needs" "$bin" compile -m "$model" -o "$tmp/x.npu" --sparsity 0.5 --quant w8a16
