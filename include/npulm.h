@@ -394,9 +394,9 @@ int npulm_session_ctx(const npulm_session *session);
  * logits, row i for token i. Returns NPULM_ERR_ARG (and evaluates nothing) if the tokens do not
  * fit in the remaining context or an id is out of range. Returns NPULM_ERR_IO if the model's file
  * has been written since it was opened (its weights are read from it as steps need them: mapped,
- * or under a memory budget streamed and read by the neuron cache): looked at before the step
- * (nothing evaluated) and after it (the step's logits are not to be trusted); a file replaced by
- * a rename is another file, and the session keeps reading the one it opened. */
+ * or under a memory budget streamed and read by the neuron cache): looked at after each step,
+ * whose logits are then not to be trusted; a file replaced by a rename is another file, and the
+ * session keeps reading the one it opened. */
 npulm_status npulm_session_eval(npulm_session *session, const int32_t *tokens, size_t n,
                                 float *logits_out, npulm_error *err);
 
