@@ -549,6 +549,9 @@ npulm_status npulm_model_export_onnx(const npulm_model *model, const char *path,
 
 /* The encodings file of 'onnx_path': its name less ".onnx", plus ".encodings.json". */
 void npulm_export_encodings_path(const char *onnx_path, char *buf, size_t cap);
+/* The external data file of 'onnx_path' (params.external_data, or past 2 GiB): 'onnx_path' plus
+ * ".data". */
+void npulm_export_data_path(const char *onnx_path, char *buf, size_t cap);
 
 /* ---- Synthetic models of real shapes, for speed work -------------------------------------- */
 

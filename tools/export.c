@@ -92,7 +92,7 @@ int npulm_cmd_export(int argc, char **argv) {
   /* each file written, before a GGUF is compiled: the library checks them again */
   char enc_path[4096], data_path[4096];
   npulm_export_encodings_path(out, enc_path, sizeof(enc_path));
-  snprintf(data_path, sizeof(data_path), "%s.data", out);
+  npulm_export_data_path(out, data_path, sizeof(data_path));
   const char *const outputs[] = {out, enc_path, data_path};
   for (size_t i = 0; i < sizeof(outputs) / sizeof(outputs[0]); i++) {
     if (npulm_check_output(model_path, outputs[i], &err) != NPULM_OK) {

@@ -906,6 +906,10 @@ void npulm_export_encodings_path(const char *onnx_path, char *buf, size_t cap) {
   snprintf(buf, cap, "%.*s.encodings.json", (int)len, onnx_path);
 }
 
+void npulm_export_data_path(const char *onnx_path, char *buf, size_t cap) {
+  snprintf(buf, cap, "%s.data", onnx_path); /* as npu_onnx_write names it */
+}
+
 npulm_status npulm_model_export_onnx(const npulm_model *model, const char *path,
                                      const npulm_export_params *params, npulm_export_info *info_out,
                                      npulm_error *err) {
@@ -942,7 +946,7 @@ npulm_status npulm_model_export_onnx(const npulm_model *model, const char *path,
   npulm_export_encodings_path(path, enc_path, sizeof(enc_path));
   /* none of the files written may take the place of the one the model is read from */
   char data_path[4096];
-  snprintf(data_path, sizeof(data_path), "%s.data", path);
+  npulm_export_data_path(path, data_path, sizeof(data_path));
   const char *const outputs[] = {path, enc_path, data_path};
   for (size_t i = 0; i < sizeof(outputs) / sizeof(outputs[0]); i++) {
     if (npu_gguf_is_file(model->gguf, outputs[i])) {
