@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "base/common.h"
-#include "compiler/program.h"
+#include "compiler/compiler.h"
 #include "io/gguf.h"
 #include "npulm.h"
 #include "program/program_io.h"

@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "compiler/calibrate.h"
-#include "compiler/program.h"
+#include "compiler/compiler.h"
 #include "compiler/quantize.h"
 #include "io/gguf_checksum.h"
 #include "io/gguf_write.h"

@@ -5,9 +5,9 @@
 
 #include "test_util.h"
 
-#include "api/chat.h"
 #include "io/gguf.h"
 #include "io/gguf_write.h"
+#include "model/chat.h"
 
 /* llama.cpp's test conversation */
 static const npulm_chat_message CONV[] = {

@@ -11,7 +11,7 @@
 
 #include "analysis/perplexity.h"
 #include "backends/exec.h"
-#include "compiler/program.h"
+#include "compiler/compiler.h"
 #include "kernels/cpu/kernels.h"
 #include "model/model.h"
 #include "npulm.h"

@@ -9,10 +9,10 @@
 
 #include "backends/npu_emu.h"
 #include "base/pool.h"
-#include "compiler/qparams.h"
 #include "kernels/cpu/ukernels.h" /* npu_quantize_s8__scalar, ...: the transfers' conversions */
 #include "kernels/npu/fixedpoint.h"
 #include "kernels/npu/ukernels.h"
+#include "program/qparams.h"
 #include "test_util.h"
 
 /* ---- helpers ----------------------------------------------------------------------------------*/

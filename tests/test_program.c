@@ -11,8 +11,9 @@
 
 #include "test_util.h"
 
+#include "analysis/inspect.h"
 #include "compiler/calibrate.h"
-#include "compiler/program.h"
+#include "compiler/compiler.h"
 #include "compiler/quantize.h"
 #include "io/gguf_checksum.h"
 #include "io/gguf_write.h"

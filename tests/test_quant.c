@@ -5,11 +5,11 @@
 #include <string.h>
 
 #include "compiler/calibrate.h"
-#include "compiler/program.h"
-#include "compiler/qparams.h"
+#include "compiler/compiler.h"
 #include "compiler/quantize.h"
 #include "compiler/wquant.h"
 #include "npulm.h"
+#include "program/qparams.h"
 #include "runtime/session_internal.h"
 #include "test_util.h"
 

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "compiler/program.h"
+#include "compiler/compiler.h"
 #include "compiler/smooth.h"
 #include "model/model.h"
 #include "test_util.h"

@@ -15,9 +15,9 @@
 #include "test_util.h"
 
 #include "backends/exec.h"
-#include "compiler/program.h"
+#include "compiler/compiler.h"
 #include "compiler/quantize.h"
-#include "compiler/sparse.h"
+#include "compiler/sparsify.h"
 #include "io/gguf.h"
 #include "kernels/npu/fixedpoint.h"
 #include "model/model.h"

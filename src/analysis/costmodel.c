@@ -11,10 +11,9 @@
 
 #include "backends/exec.h"
 #include "base/common.h"
-#include "compiler/program.h"
-#include "compiler/quantize.h"
 #include "kernels/cpu/kernels.h"
 #include "model/model.h"
+#include "program/program.h"
 
 /* Sources (public figures; what is not published is marked "estimate"):
  * - Hexagon V75 / Snapdragon 8 Gen 3: ~45 int8 TOPS is the figure the trade press and Qualcomm AI
@@ -375,15 +374,6 @@ npulm_status npulm_decode_traffic_at(const npulm_model *model, int pos, npulm_de
   out->macs = (uint64_t)macs;
   out->model_bytes = (uint64_t)model_bytes;
   return NPULM_OK;
-}
-
-int npulm_program_max_rows(const npulm_model *model) {
-  const struct npu_program *p = model->program;
-  int rows = 0;
-  for (int32_t i = 0; p != NULL && i < p->n_graphs; i++) {
-    if (p->graphs[i].rows > rows) rows = p->graphs[i].rows;
-  }
-  return rows;
 }
 
 /* Add the cost of one step ('g' at 'pos0', 'n_valid' rows) to 'pr'. */

@@ -9,9 +9,7 @@
 
 #include "backends/exec.h"
 #include "base/common.h"
-#include "compiler/program.h"
-#include "compiler/quantize.h"
-#include "compiler/smooth.h"
+#include "program/program.h"
 #include "ref/forward.h"
 #include "runtime/session_internal.h"
 

@@ -6,11 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "analysis/inspect.h"
 #include "base/common.h"
-#include "compiler/program.h"
-#include "compiler/quantize.h"
-#include "compiler/smooth.h"
-#include "compiler/sparse.h"
+#include "program/program.h"
+#include "program/sparse_data.h"
 
 /* 'n' bytes as "512 B", "1.5 KiB", "12.0 MiB", "1.25 GiB". */
 static const char *human_bytes(uint64_t n, char *buf, size_t cap) {

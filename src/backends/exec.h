@@ -8,9 +8,9 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "compiler/program.h"
 #include "kernels/cpu/ukernels.h"
 #include "model/model.h"
+#include "program/program.h"
 
 struct npu_pool;
 struct npu_sparse_run;

@@ -6,9 +6,9 @@
 
 #include <stdint.h>
 
-#include "compiler/quantize.h"
 #include "ir/ir.h"
 #include "kernels/npu/ukernels.h"
+#include "program/program.h"
 
 struct npu_pool;
 

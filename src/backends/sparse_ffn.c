@@ -7,8 +7,8 @@
 
 #include "base/common.h"
 #include "base/pool.h"
-#include "compiler/quantize.h"
 #include "kernels/npu/fixedpoint.h"
+#include "program/program.h"
 #include "ref/forward.h"
 
 enum { MAX_TASKS = 64 };

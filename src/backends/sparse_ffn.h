@@ -9,8 +9,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "compiler/sparse.h"
 #include "ir/ir.h"
+#include "program/sparse_data.h"
 
 struct npu_pool;
 

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "base/common.h"
-#include "compiler/program.h"
+#include "compiler/compiler.h"
 
 /* ---- Options -------------------------------------------------------------------------------- */
 
@@ -25,116 +25,6 @@ void npu_compile_default_options(const struct npu_config *cfg, struct npu_compil
   }
   o->buckets[o->n_buckets++] = cfg->n_ctx_train;
   o->float_ops = NPU_DEFAULT_FLOAT_OPS;
-}
-
-npulm_status npu_compile_check_options(const struct npu_config *cfg,
-                                       const struct npu_compile_options *o, npulm_error *err) {
-  if (o->n_chunks < 0 || o->n_chunks > NPU_MAX_CHUNKS || o->n_buckets < 1 ||
-      o->n_buckets > NPU_MAX_BUCKETS) {
-    return npu_fail(err, NPULM_ERR_ARG, "between 0 and %d chunk sizes and 1 to %d context buckets",
-                    NPU_MAX_CHUNKS, NPU_MAX_BUCKETS);
-  }
-  for (int32_t i = 0; i < o->n_chunks; i++) {
-    if (o->chunks[i] < 2 || (i > 0 && o->chunks[i] <= o->chunks[i - 1])) {
-      return npu_fail(err, NPULM_ERR_ARG, "chunk sizes must be ascending and at least 2 (got %d)",
-                      o->chunks[i]);
-    }
-  }
-  for (int32_t i = 0; i < o->n_buckets; i++) {
-    if (o->buckets[i] < 1 || o->buckets[i] > cfg->n_ctx_train ||
-        (i > 0 && o->buckets[i] <= o->buckets[i - 1])) {
-      return npu_fail(
-          err, NPULM_ERR_ARG,
-          "context buckets must be ascending and within the model's context %d (got %d)",
-          cfg->n_ctx_train, o->buckets[i]);
-    }
-  }
-  if (o->n_chunks > 0 && o->chunks[o->n_chunks - 1] > o->buckets[o->n_buckets - 1]) {
-    return npu_fail(err, NPULM_ERR_ARG, "chunk size %d exceeds the largest context bucket %d",
-                    o->chunks[o->n_chunks - 1], o->buckets[o->n_buckets - 1]);
-  }
-  return NPULM_OK;
-}
-
-/* ---- Weight table --------------------------------------------------------------------------- */
-
-/* Fixed order: the globals, then the same twelve per layer. */
-enum { W_EMBD, W_OUT_NORM, W_OUTPUT, W_GLOBALS };
-enum {
-  L_ATTN_NORM,
-  L_Q,
-  L_K,
-  L_V,
-  L_BQ,
-  L_BK,
-  L_BV,
-  L_O,
-  L_FFN_NORM,
-  L_GATE,
-  L_UP,
-  L_DOWN,
-  L_COUNT
-};
-
-static int32_t layer_weight(int32_t layer, int32_t which) {
-  return W_GLOBALS + layer * L_COUNT + which;
-}
-
-/* Whether model 'm', read with defer_matrices, has matrix 'name' (its view NULL till read). */
-static bool deferred_matrix(const struct npulm_model *m, const char *name) {
-  const struct npu_gguf_tensor *t = m->defer_matrices ? npu_gguf_find_tensor(m->gguf, name) : NULL;
-  return t != NULL && t->n_dims == 2;
-}
-
-npulm_status npu_weight_table(const struct npulm_model *m, struct npu_weight **out, int32_t *n,
-                              npulm_error *err) {
-  const struct npu_config *c = &m->cfg;
-  int32_t count = W_GLOBALS + c->n_layers * L_COUNT;
-  struct npu_weight *w = calloc((size_t)count, sizeof(*w));
-  if (w == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
-  int32_t q_dim = c->n_heads * c->head_dim, kv_dim = c->n_kv_heads * c->head_dim;
-#define SET(i, nm, data_, cols, rows_)                                                             \
-  do {                                                                                             \
-    snprintf(w[i].name, sizeof(w[i].name), "%s", nm);                                              \
-    w[i].data = (data_);                                                                           \
-    w[i].deferred = w[i].data == NULL && deferred_matrix(m, nm);                                   \
-    w[i].ne0 = (cols);                                                                             \
-    w[i].ne1 = (rows_);                                                                            \
-  } while (0)
-  SET(W_EMBD, "token_embd.weight", m->w.token_embd, c->dim, c->n_vocab);
-  SET(W_OUT_NORM, "output_norm.weight", m->w.output_norm, c->dim, 1);
-  SET(W_OUTPUT, c->tied_output ? "token_embd.weight" : "output.weight", m->w.output, c->dim,
-      c->n_vocab);
-  for (int32_t l = 0; l < c->n_layers; l++) {
-    const struct npu_layer_weights *lw = &m->w.layers[l];
-    struct {
-      const char *suffix;
-      const float *data;
-      int32_t cols, rows;
-    } specs[L_COUNT] = {
-        [L_ATTN_NORM] = {"attn_norm.weight", lw->attn_norm, c->dim, 1},
-        [L_Q] = {"attn_q.weight", lw->wq, c->dim, q_dim},
-        [L_K] = {"attn_k.weight", lw->wk, c->dim, kv_dim},
-        [L_V] = {"attn_v.weight", lw->wv, c->dim, kv_dim},
-        [L_BQ] = {"attn_q.bias", lw->bq, q_dim, 1},
-        [L_BK] = {"attn_k.bias", lw->bk, kv_dim, 1},
-        [L_BV] = {"attn_v.bias", lw->bv, kv_dim, 1},
-        [L_O] = {"attn_output.weight", lw->wo, q_dim, c->dim},
-        [L_FFN_NORM] = {"ffn_norm.weight", lw->ffn_norm, c->dim, 1},
-        [L_GATE] = {"ffn_gate.weight", lw->w_gate, c->dim, c->ffn_dim},
-        [L_UP] = {"ffn_up.weight", lw->w_up, c->dim, c->ffn_dim},
-        [L_DOWN] = {"ffn_down.weight", lw->w_down, c->ffn_dim, c->dim},
-    };
-    for (int32_t k = 0; k < L_COUNT; k++) {
-      char name[64];
-      snprintf(name, sizeof(name), "blk.%d.%s", l, specs[k].suffix);
-      SET(layer_weight(l, k), name, specs[k].data, specs[k].cols, specs[k].rows);
-    }
-  }
-#undef SET
-  *out = w;
-  *n = count;
-  return NPULM_OK;
 }
 
 /* ---- The llama/qwen2 graph ------------------------------------------------------------------ */
@@ -190,14 +80,17 @@ static int32_t build_block(struct block_builder *bb, int32_t l, int32_t x) {
 
   /* attention rmsnorm */
   int32_t xn = apply(bb, NPU_OP_RMSNORM, l, NPU_ROLE_ATTN_NORM, c->dim, x,
-                     weight(bb, layer_weight(l, L_ATTN_NORM)), -1, eps);
+                     weight(bb, npu_layer_weight(l, NPU_LW_ATTN_NORM)), -1, eps);
   /* q, k, v projections */
-  int32_t q = apply(bb, NPU_OP_MATMUL, l, NPU_ROLE_Q, q_dim, xn, weight(bb, layer_weight(l, L_Q)),
-                    weight(bb, layer_weight(l, L_BQ)), 0);
-  int32_t k = apply(bb, NPU_OP_MATMUL, l, NPU_ROLE_K, kv_dim, xn, weight(bb, layer_weight(l, L_K)),
-                    weight(bb, layer_weight(l, L_BK)), 0);
-  int32_t v = apply(bb, NPU_OP_MATMUL, l, NPU_ROLE_V, kv_dim, xn, weight(bb, layer_weight(l, L_V)),
-                    weight(bb, layer_weight(l, L_BV)), 0);
+  int32_t q =
+      apply(bb, NPU_OP_MATMUL, l, NPU_ROLE_Q, q_dim, xn, weight(bb, npu_layer_weight(l, NPU_LW_Q)),
+            weight(bb, npu_layer_weight(l, NPU_LW_BQ)), 0);
+  int32_t k =
+      apply(bb, NPU_OP_MATMUL, l, NPU_ROLE_K, kv_dim, xn, weight(bb, npu_layer_weight(l, NPU_LW_K)),
+            weight(bb, npu_layer_weight(l, NPU_LW_BK)), 0);
+  int32_t v =
+      apply(bb, NPU_OP_MATMUL, l, NPU_ROLE_V, kv_dim, xn, weight(bb, npu_layer_weight(l, NPU_LW_V)),
+            weight(bb, npu_layer_weight(l, NPU_LW_BV)), 0);
   /* rotary position embedding */
   int32_t qr = apply(bb, NPU_OP_ROPE, l, NPU_ROLE_Q_ROPE, q_dim, q, -1, -1, 0);
   int32_t kr = apply(bb, NPU_OP_ROPE, l, NPU_ROLE_K_ROPE, kv_dim, k, -1, -1, 0);
@@ -226,19 +119,19 @@ static int32_t build_block(struct block_builder *bb, int32_t l, int32_t x) {
   }
   /* output projection and residual */
   int32_t ao = apply(bb, NPU_OP_MATMUL, l, NPU_ROLE_ATTN_OUT, c->dim, o,
-                     weight(bb, layer_weight(l, L_O)), -1, 0);
+                     weight(bb, npu_layer_weight(l, NPU_LW_O)), -1, 0);
   int32_t h = apply(bb, NPU_OP_ADD, l, NPU_ROLE_ATTN_RESIDUAL, c->dim, x, ao, -1, 0);
   /* ffn rmsnorm and SwiGLU feed-forward */
   int32_t hn = apply(bb, NPU_OP_RMSNORM, l, NPU_ROLE_FFN_NORM, c->dim, h,
-                     weight(bb, layer_weight(l, L_FFN_NORM)), -1, eps);
+                     weight(bb, npu_layer_weight(l, NPU_LW_FFN_NORM)), -1, eps);
   int32_t gate = apply(bb, NPU_OP_MATMUL, l, NPU_ROLE_FFN_GATE, c->ffn_dim, hn,
-                       weight(bb, layer_weight(l, L_GATE)), -1, 0);
+                       weight(bb, npu_layer_weight(l, NPU_LW_GATE)), -1, 0);
   int32_t up = apply(bb, NPU_OP_MATMUL, l, NPU_ROLE_FFN_UP, c->ffn_dim, hn,
-                     weight(bb, layer_weight(l, L_UP)), -1, 0);
+                     weight(bb, npu_layer_weight(l, NPU_LW_UP)), -1, 0);
   int32_t act_gate = apply(bb, NPU_OP_SILU, l, NPU_ROLE_FFN_SILU, c->ffn_dim, gate, -1, -1, 0);
   int32_t prod = apply(bb, NPU_OP_MUL, l, NPU_ROLE_FFN_GATE_PAR, c->ffn_dim, act_gate, up, -1, 0);
   int32_t down = apply(bb, NPU_OP_MATMUL, l, NPU_ROLE_FFN_DOWN, c->dim, prod,
-                       weight(bb, layer_weight(l, L_DOWN)), -1, 0);
+                       weight(bb, npu_layer_weight(l, NPU_LW_DOWN)), -1, 0);
   /* residual */
   return apply(bb, NPU_OP_ADD, l, NPU_ROLE_FFN_RESIDUAL, c->dim, h, down, -1, 0);
 }
@@ -254,7 +147,8 @@ npulm_status npu_build_graph(const struct npulm_model *m, const struct npu_weigh
   npu_ir_builder_init(&bb.b, g, rows, ctx);
   /* token embedding */
   int32_t ids = npu_ir_add_tensor(&bb.b, NPU_TK_INPUT_IDS, NPU_DT_I32, rows, 1, 1, -1, "ids");
-  int32_t x = apply(&bb, NPU_OP_GATHER, -1, NPU_ROLE_EMBD, c->dim, ids, weight(&bb, W_EMBD), -1, 0);
+  int32_t x =
+      apply(&bb, NPU_OP_GATHER, -1, NPU_ROLE_EMBD, c->dim, ids, weight(&bb, NPU_W_EMBD), -1, 0);
   for (int32_t l = 0; l < c->n_layers; l++) x = build_block(&bb, l, x);
   /* final rmsnorm and classifier: on every row, or only on the last real one, whose logits are
    * all that generating the next token needs (for a large vocabulary, the classifier is a fifth
@@ -266,11 +160,11 @@ npulm_status npu_build_graph(const struct npulm_model *m, const struct npu_weigh
     x = last;
   }
   int32_t xn = act3(&bb, -1, NPU_ROLE_OUTPUT_NORM, out_rows, c->dim, 1);
-  npu_ir_add_node(&bb.b, NPU_OP_RMSNORM, x, weight(&bb, W_OUT_NORM), -1, xn, -1, c->rms_eps);
+  npu_ir_add_node(&bb.b, NPU_OP_RMSNORM, x, weight(&bb, NPU_W_OUT_NORM), -1, xn, -1, c->rms_eps);
   int32_t logits = npu_ir_add_tensor(&bb.b, NPU_TK_LOGITS, NPU_DT_F32, out_rows, c->n_vocab, 1, -1,
                                      npu_tensor_role_name(NPU_ROLE_LOGITS));
   npu_ir_set_role(&bb.b, logits, -1, NPU_ROLE_LOGITS);
-  npu_ir_add_node(&bb.b, NPU_OP_MATMUL, xn, weight(&bb, W_OUTPUT), -1, logits, -1, 0);
+  npu_ir_add_node(&bb.b, NPU_OP_MATMUL, xn, weight(&bb, NPU_W_OUTPUT), -1, logits, -1, 0);
   if (bb.b.status != NPULM_OK) {
     npu_graph_free(g);
     if (err != NULL) *err = bb.b.err;

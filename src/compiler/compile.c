@@ -4,42 +4,8 @@
 #include <string.h>
 
 #include "base/common.h"
-#include "compiler/program.h"
+#include "compiler/compiler.h"
 #include "compiler/quantize.h"
-
-void npu_program_free(struct npu_program *p) {
-  if (p == NULL) return;
-  npu_quant_free(p);
-  free(p->streamed);
-  free(p->smooth_alphas);
-  for (int32_t i = 0; p->smooth_factors != NULL && i < p->n_smooth_factors; i++) {
-    free(p->smooth_factors[i]);
-  }
-  free(p->smooth_factors);
-  for (int32_t i = 0; i < p->n_graphs; i++) npu_graph_free(&p->graphs[i]);
-  free(p->graphs);
-  free(p->weights);
-  free(p);
-}
-
-_Static_assert(NPU_QUANT_F32 == 0, "npu_node_reads_float names NPU_QUANT_F32 as 0");
-
-void npu_program_float_weights(const struct npu_program *p, bool *reads_out) {
-  for (int32_t i = 0; i < p->n_weights; i++) reads_out[i] = false;
-  for (int32_t gi = 0; gi < p->n_graphs; gi++) {
-    const struct npu_graph *g = &p->graphs[gi];
-    for (int32_t i = 0; i < g->n_nodes; i++) {
-      const struct npu_ir_node *n = &g->nodes[i];
-      if (!npu_node_reads_float(p, n)) continue;
-      for (int s = 0; s < NPU_IR_MAX_IN; s++) {
-        const struct npu_ir_tensor *t = n->in[s] >= 0 ? &g->tensors[n->in[s]] : NULL;
-        if (t != NULL && t->kind == NPU_TK_WEIGHT && t->ref >= 0 && t->ref < p->n_weights) {
-          reads_out[t->ref] = true;
-        }
-      }
-    }
-  }
-}
 
 /* Bytes of the distinct weights (a tied output shares the embedding's, and its name). */
 static uint64_t weight_bytes(const struct npu_weight *w, int32_t n) {
@@ -104,19 +70,4 @@ npulm_status npu_compile(const struct npulm_model *m, const struct npu_compile_o
 fail:
   npu_program_free(p);
   return st;
-}
-
-const struct npu_graph *npu_program_find(const struct npu_program *p, int32_t rows, int32_t end,
-                                         bool last_logits) {
-  const int32_t logit_rows = last_logits ? 1 : rows;
-  const struct npu_graph *best = NULL;
-  for (int32_t i = 0; i < p->n_graphs; i++) {
-    const struct npu_graph *g = &p->graphs[i];
-    /* a decode graph serves both kinds; only a chunk's logit rows need looking up */
-    if (g->rows == rows && g->ctx >= end && (rows == 1 || npu_graph_logit_rows(g) == logit_rows) &&
-        (best == NULL || g->ctx < best->ctx)) {
-      best = g;
-    }
-  }
-  return best;
 }

@@ -4,23 +4,7 @@
 #include <string.h>
 
 #include "base/common.h"
-#include "compiler/program.h"
-
-const char *npu_fallback_reason(enum npu_op op, uint32_t float_ops) {
-  if (op == NPU_OP_ATTN) {
-    /* the builder makes it only where the policy pins all three (npu_attention_fused) */
-    return "qk, softmax and pv pinned to float by the precision policy, fused (online softmax)";
-  }
-  if (!npu_op_info(op)->on_npu) return "not on the NPU's supported list";
-  if (float_ops & (1u << op)) return "pinned to float by the precision policy";
-  return NULL;
-}
-
-bool npu_attention_fused(uint32_t float_ops) {
-  return npu_fallback_reason(NPU_OP_QK, float_ops) != NULL &&
-         npu_fallback_reason(NPU_OP_SOFTMAX, float_ops) != NULL &&
-         npu_fallback_reason(NPU_OP_PV, float_ops) != NULL;
-}
+#include "compiler/compiler.h"
 
 npulm_status npu_partition(struct npu_graph *g, uint32_t float_ops, npulm_error *err) {
   /* every input of a node may need a copy: at most 3 new tensors per node */

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "base/common.h"
-#include "compiler/program.h"
+#include "compiler/compiler.h"
 
 #define ARENA_ALIGN 64 /* cache line; also what SIMD kernels want */
 

@@ -252,11 +252,6 @@ static const struct group groups[NPU_SMOOTH_GROUPS] = {
                         {1, 2}},
 };
 
-const char *npu_smooth_group_name(enum npu_smooth_group g) {
-  static const char *const names[NPU_SMOOTH_GROUPS] = {"qkv", "gate_up", "down", "out"};
-  return (unsigned)g < NPU_SMOOTH_GROUPS ? names[g] : "?";
-}
-
 npulm_status npu_smooth_layer(const struct npulm_model *m, struct npu_program *p,
                               const struct npu_calib *cal, float alpha, int32_t l,
                               npulm_error *err) {
@@ -372,30 +367,4 @@ done:
   free(src_meansq);
   free(kv_of);
   return st;
-}
-
-void npu_smooth_unsmooth(const struct npu_program *p, const struct npu_config *c, int32_t layer,
-                         enum npu_tensor_role role, float *v, int32_t n) {
-  if (p->smooth_factors == NULL || layer < 0 || layer >= c->n_layers) return;
-  /* the activations that carry a group's 1/s: its input, and for the down projection's input
-   * up's output too (its rows took 1/s), for the output projection's V too (likewise) */
-  int gi;
-  switch (role) {
-  case NPU_ROLE_ATTN_NORM: gi = NPU_SMOOTH_QKV; break;
-  case NPU_ROLE_FFN_NORM: gi = NPU_SMOOTH_GATE_UP; break;
-  case NPU_ROLE_FFN_UP:
-  case NPU_ROLE_FFN_GATE_PAR: gi = NPU_SMOOTH_DOWN; break;
-  case NPU_ROLE_V:
-  case NPU_ROLE_KQV: gi = NPU_SMOOTH_OUT; break;
-  default: return;
-  }
-  const float *s = p->smooth_factors[(size_t)layer * NPU_SMOOTH_GROUPS + (size_t)gi];
-  if (s == NULL) return;
-  const int32_t group = c->n_heads / c->n_kv_heads;
-  for (int32_t i = 0; i < n; i++) {
-    /* KQV's channel i is the KV channel of its head's group */
-    const int32_t j =
-        role == NPU_ROLE_KQV ? (i / c->head_dim / group) * c->head_dim + i % c->head_dim : i;
-    v[i] *= s[j];
-  }
 }

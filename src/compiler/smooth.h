@@ -10,23 +10,8 @@
 #include <stdint.h>
 
 #include "compiler/calibrate.h"
-#include "compiler/program.h"
+#include "program/program.h"
 
-/* Groups of a block, each with its own factors (and its own alpha when chosen). */
-enum npu_smooth_group {
-  NPU_SMOOTH_QKV,     /* input of q, k, v (attn_norm's output) */
-  NPU_SMOOTH_GATE_UP, /* input of gate, up (ffn_norm's output) */
-  NPU_SMOOTH_DOWN,    /* input of down (silu(gate) * up) */
-  NPU_SMOOTH_OUT,     /* input of the attention output projection (the attention result) */
-  NPU_SMOOTH_GROUPS
-};
-
-const char *npu_smooth_group_name(enum npu_smooth_group g);
-
-/* An alpha that asks npu_smooth_choose for the alpha of least predicted error. */
-#define NPU_SMOOTH_AUTO (-1.0f)
-/* The alpha npu_smooth_choose reports when no smoothing (every factor 1) is predicted best. */
-#define NPU_SMOOTH_NONE (-2.0f)
 /* The candidates of the choice: no smoothing, then NPU_SMOOTH_CANDIDATES alphas,
  * npu_smooth_candidate(i) = (i + 5) / 20, from 0.25 to 0.75. Below 0.25 smoothing mostly moves
  * the spread of the weights' column maxima onto the activation (alpha 0 reads no activation
@@ -102,12 +87,5 @@ npulm_status npu_smooth_choose(const struct npu_smooth_input *x, const struct np
 npulm_status npu_smooth_layer(const struct npulm_model *m, struct npu_program *p,
                               const struct npu_calib *cal, float alpha, int32_t l,
                               npulm_error *err);
-
-/* The value 'v' (n channels) of the activation of 'role' in block 'layer' as program 'p' computes
- * it, made the unsmoothed model's: multiplied by the factors p->smooth_factors holds for it (no
- * change for an activation no group divides, or a program without them). What npulm diff
- * compares with the reference. */
-void npu_smooth_unsmooth(const struct npu_program *p, const struct npu_config *c, int32_t layer,
-                         enum npu_tensor_role role, float *v, int32_t n);
 
 #endif /* NPU_COMPILER_SMOOTH_H */

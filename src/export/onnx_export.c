@@ -36,15 +36,14 @@
 
 #include "base/atomic_file.h"
 #include "base/common.h"
-#include "compiler/program.h"
-#include "compiler/qparams.h"
-#include "compiler/quantize.h"
 #include "export/encodings.h"
 #include "io/onnx_write.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/npu/ukernels.h"
 #include "model/model.h"
 #include "npulm.h"
+#include "program/program.h"
+#include "program/qparams.h"
 
 enum { OPSET = 17, NAME = NPU_ONNX_NAME_MAX };
 

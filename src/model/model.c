@@ -1,6 +1,6 @@
 /* Model loading: configuration from GGUF metadata, weight views checked against the expected
  * shapes, tokenizer; and the model's information and tokenizer in the public API. (Opening a file,
- * which may be a program file, is the API layer's: src/api/open.c.) */
+ * which may be a program file, is the pipeline layer's: src/pipeline/open.c.) */
 #include "model/model.h"
 
 #include <math.h>

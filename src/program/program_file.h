@@ -152,8 +152,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "compiler/program.h"
-#include "compiler/quantize.h"
+#include "program/program.h"
 #include "program/program_io.h"
 
 #define NPU_PROGRAM_KEY_VERSION "npulm.program.version"
@@ -468,5 +467,30 @@ npulm_status npu_program_load_sparse(const struct npu_gguf *g, const struct npu_
 /* Fail naming site 'i': "program site I ('name'): <what>". */
 npulm_status NPU_PRINTF(4, 5) npu_program_site_fail(npulm_error *err, const struct npu_program *p,
                                                     int32_t i, const char *fmt, ...);
+
+/* The checks of npu_program_verify on the integer data (program_verify_sites.c): the sites and
+ * the quantization table ('after_site' as npu_program_verify_each_site), the sparse data. */
+npulm_status npu_program_verify_quant(const struct npu_program *p, npu_site_checked_fn after_site,
+                                      void *user, npulm_error *err);
+npulm_status npu_program_verify_sparse(const struct npu_program *p, npulm_error *err);
+
+/* Ranges both halves of the verification check. */
+static inline bool npu_verify_is_int(uint8_t dt) { return dt == NPU_DT_I8 || dt == NPU_DT_I16; }
+
+/* A zero point the type 'dt' (I8 or I16) can hold. */
+static inline bool npu_verify_zp_fits(uint8_t dt, int32_t zp) {
+  return dt == NPU_DT_I8 ? zp >= INT8_MIN && zp <= INT8_MAX
+                         : dt == NPU_DT_I16 && zp >= INT16_MIN && zp <= INT16_MAX;
+}
+
+/* A multiplier/shift pair in the range of npu_requantize (fixedpoint.h). */
+static inline bool npu_verify_requant_ok(int32_t mult, int32_t shift) {
+  return mult >= 0 && shift >= -31 && shift <= 30;
+}
+
+/* An input multiplier of the integer add: at most 0.5 (ukernels.h). */
+static inline bool npu_verify_add_input_ok(int32_t mult, int32_t shift) {
+  return npu_verify_requant_ok(mult, shift) && (shift <= -1 || (shift == 0 && mult <= (1 << 30)));
+}
 
 #endif /* NPU_PROGRAM_PROGRAM_FILE_H */

@@ -6,8 +6,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "compiler/program.h"
 #include "io/gguf.h"
+#include "program/program.h"
 
 #define NPU_PROGRAM_VERSION 9 /* 'npulm.program.version' this build writes and reads */
 #define NPU_PROGRAM_CHECKSUMS "npulm.checksums" /* their key (gguf_checksum.h) */
@@ -58,6 +58,14 @@ npulm_status npu_program_load(const struct npulm_model *m, struct npu_program **
  * activation as wide as its matmul's outliers need to F32 [rows, n]; transfers run on the CPU. */
 npulm_status npu_program_verify(const struct npulm_model *m, const struct npu_program *p,
                                 npulm_error *err);
+
+/* npu_program_verify, calling 'after_site' (if not NULL) as soon as site i has passed its checks:
+ * what the caller does with a site once it is read (the loader, under a memory budget, lets go
+ * of the file pages the checks read) stays the caller's; the verification only reads. */
+typedef void (*npu_site_checked_fn)(void *user, const struct npu_program *p, int32_t site);
+npulm_status npu_program_verify_each_site(const struct npulm_model *m, const struct npu_program *p,
+                                          npu_site_checked_fn after_site, void *user,
+                                          npulm_error *err);
 
 /* Write model 'm' with program 'p' as a program file at 'path', checksummed and atomically
  * (npu_gguf_writer_open_file): on failure the file at 'path' is as it was. 'progress' (may be

@@ -7,11 +7,10 @@
 #include <string.h>
 
 #include "base/common.h"
-#include "compiler/program.h"
-#include "compiler/quantize.h"
-#include "compiler/sparse.h"
 #include "io/gguf_checksum.h"
+#include "program/program.h"
 #include "program/program_file.h"
+#include "program/sparse_data.h"
 
 #define DAMAGE_NAME_MAX 112 /* "tensor '...'" with up to 96 bytes of a name */
 
@@ -733,6 +732,18 @@ static npulm_status load_quant(const struct npu_gguf *g, struct npu_program *p, 
   return NPULM_OK;
 }
 
+/* Under a memory budget the weights stay in the file: once checked, their pages are let go of
+ * (npu_site_checked_fn; 'user' is the file), so that the checks do not leave the whole file
+ * resident. */
+static void drop_checked(void *user, const struct npu_program *p, int32_t site) {
+  const struct npu_gguf *g = user;
+  const uint8_t *w = p->qsites[site].packed;
+  if (g->stream && w != NULL && w >= g->base && w < g->base + g->size) {
+    const uint64_t at = (uint64_t)(w - g->base);
+    npu_gguf_drop(g, at, at + p->qsites[site].packed_size, false);
+  }
+}
+
 npulm_status npu_program_load(const struct npulm_model *m, struct npu_program **out,
                               npulm_error *err) {
   *out = NULL;
@@ -788,7 +799,8 @@ npulm_status npu_program_load(const struct npulm_model *m, struct npu_program **
       goto fail;
     }
   }
-  if ((st = npu_program_verify(m, p, err)) != NPULM_OK) goto fail;
+  if ((st = npu_program_verify_each_site(m, p, drop_checked, (void *)g, err)) != NPULM_OK)
+    goto fail;
   program_sizes(m, p);
   *out = p;
   return NPULM_OK;

@@ -8,12 +8,11 @@
 #include "base/atomic_file.h"
 #include "base/common.h"
 #include "base/pages.h"
-#include "compiler/program.h"
-#include "compiler/quantize.h"
-#include "compiler/sparse.h"
 #include "io/gguf_checksum.h"
 #include "io/gguf_write.h"
+#include "program/program.h"
 #include "program/program_file.h"
+#include "program/sparse_data.h"
 
 #define SMALL_TENSOR_BYTES (64u << 10) /* tensors below this are stored together, first */
 #define WRITE_CHUNK_BYTES (4u << 20)   /* weight bytes between progress calls */

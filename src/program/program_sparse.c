@@ -16,9 +16,9 @@
 #include <string.h>
 
 #include "base/common.h"
-#include "compiler/sparse.h"
 #include "io/gguf_write.h"
 #include "program/program_file.h"
+#include "program/sparse_data.h"
 
 enum {
   F_N_FF,

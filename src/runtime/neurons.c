@@ -15,10 +15,10 @@
 
 #include "base/common.h"
 #include "base/pages.h"
-#include "compiler/quantize.h"
-#include "compiler/sparse.h"
 #include "io/gguf.h"
 #include "model/model.h"
+#include "program/program.h"
+#include "program/sparse_data.h"
 
 enum { MAX_IOV = 64 };
 

@@ -15,10 +15,9 @@
 #include "base/common.h"
 #include "base/pages.h"
 #include "base/pool.h"
-#include "compiler/program.h"
-#include "compiler/quantize.h"
 #include "kernels/cpu/kernels.h"
 #include "model/model.h"
+#include "program/program.h"
 #include "ref/forward.h"
 #include "runtime/neurons.h"
 #include "runtime/scheduler.h"
@@ -46,7 +45,7 @@ struct npulm_session {
   struct npu_ref_state ref;
 
   /* compiled engine */
-  struct npu_program *owned_program; /* compiled here when the model carried none */
+  struct npu_program *owned_program; /* npu_session_create_owning's, freed with the session */
   const struct npu_program *prog;
   struct npu_cpu_ukernels cpu_uk; /* the float kernels chosen for this CPU */
   int32_t max_rows;
@@ -113,17 +112,8 @@ static npulm_status compiled_init(struct npulm_session *s, npulm_error *err) {
   const struct npulm_model *m = s->model;
   const struct npu_config *c = &m->cfg;
   npu_cpu_ukernels_select(npu_isa_detect(), &s->cpu_uk);
-  if (s->prog != NULL) {
-    /* given (npu_session_create_program) */
-  } else if (m->program == NULL) {
-    struct npu_compile_options o;
-    npu_compile_default_options(c, &o);
-    npulm_status st = npu_compile(m, &o, NULL, NULL, &s->owned_program, err);
-    if (st != NPULM_OK) return st;
-    s->prog = s->owned_program;
-  } else {
-    s->prog = m->program;
-  }
+  if (s->prog == NULL) s->prog = m->program; /* else given (npu_session_create_program) */
+  if (s->prog == NULL) return npu_fail(err, NPULM_ERR_ARG, "the model has no compiled program");
   const struct npu_program *p = s->prog;
   const struct npu_compile_options *o = &p->opts;
   int32_t max_bucket = o->buckets[o->n_buckets - 1];
@@ -233,11 +223,6 @@ static npulm_status compiled_init(struct npulm_session *s, npulm_error *err) {
   return npu_sched_create(s->pools, &s->sched, err);
 }
 
-npulm_status npulm_session_create(const npulm_model *model, const npulm_session_params *params,
-                                  npulm_session **session_out, npulm_error *err) {
-  return npu_session_create_program(model, NULL, params, session_out, err);
-}
-
 npulm_status npu_session_create_program(const npulm_model *model, const struct npu_program *prog,
                                         const npulm_session_params *params,
                                         npulm_session **session_out, npulm_error *err) {
@@ -295,6 +280,15 @@ npulm_status npu_session_create_program(const npulm_model *model, const struct n
   return NPULM_OK;
 fail:
   npulm_session_free(s);
+  return st;
+}
+
+npulm_status npu_session_create_owning(const npulm_model *model, struct npu_program *prog,
+                                       const npulm_session_params *params,
+                                       npulm_session **session_out, npulm_error *err) {
+  npulm_status st = npu_session_create_program(model, prog, params, session_out, err);
+  if (st == NPULM_OK) (*session_out)->owned_program = prog;
+  else npu_program_free(prog);
   return st;
 }
 

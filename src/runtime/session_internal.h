@@ -12,7 +12,7 @@ typedef void (*npu_node_observer)(void *user, const struct npu_graph *g, int32_t
  * backend worker threads, one node at a time for a single-chunk step. */
 void npu_session_observe(npulm_session *session, npu_node_observer fn, void *user);
 
-/* The program the session runs: the model's, or the one it compiled when the model had none. */
+/* The program the session runs: the model's, or the one it was created with. */
 const struct npu_program *npu_session_program(const npulm_session *session);
 
 /* npulm_session_create for program 'prog' of 'model' instead of the model's own (a compile that
@@ -20,5 +20,10 @@ const struct npu_program *npu_session_program(const npulm_session *session);
 npulm_status npu_session_create_program(const npulm_model *model, const struct npu_program *prog,
                                         const npulm_session_params *params,
                                         npulm_session **session_out, npulm_error *err);
+
+/* The same for a program the session takes: freed with the session, or at once if this fails. */
+npulm_status npu_session_create_owning(const npulm_model *model, struct npu_program *prog,
+                                       const npulm_session_params *params,
+                                       npulm_session **session_out, npulm_error *err);
 
 #endif /* NPU_RUNTIME_SESSION_INTERNAL_H */

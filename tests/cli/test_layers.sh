@@ -1,6 +1,6 @@
 #!/bin/sh
 # The layers of src/, bottom to top (README, "Layout"): a file uses only its own layer and those
-# below. Four checks, TAP lines, each naming every file and line at fault:
+# below. Seven checks, TAP lines, each naming every file and line at fault:
 # 1. every source file of src/ lies in a layer folder, and every #include "..." between folders
 #    points to its own layer or one below. include/npulm.h, the public header, may be included
 #    from any layer: it declares the types every layer shares (status, error, parameters) and
@@ -10,12 +10,20 @@
 # 4. the compiled objects agree: no object of the library calls a function or reads a variable
 #    that a higher layer's object defines (an include check cannot see a declaration that sits in
 #    a low header while its definition lives above). Objects are looked for next to $NPULM_BIN
-#    (BUILD/npulm -> BUILD/src/**/*.o); skipped if absent.
+#    (BUILD/npulm -> BUILD/src/**/*.o); skipped if absent;
+# 5. the compiled program is the contract between the compiler and what runs or reads it
+#    (src/program/): backends/, runtime/, analysis/ and export/ include nothing of compiler/ and
+#    call nothing its objects define (only the pipeline, which compiles, does);
+# 6. no two objects of the library call each other, directly or round a loop (a loop of calls is
+#    a circle of files, whichever layer they are in);
+# 7. no source file of src/, include/ or tools/ is over 1,200 lines, none of src/compiler/ over
+#    800 (a file that long holds more than one job).
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${NPULM_BIN:-build/npulm}
 case "$bin" in /*) ;; *) bin="$PWD/$bin" ;; esac
 objdir=$(dirname "$bin")/src
-LAYERS="base io model ref kernels ir compiler program backends runtime analysis export api"
+COMPILER_FREE="backends runtime analysis export"
+LAYERS="base io model ref kernels ir program compiler backends runtime pipeline analysis export"
 n=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 notok() { n=$((n + 1)); echo "not ok $n - $1"; }
@@ -76,18 +84,42 @@ faults=$(for f in tools/*.c tools/*.h; do
 done)
 report "tools/ includes only the public header and its own headers" "$faults"
 
+# 5. (includes) the layers that read programs include nothing of the compiler
+faults=$(echo "$includes" | awk -v free="$COMPILER_FREE" '
+  BEGIN { n = split(free, l, " "); for (i = 1; i <= n; i++) no[l[i]] = 1 }
+  NF == 3 { lf = $1; sub(/\/.*/, "", lf)
+    if ((lf in no) && $3 ~ /^compiler\//) print "src/" $1 ":" $2 ": includes \"" $3 "\": " lf " reads programs (program/), not the compiler" }')
+report "$COMPILER_FREE include nothing of compiler/" "$faults"
+
+# 7. file sizes
+faults=$(find src include tools -name '*.[ch]' -o -name '*.inc' | sort | xargs wc -l | awk '
+  $2 != "total" && ($1 > 1200 || ($2 ~ /^src\/compiler\// && $1 > 800)) {
+    print $2 ": " $1 " lines (at most " ($2 ~ /^src\/compiler\// ? 800 : 1200) ")" }')
+report "no source file over 1,200 lines, none of src/compiler/ over 800" "$faults"
+
 # 4. symbols: each object's undefined symbols against the layer of the object defining them
 objs=$(find "$objdir" -name '*.o' 2>/dev/null | sort)
 if [ -z "$objs" ] || ! command -v nm >/dev/null 2>&1; then
-  skip "no object calls into a higher layer" "no objects in $objdir or no nm"
+  for what in "no object calls into a higher layer" "no object of $COMPILER_FREE calls the compiler" \
+    "no two objects call each other, directly or round a loop"; do
+    skip "$what" "no objects in $objdir or no nm"
+  done
   exit 0
 fi
-faults=$(for o in $objs; do
+# "U FILE SYMBOL" for each symbol an object uses, "D FILE SYMBOL" for each it defines
+symbols=$(for o in $objs; do
   rel=${o#"$objdir"/}
   [ -e "src/${rel%.o}.c" ] || continue # left over from a source since moved or removed
   nm "$o" | awk -v f="$rel" '$1 == "U" { print "U", f, $2; next }
                              NF == 3 && $2 ~ /^[TDBRC]$/ { print "D", f, $3 }'
-done | awk -v layers="$LAYERS" '
+done)
+# "USER DEFINER" for each use of a symbol another object of the library defines
+calls=$(echo "$symbols" | awk '$1 == "D" { def[$3] = $2; next }
+  { use[++u] = $2 " " $3 }
+  END { for (i = 1; i <= u; i++) { split(use[i], w, " ")
+          if ((w[2] in def) && def[w[2]] != w[1]) print w[1], def[w[2]], w[2] } }' |
+  sed 's/\.o / /g; s/\.o$//' | sort -u)
+faults=$(echo "$symbols" | awk -v layers="$LAYERS" '
   BEGIN { n = split(layers, l, " "); for (i = 1; i <= n; i++) rank[l[i]] = i }
   function layer(path) { sub(/\/.*/, "", path); return path }
   $1 == "D" { def[$3] = $2; next }
@@ -102,3 +134,16 @@ done | awk -v layers="$LAYERS" '
     }
   }' | sed 's/\.o /.c /; s/\.o:/.c:/; s/\.o$/.c/' | sort)
 report "no object calls into a higher layer" "$faults"
+
+# 5. (objects) nor call what the compiler's objects define
+faults=$(echo "$calls" | awk -v free="$COMPILER_FREE" '
+  BEGIN { n = split(free, l, " "); for (i = 1; i <= n; i++) no[l[i]] = 1 }
+  { lu = $1; sub(/\/.*/, "", lu)
+    if ((lu in no) && $2 ~ /^compiler\//) print "src/" $1 ".c uses " $3 " of src/" $2 ".c" }')
+report "no object of $COMPILER_FREE calls the compiler" "$faults"
+
+# 6. loops of calls between objects: tsort names the files of each loop it finds
+faults=$(echo "$calls" | awk 'NF == 3 { print $1, $2 }' | sort -u | tsort 2>&1 >/dev/null |
+  awk '/input contains a loop/ { if (loop != "") print loop; loop = "a loop of calls:"; next }
+       /^tsort: / { loop = loop " src/" $2 ".c" } END { if (loop != "") print loop }')
+report "no two objects call each other, directly or round a loop" "$faults"

@@ -11,7 +11,7 @@
  *
  *     r ~= mult * 2^(shift - 31),   mult in [2^30, 2^31 - 1] (a Q31 number in [0.5, 1)),
  *
- * exactly as TFLite and CMSIS-NN do; npu_quantize_multiplier() in src/compiler/qparams.h makes
+ * exactly as TFLite and CMSIS-NN do; npu_quantize_multiplier() in src/program/qparams.h makes
  * them.
  *
  * Requantization uses TFLite's single rounding (TFLITE_SINGLE_ROUNDING, CMSIS-NN's

@@ -223,8 +223,8 @@ typedef void npu_qs32_requant_qs16_fn(size_t n, const int32_t *restrict acc,
  * Valid ranges: input multipliers at most 0.5 (a_shift <= -1, or 0 with a_mult <= 2^30; same for
  * b); |x - zero_point| * 2^left_shift < 2^30 for every input (int8: left_shift <= 22, 20 is
  * TFLite's; int16: left_shift <= 14), so |ta + tb| < 2^30 never overflows; y_* as in
- * fixedpoint.h. Make the params with npu_qadd_params_make() (src/compiler/qparams.h). y may be a or
- * b (in place); no other overlap. */
+ * fixedpoint.h. Make the params with npu_qadd_params_make() (src/program/qparams.h). y may be a
+ * or b (in place); no other overlap. */
 struct npu_qadd_params {
   int32_t a_zero_point, b_zero_point;
   int32_t left_shift;
@@ -255,13 +255,13 @@ typedef void npu_qs16_vmul_fn(size_t n, const int16_t *a, const int16_t *b, int1
 
 /* ---- lookup-table activation ------------------------------------------------------------------
  * y[i] = table[x[i] + 128]: any int8 -> int8 function with its quantization folded in (SiLU:
- * npu_lut_s8_build() in src/compiler/qparams.h). y may be x (in place); no other overlap. */
+ * npu_lut_s8_build() in src/program/qparams.h). y may be x (in place); no other overlap. */
 typedef void npu_x8_lut_fn(size_t n, const int8_t *x, int8_t *y, const int8_t *restrict table);
 
 /* ---- int16 lookup-table activation (piecewise linear) -----------------------------------------
  * For each x: u = x + 32768, i = u >> 7 (in [0, 511]), f = u & 127,
  *   y = t[i] + (((t[i + 1] - t[i]) * f + 64) >> 7)      (arithmetic shift)
- * over a table t of 513 int16 (npu_lut_s16_build() in src/compiler/qparams.h): linear
+ * over a table t of 513 int16 (npu_lut_s16_build() in src/program/qparams.h): linear
  * interpolation between the 513 knots, any int16 -> int16 function (SiLU) with its quantization
  * folded in. The result lies between t[i] and t[i + 1] (|d * f / 128| <= |d|), so it needs no
  * saturation; (t[i + 1] - t[i]) * f fits int32 (< 2^16 * 2^7). y may be x (in place); no other
@@ -303,7 +303,7 @@ typedef void npu_qs8_gather_qs16_fn(size_t n_ids, const int32_t *restrict ids, s
  * (|mult| <= INT32_MAX, any sign: the weights of a norm may be negative) and one shift for the
  * tensor, so |u * mult| < 2^62. Valid ranges: cols in [1, 2^24]; eps in [1, 2^62]; shift in
  * [-16, 46] (so s >= 1); y_zero_point in [-128, 127]. Make the params with
- * npu_rmsnorm_params_make() (src/compiler/qparams.h). No overlap of x and y. */
+ * npu_rmsnorm_params_make() (src/program/qparams.h). No overlap of x and y. */
 #define NPU_QS16_RMSNORM_MAX_COLS (1 << 24) /* the widest row it takes */
 
 struct npu_qs16_rmsnorm_params {
@@ -411,8 +411,8 @@ typedef void npu_qs16_pv_qs8_fn(const struct npu_attn_shape *restrict shape,
 /* ---- sparse decode over neuron bundles (PowerInfer-style) ------------------------------------
  * FFN neuron j of a layer is three int8 vectors: its gate row, its up row and its down column,
  * each kp = npu_bundle_kp(k) bytes (k the model width), 64-byte aligned, zero past k; weights lie
- * in [-127, 127] (never -128). Where they lie is the caller's (compiler/sparse.h: in clusters of
- * neurons). A decode step computes the gate dot products of the candidate neurons a predictor
+ * in [-127, 127] (never -128). Where they lie is the caller's (program/sparse_data.h: in clusters
+ * of neurons). A decode step computes the gate dot products of the candidate neurons a predictor
  * chose (qs8_rows_dot over their gate rows), keeps those whose gate passes the thresholds,
  * computes the up dot products of the kept (qs8_rows_dot over their up rows), applies the
  * activation to get one coefficient per kept neuron, then adds the kept down columns times their

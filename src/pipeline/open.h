@@ -1,6 +1,6 @@
 /* Opening a model file, for the API's own use beyond npulm_model_open. */
-#ifndef NPU_API_OPEN_H
-#define NPU_API_OPEN_H
+#ifndef NPU_PIPELINE_OPEN_H
+#define NPU_PIPELINE_OPEN_H
 
 #include <stdbool.h>
 
@@ -11,4 +11,4 @@
 npulm_status npu_model_open(const char *path, bool defer_matrices, const npulm_open_params *params,
                             npulm_model **model_out, npulm_error *err);
 
-#endif /* NPU_API_OPEN_H */
+#endif /* NPU_PIPELINE_OPEN_H */

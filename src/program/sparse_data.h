@@ -18,21 +18,14 @@
  * mult_j * 2^(shift_j - 31), the requantization of the dense gate GEMM; the predictor's output is
  * int16 in units of 1/256 of that step.
  *
- * All is built at compile time from the weights and calibration inputs alone (no training): the
- * predictor from the range of the gate's outputs over the calibration inputs (a randomized
- * low-rank fit), the thresholds from their distribution. */
-#ifndef NPU_COMPILER_SPARSE_H
-#define NPU_COMPILER_SPARSE_H
+ * All is built at compile time (compiler/sparsify.h). */
+#ifndef NPU_PROGRAM_SPARSE_DATA_H
+#define NPU_PROGRAM_SPARSE_DATA_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "compiler/program.h"
-
-/* What the predictor's candidates must cover by default, by calibration |SiLU(gate)| mass, of
- * the neurons the thresholds keep: on stories27M at rank dim / 8 this keeps decode perplexity
- * within 0.3 % of the exact gate's (bench/ACCURACY.md), and 0.99 does not. */
-#define NPU_SPARSE_RECALL 0.998
+#include "program/program.h"
 
 struct npu_sparse_layer {
   int32_t n_ff, rank;
@@ -101,16 +94,6 @@ struct npu_sparse {
  * (under a memory budget the bundles stay in the file, for the neuron cache). */
 npulm_status npu_sparse_place(struct npu_sparse *s, bool bundles, npulm_error *err);
 
-/* Build the sparse decode data of integer program 'p' (w8a8, without shadow outliers: the FFN
- * of every decode graph is gate and up matmuls, SiLU, product and down matmul on the NPU) for
- * skipping a share 'level' in [0, 1) of each layer's neurons, with predictors of 'rank' (0: dim /
- * 8, a multiple of 16) whose candidates cover 'recall' (0: NPU_SPARSE_RECALL) of the kept mass,
- * from 'n' calibration inputs: 'x[l]' holds layer l's n FFN inputs [n, dim], int8 as its decode
- * graphs' FFN norm writes them. Sets p->sparse. */
-npulm_status npu_sparse_build(struct npu_program *p, const struct npu_config *cfg,
-                              const int8_t *const *x, int32_t n, float level, int32_t rank,
-                              double recall, npulm_error *err);
-
 /* Bytes of one layer's bundles and of its predictor (packed weights and multipliers). */
 uint64_t npu_sparse_bundle_bytes(const struct npu_sparse *s, int32_t layer);
 uint64_t npu_sparse_predictor_bytes(const struct npu_sparse *s, int32_t layer);
@@ -133,4 +116,4 @@ uint64_t npu_sparse_streamed(const struct npu_program *p, uint64_t budget, uint8
 
 void npu_sparse_free(struct npu_sparse *s); /* accepts NULL */
 
-#endif /* NPU_COMPILER_SPARSE_H */
+#endif /* NPU_PROGRAM_SPARSE_DATA_H */

@@ -1,5 +1,5 @@
 /* Compile-time quantization helpers (floating point allowed here, never in src/kernels/npu). */
-#include "compiler/qparams.h"
+#include "program/qparams.h"
 
 #include <math.h>
 

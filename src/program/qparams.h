@@ -4,8 +4,8 @@
  * inside an NPU graph. Conventions: real = scale * (q - zero_point); rounding is half away from
  * zero (roundf, as TFLite's quantize and llama.cpp's Q8_0 do), then saturation to the type's range.
  */
-#ifndef NPU_COMPILER_QPARAMS_H
-#define NPU_COMPILER_QPARAMS_H
+#ifndef NPU_PROGRAM_QPARAMS_H
+#define NPU_PROGRAM_QPARAMS_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -100,4 +100,4 @@ float npu_prob_scale(void);
 /* SiLU, x * sigmoid(x), for npu_lut_s8_build. */
 double npu_silu(double x);
 
-#endif /* NPU_COMPILER_QPARAMS_H */
+#endif /* NPU_PROGRAM_QPARAMS_H */

@@ -1,9 +1,10 @@
 /* A compiled program: the static graphs of every specialization of one model, with placement and
- * memory plan, plus the table of weights they reference. It is built by npu_compile() from a
- * model, written to / read from a program file (a GGUF container, see program_file.h), and run by
- * the runtime. */
-#ifndef NPU_COMPILER_PROGRAM_H
-#define NPU_COMPILER_PROGRAM_H
+ * memory plan, the table of weights they reference and, for the integer NPU, the integer data of
+ * every NPU operation. It is the contract between the compiler, which builds it (compiler/), and
+ * everything that runs or reads it: the executor, the runtime, inspect, diff and export, and its
+ * file format (program_file.h). Here: its types, who owns what, and the lookups they all share. */
+#ifndef NPU_PROGRAM_PROGRAM_H
+#define NPU_PROGRAM_PROGRAM_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -11,6 +12,7 @@
 #include "ir/ir.h"
 #include "kernels/npu/ukernels.h"
 #include "model/model.h"
+#include "program/quant_mode.h"
 
 #define NPU_MAX_CHUNKS 8
 #define NPU_MAX_BUCKETS 32
@@ -95,14 +97,80 @@ struct npu_program {
   uint64_t held_bytes;
 };
 
-/* Defaults: chunks 16, 64 and 128 (those within the model's context), buckets powers of two from
- * 128 up to the model's context (which is always the last bucket), the default precision policy.
- */
-void npu_compile_default_options(const struct npu_config *cfg, struct npu_compile_options *o);
+/* Integer data of one NPU operation, shared by every specialization (keyed by the name of the
+ * tensor the operation writes, e.g. "blk.3.ffn_down"). */
+struct npu_qsite {
+  char name[NPU_IR_NAME_MAX];
+  uint8_t op; /* enum npu_op */
+  /* matmul: packed int8 weights (npu_qs8_gemm_pack) [n, k]; gather: int8 table [n rows, k], or
+   * (table_site >= 0) the packed weights of that matmul site, whose int8 values are the table's
+   * (a tied embedding is stored once) */
+  int32_t n, k;
+  void *packed;
+  int32_t table_site; /* -1, or the matmul site whose packed weights a gather reads */
+  uint64_t packed_size;
+  int32_t *mult, *shift; /* (n) per output channel (matmul) or per table row (gather); an
+                            RMSNORM's per-channel multipliers (mult only, n = its width) */
+  /* matmul weights: 8 bits (npu_qs8_gemm_pack's layout) or 4 (npu_qc4w_gemm_pack's, one scale
+   * per channel if w_block is 0, else blocks of NPU_QC4W_BLOCK with integer block scales) */
+  uint8_t w_bits, w_block;
+  struct npu_qs8_gemm_params gemm;    /* int8 input */
+  struct npu_qs16_gemm_params gemm16; /* int16 input: its acc_shift, zero point and block */
+  struct npu_qs8_gather_params gather;
+  struct npu_qadd_params add;
+  struct npu_qmul_params mul;
+  struct npu_qs8_qk_params qk;            /* attention scores (QK) */
+  struct npu_qs16_softmax_params softmax; /* SOFTMAX */
+  struct npu_qs16_pv_params pv;           /* attention output (PV) */
+  struct npu_qs16_rmsnorm_params rmsnorm; /* RMSNORM: n channels, its multipliers in 'mult' */
+  int8_t lut[256];                        /* SILU of int8 */
+  int16_t lut16[NPU_QS16_LUT_SIZE];       /* SILU of int16 (lut_wide) */
+  uint8_t lut_wide;
+  /* shadow outliers of a matmul: input channels computed in float on the CPU */
+  int32_t n_outliers;
+  int32_t *outliers; /* (n_outliers) input channel indices */
+  float *outlier_w;  /* (n, n_outliers) the weights of those channels */
+  /* when the input is the FFN product silu(gate) * up, which lives only on the NPU, the CPU
+   * recomputes its outlier channels from the FFN norm output: gate and up rows of them */
+  float *outlier_gate; /* (n_outliers, dim) or NULL */
+  float *outlier_up;   /* (n_outliers, dim) or NULL */
+  int32_t outlier_dim;
+};
+
+/* Quantization parameters of a named tensor (the same in every graph). */
+struct npu_qtensor {
+  char name[NPU_IR_NAME_MAX];
+  uint8_t dtype;
+  struct npu_qparams q;
+};
 
 /* Check 'o' against the model: sizes positive and ascending, buckets within the context. */
 npulm_status npu_compile_check_options(const struct npu_config *cfg,
                                        const struct npu_compile_options *o, npulm_error *err);
+
+/* The weight table's fixed order (npu_weight_table): the globals, then the same twelve per layer.
+ */
+enum { NPU_W_EMBD, NPU_W_OUT_NORM, NPU_W_OUTPUT, NPU_W_GLOBALS };
+enum {
+  NPU_LW_ATTN_NORM,
+  NPU_LW_Q,
+  NPU_LW_K,
+  NPU_LW_V,
+  NPU_LW_BQ,
+  NPU_LW_BK,
+  NPU_LW_BV,
+  NPU_LW_O,
+  NPU_LW_FFN_NORM,
+  NPU_LW_GATE,
+  NPU_LW_UP,
+  NPU_LW_DOWN,
+  NPU_LW_COUNT
+};
+
+/* The index in the weight table of weight 'which' (NPU_LW_*) of block 'layer'. */
+static inline int32_t npu_layer_weight(int32_t layer, int32_t which) {
+  return NPU_W_GLOBALS + layer * NPU_LW_COUNT + which;
+}
 
 /* The weight table of a model: every weight the graphs may reference, in a fixed order. The
  * returned array (n entries) points into the model; free it with free(). */
@@ -113,7 +181,7 @@ npulm_status npu_weight_table(const struct npulm_model *m, struct npu_weight **o
  * the CPU's of an integer one (an integer NPU node reads its site's integer data instead of its
  * weights). */
 static inline bool npu_node_reads_float(const struct npu_program *p, const struct npu_ir_node *n) {
-  return p->quant_mode == 0 /* NPU_QUANT_F32 */ || n->backend != NPU_BE_NPU;
+  return p->quant_mode == NPU_QUANT_F32 || n->backend != NPU_BE_NPU;
 }
 
 /* Which weights the executor reads in float: 'reads_out[i]' (for i < p->n_weights) is set when a
@@ -121,17 +189,6 @@ static inline bool npu_node_reads_float(const struct npu_program *p, const struc
  * these; the others, read only by the integer NPU, it may leave out (keep_float). */
 void npu_program_float_weights(const struct npu_program *p, bool *reads_out);
 
-/* What npulm_model_compile does, without touching the model: compile with 'params' (NULL: the
- * defaults), then calibrate and quantize as they ask. With 'spill_dir' (a model read with
- * defer_matrices), stream: see npu_quant_options.spill_dir. */
-npulm_status npu_program_build(const struct npulm_model *model, const npulm_compile_params *params,
-                               const char *spill_dir, struct npu_program **out, npulm_error *err);
-
-/* Build, partition and plan every specialization; 'progress' (may be NULL) counts the graphs
- * (phase "graphs"). */
-npulm_status npu_compile(const struct npulm_model *m, const struct npu_compile_options *o,
-                         npulm_phase_progress_fn progress, void *user, struct npu_program **out,
-                         npulm_error *err);
 void npu_program_free(struct npu_program *p); /* accepts NULL */
 
 /* The graph that serves a step of 'rows' tokens (1 = decode) ending at cache position 'end'
@@ -141,52 +198,47 @@ void npu_program_free(struct npu_program *p); /* accepts NULL */
 const struct npu_graph *npu_program_find(const struct npu_program *p, int32_t rows, int32_t end,
                                          bool last_logits);
 
-/* Build one graph (unpartitioned, unplanned): exposed for tests. Attention is one fused ATTN op
- * where 'float_ops' keeps QK, SOFTMAX and PV all in float (npu_attention_fused), else those
- * three ops with their [heads, rows, ctx] scores and probabilities. With 'last_logits' the
- * output head runs on the last real row only (NPU_OP_LAST_ROW; logits [1, n_vocab]). */
-npulm_status npu_build_graph(const struct npulm_model *m, const struct npu_weight *weights,
-                             int32_t n_weights, int32_t rows, int32_t ctx, uint32_t float_ops,
-                             bool last_logits, struct npu_graph *g, npulm_error *err);
-
 /* True when the precision policy 'float_ops' keeps every part of attention (QK, SOFTMAX, PV) on
  * the CPU: the graph then computes it with the fused online-softmax op, NPU_OP_ATTN. */
 bool npu_attention_fused(uint32_t float_ops);
 
-/* Partition: place each node on the NPU if the NPU supports its op and the policy does not pin
- * it to float, else on the CPU; insert TRANSFER nodes at backend switches; form subgraphs. */
-npulm_status npu_partition(struct npu_graph *g, uint32_t float_ops, npulm_error *err);
-
-/* Plan: give every activation a fixed offset in its backend's arena, reusing memory of tensors
- * whose lifetimes do not overlap; sets arena_size. */
-npulm_status npu_plan(struct npu_graph *g, npulm_error *err);
-
 /* Why an op runs on the CPU under 'float_ops' (NULL if it runs on the NPU). */
 const char *npu_fallback_reason(enum npu_op op, uint32_t float_ops);
 
-/* ---- Statistics (inspect.c) ------------------------------------------------------------- */
+/* Point each NPU node of 'g' at its integer data in 'p' (g->node_site), found by the name of
+ * its output, and each SHADOW node at that of the matmul whose sum reads its share; a node
+ * without data, or with data of another op, is an error naming it. */
+npulm_status npu_quant_link(const struct npu_program *p, struct npu_graph *g, npulm_error *err);
 
-/* Multiply-accumulates of one step of a graph, by kind and by where and how they run. A weight
- * matmul (MATMUL) counts rows * N * K; an attention matmul (QK, PV) heads * rows * ctx * head_dim
- * (the whole bucket, as the static graph computes it). */
-struct npu_mac_stats {
-  uint64_t matmul;         /* weight matmuls, all of them */
-  uint64_t matmul_npu;     /* of which on the NPU backend (FP32 or integer) */
-  uint64_t matmul_int8;    /* of which in int8 on the NPU: a quantized program's NPU matmuls, less
-                              the outlier channels' share (rows * N * n_outliers), which ... */
-  uint64_t matmul_shadow;  /* ... the CPU computes in float (shadow outlier execution) */
-  uint64_t shadow_extra;   /* float MACs the CPU spends recomputing FFN outlier channels from the
-                              FFN norm output (gate and up rows: 2 * rows * n_outliers * dim) */
-  uint64_t attention;      /* QK and PV */
-  uint64_t attention_npu;  /* of which on the NPU backend */
-  uint64_t attention_int8; /* of which in int8 (a quantized program's NPU QK and PV) */
-  int32_t n_outliers;      /* outlier channels of the matmuls the graph runs (sum of n_outliers
-                              over its shadowed NPU matmuls) */
-  int32_t n_shadowed;      /* NPU matmuls with outlier channels */
-};
+/* Move the packed weights of every matmul site of 'p' into one block of huge pages
+ * (npu_pages_alloc_huge), each 64-byte aligned, freeing their heap copies or releasing their
+ * pages of the program file's mapping as it goes, so that the weights are never held twice;
+ * gathers that borrow a matmul's weights follow them. */
+npulm_status npu_quant_place_packed(struct npu_program *p, npulm_error *err);
+/* The same for the sites not flagged in 'leave' (n_qsites flags; a memory budget's streamed
+ * sites, npu_sparse_streamed, stay in the file's mapping), in small pages: under a budget a huge
+ * page's rounding would count against it. */
+npulm_status npu_quant_place_packed_but(struct npu_program *p, const uint8_t *leave,
+                                        npulm_error *err);
 
-/* Count the MACs of one step of graph 'g' of program 'p' (either kind of program). */
-void npu_program_mac_stats(const struct npu_program *p, const struct npu_graph *g,
-                           struct npu_mac_stats *out);
+/* Free the integer data of 'p' (back to FP32 quant_mode). */
+void npu_quant_free(struct npu_program *p);
 
-#endif /* NPU_COMPILER_PROGRAM_H */
+/* Bytes of the packed weights of matmul site 's' ([n, k] in its w_bits / w_block format), or 0
+ * for a format no kernel reads. */
+uint64_t npu_matmul_packed_size(const struct npu_qsite *s);
+/* The same for its first 'rows' rows of 'cols' weights. */
+uint64_t npu_matmul_rows_packed_size(const struct npu_qsite *s, size_t rows, size_t cols);
+
+/* Lookups by name; NULL if absent. */
+const struct npu_qsite *npu_program_qsite(const struct npu_program *p, const char *name);
+const struct npu_qtensor *npu_program_qtensor(const struct npu_program *p, const char *name);
+
+/* The value 'v' (n channels) of the activation of 'role' in block 'layer' as program 'p' computes
+ * it, made the unsmoothed model's: multiplied by the factors p->smooth_factors holds for it (no
+ * change for an activation no group divides, or a program without them). What npulm diff
+ * compares with the reference. */
+void npu_smooth_unsmooth(const struct npu_program *p, const struct npu_config *c, int32_t layer,
+                         enum npu_tensor_role role, float *v, int32_t n);
+
+#endif /* NPU_PROGRAM_PROGRAM_H */

@@ -1,12 +1,12 @@
 /* The compile's sparse decode step (sparse.h). */
-#include "api/sparse.h"
+#include "pipeline/sparse_calibrate.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/common.h"
-#include "compiler/sparse.h"
+#include "compiler/sparsify.h"
 #include "model/model.h"
 #include "runtime/session_internal.h"
 

@@ -6,17 +6,17 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "api/open.h"
-#include "api/sparse.h"
 #include "base/atomic_file.h"
 #include "base/common.h"
-#include "compiler/program.h"
+#include "compiler/compiler.h"
 #include "compiler/quantize.h"
 #include "compiler/smooth.h"
-#include "compiler/sparse.h"
+#include "compiler/sparsify.h"
 #include "io/gguf.h"
 #include "io/gguf_checksum.h"
 #include "model/model.h"
+#include "pipeline/open.h"
+#include "pipeline/sparse_calibrate.h"
 #include "program/program_io.h"
 
 #define DEFAULT_CALIB_TOKENS 1024

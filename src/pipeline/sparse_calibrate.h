@@ -1,13 +1,13 @@
 /* The compile's sparse decode step: calibration inputs from decoding the quantized program, then
  * the predictors, thresholds and bundles (compiler/sparse.h), at a given level or the largest
  * within tolerance of dense. */
-#ifndef NPU_API_SPARSE_H
-#define NPU_API_SPARSE_H
+#ifndef NPU_PIPELINE_SPARSE_CALIBRATE_H
+#define NPU_PIPELINE_SPARSE_CALIBRATE_H
 
 #include <stdint.h>
 
-#include "compiler/program.h"
 #include "npulm.h"
+#include "program/program.h"
 
 /* Perplexity tolerance of --sparsity auto: decode perplexity on the calibration text at most
  * this factor of dense. */
@@ -20,4 +20,4 @@ npulm_status npu_sparse_calibrate(const npulm_model *model, struct npu_program *
                                   int32_t rank, const int32_t *tokens, size_t n_tokens, int32_t bos,
                                   const npulm_compile_params *params, npulm_error *err);
 
-#endif /* NPU_API_SPARSE_H */
+#endif /* NPU_PIPELINE_SPARSE_CALIBRATE_H */

@@ -2,7 +2,7 @@
  * built-in templates of llama.cpp (llm_chat_apply_template), byte for byte, and its detection of
  * them from a model's tokenizer.chat_template (llm_chat_detect_template). No Jinja is run: like
  * llama.cpp's built-ins, each template is a fixed pattern recognized by distinctive substrings. */
-#include "api/chat.h"
+#include "model/chat.h"
 
 #include <stdbool.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* Chat templates, for the API's own use and its tests: detecting a template from a text. */
-#ifndef NPU_API_CHAT_H
-#define NPU_API_CHAT_H
+#ifndef NPU_MODEL_CHAT_H
+#define NPU_MODEL_CHAT_H
 
 #include <stddef.h>
 
@@ -10,4 +10,4 @@
  * does not have. */
 const char *npu_chat_detect(const char *tmpl, size_t len);
 
-#endif /* NPU_API_CHAT_H */
+#endif /* NPU_MODEL_CHAT_H */

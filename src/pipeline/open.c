@@ -1,14 +1,17 @@
 /* Opening a model file in the public API: a GGUF model, or a program file (a GGUF with the
- * compiled graphs added), whose program is loaded with it. */
+ * compiled graphs added), whose program is loaded with it; and opening a session on a model,
+ * which for a GGUF model compiles the default FP32 program first. */
 #include <stdlib.h>
 
-#include "api/open.h"
 #include "base/common.h"
-#include "compiler/program.h"
-#include "compiler/sparse.h"
+#include "compiler/compiler.h"
 #include "io/gguf.h"
 #include "model/model.h"
+#include "pipeline/open.h"
+#include "program/program.h"
 #include "program/program_io.h"
+#include "program/sparse_data.h"
+#include "runtime/session_internal.h"
 
 /* A file without tensors (llama.cpp's vocabulary files are such) has nothing to run. */
 static npulm_status check_has_tensors(const struct npu_gguf *g, npulm_error *err) {
@@ -97,4 +100,19 @@ void npulm_model_close(npulm_model *m) {
   npu_program_free(m->program);
   npu_model_release(m);
   free(m);
+}
+
+npulm_status npulm_session_create(const npulm_model *model, const npulm_session_params *params,
+                                  npulm_session **session_out, npulm_error *err) {
+  if ((params != NULL && params->reference) || model->program != NULL) {
+    return npu_session_create_program(model, NULL, params, session_out, err);
+  }
+  /* a model read from a GGUF runs the static graphs of the default options, in FP32 */
+  *session_out = NULL;
+  struct npu_compile_options o;
+  npu_compile_default_options(&model->cfg, &o);
+  struct npu_program *prog = NULL;
+  npulm_status st = npu_compile(model, &o, NULL, NULL, &prog, err);
+  if (st != NPULM_OK) return st;
+  return npu_session_create_owning(model, prog, params, session_out, err);
 }
