@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "base/common.h"
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
 static uint64_t rnd(void) {
@@ -66,7 +66,7 @@ static void bench_gemm(int runs, size_t m, size_t n, size_t k) {
   const struct npu_qs8_gemm_params p = {mult, shift, -3, 5};
   const uint32_t have = npu_isa_detect();
   const double ops = 2.0 * (double)m * (double)n * (double)k;
-  /* Every variant of the family in ukernels.inc (the others' pointers are only compared, never
+  /* Every variant of the family in npu_ukernels.inc (the others' pointers are only compared, never
    * called through the wrong type). */
   const struct {
     const char *family, *name;
@@ -75,7 +75,7 @@ static void bench_gemm(int runs, size_t m, size_t n, size_t k) {
   } vs[] = {
 #define NPU_UKERNEL(family, variant, need)                                                         \
   {#family, #variant, need, (void (*)(void))npu_##family##__##variant},
-#include "kernels/npu/ukernels.inc"
+#include "kernels/npu/npu_ukernels.inc"
 #undef NPU_UKERNEL
   };
   for (size_t v = 0; v < sizeof(vs) / sizeof(vs[0]); v++) {
@@ -89,7 +89,7 @@ static void bench_gemm(int runs, size_t m, size_t n, size_t k) {
   free(x), free(w), free(y), free(mult), free(shift), free(packed);
 }
 
-/* Every variant in ukernels.inc (the others' pointers are only compared, never called through
+/* Every variant in npu_ukernels.inc (the others' pointers are only compared, never called through
  * the wrong type). */
 static const struct {
   const char *family, *name;
@@ -98,7 +98,7 @@ static const struct {
 } variants[] = {
 #define NPU_UKERNEL(family, variant, need)                                                         \
   {#family, #variant, need, (void (*)(void))npu_##family##__##variant},
-#include "kernels/npu/ukernels.inc"
+#include "kernels/npu/npu_ukernels.inc"
 #undef NPU_UKERNEL
 };
 
@@ -247,7 +247,7 @@ static void bench_bundles(int runs, size_t k) {
     printf("| %5zu | qs8_cols_down__%-9s | %8.2f | %8.2f |\n", k, #variant, count *kp / t * 1e-9,  \
            count * kp / tb * 1e-9);                                                                \
   }
-#include "kernels/npu/ukernels.inc"
+#include "kernels/npu/npu_ukernels.inc"
 #undef NPU_UKERNEL
   for (int zp = 0; zp < 2; zp++) { /* x_zero_point 3: x - 3 may leave int8; 0: it never does */
 #define NPU_UKERNEL(family, variant, isa)                                                          \
@@ -258,7 +258,7 @@ static void bench_bundles(int runs, size_t k) {
     printf("| %5zu | qs8_rows_dot__%-8s zp %d | %8.2f | %8.2f |\n", k, #variant, zp ? 0 : 3,       \
            count *kp / t * 1e-9, count * kp / tb * 1e-9);                                          \
   }
-#include "kernels/npu/ukernels.inc"
+#include "kernels/npu/npu_ukernels.inc"
 #undef NPU_UKERNEL
   }
   free(base), free(x), free(ptrs), free(acc), free(coef), free(y);

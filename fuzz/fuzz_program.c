@@ -24,8 +24,8 @@
 #include "compiler/quantize.h"
 #include "io/gguf_checksum.h"
 #include "io/gguf_write.h"
-#include "io/synth.h"
 #include "model/model.h"
+#include "model/synth.h"
 #include "npulm.h"
 #include "program/program_io.h"
 

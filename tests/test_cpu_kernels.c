@@ -1,14 +1,15 @@
-/* CPU float kernels: every variant of src/kernels/cpu/ukernels.inc that this CPU can run against
- * its family's scalar variant, bit for bit (memcmp), on random data and awkward shapes: k = 1,
- * sizes and head dims that are not a multiple of the 8-lane vector (nor of the 32-wide PV blocks),
- * one row and row counts that leave tile edges, grouped heads, padded rows and long contexts over
- * several attention tiles. Bit-exactness is the kernels' contract (kernels/cpu/kernels.h: every
- * element in the reference forward's order of operations, no FMA), so no tolerance is needed
- * anywhere; test_graph.c checks the scalar variants against the reference itself. The conversions
- * to and from the NPU's int8/int16 activations likewise, byte for byte, with the bytes past the end
- * checked untouched: every length from 0 to 40 (each remainder modulo the 8 lanes), scales from
- * the smallest subnormal to the largest float, zero points at the type's ends, values on and next
- * to the half-way points, past saturation, NaN, infinities and signed zeros. Also the dispatch. */
+/* CPU float kernels: every variant of src/kernels/cpu/cpu_ukernels.inc that this CPU can run
+ * against its family's scalar variant, bit for bit (memcmp), on random data and awkward shapes: k =
+ * 1, sizes and head dims that are not a multiple of the 8-lane vector (nor of the 32-wide PV
+ * blocks), one row and row counts that leave tile edges, grouped heads, padded rows and long
+ * contexts over several attention tiles. Bit-exactness is the kernels' contract
+ * (kernels/cpu/kernels.h: every element in the reference forward's order of operations, no FMA), so
+ * no tolerance is needed anywhere; test_graph.c checks the scalar variants against the reference
+ * itself. The conversions to and from the NPU's int8/int16 activations likewise, byte for byte,
+ * with the bytes past the end checked untouched: every length from 0 to 40 (each remainder modulo
+ * the 8 lanes), scales from the smallest subnormal to the largest float, zero points at the type's
+ * ends, values on and next to the half-way points, past saturation, NaN, infinities and signed
+ * zeros. Also the dispatch. */
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -365,14 +366,14 @@ static void test_dispatch(void **state) {
     require_isa(isa);                                                                              \
     check_##family(npu_##family##__##variant, #variant);                                           \
   }
-#include "kernels/cpu/ukernels.inc"
+#include "kernels/cpu/cpu_ukernels.inc"
 #undef CPU_UKERNEL
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_dispatch),
 #define CPU_UKERNEL(family, variant, isa) cmocka_unit_test(test_##family##__##variant),
-#include "kernels/cpu/ukernels.inc"
+#include "kernels/cpu/cpu_ukernels.inc"
 #undef CPU_UKERNEL
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -15,7 +15,7 @@
 #include "io/ggml_blocks.h"
 #include "io/gguf.h"
 #include "io/gguf_write.h"
-#include "io/synth.h"
+#include "model/synth.h"
 
 #define QUANT_DIR "data/quant/"
 

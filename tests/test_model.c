@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "io/gguf_write.h"
-#include "io/synth.h"
+#include "model/synth.h"
 #include "npulm.h"
 #include "test_util.h"
 

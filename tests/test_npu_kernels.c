@@ -1,6 +1,6 @@
 /* NPU integer kernels: the requantization definition on its edge cases, the compile-time
- * quantization helpers, and every kernel variant of src/kernels/npu/ukernels.inc against a naive
- * reference, bit for bit, on awkward shapes, zero-point extremes, both output types and
+ * quantization helpers, and every kernel variant of src/kernels/npu/npu_ukernels.inc against a
+ * naive reference, bit for bit, on awkward shapes, zero-point extremes, both output types and
  * sub-ranges; plus the scalar GEMM against plain floating-point math of the same dequantized
  * computation (within one output LSB). The transfers' conversions are checked here through their
  * scalar variants; test_cpu_kernels.c holds each other variant to those bits. */
@@ -9,9 +9,9 @@
 
 #include "backends/npu_emu.h"
 #include "base/pool.h"
-#include "kernels/cpu/ukernels.h" /* npu_quantize_s8__scalar, ...: the transfers' conversions */
+#include "kernels/cpu/cpu_ukernels.h" /* npu_quantize_s8__scalar, ...: the transfers' conversions */
 #include "kernels/npu/fixedpoint.h"
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 #include "program/qparams.h"
 #include "test_util.h"
 
@@ -1052,7 +1052,7 @@ static void check_qs8_qk_qs16(npu_qs8_qk_qs16_fn *fn) {
   }
 }
 
-/* The integer softmax of one row, step by step from its definition in ukernels.h. */
+/* The integer softmax of one row, step by step from its definition in npu_ukernels.h. */
 static void softmax_row_ref(const int16_t *x, int32_t len, const struct npu_qs16_softmax_params *p,
                             int32_t *out) {
   int32_t r = 1;
@@ -1226,7 +1226,7 @@ static int32_t rand_mult(uint64_t *rng) {
   return test_rand(rng) & 1 ? m : -m;
 }
 
-/* One row of the RMSNorm from its definition in ukernels.h, in 128-bit arithmetic, so that the
+/* One row of the RMSNorm from its definition in npu_ukernels.h, in 128-bit arithmetic, so that the
  * shift by s needs no case of its own past 62. */
 static void rmsnorm_row_ref(const int16_t *x, size_t cols, const struct npu_qs16_rmsnorm_params *p,
                             int8_t *out) {
@@ -1700,7 +1700,7 @@ static void qs16_case_free(struct qs16_case *c) {
   free(c->packed);
 }
 
-/* The naive reference: the definition of ukernels.h on unpacked weights. */
+/* The naive reference: the definition of npu_ukernels.h on unpacked weights. */
 static int16_t qs16_ref(const struct qs16_case *c, size_t i, size_t j) {
   const size_t nb = (c->k + 31) / 32;
   int64_t acc = c->bias != NULL ? c->bias[j] : 0;
@@ -2156,7 +2156,7 @@ static void test_dispatch(void **state) {
   /* every family has a NEON variant: none is left to its scalar one */
 #define NPU_UKERNEL(family, variant, isa)                                                          \
   assert_string_not_equal(npu_ukernels_variant(&uk, #family), "scalar");
-#include "kernels/npu/ukernels.inc"
+#include "kernels/npu/npu_ukernels.inc"
 #undef NPU_UKERNEL
 #if NPU_NEON_DOTPROD_VARIANTS
   npu_ukernels_select(NPU_ISA_NEON | NPU_ISA_DOTPROD, &uk);
@@ -2192,7 +2192,7 @@ static void test_dispatch(void **state) {
     require_isa(isa);                                                                              \
     check_##family(npu_##family##__##variant);                                                     \
   }
-#include "kernels/npu/ukernels.inc"
+#include "kernels/npu/npu_ukernels.inc"
 #undef NPU_UKERNEL
 
 int main(void) {
@@ -2216,7 +2216,7 @@ int main(void) {
       cmocka_unit_test(test_lut_s16_build_silu),
       cmocka_unit_test(test_bundle_reference),
 #define NPU_UKERNEL(family, variant, isa) cmocka_unit_test(test_##family##__##variant),
-#include "kernels/npu/ukernels.inc"
+#include "kernels/npu/npu_ukernels.inc"
 #undef NPU_UKERNEL
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

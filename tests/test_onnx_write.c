@@ -11,7 +11,7 @@
 
 #include "test_util.h"
 
-#include "io/onnx_write.h"
+#include "export/onnx_write.h"
 
 /* ---- A minimal protobuf decoder ------------------------------------------------------------- */
 

@@ -1,10 +1,10 @@
-/* Sparse decode (compiler/sparse.h, backends/sparse_ffn.h): every decode step of a sparse session
- * equals, bit for bit, the dense decode step with the products SiLU(gate) * up of the neurons it
- * skips set to their zero point, where the skipped set is computed here independently (the
- * thresholds in the gate's real steps, in double; the predictor by the scalar reference GEMMs);
- * the share skipped follows the level; a program file keeps the sparse data (the same logits
- * after a save and load); a program file written while in use is refused, budgeted or not; and bad
- * use is a one-line error. */
+/* Sparse decode (program/sparse_data.h, compiler/sparsify.h, backends/sparse_ffn.h): every decode
+ * step of a sparse session equals, bit for bit, the dense decode step with the products SiLU(gate)
+ * * up of the neurons it skips set to their zero point, where the skipped set is computed here
+ * independently (the thresholds in the gate's real steps, in double; the predictor by the scalar
+ * reference GEMMs); the share skipped follows the level; a program file keeps the sparse data (the
+ * same logits after a save and load); a program file written while in use is refused, budgeted or
+ * not; and bad use is a one-line error. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>

@@ -8,7 +8,7 @@
 
 #include "io/gguf.h"
 #include "io/gguf_write.h"
-#include "io/synth.h"
+#include "model/synth.h"
 #include "npulm.h"
 
 static void tmp_path(char *buf, size_t cap, const char *name) {

@@ -20,7 +20,7 @@
 #include "base/common.h"
 #include "base/pages.h"
 #include "kernels/cpu/kernels.h"
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>

@@ -8,7 +8,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "kernels/cpu/ukernels.h"
+#include "kernels/cpu/cpu_ukernels.h"
 #include "model/model.h"
 #include "program/program.h"
 

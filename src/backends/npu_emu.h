@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "ir/ir.h"
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 #include "program/program.h"
 
 struct npu_pool;

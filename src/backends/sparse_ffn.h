@@ -1,6 +1,6 @@
-/* The sparse FFN of a decode step (compiler/sparse.h): in a decode graph of a program with sparse
- * data, the nodes of a layer's FFN from its gate and up matmuls to its down matmul run as one
- * step that computes only the neurons the predictor and the thresholds pick, reading their
+/* The sparse FFN of a decode step (program/sparse_data.h): in a decode graph of a program with
+ * sparse data, the nodes of a layer's FFN from its gate and up matmuls to its down matmul run as
+ * one step that computes only the neurons the predictor and the thresholds pick, reading their
  * bundles; its output is bit for bit the dense FFN's with the other neurons' products at their
  * zero point (tests/test_sparse.c). Integer-only, on the NPU backend's threads. */
 #ifndef NPU_BACKENDS_SPARSE_FFN_H

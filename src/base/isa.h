@@ -1,6 +1,6 @@
 /* The instruction-set extensions a kernel variant may need, and which of them this CPU has: one
- * detection for the NPU's integer microkernels (kernels/npu/ukernels.inc) and the CPU's float ones
- * (kernels/cpu/ukernels.inc), each list naming the mask a variant needs. */
+ * detection for the NPU's integer microkernels (kernels/npu/npu_ukernels.inc) and the CPU's float
+ * ones (kernels/cpu/cpu_ukernels.inc), each list naming the mask a variant needs. */
 #ifndef NPU_BASE_ISA_H
 #define NPU_BASE_ISA_H
 

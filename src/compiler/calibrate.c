@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "base/common.h"
-#include "kernels/cpu/ukernels.h"
+#include "kernels/cpu/cpu_ukernels.h"
 #include "ref/forward.h"
 
 struct collector {

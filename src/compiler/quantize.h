@@ -23,13 +23,14 @@
 #include <stdint.h>
 
 #include "compiler/calibrate.h"
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 #include "program/program.h"
 
 struct npu_quant_options {
   enum npu_quant_mode mode;
   float smooth_alpha;     /* SmoothQuant migration strength in (0, 1), default 0.5, or
-                             NPU_SMOOTH_AUTO: chosen per block and group (compiler/smooth.h) */
+                             NPU_SMOOTH_AUTO (program/quant_mode.h): chosen per block and group
+                             (compiler/smooth.h) */
   float shadow_threshold; /* a channel is an outlier if its calibrated absmax exceeds this many
                              times the median channel absmax of the tensor (default 6) */
   int n_threads;          /* calibration threads (0: one per online CPU) */

@@ -1,5 +1,5 @@
 /* The compile's sparse decode step: calibration inputs from decoding the quantized program, then
- * the predictors, thresholds and bundles (compiler/sparse.h), at a given level or the largest
+ * the predictors, thresholds and bundles (compiler/sparsify.h), at a given level or the largest
  * within tolerance of dense. */
 #ifndef NPU_PIPELINE_SPARSE_CALIBRATE_H
 #define NPU_PIPELINE_SPARSE_CALIBRATE_H

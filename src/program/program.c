@@ -1,4 +1,4 @@
-/* A program's ownership, lookups and policy (see program.h): what the compiler, the loader and
+/* A program's lookups, weight table and policy (see program.h): what the compiler, the loader and
  * the readers of a program share; who frees it is ownership.c's. */
 #include "program/program.h"
 

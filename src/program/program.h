@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "ir/ir.h"
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 #include "model/model.h"
 #include "program/quant_mode.h"
 
@@ -87,7 +87,7 @@ struct npu_program {
    * let go of page by page, then read once by the save; NULL otherwise. */
   uint8_t *spill;
   size_t spill_size, spill_used;
-  /* Predicted sparse decode (compiler/sparse.h): predictors, thresholds and neuron bundles of
+  /* Predicted sparse decode (program/sparse_data.h): predictors, thresholds and neuron bundles of
    * every layer's FFN; NULL: decode is dense. */
   struct npu_sparse *sparse;
   /* Loaded under a memory budget (npulm_model.mem_budget): the matmul sites whose packed weights

@@ -137,7 +137,7 @@
  * ones for op 14.) Since version 4 the integer NPU runs RMSNORM (int16 in, int8 out) and
  * LAST_ROW (a copy, its output quantized as its input), and the CPU no longer does between a
  * block's residual add and its next matmul. Enumerations are stored as numbered
- * in ir/ir.h and compiler/quantize.h (pinned by the static asserts below): a change of numbering
+ * in ir/ir.h and program/quant_mode.h (pinned by the static asserts below): a change of numbering
  * or of a record's fields needs a new version. Each record's fields are listed once, in the
  * *_RECORD lists below, which the writer and the reader both follow.
  * Loading range-checks every field, runs npu_ir_validate on every graph, links every NPU node to
@@ -488,7 +488,7 @@ static inline bool npu_verify_requant_ok(int32_t mult, int32_t shift) {
   return mult >= 0 && shift >= -31 && shift <= 30;
 }
 
-/* An input multiplier of the integer add: at most 0.5 (ukernels.h). */
+/* An input multiplier of the integer add: at most 0.5 (npu_ukernels.h). */
 static inline bool npu_verify_add_input_ok(int32_t mult, int32_t shift) {
   return npu_verify_requant_ok(mult, shift) && (shift <= -1 || (shift == 0 && mult <= (1 << 30)));
 }

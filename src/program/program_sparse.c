@@ -1,4 +1,4 @@
-/* The sparse decode data of a program file (compiler/sparse.h): written by the save, read and
+/* The sparse decode data of a program file (program/sparse_data.h): written by the save, read and
  * checked by the load. Format (program_file.h):
  *   npulm.sparse.level     f32   the share of neurons skipped on the calibration text
  *   npulm.sparse.auto      f32[4], optional: --sparsity auto's decode perplexity over dense's on
@@ -7,7 +7,7 @@
  *                                cand_lo_b, hi, lo_a, lo_b, keep, cand, recall (the last six
  *                                f32 bits)
  *   tensors per layer L:   npulm.sparse.L.bundles I8 [kp, 3 n_ff padded to clusters of 16]
- *                          (compiler/sparse.h's layout); .pred_b, .pred_a I8 packed;
+ *                          (program/sparse_data.h's layout); .pred_b, .pred_a I8 packed;
  *                          .mult, .shift I32 [rank + n_ff]; .bias I32 [2 n_ff]; .freq I32
  *                          [n_ff] */
 #include <math.h>

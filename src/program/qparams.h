@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 /* (mult, shift) with real ~= mult * 2^(shift - 31) (fixedpoint.h): mult in [2^30, 2^31 - 1] and
  * shift = the binary exponent, so the error is at most half a Q31 ulp: |mult * 2^(shift-31) - real|
@@ -73,7 +73,7 @@ void npu_lut_s8_build(double (*fn)(double), float x_scale, int32_t x_zero_point,
 void npu_lut_s16_build(double (*fn)(double), float x_scale, float y_scale,
                        int16_t table_out[NPU_QS16_LUT_SIZE]);
 
-/* Attention on the integer NPU (ukernels.h): the scores' multiplier q_scale * k_scale *
+/* Attention on the integer NPU (npu_ukernels.h): the scores' multiplier q_scale * k_scale *
  * attn_scale / s_scale (attn_scale = 1/sqrt(head_dim)); the softmax's s_scale * 256 / ln 2 (into
  * 1/256ths of an octave); P.V's 2^-15 * v_scale / y_scale. Return false if a multiplier is not
  * representable (npu_quantize_multiplier) or a scale is not positive. */
@@ -84,7 +84,7 @@ bool npu_softmax_params_make(float s_scale, struct npu_qs16_softmax_params *para
 bool npu_pv_params_make(float v_scale, int32_t v_zero_point, float y_scale, int32_t y_zero_point,
                         struct npu_qs16_pv_params *params_out);
 
-/* Params of npu_qs16_rmsnorm_qs8 (ukernels.h) for y = x / sqrt(mean(x^2) + eps) * gain: int16
+/* Params of npu_qs16_rmsnorm_qs8 (npu_ukernels.h) for y = x / sqrt(mean(x^2) + eps) * gain: int16
  * input of scale x_scale (zero point 0), int8 output (y_scale, y_zero_point); mult_out (cols
  * entries) receives the per-channel multipliers, which params_out points at. The shift comes from
  * the largest |gain|; eps becomes cols * eps / x_scale^2 (at least 1). Return false for a scale

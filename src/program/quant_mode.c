@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "ir/ir.h"
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 static const char *const precision_names[NPU_PREC_COUNT] = {"w8a8", "w8a16", "w4a16", "w4a16-block",
                                                             "w4a8"};

@@ -1,5 +1,5 @@
 /* Helpers of the conversions between float activations and the NPU's int8/int16 ones
- * (npu_quantize_s8, _s16, npu_dequantize_s8, _s16 in ukernels.h): the scalar rounding of one
+ * (npu_quantize_s8, _s16, npu_dequantize_s8, _s16 in cpu_ukernels.h): the scalar rounding of one
  * value, and the AVX2 steps of eight values with the same bits. */
 #ifndef NPU_KERNELS_CPU_CONVERT_UTIL_H
 #define NPU_KERNELS_CPU_CONVERT_UTIL_H
@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/cpu/ukernels.h"
+#include "kernels/cpu/cpu_ukernels.h"
 
 /* sat(round(x / scale) + zero_point) into [qmin, qmax], NaN -> zero_point. */
 static inline int32_t npu_quantize_one(float x, float scale, int32_t zero_point, int32_t qmin,

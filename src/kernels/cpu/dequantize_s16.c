@@ -1,5 +1,5 @@
-/* npu_dequantize_s16__scalar: int16 codes back to floats, one at a time (ukernels.h). */
-#include "kernels/cpu/ukernels.h"
+/* npu_dequantize_s16__scalar: int16 codes back to floats, one at a time (cpu_ukernels.h). */
+#include "kernels/cpu/cpu_ukernels.h"
 
 void npu_dequantize_s16__scalar(const int16_t *restrict q, size_t n, float scale,
                                 int32_t zero_point, float *restrict x_out) {

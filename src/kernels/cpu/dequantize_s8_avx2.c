@@ -1,5 +1,5 @@
 /* npu_dequantize_s8__avx2: eight codes at a time with the bits of the scalar variant, the tail
- * left to it (ukernels.h). */
+ * left to it (cpu_ukernels.h). */
 #include "kernels/cpu/convert_util.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

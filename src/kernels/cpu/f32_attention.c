@@ -1,6 +1,7 @@
-/* npu_f32_attention__scalar and npu_f32_attention_tiles__scalar, the fused attention (ukernels.h),
- * npu_f32_attention_fold, which folds the tiles' results, and npu_f32_softmax, attention's softmax
- * when it runs as its own op (kernels.h): both with the helpers that define attention's sums. */
+/* npu_f32_attention__scalar and npu_f32_attention_tiles__scalar, the fused attention
+ * (cpu_ukernels.h), npu_f32_attention_fold, which folds the tiles' results, and npu_f32_softmax,
+ * attention's softmax when it runs as its own op (kernels.h): both with the helpers that define
+ * attention's sums. */
 #include "kernels/cpu/f32_attention_impl.h"
 
 void npu_f32_attention__scalar(float *restrict out, const float *restrict q,

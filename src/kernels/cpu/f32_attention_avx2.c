@@ -1,5 +1,5 @@
 /* npu_f32_attention__avx2 and npu_f32_attention_tiles__avx2: the scalar variants with the AVX2
- * score helpers, the same bits (ukernels.h). */
+ * score helpers, the same bits (cpu_ukernels.h). */
 #include "kernels/cpu/f32_attention_impl.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

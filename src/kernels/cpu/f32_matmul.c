@@ -1,4 +1,4 @@
-/* npu_f32_matmul__scalar: 1 weight row x 4 tokens, portable C (ukernels.h). */
+/* npu_f32_matmul__scalar: 1 weight row x 4 tokens, portable C (cpu_ukernels.h). */
 #include "kernels/cpu/f32_util.h"
 
 /* Finish one output from its partial sums 'acc': the tail of k sequentially, then the lanes. */

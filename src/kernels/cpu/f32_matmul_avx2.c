@@ -1,4 +1,5 @@
-/* npu_f32_matmul__avx2: 2 weight rows x 4 tokens, the bits of the scalar variant (ukernels.h). */
+/* npu_f32_matmul__avx2: 2 weight rows x 4 tokens, the bits of the scalar variant (cpu_ukernels.h).
+ */
 #include "kernels/cpu/f32_avx2_util.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

@@ -1,4 +1,4 @@
-/* npu_f32_pv__scalar: probabilities times values (ukernels.h). */
+/* npu_f32_pv__scalar: probabilities times values (cpu_ukernels.h). */
 #include "kernels/cpu/f32_attention_impl.h"
 
 void npu_f32_pv__scalar(float *restrict out, const float *restrict p, const float *restrict v,

@@ -1,4 +1,4 @@
-/* npu_f32_pv__avx2: the scalar variant compiled for AVX2 (ukernels.h). */
+/* npu_f32_pv__avx2: the scalar variant compiled for AVX2 (cpu_ukernels.h). */
 #include "kernels/cpu/f32_attention_impl.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

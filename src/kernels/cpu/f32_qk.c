@@ -1,4 +1,4 @@
-/* npu_f32_qk__scalar: attention scores (ukernels.h). */
+/* npu_f32_qk__scalar: attention scores (cpu_ukernels.h). */
 #include "kernels/cpu/f32_attention_impl.h"
 
 void npu_f32_qk__scalar(float *restrict s, const float *restrict q, const float *restrict k,

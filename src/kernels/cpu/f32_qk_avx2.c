@@ -1,4 +1,4 @@
-/* npu_f32_qk__avx2: attention scores, eight keys reduced at once (ukernels.h). */
+/* npu_f32_qk__avx2: attention scores, eight keys reduced at once (cpu_ukernels.h). */
 #include "kernels/cpu/f32_attention_impl.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))

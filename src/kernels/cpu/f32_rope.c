@@ -1,5 +1,5 @@
 /* The rotation table of RoPE (kernels.h) and npu_f32_rope__scalar, the reference's rotation of
- * each pair (ukernels.h). */
+ * each pair (cpu_ukernels.h). */
 #include <math.h>
 
 #include "kernels/cpu/f32_util.h"

@@ -1,6 +1,6 @@
 /* The CPU backend's float kernels that have one variant (kernels.h): gather, RMSNorm, KV-cache
  * writes and the element-wise ops (softmax is attention's: f32_attention.c). Those with several
- * are listed in ukernels.inc. */
+ * are listed in cpu_ukernels.inc. */
 #include "kernels/cpu/f32_util.h"
 
 void npu_f32_gather(float *restrict out, const float *restrict table, const int32_t *restrict ids,

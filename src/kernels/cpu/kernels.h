@@ -1,5 +1,5 @@
 /* FP32 kernels of the CPU backend: one per graph op; those with several variants (matmul, RoPE,
- * QK, PV, the fused attention) are ukernels.h's, chosen once per session by CPU features. Each
+ * QK, PV, the fused attention) are cpu_ukernels.h's, chosen once per session by CPU features. Each
  * computes every output element in the same order of operations as the reference forward
  * (src/ref/forward.c), so a graph run in FP32 reproduces the reference bit for bit, and an element
  * never depends on how many rows the step has or how the kernel tiles them (chunked prefill ==
@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/cpu/ukernels.h" /* the kernels with several variants: matmul, RoPE, attention */
+#include "kernels/cpu/cpu_ukernels.h" /* the kernels with several variants: matmul, RoPE, attention */
 #include "model/model.h"
 #include "ref/forward.h" /* NPU_REF_ATTN_TILE: the tiles that define attention */
 

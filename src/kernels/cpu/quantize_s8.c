@@ -1,4 +1,4 @@
-/* npu_quantize_s8__scalar: float activations to int8 codes, one at a time (ukernels.h). */
+/* npu_quantize_s8__scalar: float activations to int8 codes, one at a time (cpu_ukernels.h). */
 #include "kernels/cpu/convert_util.h"
 
 void npu_quantize_s8__scalar(const float *restrict x, size_t n, float scale, int32_t zero_point,

@@ -1,7 +1,7 @@
 /* AVX2 building blocks shared by the __avx2 NPU kernels: the requantization of fixedpoint.h on 8
  * int32 lanes, bit-exact with npu_requantize(), and the saturating packs to int8/int16. Functions
  * carry their own target attribute, so no file needs -mavx2 and the binary runs on any x86-64;
- * callers check NPU_ISA_AVX2 first (ukernels.c). */
+ * callers check NPU_ISA_AVX2 first (npu_ukernels.c). */
 #ifndef NPU_KERNELS_NPU_AVX2_UTIL_H
 #define NPU_KERNELS_NPU_AVX2_UTIL_H
 

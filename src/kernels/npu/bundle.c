@@ -1,10 +1,10 @@
 /* npu_bundle_kp and the plain-C references of the sparse-decode kernels,
- * npu_qs8_cols_down__scalar and npu_qs8_rows_dot__scalar: the definitions of ukernels.h written
+ * npu_qs8_cols_down__scalar and npu_qs8_rows_dot__scalar: the definitions of npu_ukernels.h written
  * out, one bundle or row and one column at a time. Every SIMD variant is held to their bits
  * (tests/test_npu_kernels.c). */
 #include <assert.h>
 
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 size_t npu_bundle_kp(size_t k) {
   return (k + NPU_BUNDLE_ALIGN - 1) / NPU_BUNDLE_ALIGN * NPU_BUNDLE_ALIGN;

@@ -1,6 +1,6 @@
 /* npu_qs8_cols_down__avx2: the down projection of sparse decode over neuron bundles
- * (ukernels.h), bit-exact with the scalar reference (integer sums, no int32 can overflow in the
- * ranges of ukernels.h, so the order of summation does not matter).
+ * (npu_ukernels.h), bit-exact with the scalar reference (integer sums, no int32 can overflow in the
+ * ranges of npu_ukernels.h, so the order of summation does not matter).
  *
  * Four bundles per pass over the columns (two pairs), the accumulator read and written once
  * per pass. The bytes of two down columns a, b are interleaved (vpunpcklbw / vpunpckhbw) and
@@ -8,7 +8,7 @@
  * broadcast pair (coef_a, coef_b) gives coef_a a[c] + coef_b b[c] in column order, exactly (each
  * product is at most 255 * 127 = 32385). A partial last step of 16 columns goes through a copy of
  * acc's tail (acc is not touched past k); the down columns are read up to kp. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__x86_64__)
 

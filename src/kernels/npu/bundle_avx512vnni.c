@@ -1,7 +1,7 @@
-/* npu_qs8_cols_down__avx512vnni: the down projection of the neuron bundles (ukernels.h) on
+/* npu_qs8_cols_down__avx512vnni: the down projection of the neuron bundles (npu_ukernels.h) on
  * 512-bit registers with AVX512-VNNI's vpdpwssd, bit-exact with npu_qs8_cols_down__scalar (each
  * product at most 255 * 127 = 32385, exact in int32; no int32 overflows in the ranges of
- * ukernels.h, so every order of summation gives the same bits).
+ * npu_ukernels.h, so every order of summation gives the same bits).
  *
  * Eight bundles per pass over the columns (four pairs), the accumulator read and written once per
  * pass and 32 columns. The bytes of two down columns a, b are interleaved (vpunpcklbw /
@@ -12,7 +12,7 @@
  * bundles left over go through one more pass with their coefficients and zeros (a missing bundle
  * repeats the first, times 0). A partial last step goes through a copy of acc's tail (acc is not
  * touched past k); the down columns are read up to kp. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__x86_64__)
 

@@ -1,13 +1,13 @@
 /* npu_qs8_cols_down__neon: the down projection of sparse decode over neuron bundles
- * (ukernels.h) in plain NEON, bit-exact with the scalar reference (integer sums that cannot
- * overflow int32 in the ranges of ukernels.h, so their order does not matter).
+ * (npu_ukernels.h) in plain NEON, bit-exact with the scalar reference (integer sums that cannot
+ * overflow int32 in the ranges of npu_ukernels.h, so their order does not matter).
  *
  * Up to four bundles per pass over the columns, the 16 int32 accumulators of a step loaded
  * and stored once per pass; each down column sign-extended (vmovl_s8) and multiplied by its
  * coefficient with vmlal_n_s16 (|coef| <= 255 fits int16, the product 32385 int32). A partial
  * last step goes through a copy of acc's tail (acc is not touched past k); the columns are read
  * up to kp. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__aarch64__)
 

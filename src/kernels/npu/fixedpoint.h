@@ -85,7 +85,7 @@ static inline int16_t npu_requantize_s16(int32_t acc, int32_t mult, int32_t shif
                                 INT16_MAX);
 }
 
-/* The inverse square root of an RMSNorm's row (ukernels.h, qs16_rmsnorm_qs8): for v in
+/* The inverse square root of an RMSNorm's row (npu_ukernels.h, qs16_rmsnorm_qs8): for v in
  * [1, 2^63), an even normalization v' = v * 4^e in [2^60, 2^62) (e in [-1, 30]; a right shift
  * when e = -1, which drops bits below the 62 kept), q = floor(sqrt(v')) in [2^30, 2^31) by the
  * exact digit-by-digit method, and r = min(floor(2^61 / q), 2^31 - 1), so that
@@ -117,7 +117,7 @@ static inline int32_t npu_rsqrt_q61(int64_t v, int32_t *e_out) {
   return r > INT32_MAX ? INT32_MAX : (int32_t)r;
 }
 
-/* One element of an RMSNorm row (ukernels.h) before its zero point and saturation:
+/* One element of an RMSNorm row (npu_ukernels.h) before its zero point and saturation:
  * ((x * r + 2^14) >> 15) * mult rounded right by s, for the row's r and total shift s in [1, 62].
  * The one definition of the row arithmetic; npu_rmsnorm_elem (int8) and npu_rmsnorm_elem_s16
  * (int16) only differ in the saturation. |result| < 2^61. */
@@ -141,7 +141,7 @@ static inline int16_t npu_rmsnorm_elem_s16(int16_t x, int64_t r, int32_t s, int3
 /* A wide accumulator narrowed to int32 by a rounding right shift of 'acc_shift' bits (round half
  * up, like npu_requantize), saturated; acc_shift in [0, 32] is chosen at compile time so that the
  * bound of |acc| fits int32 after it (then nothing saturates). The int16-activation GEMMs
- * (ukernels.h: qs16_gemm_qs16, qs16_qc4w_gemm_qs16) sum exactly in int64 and pass the result
+ * (npu_ukernels.h: qs16_gemm_qs16, qs16_qc4w_gemm_qs16) sum exactly in int64 and pass the result
  * through this before npu_requantize: together they are the requantization of a wide
  * accumulator,
  *

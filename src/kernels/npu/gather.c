@@ -3,7 +3,7 @@
 #include <assert.h>
 
 #include "kernels/npu/fixedpoint.h"
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 void npu_qs8_gather__scalar(size_t n_ids, const int32_t *restrict ids, size_t n_rows, size_t cols,
                             const int8_t *restrict table, int8_t *restrict y, size_t y_stride,

@@ -1,6 +1,6 @@
 /* npu_qs8_gather__avx2, npu_qs8_gather_qs16__avx2: 16 columns per step with the row's constants
  * broadcast; the tail of a row uses the scalar definition (bit-exact). */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__x86_64__)
 

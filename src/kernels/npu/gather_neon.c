@@ -1,6 +1,6 @@
 /* npu_qs8_gather__neon, npu_qs8_gather_qs16__neon: 16 columns per step with the row's constants
  * in every lane; the tail of a row uses the scalar definition (bit-exact). */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__aarch64__)
 

@@ -3,7 +3,7 @@
  * stepped index is in [0, 127] and zero once its top bit is set, so for u in slice b the slices
  * max(0, b - 7) .. b answer (steps 9..15 subtract with signed saturation so that a negative index
  * never wraps back). The tables are pre-XORed so that those answers XOR to table[u]. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__x86_64__)
 

@@ -3,7 +3,7 @@
  * offset by -64, -128, -192 (wrapping, so that only the quarter holding u answers) and the
  * answers are merged with vqtbx4q_u8, which leaves a lane as it is where its index is out of
  * range. 32 bytes per step; the tail uses the scalar definition. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__aarch64__)
 

@@ -1,9 +1,9 @@
-/* Packing of int4 GEMM weights into the qc4w layout of ukernels.h: blocks of 16 channels, each
+/* Packing of int4 GEMM weights into the qc4w layout of npu_ukernels.h: blocks of 16 channels, each
  * with its bias, its (block-scaled) weight sums and its weights as nibble pairs of 8 k, preceded
  * per 32-k chunk by the chunk's 16 block scales when block == 32. */
 #include <string.h>
 
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 enum { NR = NPU_QS8_GEMM_NR, PAIR = 64 /* bytes of a nibble pair: 16 channels x 8 k */ };
 

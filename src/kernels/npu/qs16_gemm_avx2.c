@@ -1,11 +1,11 @@
-/* npu_qs16_gemm_qs16__avx2: the w8a16 GEMM (ukernels.h) in tiles of up to MR = 3 rows x 16
+/* npu_qs16_gemm_qs16__avx2: the w8a16 GEMM (npu_ukernels.h) in tiles of up to MR = 3 rows x 16
  * channels. Per 4-k group of the int8 layout, each 16-byte quarter (4 channels x 4 k) is
  * sign-extended to int16 (vpmovsxbw) and multiplied with the broadcast x group by vpmaddwd, two
  * products per int32 lane (qs16_gemm_x86.h). The int32 lanes are folded into int64 accumulators
  * every NPU_QS16_GEMM_KC = 512 k: a lane then holds at most 128 pair sums, each below
  * 2 * 32768 * 127 < 2^23, so below 2^30, and a channel's two lanes below 2^31 -- no partial sum
  * can overflow, and the int64 total is the exact sum of the scalar reference. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__x86_64__)
 

@@ -4,7 +4,7 @@
  * 0..7, 8..15). Tiles of up to MR = 4 rows x 16 channels (16 accumulators), x split per span of
  * 512 k into a stack buffer; decode (m = 1) splits x once and takes two groups at a time into two
  * sets of accumulators, so that vpdpbusd's latency is hidden. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__x86_64__)
 

@@ -1,7 +1,7 @@
 /* npu_qs16_gemm_qs16__neon: the w8a16 GEMM (int16 x, int8 weights in the int8 layout) on NEON,
  * npu_neon_qs16_gemm of qs16_gemm_neon.h: int16 multiply-accumulates into int32 lanes, widened to
  * int64 every 512 k; bit-exact with npu_qs16_gemm_qs16__scalar. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__aarch64__)
 

@@ -7,9 +7,9 @@
  * Every 32 k (a chunk: 8 groups, 8 products a lane, < 2^25) vpaddq_s32 folds the lanes into the
  * chunk's 16 channel sums (< 2^27), multiplied by the chunk's block scales (< 2^27 * 15, not past
  * 2^31 for the 16 chunks of 512 k) where there are some, added into int32 span sums, which widen
- * into int64 every NPU_QS16_GEMM_KC = 512 k (< 2^31, the bound ukernels.h writes down). The sums
- * are exact, so npu_narrow (vrshlq_s64 by -acc_shift, vqmovn_s64) and the requantization give the
- * bits of the scalar variants. */
+ * into int64 every NPU_QS16_GEMM_KC = 512 k (< 2^31, the bound npu_ukernels.h writes down). The
+ * sums are exact, so npu_narrow (vrshlq_s64 by -acc_shift, vqmovn_s64) and the requantization give
+ * the bits of the scalar variants. */
 #ifndef NPU_KERNELS_NPU_QS16_GEMM_NEON_H
 #define NPU_KERNELS_NPU_QS16_GEMM_NEON_H
 
@@ -19,8 +19,8 @@
 #include <string.h>
 
 #include "kernels/npu/neon_util.h"
+#include "kernels/npu/npu_ukernels.h"
 #include "kernels/npu/qs8_gemm_neon.h" /* npu_neon_gemm_load_pair */
-#include "kernels/npu/ukernels.h"
 
 /* x[kk .. kk+3] of a row of k values, each twice (lanes 0..3 and 4..7), zero past k (where the
  * packed weights are 0), never reading past the row. */
@@ -119,7 +119,8 @@ NPU_INLINE_NEON void npu_neon_qs16_row(size_t k, const int16_t *restrict x, cons
   }
 }
 
-/* The whole GEMM over either layout (ukernels.h): blocks of 16 channels, each across all rows. */
+/* The whole GEMM over either layout (npu_ukernels.h): blocks of 16 channels, each across all rows.
+ */
 NPU_INLINE_NEON void npu_neon_qs16_gemm(size_t m, size_t n_begin, size_t n_end, size_t k,
                                         const int16_t *restrict x, size_t x_stride,
                                         const void *restrict w_packed, int16_t *restrict y,

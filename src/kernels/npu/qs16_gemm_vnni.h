@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "kernels/npu/fixedpoint.h"
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 #include "kernels/npu/vnni_util.h"
 
 /* x[0 .. n) (any n >= 1) split into lo_out[g] and hi_out[g], the 4-byte groups of

@@ -17,7 +17,7 @@
 
 #include "kernels/npu/avx2_util.h"
 #include "kernels/npu/fixedpoint.h"
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 /* x[0 .. 3] (int16) broadcast to the four 64-bit quarters. */
 NPU_INLINE_AVX2 __m256i npu_qs16_x4(const int16_t *p) {
@@ -35,7 +35,7 @@ NPU_INLINE_AVX2 __m256i npu_qs16_x4_tail(const int16_t *p, size_t n) {
 }
 
 /* acc64[0 .. 15] += the channel sums of one row's four quarter accumulators. vphaddd adds each
- * channel's two lanes: below 2^31 for a span of at most NPU_QS16_GEMM_KC k (ukernels.h bounds).
+ * channel's two lanes: below 2^31 for a span of at most NPU_QS16_GEMM_KC k (npu_ukernels.h bounds).
  * hadd(a0, a1) = [c0 c1 c4 c5 | c2 c3 c6 c7]; vpermq (0, 2, 1, 3) orders it c0 .. c7. */
 NPU_INLINE_AVX2 void npu_qs16_fold(const __m256i a[4], int64_t acc64[16]) {
   int32_t t[16];

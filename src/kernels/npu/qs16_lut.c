@@ -1,5 +1,6 @@
-/* npu_qs16_lut__scalar: the piecewise-linear int16 lookup of ukernels.h, one element at a time. */
-#include "kernels/npu/ukernels.h"
+/* npu_qs16_lut__scalar: the piecewise-linear int16 lookup of npu_ukernels.h, one element at a time.
+ */
+#include "kernels/npu/npu_ukernels.h"
 
 void npu_qs16_lut__scalar(size_t n, const int16_t *x, int16_t *y, const int16_t *restrict table) {
   for (size_t j = 0; j < n; j++) {

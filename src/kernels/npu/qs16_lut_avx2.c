@@ -1,10 +1,10 @@
-/* npu_qs16_lut__avx2: the piecewise-linear int16 lookup of ukernels.h, 16 elements per step in two
- * halves of 8 int32 lanes. One vpgatherdd per half reads, at byte offset 2i of the table, the
+/* npu_qs16_lut__avx2: the piecewise-linear int16 lookup of npu_ukernels.h, 16 elements per step in
+ * two halves of 8 int32 lanes. One vpgatherdd per half reads, at byte offset 2i of the table, the
  * knot pair (t[i], t[i + 1]) as one 32-bit lane (i <= 511, so the read ends at t[512]); the two
  * knots are its sign-extended halves. The interpolation is the scalar formula in int32 lanes
  * (vpmulld, arithmetic shift), exact, so the results are bit for bit the scalar kernel's; the
  * last n % 16 elements go through the scalar kernel. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__x86_64__)
 

@@ -1,9 +1,9 @@
-/* npu_qs16_lut__neon: the piecewise-linear int16 lookup of ukernels.h, 8 elements per step. NEON
- * has no gather: each element's knot pair (t[i], t[i + 1]) is read as one 32-bit word into a small
- * buffer, which vld2q_s16 splits into the 8 left knots and the 8 right ones; the interpolation is
- * vrshrq_n_s32((t[i + 1] - t[i]) * f, 7), whose rounding addition of 64 is exact, so the result
- * is bit-exact with npu_qs16_lut__scalar; the tail uses the scalar definition. */
-#include "kernels/npu/ukernels.h"
+/* npu_qs16_lut__neon: the piecewise-linear int16 lookup of npu_ukernels.h, 8 elements per step.
+ * NEON has no gather: each element's knot pair (t[i], t[i + 1]) is read as one 32-bit word into a
+ * small buffer, which vld2q_s16 splits into the 8 left knots and the 8 right ones; the
+ * interpolation is vrshrq_n_s32((t[i + 1] - t[i]) * f, 7), whose rounding addition of 64 is exact,
+ * so the result is bit-exact with npu_qs16_lut__scalar; the tail uses the scalar definition. */
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__aarch64__)
 

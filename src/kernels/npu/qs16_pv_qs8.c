@@ -1,9 +1,9 @@
 /* npu_qs16_pv_qs8__scalar: attention output P·V of Q15 probabilities and an int8 V cache,
- * requantized to int8 (ukernels.h). */
+ * requantized to int8 (npu_ukernels.h). */
 #include <assert.h>
 
 #include "kernels/npu/fixedpoint.h"
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 void npu_qs16_pv_qs8__scalar(const struct npu_attn_shape *restrict shape, const int16_t *restrict p,
                              const int8_t *restrict v, int8_t *restrict out,

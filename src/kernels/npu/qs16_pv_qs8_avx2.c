@@ -4,7 +4,7 @@
  * (then 8) per pass, accumulators in registers for the whole row, then requantized on 8 lanes.
  * Channels past the last block of eight use the scalar sum; the int32 sums are exact, so the
  * result is bit-exact with npu_qs16_pv_qs8__scalar. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__x86_64__)
 

@@ -4,7 +4,7 @@
  * stay in registers over the row, then are requantized on 4 lanes. Channels past the last block
  * of eight use the scalar sum; the int32 sums are exact, so the result is bit-exact with
  * npu_qs16_pv_qs8__scalar. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__aarch64__)
 

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "kernels/npu/fixedpoint.h"
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 void npu_qs16_qc4w_gemm_qs16__scalar(size_t m, size_t n_begin, size_t n_end, size_t k,
                                      const int16_t *restrict x, size_t x_stride,

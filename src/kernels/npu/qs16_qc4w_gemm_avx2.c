@@ -1,4 +1,4 @@
-/* npu_qs16_qc4w_gemm_qs16__avx2: the w4a16 GEMM (ukernels.h), per channel or with 32-k block
+/* npu_qs16_qc4w_gemm_qs16__avx2: the w4a16 GEMM (npu_ukernels.h), per channel or with 32-k block
  * scales, in tiles of up to MR = 3 rows x 16 channels. Per nibble pair (8 k), each 16-byte
  * quarter (4 channels x 4 k, two nibbles a byte) is zero-extended to int16 (vpmovzxbw); its low
  * nibbles minus 8 are the weights of the pair's first 4-k group, the high nibbles (vpsrlw 4)
@@ -10,7 +10,7 @@
  * a channel's two lanes below 2^31 (per channel: a 32-k block dot below 2^23, times q below 2^27,
  * 16 blocks below 2^31), so no partial sum can overflow and the result is the scalar
  * reference's exact sum. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__x86_64__)
 

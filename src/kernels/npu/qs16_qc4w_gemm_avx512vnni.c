@@ -4,7 +4,7 @@
  * kernels do); per group and row, four vpdpbusd with the broadcast low bytes and high bytes + 128
  * of x. With block scales a 32-k chunk goes to fresh int32 lanes (one per channel), multiplied by
  * the chunk's q (vpmulld) before they join the totals. Tiles of up to MR = 3 rows x 16 channels. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__x86_64__)
 

@@ -2,7 +2,7 @@
  * 32-k block scales) on NEON, npu_neon_qs16_gemm of qs16_gemm_neon.h: nibble pairs decoded into
  * int8 groups, int16 multiply-accumulates, each 32-k chunk's sums times its block scales;
  * bit-exact with npu_qs16_qc4w_gemm_qs16__scalar. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__aarch64__)
 

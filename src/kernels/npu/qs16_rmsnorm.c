@@ -1,9 +1,9 @@
 /* npu_qs16_rmsnorm_qs8__scalar and npu_qs16_rmsnorm_qs16__scalar: RMSNorm of int16 rows into int8
- * or int16, the definition of ukernels.h spelled out one element at a time. */
+ * or int16, the definition of npu_ukernels.h spelled out one element at a time. */
 #include <assert.h>
 
 #include "kernels/npu/fixedpoint.h"
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 /* Both output types; 'y16' non-NULL selects int16. */
 static void rmsnorm_scalar(size_t rows, size_t cols, const int16_t *restrict x, int8_t *restrict y8,

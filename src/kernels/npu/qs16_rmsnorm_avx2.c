@@ -8,7 +8,7 @@
  * shifts of the value biased to be non-negative. Every step is exact integer arithmetic, so the
  * result is bit-exact with the scalar kernels; the last cols % 8 elements of a row go
  * through the same formula in scalar code, with the row's r and shift. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__x86_64__)
 

@@ -8,7 +8,7 @@
  * point is added in 64 bits before the saturating narrows, so the result is bit-exact with the
  * scalar variants; the last cols % 8 elements of a row go through the same formula in scalar code,
  * with the row's r and shift. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__aarch64__)
 

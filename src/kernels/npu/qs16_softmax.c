@@ -1,9 +1,9 @@
 /* npu_qs16_softmax__scalar: the integer softmax of int16 scores into Q15 probabilities, with a
- * 256-entry table of 2^(-f/256) (ukernels.h defines every step). */
+ * 256-entry table of 2^(-f/256) (npu_ukernels.h defines every step). */
 #include <assert.h>
 
 #include "kernels/npu/fixedpoint.h"
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 const int32_t npu_exp2_q30[256] = {
     1073741824, 1070838486, 1067942999, 1065055341, 1062175491, 1059303428, 1056439131, 1053582579,

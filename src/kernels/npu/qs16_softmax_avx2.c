@@ -1,9 +1,9 @@
-/* npu_qs16_softmax__avx2: the integer softmax of ukernels.h on 8 lanes: the maximum with vpmaxsw,
- * the exponent's multiplier with the shared AVX2 requantization, the table with vpgatherdd and
- * the per-lane shift with vpsrlvd (which gives 0 for counts past 31, as the definition does), the
- * normalization with 32 x 32 -> 64-bit products. The reciprocal is one scalar division per row;
+/* npu_qs16_softmax__avx2: the integer softmax of npu_ukernels.h on 8 lanes: the maximum with
+ * vpmaxsw, the exponent's multiplier with the shared AVX2 requantization, the table with vpgatherdd
+ * and the per-lane shift with vpsrlvd (which gives 0 for counts past 31, as the definition does),
+ * the normalization with 32 x 32 -> 64-bit products. The reciprocal is one scalar division per row;
  * tails use the scalar steps, so the result is bit-exact with npu_qs16_softmax__scalar. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__x86_64__)
 

@@ -1,11 +1,11 @@
-/* npu_qs16_softmax__neon: the integer softmax of ukernels.h on 4 lanes: the maximum with vmaxq_s16,
- * the exponent's multiplier with the shared NEON requantization, the table with four lane loads
- * (NEON has no gather) and the per-lane shift with vshlq_u32 by -n (which gives 0 for counts of
- * 32, as the definition does past 30; counts are clamped to 32 first, since vshl reads only the
- * low byte), the normalization with 32 x 32 -> 64-bit products and vrshlq_u64, whose rounding
- * addition is exact. The reciprocal is one scalar division per row; tails use the scalar steps,
- * so the result is bit-exact with npu_qs16_softmax__scalar. */
-#include "kernels/npu/ukernels.h"
+/* npu_qs16_softmax__neon: the integer softmax of npu_ukernels.h on 4 lanes: the maximum with
+ * vmaxq_s16, the exponent's multiplier with the shared NEON requantization, the table with four
+ * lane loads (NEON has no gather) and the per-lane shift with vshlq_u32 by -n (which gives 0 for
+ * counts of 32, as the definition does past 30; counts are clamped to 32 first, since vshl reads
+ * only the low byte), the normalization with 32 x 32 -> 64-bit products and vrshlq_u64, whose
+ * rounding addition is exact. The reciprocal is one scalar division per row; tails use the scalar
+ * steps, so the result is bit-exact with npu_qs16_softmax__scalar. */
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__aarch64__)
 

@@ -1,7 +1,7 @@
 /* npu_qs32_requant_qs8__scalar, npu_qs32_requant_qs16__scalar: requantize int32 values, one
  * (mult, shift) per element, with fixedpoint.h's definition. */
 #include "kernels/npu/fixedpoint.h"
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 void npu_qs32_requant_qs8__scalar(size_t n, const int32_t *restrict acc,
                                   const int32_t *restrict mult, const int32_t *restrict shift,

@@ -1,6 +1,6 @@
 /* npu_qs32_requant_qs8__avx2, npu_qs32_requant_qs16__avx2: 16 values per step with per-lane
  * constants; the tail goes through the scalar definition (bit-exact by construction). */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__x86_64__)
 

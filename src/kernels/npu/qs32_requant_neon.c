@@ -1,7 +1,7 @@
 /* npu_qs32_requant_qs8__neon, npu_qs32_requant_qs16__neon: 16 values per step with per-lane
  * constants, the requantization of fixedpoint.h in its three NEON instructions; the tail goes
  * through the scalar definition (bit-exact by construction). */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__aarch64__)
 

@@ -1,5 +1,5 @@
 /* npu_qs8_gemm__scalar and npu_qs8_gemm_qs16__scalar: the plain-C reference of the int8 GEMM with
- * fused per-channel requantization, reading the packed layout of ukernels.h. */
+ * fused per-channel requantization, reading the packed layout of npu_ukernels.h. */
 #include <assert.h>
 #include <string.h>
 

@@ -7,7 +7,7 @@
  * with the sign of x applied (vpsignb): each pair sum is at most 2 * 128 * 127 < 2^15, so nothing
  * saturates; vpmaddwd by 1 then sums the pairs into one int32 per channel. The zero point enters
  * once per channel as bias - x_zero_point * wsum (precomputed in the packed block). */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__x86_64__)
 

@@ -8,7 +8,7 @@
  * No int32 wraps, ever: after the first t groups the running sum is
  *   bias + sum_{j <= t} (x_j + 128 - c) * w_j - c * sum_{j > t} w_j,   c = x_zero_point + 128,
  * every term at most 255 * 127 in magnitude, so |acc| <= 2^30 + 255 * 127 * 32768 < 2^31 at every
- * step for the ranges of ukernels.h (the start included); vpdpbusd's modular sum is then exact.
+ * step for the ranges of npu_ukernels.h (the start included); vpdpbusd's modular sum is then exact.
  * Requantization and stores are the AVX2 kernel's (qs8_gemm_x86.h), so the output is bit-exact
  * with the scalar reference.
  * Tiles: prefill MR = 6 rows x 32 channels (24 accumulators, 4 weight registers, a broadcast:
@@ -22,7 +22,7 @@
  * each broadcast), both threads each streaming half of a 256 MiB matrix ran at 23-29 GB/s, one
  * block at a time at 26-33 and a plain read at 26-34; in a window where the read reached
  * 43-58 GB/s, 31-40 against 42-54. Software prefetch measured no gain. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__x86_64__)
 

@@ -3,7 +3,7 @@
  * "mlal + padal" scheme: npu_neon_gemm_tile_mlal of qs8_gemm_neon.h. The raw int8 x enters and the
  * zero point once per channel as bias - x_zero_point * wsum; every int32 sum is exact, so the
  * result is bit-exact with npu_qs8_gemm__scalar. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__aarch64__)
 

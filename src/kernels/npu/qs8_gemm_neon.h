@@ -14,9 +14,9 @@
 #include <string.h>
 
 #include "kernels/npu/neon_util.h"
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
-/* Assert the ukernels.h contract on k, n_begin and the x zero point; return the packed block
+/* Assert the npu_ukernels.h contract on k, n_begin and the x zero point; return the packed block
  * size: 128 + 16 * kp bytes (int8 layout) or npu_qc4w_gemm_block_size(k, 0) (w4, qc4w). */
 static inline size_t npu_neon_gemm_block_size(size_t k, size_t n_begin,
                                               const struct npu_qs8_gemm_params *p, int w4) {
@@ -124,7 +124,7 @@ NPU_INLINE_NEON void npu_neon_gemm_store_row(const int32x4_t acc[4],
   }
 }
 
-#if NPU_NEON_DOTPROD_VARIANTS /* ukernels.h */
+#if NPU_NEON_DOTPROD_VARIANTS /* npu_ukernels.h */
 /* 'mr' (1..4, a constant after inlining) rows x one block of 16 channels with the dot product:
  * each 16-byte row of 4 channels x 4 k is what one sdot consumes, the x group picked by sdot's
  * lane index from the 8 bytes of x that a pair of groups covers. */
@@ -261,7 +261,7 @@ NPU_INLINE_NEON void npu_neon_gemm_tile_mlal(const int mr, const int w4, size_t 
   }
 }
 
-/* Define the entry point 'name' of a variant (ukernels.h signature, int8 or int16 'ytype'
+/* Define the entry point 'name' of a variant (npu_ukernels.h signature, int8 or int16 'ytype'
  * outputs, function attributes 'target'): blocks of 16 channels, each across all rows in tiles of
  * 'mr_max' rows of 'tile' (npu_neon_gemm_tile_mmla, _dot or _mlal, with w4 for the qc4w layout),
  * then one tile of the rest; decode (m = 1) walks the blocks one after another, a sequential

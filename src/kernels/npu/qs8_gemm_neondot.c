@@ -3,9 +3,9 @@
  * is npu_neon_gemm_tile_dot of qs8_gemm_neon.h. sdot multiplies signed by signed, so the raw int8
  * x enters and the zero point once per channel as bias - x_zero_point * wsum. Every int32 sum is
  * exact, so the result is bit-exact with npu_qs8_gemm__scalar. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
-#if defined(__aarch64__) && NPU_NEON_DOTPROD_VARIANTS /* ukernels.h */
+#if defined(__aarch64__) && NPU_NEON_DOTPROD_VARIANTS /* npu_ukernels.h */
 
 #include "kernels/npu/qs8_gemm_neon.h"
 

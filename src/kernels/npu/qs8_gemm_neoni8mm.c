@@ -2,9 +2,9 @@
  * multiply (smmla), in tiles of 4 rows (two pairs) x 16 channels; a single row takes the sdot tile.
  * npu_neon_gemm_tile_mmla of qs8_gemm_neon.h. Every int32 sum is exact, so the result is bit-exact
  * with npu_qs8_gemm__scalar. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
-#if defined(__aarch64__) && NPU_NEON_I8MM_VARIANTS /* ukernels.h */
+#if defined(__aarch64__) && NPU_NEON_I8MM_VARIANTS /* npu_ukernels.h */
 
 #include "kernels/npu/qs8_gemm_neon.h"
 

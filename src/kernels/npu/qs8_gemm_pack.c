@@ -1,8 +1,8 @@
-/* Packing of int8 GEMM weights into the layout of the npu_qs8_gemm kernels (see ukernels.h):
+/* Packing of int8 GEMM weights into the layout of the npu_qs8_gemm kernels (see npu_ukernels.h):
  * blocks of 16 channels, each with its bias, its weight sums and its weights in 4-byte k groups. */
 #include <string.h>
 
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 static size_t gemm_kp(size_t k) {
   return (k + NPU_QS8_GEMM_KR - 1) / NPU_QS8_GEMM_KR * NPU_QS8_GEMM_KR;

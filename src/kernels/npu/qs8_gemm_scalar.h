@@ -4,7 +4,7 @@
 #define NPU_KERNELS_NPU_QS8_GEMM_SCALAR_H
 
 #include "kernels/npu/fixedpoint.h"
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 /* Channels n0 .. n0 + nc - 1 of output row 'y_row' (int8 at y8, or int16 at y16 when it is not
  * NULL; element n of the row) from their accumulators acc[0 .. nc - 1]. */

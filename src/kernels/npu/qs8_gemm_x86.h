@@ -12,9 +12,9 @@
 #include <string.h>
 
 #include "kernels/npu/avx2_util.h"
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
-/* Assert the ukernels.h contract on k, n_begin and the x zero point; return the packed block
+/* Assert the npu_ukernels.h contract on k, n_begin and the x zero point; return the packed block
  * size, 128 + 16 * kp bytes. */
 static inline size_t npu_gemm_block_size(size_t k, size_t n_begin,
                                          const struct npu_qs8_gemm_params *p) {
@@ -97,7 +97,7 @@ NPU_INLINE_AVX2 void npu_gemm_store_row(__m256i acc0, __m256i acc1, const struct
   }
 }
 
-/* Define the entry point 'name' of a GEMM variant (ukernels.h signature, int8 or int16 'ytype'
+/* Define the entry point 'name' of a GEMM variant (npu_ukernels.h signature, int8 or int16 'ytype'
  * outputs, function attribute 'target') over the variant's
  * inner(m, n_begin, n_end, k, x, x_stride, w_packed, y, y_stride, params, out16). */
 #define NPU_QS8_GEMM_X86_ENTRY(name, ytype, target, inner, out16)                                  \

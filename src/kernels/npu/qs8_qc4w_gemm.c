@@ -1,5 +1,6 @@
 /* npu_qs8_qc4w_gemm__scalar and npu_qs8_qc4w_gemm_qs16__scalar: the plain-C reference of the
- * w4a8 GEMM (npu_qs8_gemm's math with int4 weights in the qc4w layout of ukernels.h, block 0). */
+ * w4a8 GEMM (npu_qs8_gemm's math with int4 weights in the qc4w layout of npu_ukernels.h, block 0).
+ */
 #include <assert.h>
 #include <string.h>
 

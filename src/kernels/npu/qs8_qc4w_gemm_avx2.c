@@ -6,7 +6,7 @@
  * through the int8 kernel's step: vpmaddubsw of |x| (u8) by w with the sign of x (vpsignb), pair
  * sums at most 2 * 128 * 8 (no saturation), vpmaddwd by 1 into int32; no int32 sum can
  * overflow (|acc| <= 2^30 + 255 * 8 * 32768). */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__x86_64__)
 

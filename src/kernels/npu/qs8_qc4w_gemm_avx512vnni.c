@@ -5,7 +5,7 @@
  * 4-k groups (vpand 0x0F / vpsrlw 4, minus 8), one vpdpbusd per group and 8 channels. No int32
  * wraps: every term is at most 255 * 8 and |acc| <= 2^30 + 255 * 8 * 32768 at every step.
  * Tiles of up to MR = 4 rows x 16 channels. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__x86_64__)
 

@@ -2,7 +2,7 @@
  * SIMD: each qc4w nibble pair is decoded into the two int8 groups it holds (vandq_u8 / vshrq_n_u8
  * 4, minus 8) and goes through the int8 kernel's tile (npu_neon_gemm_tile_mlal, 2 rows x 16
  * channels). Bit-exact with npu_qs8_qc4w_gemm__scalar: the same exact int32 sums. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__aarch64__)
 

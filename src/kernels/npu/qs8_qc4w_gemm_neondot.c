@@ -2,9 +2,9 @@
  * product: each qc4w nibble pair is decoded into the two int8 groups it holds (vandq_u8 /
  * vshrq_n_u8 4, minus 8) and goes through the int8 kernel's sdot tile (npu_neon_gemm_tile_dot,
  * 4 rows x 16 channels). Bit-exact with npu_qs8_qc4w_gemm__scalar: the same exact int32 sums. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
-#if defined(__aarch64__) && NPU_NEON_DOTPROD_VARIANTS /* ukernels.h */
+#if defined(__aarch64__) && NPU_NEON_DOTPROD_VARIANTS /* npu_ukernels.h */
 
 #include "kernels/npu/qs8_gemm_neon.h"
 

@@ -1,9 +1,9 @@
 /* npu_qs8_qk_qs16__scalar: attention scores Q·K^T of int8 queries and an int8 K cache, requantized
- * to int16, with the causal / bucket mask (ukernels.h). */
+ * to int16, with the causal / bucket mask (npu_ukernels.h). */
 #include <assert.h>
 
 #include "kernels/npu/fixedpoint.h"
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 void npu_qs8_qk_qs16__scalar(const struct npu_attn_shape *restrict shape, const int8_t *restrict q,
                              const int8_t *restrict k, int16_t *restrict s,

@@ -5,7 +5,7 @@
  * last block of eight go through the same integer sums in plain C, so every variant computes the
  * same exact int32 sums (bit-exact by construction). Head dims above QK_MAX_HD use the scalar
  * kernel. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__x86_64__)
 

@@ -5,7 +5,7 @@
  * requantized on 4 lanes. Channels past the last block of eight and keys past the last block of
  * four go through the same integer sums in plain C, so every variant computes the same exact
  * int32 sums (bit-exact by construction). */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__aarch64__)
 

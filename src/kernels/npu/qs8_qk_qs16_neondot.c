@@ -4,9 +4,9 @@
  * ones, each key's sum k; the int32 wraparound of the terms is harmless since the exact result
  * fits (255^2 * 32768 < 2^31). Channels past the last block of eight go through the plain
  * integer sum, so every variant computes the same exact int32 sums (bit-exact by construction). */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
-#if defined(__aarch64__) && NPU_NEON_DOTPROD_VARIANTS /* ukernels.h */
+#if defined(__aarch64__) && NPU_NEON_DOTPROD_VARIANTS /* npu_ukernels.h */
 
 #include <assert.h>
 

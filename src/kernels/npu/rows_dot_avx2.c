@@ -1,6 +1,6 @@
-/* npu_qs8_rows_dot__avx2: dot products of int8 rows with one int8 input (ukernels.h), bit-exact
+/* npu_qs8_rows_dot__avx2: dot products of int8 rows with one int8 input (npu_ukernels.h), bit-exact
  * with npu_qs8_rows_dot__scalar (integer sums that cannot overflow int32 in the ranges of
- * ukernels.h, so the order of summation does not matter).
+ * npu_ukernels.h, so the order of summation does not matter).
  *
  * NR rows per pass, one accumulator each, 32 k per step: x - x_zero_point formed once per step in
  * int16 (vpmovsxbw, vpsubw: it lies in [-255, 255]) and shared by the rows, each row's 32 bytes
@@ -11,7 +11,7 @@
  * four, then one, at a time. A last partial step of x goes through a zero-padded copy of x's tail
  * (x is never read past k); the padding meets the rows' zero padding (w = 0 past k), so it adds
  * 0. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__x86_64__)
 

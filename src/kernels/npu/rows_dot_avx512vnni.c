@@ -1,4 +1,4 @@
-/* npu_qs8_rows_dot__avx512vnni: dot products of int8 rows with one int8 input (ukernels.h) with
+/* npu_qs8_rows_dot__avx512vnni: dot products of int8 rows with one int8 input (npu_ukernels.h) with
  * AVX512-VNNI's vpdpbusd on 512-bit registers: 64 k per step, one aligned cache line of a row.
  * vpdpbusd multiplies unsigned by signed bytes, and x - x_zero_point lies in [-255, 255], so:
  *
@@ -19,7 +19,7 @@
  * at the end (vphaddd); the rows left over by the passes go four, then one, at a time. A last
  * partial step goes through a zero-padded copy of x's tail (d = 0 there on the fast path; x is
  * never read past k), which meets the rows' zero padding (w = 0 past k) and adds 0. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__x86_64__)
 

@@ -1,12 +1,12 @@
-/* npu_qs8_rows_dot__neon: dot products of int8 rows with one int8 input (ukernels.h) in plain
+/* npu_qs8_rows_dot__neon: dot products of int8 rows with one int8 input (npu_ukernels.h) in plain
  * NEON, bit-exact with npu_qs8_rows_dot__scalar (integer sums that cannot overflow int32 in the
- * ranges of ukernels.h, so their order does not matter). Four rows per pass (scattered rows
+ * ranges of npu_ukernels.h, so their order does not matter). Four rows per pass (scattered rows
  * streamed side by side), 16 k per step: x - x_zero_point in int16 (vsubl_s8: it lies in
  * [-255, 255]), formed once per step and shared by the rows, times the sign-extended weights with
  * vmlal_s16 (exact int32 products); the rows left over go one at a time. A last partial step of x
  * goes through a zero-padded copy of x's tail (x is never read past k); the padding meets the
  * rows' zero padding (w = 0 past k), so it adds 0. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__aarch64__)
 

@@ -1,16 +1,16 @@
-/* npu_qs8_rows_dot__neondot: dot products of int8 rows with one int8 input (ukernels.h) with the
- * Armv8.2 dot product, bit-exact with npu_qs8_rows_dot__scalar. sdot multiplies signed by signed
- * bytes. When every d = x[c] - x_zero_point fits int8 (always for x_zero_point = 0; checked once
- * per call) d enters directly: one sdot per row and step. Otherwise the raw x enters and the zero
- * point once per row: sum d w = sum x w - x_zero_point sum w, sum w by one more sdot against a
+/* npu_qs8_rows_dot__neondot: dot products of int8 rows with one int8 input (npu_ukernels.h) with
+ * the Armv8.2 dot product, bit-exact with npu_qs8_rows_dot__scalar. sdot multiplies signed by
+ * signed bytes. When every d = x[c] - x_zero_point fits int8 (always for x_zero_point = 0; checked
+ * once per call) d enters directly: one sdot per row and step. Otherwise the raw x enters and the
+ * zero point once per row: sum d w = sum x w - x_zero_point sum w, sum w by one more sdot against a
  * vector of ones. Every sum is exact in int32 (at most 32768 * 128 * 127 < 2^29 in magnitude).
  * Four rows per pass (scattered rows streamed side by side), 16 k per step, the x vector shared
  * by the rows; the rows left over go one at a time. A last partial step goes through a
  * zero-padded copy of x's tail (d's tail on the fast path; x is never read past k), which meets
  * the rows' zero padding (w = 0 past k) and adds 0. */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
-#if defined(__aarch64__) && NPU_NEON_DOTPROD_VARIANTS /* ukernels.h */
+#if defined(__aarch64__) && NPU_NEON_DOTPROD_VARIANTS /* npu_ukernels.h */
 
 #include <assert.h>
 #include <string.h>

@@ -1,9 +1,9 @@
 /* npu_qs8_vadd__scalar, npu_qs16_vadd__scalar: element-wise add of two tensors with different
- * scales and zero points, TFLite's integer scheme (ukernels.h), on fixedpoint.h. */
+ * scales and zero points, TFLite's integer scheme (npu_ukernels.h), on fixedpoint.h. */
 #include <assert.h>
 
 #include "kernels/npu/fixedpoint.h"
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 static inline int32_t add_one(int32_t a, int32_t b, const struct npu_qadd_params *restrict p) {
   const int32_t ta =
@@ -13,7 +13,7 @@ static inline int32_t add_one(int32_t a, int32_t b, const struct npu_qadd_params
   return npu_requantize(ta + tb, p->y_mult, p->y_shift);
 }
 
-/* The input multipliers must be at most 0.5 (ukernels.h). */
+/* The input multipliers must be at most 0.5 (npu_ukernels.h). */
 static inline bool input_mult_ok(int32_t mult, int32_t shift) {
   return shift <= -1 || (shift == 0 && mult <= (1 << 30));
 }

@@ -1,6 +1,6 @@
 /* npu_qs8_vadd__avx2, npu_qs16_vadd__avx2: 16 elements per step, widened to int32 lanes; the tail
  * goes through the scalar kernel (the same definition, so bit-exact). */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__x86_64__)
 

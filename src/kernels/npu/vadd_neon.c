@@ -1,7 +1,7 @@
 /* npu_qs8_vadd__neon, npu_qs16_vadd__neon: 16 elements per step, widened to int32 lanes, each
  * side requantized to the common scale, summed and requantized to the output; the tail goes
  * through the scalar kernel (the same definition, so bit-exact). */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__aarch64__)
 
@@ -23,7 +23,7 @@ NPU_INLINE_NEON struct vadd_consts vadd_consts_make(const struct npu_qadd_params
 }
 
 /* 4 widened inputs of each side -> 4 outputs with the zero point, before saturation. The left
- * shift of (x - zero_point) never overflows in the valid ranges (ukernels.h). */
+ * shift of (x - zero_point) never overflows in the valid ranges (npu_ukernels.h). */
 NPU_INLINE_NEON int32x4_t add4(int32x4_t a, int32x4_t b, const struct vadd_consts *c) {
   const int32x4_t ta = npu_neon_requantize(vshlq_s32(vsubq_s32(a, c->za), c->left), &c->rqa);
   const int32x4_t tb = npu_neon_requantize(vshlq_s32(vsubq_s32(b, c->zb), c->left), &c->rqb);

@@ -2,7 +2,7 @@
 #include <assert.h>
 
 #include "kernels/npu/fixedpoint.h"
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 void npu_qs8_vmul__scalar(size_t n, const int8_t *a, const int8_t *b, int8_t *y,
                           const struct npu_qmul_params *restrict p) {

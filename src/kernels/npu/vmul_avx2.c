@@ -1,6 +1,6 @@
 /* npu_qs8_vmul__avx2, npu_qs16_vmul__avx2: 16 elements per step, int32 products; the tail goes
  * through the scalar kernel (same definition, bit-exact). */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__x86_64__)
 

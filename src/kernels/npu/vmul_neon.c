@@ -1,7 +1,7 @@
 /* npu_qs8_vmul__neon, npu_qs16_vmul__neon: 16 elements per step; the zero points come off in
  * int16 (vsubl_s8: |x - zero_point| <= 255) and vmull_s16 forms the exact int32 products; the
  * tail goes through the scalar kernel (same definition, bit-exact). */
-#include "kernels/npu/ukernels.h"
+#include "kernels/npu/npu_ukernels.h"
 
 #if defined(__aarch64__)
 

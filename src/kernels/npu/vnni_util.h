@@ -1,6 +1,6 @@
 /* AVX512-VNNI building blocks shared by the __avx512vnni NPU kernels: the target attribute (VNNI
  * on 256-bit registers through AVX512VL, so 32 of them) and vpdpbusd. Callers check
- * NPU_ISA_AVX512VNNI (which implies AVX512F/VL/BW) and NPU_ISA_AVX2 first (ukernels.c). */
+ * NPU_ISA_AVX512VNNI (which implies AVX512F/VL/BW) and NPU_ISA_AVX2 first (npu_ukernels.c). */
 #ifndef NPU_KERNELS_NPU_VNNI_UTIL_H
 #define NPU_KERNELS_NPU_VNNI_UTIL_H
 

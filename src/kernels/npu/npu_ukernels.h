@@ -3,12 +3,12 @@
  * (npu_<family>__scalar everywhere; __avx2 and __avx512vnni on x86-64; __neon on AArch64, and for
  * the int8-activation GEMMs, the attention scores and the rows dot __neondot with the dot
  * product, for those GEMMs __neoni8mm with the int8 matrix multiply) are listed once in
- * src/kernels/npu/ukernels.inc, which feeds the declarations below, the dispatch in ukernels.c and
- * the tests. Every family has a NEON variant; the CPU backend's kernels (src/kernels/cpu) have AVX2
- * ones only and run their portable scalar variants on AArch64. Integer-only by contract:
+ * src/kernels/npu/ukernels.inc, which feeds the declarations below, the dispatch in npu_ukernels.c
+ * and the tests. Every family has a NEON variant; the CPU backend's kernels (src/kernels/cpu) have
+ * AVX2 ones only and run their portable scalar variants on AArch64. Integer-only by contract:
  * requantization is src/kernels/npu/fixedpoint.h. Kernels never allocate and keep no state. */
-#ifndef NPU_KERNELS_NPU_UKERNELS_H
-#define NPU_KERNELS_NPU_UKERNELS_H
+#ifndef NPU_KERNELS_NPU_NPU_UKERNELS_H
+#define NPU_KERNELS_NPU_NPU_UKERNELS_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -471,7 +471,7 @@ typedef void npu_qs8_rows_dot_fn(size_t k, const int8_t *x, int32_t x_zero_point
 
 /* Declarations of every variant: npu_qs8_gemm__scalar, npu_qs8_gemm__avx2, ... */
 #define NPU_UKERNEL(family, variant, isa) npu_##family##_fn npu_##family##__##variant;
-#include "kernels/npu/ukernels.inc"
+#include "kernels/npu/npu_ukernels.inc"
 #undef NPU_UKERNEL
 
 /* The chosen variant of each family. */
@@ -501,8 +501,8 @@ struct npu_ukernels {
   npu_qs8_rows_dot_fn *qs8_rows_dot;
 };
 
-/* Fill 'uk_out' with, for each family, the last variant in ukernels.inc whose extensions are all
- * in 'isa' (pass npu_isa_detect(), or 0 to force the scalar reference kernels). */
+/* Fill 'uk_out' with, for each family, the last variant in npu_ukernels.inc whose extensions are
+ * all in 'isa' (pass npu_isa_detect(), or 0 to force the scalar reference kernels). */
 void npu_ukernels_select(uint32_t isa, struct npu_ukernels *uk_out);
 
 /* The variant name ("scalar", "avx2", "avx512vnni", "neon", "neondot", "neoni8mm") of the kernel
@@ -510,4 +510,4 @@ void npu_ukernels_select(uint32_t isa, struct npu_ukernels *uk_out);
  * variant. */
 const char *npu_ukernels_variant(const struct npu_ukernels *uk, const char *family);
 
-#endif /* NPU_KERNELS_NPU_UKERNELS_H */
+#endif /* NPU_KERNELS_NPU_NPU_UKERNELS_H */

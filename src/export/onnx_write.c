@@ -1,6 +1,6 @@
 /* ONNX model writer: the model is kept in memory as the caller builds it, then encoded by hand in
  * protobuf's wire format, its small messages in buffers and its initializers' bytes streamed. */
-#include "io/onnx_write.h"
+#include "export/onnx_write.h"
 
 #include <inttypes.h>
 #include <stdarg.h>

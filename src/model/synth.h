@@ -1,8 +1,8 @@
 /* Synthetic models inside npulm: the shape table behind npulm_synth, and one writer of small or
  * real-shaped llama-family GGUFs with knobs to break them, shared by npulm_synth, the tests and the
  * fuzz seeds (the fixture). */
-#ifndef NPU_IO_SYNTH_H
-#define NPU_IO_SYNTH_H
+#ifndef NPU_MODEL_SYNTH_H
+#define NPU_MODEL_SYNTH_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -83,4 +83,4 @@ struct npu_synth_options {
 npulm_status npu_synth_write(struct npu_gguf_writer *w, const struct npu_synth_shape *sh,
                              const struct npu_synth_options *o, npulm_error *err);
 
-#endif /* NPU_IO_SYNTH_H */
+#endif /* NPU_MODEL_SYNTH_H */

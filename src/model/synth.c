@@ -13,7 +13,7 @@
 #include "base/common.h"
 #include "io/gguf.h"
 #include "io/gguf_write.h"
-#include "io/synth.h"
+#include "model/synth.h"
 #include "npulm.h"
 
 /* ---- Shapes --------------------------------------------------------------------------------- */

@@ -3,12 +3,12 @@
  * the choice of the best variant for this CPU. The variants (npu_<family>__scalar, __avx2; none
  * for NEON yet: on AArch64 the scalar ones run, which give the same bits) are listed once in
  * src/kernels/cpu/ukernels.inc, which feeds the declarations below, the dispatch in
- * ukernels.c and tests/test_cpu_kernels.c. Every variant gives the bits of its family's scalar
+ * cpu_ukernels.c and tests/test_cpu_kernels.c. Every variant gives the bits of its family's scalar
  * one; the float kernels' scalar ones give the reference forward's (kernels.h, f32_util.h) and are
  * portable C (GCC/Clang vector extensions). Kernels never allocate and keep no state. Shapes and
  * the attention lengths npu_attn_len(t) and tiles as in kernels.h. */
-#ifndef NPU_KERNELS_CPU_UKERNELS_H
-#define NPU_KERNELS_CPU_UKERNELS_H
+#ifndef NPU_KERNELS_CPU_CPU_UKERNELS_H
+#define NPU_KERNELS_CPU_CPU_UKERNELS_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -84,7 +84,7 @@ typedef void npu_dequantize_s16_fn(const int16_t *restrict q, size_t n, float sc
 
 /* Declarations of every variant: npu_f32_matmul__scalar, npu_f32_matmul__avx2, ... */
 #define CPU_UKERNEL(family, variant, isa) npu_##family##_fn npu_##family##__##variant;
-#include "kernels/cpu/ukernels.inc"
+#include "kernels/cpu/cpu_ukernels.inc"
 #undef CPU_UKERNEL
 
 /* The chosen variant of each family. */
@@ -101,12 +101,12 @@ struct npu_cpu_ukernels {
   npu_dequantize_s16_fn *dequantize_s16;
 };
 
-/* Fill 'uk_out' with, for each family, the last variant in ukernels.inc whose extensions are all
- * in 'isa' (pass npu_isa_detect(), or 0 to force the scalar kernels). */
+/* Fill 'uk_out' with, for each family, the last variant in cpu_ukernels.inc whose extensions are
+ * all in 'isa' (pass npu_isa_detect(), or 0 to force the scalar kernels). */
 void npu_cpu_ukernels_select(uint32_t isa, struct npu_cpu_ukernels *uk_out);
 
 /* The variant name ("scalar", "avx2") of the kernel 'uk' holds for 'family' ("f32_matmul", ...),
  * for reports and tests; "?" if the family is unknown or no listed variant. */
 const char *npu_cpu_ukernels_variant(const struct npu_cpu_ukernels *uk, const char *family);
 
-#endif /* NPU_KERNELS_CPU_UKERNELS_H */
+#endif /* NPU_KERNELS_CPU_CPU_UKERNELS_H */

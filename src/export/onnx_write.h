@@ -12,8 +12,8 @@
  * (NPULM_ERR_ARG naming the value), so nodes must be added in a topological order. The
  * builder keeps the first failure (out of memory, a bad name, a bad shape) and every later call
  * does nothing; npu_onnx_write reports it. */
-#ifndef NPU_IO_ONNX_WRITE_H
-#define NPU_IO_ONNX_WRITE_H
+#ifndef NPU_EXPORT_ONNX_WRITE_H
+#define NPU_EXPORT_ONNX_WRITE_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -128,4 +128,4 @@ npulm_status npu_onnx_write(struct npu_onnx *o, const char *path,
 npulm_status npu_onnx_write_mem(struct npu_onnx *o, uint8_t **data_out, size_t *size_out,
                                 npulm_error *err);
 
-#endif /* NPU_IO_ONNX_WRITE_H */
+#endif /* NPU_EXPORT_ONNX_WRITE_H */
