@@ -118,14 +118,14 @@ $(SHLIB): $(PIC_OBJS) src/libnpulm.map
 	  $(PIC_OBJS) $(LDLIBS)
 shared: $(SHLIB)
 
-# `make install PREFIX=/usr/local DESTDIR=`: the CLI, the header, both libraries and npulm.pc
+# `make install PREFIX=/usr/local DESTDIR=`: the CLI, both headers, both libraries and npulm.pc
 # (pkg-config) under DESTDIR/PREFIX; `make uninstall` removes them.
 PREFIX := /usr/local
 DEST := $(DESTDIR)$(PREFIX)
 install: $(BUILD)/npulm $(BUILD)/libnpulm.a $(SHLIB)
 	install -d "$(DEST)/bin" "$(DEST)/include" "$(DEST)/lib/pkgconfig"
 	install -m 755 $(BUILD)/npulm "$(DEST)/bin/"
-	install -m 644 include/npulm.h "$(DEST)/include/"
+	install -m 644 include/npulm.h include/npulm_bench.h "$(DEST)/include/"
 	install -m 644 $(BUILD)/libnpulm.a "$(DEST)/lib/"
 	install -m 755 $(SHLIB) "$(DEST)/lib/"
 	ln -sf libnpulm.so.$(VERSION) "$(DEST)/lib/$(SONAME)"
@@ -133,7 +133,8 @@ install: $(BUILD)/npulm $(BUILD)/libnpulm.a $(SHLIB)
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(LDLIBS)|' \
 	  src/npulm.pc.in >"$(DEST)/lib/pkgconfig/npulm.pc"
 uninstall:
-	rm -f "$(DEST)/bin/npulm" "$(DEST)/include/npulm.h" "$(DEST)/lib/pkgconfig/npulm.pc" \
+	rm -f "$(DEST)/bin/npulm" "$(DEST)/include/npulm.h" "$(DEST)/include/npulm_bench.h" \
+	  "$(DEST)/lib/pkgconfig/npulm.pc" \
 	  "$(DEST)/lib/libnpulm.a" "$(DEST)/lib/libnpulm.so.$(VERSION)" "$(DEST)/lib/$(SONAME)" \
 	  "$(DEST)/lib/libnpulm.so"
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "npulm.h"
+#include "npulm_bench.h"
 #include "test_util.h"
 
 /* Host rates for predictions: fixed figures, so the tests do not depend on the machine. */

@@ -10,6 +10,7 @@
 #include "io/gguf_write.h"
 #include "model/synth.h"
 #include "npulm.h"
+#include "npulm_bench.h"
 
 static void tmp_path(char *buf, size_t cap, const char *name) {
   const char *d = getenv("TMPDIR");

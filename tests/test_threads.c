@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "npulm.h"
+#include "npulm_bench.h"
 #include "test_util.h"
 
 enum {

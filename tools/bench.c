@@ -24,6 +24,7 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "npulm.h"
+#include "npulm_bench.h"
 
 #define MAX_LIST 16
 #define MAX_PROFILES 8

@@ -15,6 +15,7 @@
 #include "cli_util.h"
 #include "commands.h"
 #include "npulm.h"
+#include "npulm_bench.h"
 
 /* The help texts, laid out line for line as they print (clang-format would join a string and the
  * option list macro that follows it). */

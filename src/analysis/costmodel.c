@@ -13,6 +13,7 @@
 #include "base/common.h"
 #include "kernels/cpu/kernels.h"
 #include "model/model.h"
+#include "npulm_bench.h"
 #include "program/program.h"
 
 /* Sources (public figures; what is not published is marked "estimate"):

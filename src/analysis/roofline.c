@@ -21,6 +21,7 @@
 #include "base/pages.h"
 #include "kernels/cpu/kernels.h"
 #include "kernels/npu/npu_ukernels.h"
+#include "npulm_bench.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>

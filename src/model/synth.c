@@ -15,6 +15,7 @@
 #include "io/gguf_write.h"
 #include "model/synth.h"
 #include "npulm.h"
+#include "npulm_bench.h"
 
 /* ---- Shapes --------------------------------------------------------------------------------- */
 

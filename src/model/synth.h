@@ -10,6 +10,7 @@
 
 #include "io/gguf_write.h"
 #include "npulm.h"
+#include "npulm_bench.h"
 
 /* One model's hyperparameters (its HF config.json / llama2.c header). */
 struct npu_synth_shape {

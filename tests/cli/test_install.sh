@@ -30,9 +30,10 @@ installed() { # installed DIR: the files and links under DIR, one a line, sorted
 
 check "make install PREFIX=..." run_make install PREFIX="$prefix"
 ver=$(pc --modversion)
-expected=$(printf '%s\n' ./bin/npulm ./include/npulm.h ./lib/libnpulm.a ./lib/libnpulm.so \
+expected=$(printf '%s\n' ./bin/npulm ./include/npulm.h ./include/npulm_bench.h ./lib/libnpulm.a \
+  ./lib/libnpulm.so \
   ./lib/libnpulm.so.0 "./lib/libnpulm.so.$ver" ./lib/pkgconfig/npulm.pc)
-check "installs the CLI, header, both libraries and npulm.pc" [ "$(installed "$prefix")" = "$expected" ]
+check "installs the CLI, both headers, both libraries and npulm.pc" [ "$(installed "$prefix")" = "$expected" ]
 links() {
   [ "$(readlink "$prefix/lib/libnpulm.so")" = libnpulm.so.0 ] &&
     [ "$(readlink "$prefix/lib/libnpulm.so.0")" = "libnpulm.so.$ver" ]
@@ -77,6 +78,25 @@ build_static() {
     ! readelf -d "$tmp/example-static" | grep -q NEEDED
 }
 check "the example links statically (pkg-config --static, cc -static)" build_static
+# the measurement header, installed beside npulm.h: a program of it builds and runs
+cat >"$tmp/bench.c" <<'EOF2'
+#include <stdio.h>
+
+#include <npulm_bench.h>
+
+int main(void) {
+  int n = 0;
+  const npulm_npu_profile *p = npulm_npu_profiles(&n);
+  printf("%s %d %s\n", npulm_synth_shapes()[0], n, n > 0 ? p[0].name : "");
+  return n > 0 ? 0 : 1;
+}
+EOF2
+bench_header() {
+  # shellcheck disable=SC2046
+  $cc -std=c11 -Wall -Wextra -Werror -o "$tmp/bench" "$tmp/bench.c" $(pc --cflags --libs) &&
+    LD_LIBRARY_PATH=$prefix/lib "$tmp/bench" | grep -q '^[a-z0-9.-]* [1-9][0-9]* [a-z0-9-]*$'
+}
+check "a program of npulm_bench.h (synth shapes, NPU profiles) builds and runs" bench_header
 check "the static example prints the same text" run_example "$tmp/example-static"
 
 check "make install DESTDIR=... PREFIX=/opt/npulm" run_make install DESTDIR="$tmp/dest" PREFIX=/opt/npulm
