@@ -561,6 +561,11 @@ void npulm_export_data_path(const char *onnx_path, char *buf, size_t cap);
  * calls n_ubatch); 0 if the model has no program. */
 int npulm_program_max_rows(const npulm_model *model);
 
+/* The length of the well-formed UTF-8 sequence at 's' (of 'n' bytes): 1 to 4, or 0 where it is
+ * invalid, cut short, overlong, a surrogate or past U+10FFFF (what a JSON string cannot hold).
+ * Generated text is bytes, not characters: a token may end inside a character. */
+size_t npulm_utf8_sequence(const char *s, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -11,6 +11,7 @@
 #include "test_util.h"
 
 #include "base/common.h"
+#include "base/utf8.h"
 #include "io/gguf.h"
 #include "io/gguf_write.h"
 #include "model/tokenizer.h"
@@ -373,30 +374,6 @@ static void test_stories_special(void **state) {
   loaded_free(&l);
 }
 
-/* Append the UTF-8 of code point 'cp'. */
-static size_t put_utf8(char *dst, uint32_t cp) {
-  if (cp < 0x80) {
-    dst[0] = (char)cp;
-    return 1;
-  }
-  if (cp < 0x800) {
-    dst[0] = (char)(0xC0 | (cp >> 6));
-    dst[1] = (char)(0x80 | (cp & 0x3F));
-    return 2;
-  }
-  if (cp < 0x10000) {
-    dst[0] = (char)(0xE0 | (cp >> 12));
-    dst[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    dst[2] = (char)(0x80 | (cp & 0x3F));
-    return 3;
-  }
-  dst[0] = (char)(0xF0 | (cp >> 18));
-  dst[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-  dst[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-  dst[3] = (char)(0x80 | (cp & 0x3F));
-  return 4;
-}
-
 /* Random text: UTF-8 from a mix of scripts (mode 0), arbitrary bytes (mode 1), or bytes that
  * can occur in UTF-8 (mode 2: no C0, C1, F5..FF). */
 static size_t random_text(uint64_t *rng, char *buf, size_t max_chars, int mode) {
@@ -422,7 +399,7 @@ static size_t random_text(uint64_t *rng, char *buf, size_t max_chars, int mode) 
     default: cp = 1 + (uint32_t)((r >> 8) % 0x10FFFF); break;
     }
     if ((cp >= 0xD800 && cp < 0xE000) || cp == 0x2581) cp = 'x'; /* surrogates; "▁" is a space */
-    n += put_utf8(buf + n, cp);
+    n += npu_utf8_put(buf + n, cp);
   }
   return n;
 }
@@ -579,7 +556,7 @@ static void byte_char(int b, char out[3]) {
     }
     cp = 256 + k;
   }
-  size_t n = put_utf8(out, (uint32_t)cp);
+  size_t n = npu_utf8_put(out, (uint32_t)cp);
   out[n] = '\0';
 }
 
@@ -817,6 +794,38 @@ static void test_hostile_vocab(void **state) {
   expect_error(&s, NPULM_ERR_FORMAT, "tokenizer.ggml.add_bos_token");
 }
 
+/* npulm_utf8_sequence: each well-formed length, and every form a JSON string cannot hold; the
+ * encoder's output of every plane is well-formed and of its own length. */
+static void test_utf8_sequence(void **state) {
+  (void)state;
+  static const struct {
+    const char *s;
+    size_t n, want;
+  } cases[] = {
+      {"a", 1, 1},
+      {"\xc3\xa9", 2, 2},
+      {"\xe2\x82\xac", 3, 3},
+      {"\xf0\x9f\x98\x80", 4, 4},
+      {"\xe2\x82", 2, 0},         /* cut short */
+      {"\x80", 1, 0},             /* a continuation byte alone */
+      {"\xc0\x80", 2, 0},         /* overlong */
+      {"\xed\xa0\x80", 3, 0},     /* a surrogate */
+      {"\xf4\x90\x80\x80", 4, 0}, /* past U+10FFFF */
+      {"\xf8\x88\x80\x80", 4, 0},
+      {"a", 0, 0},
+  };
+  for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+    assert_int_equal(npulm_utf8_sequence(cases[i].s, cases[i].n), cases[i].want);
+  }
+  static const uint32_t cps[] = {0x24, 0x7ff, 0x800, 0xfffd, 0x10000, 0x10ffff};
+  for (size_t i = 0; i < sizeof(cps) / sizeof(cps[0]); i++) {
+    char buf[4];
+    const size_t n = npu_utf8_put(buf, cps[i]);
+    assert_int_equal(npulm_utf8_sequence(buf, n), n);
+    assert_int_equal(n, cps[i] < 0x80 ? 1 : cps[i] < 0x800 ? 2 : cps[i] < 0x10000 ? 3 : 4);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_vocab_llama_spm),    cmocka_unit_test(test_vocab_phi3),
@@ -826,7 +835,7 @@ int main(void) {
       cmocka_unit_test(test_stories_special),    cmocka_unit_test(test_stories_round_trips),
       cmocka_unit_test(test_bpe_round_trips),    cmocka_unit_test(test_stories_speed),
       cmocka_unit_test(test_bpe_pre_tokenizers), cmocka_unit_test(test_bpe_specials),
-      cmocka_unit_test(test_hostile_vocab),
+      cmocka_unit_test(test_hostile_vocab),      cmocka_unit_test(test_utf8_sequence),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,14 +21,11 @@
 
 #include <jansson.h>
 
+#include "bench.h"
 #include "cli_util.h"
 #include "commands.h"
 #include "npulm.h"
 #include "npulm_bench.h"
-
-#define MAX_LIST 16
-#define MAX_PROFILES 8
-#define MAX_PROFILE 32 /* operator x backend entries of a --profile */
 
 const char npulm_usage_bench[] =
     "usage: npulm bench [-m MODEL] [-p 512] [-n 128] [-t THREADS] [-r 5] [-o md|json]\n"
@@ -80,41 +77,6 @@ struct bench_opts {
   npulm_open_params open;       /* memory budget, cold start */
 };
 
-/* One test and what was measured. */
-struct result {
-  int n_prompt, n_gen, n_threads;
-  char test_time[32];   /* RFC 3339, as llama-bench writes it */
-  uint64_t *samples_ns; /* (reps) */
-  int reps;
-  double ttft_s;     /* mean time from a repetition's start to its first logits */
-  uint64_t peak_rss; /* bytes: the test's own peak (Linux), else the process's peak so far */
-  /* --roofline */
-  double *rep_mem; /* (reps + 1) bandwidth ceilings: before each repetition, after the last */
-  const npulm_roofline *host;
-  npulm_prediction bound;              /* on this host's ceilings */
-  npulm_prediction pred[MAX_PROFILES]; /* on each NPU profile */
-  npulm_decode_traffic traffic;        /* tg: at position 0 */
-  double bytes_per_token;              /* tg: mean over the run's positions */
-  npulm_sparse_stats sparse;           /* the measured repetitions' sparse decode (zeros: dense) */
-  npulm_memory_stats memory;           /* and what they read from storage (zeros: no budget) */
-  /* --profile: the measured repetitions' node time by operator, the most first */
-  npulm_profile_entry profile[MAX_PROFILE];
-  int n_profile;
-  npulm_session_stats busy; /* the measured repetitions' worker time (engine stats, summed) */
-};
-
-/* What describes the model in every row. */
-struct model_desc {
-  const char *path;
-  char type[96]; /* "llama 110M w8a8-naive" */
-  uint64_t size; /* bytes of the weights the program holds */
-  uint64_t n_params;
-  const char *quant;
-  char precision[24]; /* the quant's precision ("w4a16-block" of "w4a16-block-smooth"), or "f32" */
-  int n_ubatch;       /* the largest rows of a prefill step */
-  char cpu[128];
-};
-
 /* ---- statistics (llama-bench's avg and stdev) -------------------------------------------- */
 
 static double mean(const double *v, int n) {
@@ -164,7 +126,7 @@ static uint64_t stdev_ns(const struct result *r) {
   return (uint64_t)stdev(v, r->reps);
 }
 
-static void test_name(const struct result *r, char *buf, size_t cap) {
+void bench_test_name(const struct result *r, char *buf, size_t cap) {
   if (r->n_prompt > 0 && r->n_gen == 0) snprintf(buf, cap, "pp%d", r->n_prompt);
   else if (r->n_gen > 0 && r->n_prompt == 0) snprintf(buf, cap, "tg%d", r->n_gen);
   else snprintf(buf, cap, "pp%d+tg%d", r->n_prompt, r->n_gen);
@@ -255,7 +217,7 @@ static void run_test(const char *cmd, const npulm_model *model, const struct ben
   npulm_model_info info;
   npulm_model_get_info(model, &info);
   char name[48];
-  test_name(r, name, sizeof(name));
+  bench_test_name(r, name, sizeof(name));
   time_t now = time(NULL);
   struct tm tm;
   gmtime_r(&now, &tm);
@@ -394,7 +356,7 @@ static void print_md_row(const struct model_desc *d, const struct result *r) {
   char size[32], params[32], name[48], ts[48], rss[32];
   size_str(d->size, size, sizeof(size));
   params_str(d->n_params, params, sizeof(params));
-  test_name(r, name, sizeof(name));
+  bench_test_name(r, name, sizeof(name));
   snprintf(ts, sizeof(ts), "%.2f ± %.2f", avg_ts(r), stdev_ts(r));
   size_str(r->peak_rss, rss, sizeof(rss));
   /* the width of "t/s" is one more: "±" is two bytes */
@@ -422,20 +384,11 @@ static void print_md_row(const struct model_desc *d, const struct result *r) {
 /* ---- roofline ------------------------------------------------------------------------------ */
 
 /* The compute ceiling that applies to the program's arithmetic: its precision's GEMM rate. */
-static double peak_macs(const struct model_desc *d, const npulm_roofline *h) {
+double bench_peak_macs(const struct model_desc *d, const npulm_roofline *h) {
   return npulm_roofline_peak(h, d->precision);
 }
 
-struct placement {
-  double seconds;    /* seconds of a repetition at the mean t/s */
-  double macs_s;     /* achieved MAC/s */
-  double bytes_s;    /* achieved DRAM bytes/s (by the cost model's byte count) */
-  double ai;         /* MAC per byte */
-  bool memory_bound; /* left of the ridge */
-  double pct;        /* of the roofline at this intensity */
-};
-
-static void place(const struct model_desc *d, const struct result *r, struct placement *pl) {
+void bench_place(const struct model_desc *d, const struct result *r, struct placement *pl) {
   const npulm_roofline *h = r->host;
   /* from the mean t/s, so that every figure agrees with the t/s column */
   const double ts = avg_ts(r);
@@ -444,7 +397,7 @@ static void place(const struct model_desc *d, const struct result *r, struct pla
   pl->macs_s = pl->seconds > 0 ? macs / pl->seconds : 0.0;
   pl->bytes_s = pl->seconds > 0 ? bytes / pl->seconds : 0.0;
   pl->ai = bytes > 0 ? macs / bytes : 0.0;
-  const double peak = peak_macs(d, h), slope = pl->ai * h->mem_bytes;
+  const double peak = bench_peak_macs(d, h), slope = pl->ai * h->mem_bytes;
   pl->memory_bound = slope < peak;
   const double ceiling = slope < peak ? slope : peak;
   pl->pct = ceiling > 0 ? 100.0 * pl->macs_s / ceiling : 0.0;
@@ -467,7 +420,7 @@ static npulm_paired pair_reps(const struct result *r, double work, double peak, 
 /* pair_reps on the roofline at the test's intensity (the placement's '% paired'). */
 static npulm_paired paired_roof_pct(const struct model_desc *d, const struct result *r,
                                     const struct placement *pl) {
-  return pair_reps(r, (double)r->bound.macs / n_tokens(r), peak_macs(d, r->host), pl->ai);
+  return pair_reps(r, (double)r->bound.macs / n_tokens(r), bench_peak_macs(d, r->host), pl->ai);
 }
 
 /* pair_reps of a decode test's bytes per token against the bandwidth alone. */
@@ -539,7 +492,7 @@ static void print_host(FILE *f, const npulm_roofline *h, const struct model_desc
           h->kernel_w4a16, h->w4a16_block_macs * 1e-9, h->f32_macs * 1e-9, h->mem_bytes * 1e-9,
           h->read_bytes * 1e-9, h->copy_bytes * 1e-9, (double)h->buffer_bytes / (1024.0 * 1024.0),
           h->storage_bytes * 1e-9, (double)h->storage_file_bytes / (1024.0 * 1024.0),
-          h->mem_bytes > 0 ? peak_macs(d, h) / h->mem_bytes : 0.0, d->precision);
+          h->mem_bytes > 0 ? bench_peak_macs(d, h) / h->mem_bytes : 0.0, d->precision);
 }
 
 static void print_roofline_table(const struct model_desc *d, const struct result *rs, int n) {
@@ -557,9 +510,9 @@ static void print_roofline_table(const struct model_desc *d, const struct result
   for (int i = 0; i < n; i++) {
     const struct result *r = &rs[i];
     struct placement pl;
-    place(d, r, &pl);
+    bench_place(d, r, &pl);
     char name[48];
-    test_name(r, name, sizeof(name));
+    bench_test_name(r, name, sizeof(name));
     const npulm_paired pr = paired_roof_pct(d, r, &pl);
     /* the median, and how many repetitions it rests on when not all */
     char paired[32] = "-";
@@ -580,7 +533,7 @@ static void print_roofline_table(const struct model_desc *d, const struct result
   for (int i = 0; i < n; i++) {
     const struct result *r = &rs[i];
     char name[48];
-    test_name(r, name, sizeof(name));
+    bench_test_name(r, name, sizeof(name));
     if (r->n_gen > 0) {
       const double ceiling = r->host->mem_bytes / r->bytes_per_token;
       double lo = r->rep_mem[0], hi = lo;
@@ -603,8 +556,8 @@ static void print_roofline_table(const struct model_desc *d, const struct result
     } else {
       printf("%s: %.3f GMAC per run; the %s ceiling allows %.1f t/s, measured %.1f%% of it\n", name,
              r->bound.macs * 1e-9, d->precision,
-             n_tokens(r) * peak_macs(d, r->host) / (double)r->bound.macs,
-             100.0 * avg_ts(r) * (double)r->bound.macs / n_tokens(r) / peak_macs(d, r->host));
+             n_tokens(r) * bench_peak_macs(d, r->host) / (double)r->bound.macs,
+             100.0 * avg_ts(r) * (double)r->bound.macs / n_tokens(r) / bench_peak_macs(d, r->host));
     }
   }
   printf("\nNPU profiles (the cost model: per node max(MACs / peak, DRAM bytes / bandwidth), CPU "
@@ -619,7 +572,7 @@ static void print_roofline_table(const struct model_desc *d, const struct result
   for (int i = 0; i < n; i++) {
     const struct result *r = &rs[i];
     char name[48];
-    test_name(r, name, sizeof(name));
+    bench_test_name(r, name, sizeof(name));
     printf("  %s:", name);
     for (int p = 0; p < n_prof; p++) {
       const npulm_prediction *q = &r->pred[p];
@@ -635,7 +588,7 @@ static void print_roofline_table(const struct model_desc *d, const struct result
 /* Where one run of test 'r' spends its node time, per operator and backend. */
 static void print_profile(const struct result *r) {
   char name[48];
-  test_name(r, name, sizeof(name));
+  bench_test_name(r, name, sizeof(name));
   double total = 0.0;
   for (int i = 0; i < r->n_profile; i++) total += r->profile[i].seconds;
   const double reps = r->reps > 0 ? r->reps : 1;
@@ -682,231 +635,6 @@ static json_t *profile_json(const struct result *r) {
     json_array_append_new(arr, o);
   }
   return arr;
-}
-
-/* ---- SVG plot ------------------------------------------------------------------------------ */
-
-enum { SVG_W = 980, SVG_H = 620, PX0 = 90, PX1 = 690, PY0 = 60, PY1 = 540 };
-
-struct axes {
-  double lx0, lx1, ly0, ly1; /* log10 of the ranges */
-};
-
-static double sx(const struct axes *a, double x) {
-  return PX0 + (log10(x) - a->lx0) / (a->lx1 - a->lx0) * (PX1 - PX0);
-}
-
-static double sy(const struct axes *a, double y) {
-  return PY1 - (log10(y) - a->ly0) / (a->ly1 - a->ly0) * (PY1 - PY0);
-}
-
-/* 'v' (a power of ten) with an SI prefix: "100 M", "1 G", "10 T"; "0.1", "1", "1 k" for x. */
-static void si_label(double v, char *buf, size_t cap) {
-  static const char *const prefix[] = {"", " k", " M", " G", " T", " P", " E"};
-  if (v < 1.0) {
-    snprintf(buf, cap, "%g", v);
-    return;
-  }
-  int e = (int)floor(log10(v) + 1e-9) / 3;
-  if (e > 6) e = 6;
-  snprintf(buf, cap, "%g%s", v / pow(10.0, 3 * e), prefix[e]);
-}
-
-static void svg_escape(FILE *f, const char *s) {
-  for (; *s; s++) {
-    switch (*s) {
-    case '&': fputs("&amp;", f); break;
-    case '<': fputs("&lt;", f); break;
-    case '>': fputs("&gt;", f); break;
-    case '"': fputs("&quot;", f); break;
-    default: fputc(*s, f);
-    }
-  }
-}
-
-/* A roofline ceiling: y = min(peak, bw * x) across the plot, clipped to it. */
-static void svg_ceiling(FILE *f, const struct axes *a, double peak, double bw, const char *color,
-                        const char *dash, double width) {
-  const double x0 = pow(10, a->lx0), x1 = pow(10, a->lx1), ridge = peak / bw;
-  fprintf(f,
-          "<polyline clip-path=\"url(#plot)\" fill=\"none\" stroke=\"%s\" stroke-width=\"%.1f\"%s "
-          "points=\"",
-          color, width, dash);
-  fprintf(f, "%.1f,%.1f ", sx(a, x0), sy(a, fmin(peak, bw * x0)));
-  if (ridge > x0 && ridge < x1) fprintf(f, "%.1f,%.1f ", sx(a, ridge), sy(a, peak));
-  fprintf(f, "%.1f,%.1f\"/>\n", sx(a, x1), sy(a, fmin(peak, bw * x1)));
-}
-
-static bool write_svg(const char *path, const struct model_desc *d, const struct result *rs, int n,
-                      const npulm_roofline *hosts, int n_hosts) {
-  int n_prof;
-  const npulm_npu_profile *prof = npulm_npu_profiles(&n_prof);
-  if (n_prof > MAX_PROFILES) n_prof = MAX_PROFILES;
-  /* ranges: every point, ridge and ceiling, padded to whole decades */
-  double xmin = 1e300, xmax = 0, ymin = 1e300, ymax = 0;
-  for (int i = 0; i < n; i++) {
-    struct placement pl;
-    place(d, &rs[i], &pl);
-    if (pl.ai > 0 && pl.macs_s > 0) {
-      xmin = fmin(xmin, pl.ai), xmax = fmax(xmax, pl.ai);
-      ymin = fmin(ymin, pl.macs_s), ymax = fmax(ymax, pl.macs_s);
-    }
-  }
-  for (int h = 0; h < n_hosts; h++) {
-    const double peak = peak_macs(d, &hosts[h]);
-    xmin = fmin(xmin, peak / hosts[h].mem_bytes), xmax = fmax(xmax, peak / hosts[h].mem_bytes);
-    ymax = fmax(ymax, peak);
-  }
-  for (int p = 0; p < n_prof; p++) {
-    const double peak = npulm_npu_profile_peak(&prof[p], d->precision);
-    const double ridge = peak / (prof[p].dram_gbs * 1e9);
-    xmin = fmin(xmin, ridge), xmax = fmax(xmax, ridge);
-    ymax = fmax(ymax, peak);
-  }
-  if (!(xmax > 0)) xmin = 0.1, xmax = 100;
-  struct axes a = {floor(log10(xmin / 3)), ceil(log10(xmax * 3)), 0, ceil(log10(ymax * 1.5))};
-  for (int h = 0; h < n_hosts; h++) ymin = fmin(ymin, hosts[h].mem_bytes * pow(10, a.lx0));
-  a.ly0 = floor(log10(ymin / 2));
-  if (a.ly1 - a.ly0 > 9) a.ly0 = a.ly1 - 9;
-
-  FILE *f = fopen(path, "w");
-  if (f == NULL) return false;
-  fprintf(f,
-          "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 "
-          "%d %d\" font-family=\"DejaVu Sans, Arial, sans-serif\" font-size=\"13\">\n",
-          SVG_W, SVG_H, SVG_W, SVG_H);
-  fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-  fprintf(f,
-          "<defs><clipPath id=\"plot\"><rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\"/>"
-          "</clipPath></defs>\n",
-          PX0, PY0, PX1 - PX0, PY1 - PY0);
-  fprintf(f, "<text x=\"%d\" y=\"32\" font-size=\"17\" font-weight=\"bold\">Roofline: ", PX0);
-  svg_escape(f, d->type);
-  fprintf(f, "</text>\n");
-  /* grid and tick labels, one per decade */
-  for (int e = (int)a.lx0; e <= (int)a.lx1; e++) {
-    char lab[32];
-    const double x = sx(&a, pow(10, e));
-    si_label(pow(10, e), lab, sizeof(lab));
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#ddd\"/>\n", x, PY0, x,
-            PY1);
-    fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", x, PY1 + 20, lab);
-  }
-  for (int e = (int)a.ly0; e <= (int)a.ly1; e++) {
-    char lab[32];
-    const double y = sy(&a, pow(10, e));
-    si_label(pow(10, e), lab, sizeof(lab));
-    fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", PX0, y, PX1,
-            y);
-    fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n", PX0 - 8, y + 4, lab);
-  }
-  fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#333\"/>\n",
-          PX0, PY0, PX1 - PX0, PY1 - PY0);
-  fprintf(f,
-          "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"14\">arithmetic "
-          "intensity (MAC per DRAM byte)</text>\n",
-          (PX0 + PX1) / 2, PY1 + 48);
-  fprintf(f,
-          "<text transform=\"translate(24 %d) rotate(-90)\" text-anchor=\"middle\" "
-          "font-size=\"14\">performance (%s MAC/s)</text>\n",
-          (PY0 + PY1) / 2, d->precision);
-  /* ceilings: NPU profiles dashed, this host solid */
-  static const char *const colors[] = {"#2ca02c", "#9467bd", "#8c564b", "#e377c2",
-                                       "#7f7f7f", "#bcbd22", "#17becf", "#aec7e8"};
-  int ly = PY0 + 8;
-  const int lx = PX1 + 20;
-  for (int p = 0; p < n_prof; p++) {
-    const double peak = npulm_npu_profile_peak(&prof[p], d->precision);
-    svg_ceiling(f, &a, peak, prof[p].dram_gbs * 1e9, colors[p], " stroke-dasharray=\"7 4\"", 1.6);
-    fprintf(f,
-            "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"1.6\" "
-            "stroke-dasharray=\"7 4\"/>\n",
-            lx, ly, lx + 28, ly, colors[p]);
-    fprintf(f, "<text x=\"%d\" y=\"%d\">%s</text>\n", lx + 36, ly + 4, prof[p].name);
-    fprintf(
-        f, "<text x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"#555\">%.1f TMAC/s, %.0f GB/s</text>\n",
-        lx + 36, ly + 19, peak * 1e-12, prof[p].dram_gbs);
-    ly += 40;
-  }
-  for (int h = 0; h < n_hosts; h++) {
-    const double peak = peak_macs(d, &hosts[h]);
-    svg_ceiling(f, &a, peak, hosts[h].mem_bytes, "#111", "", 2.4);
-    fprintf(
-        f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#111\" stroke-width=\"2.4\"/>\n",
-        lx, ly, lx + 28, ly);
-    fprintf(f, "<text x=\"%d\" y=\"%d\">this host, %d thread%s</text>\n", lx + 36, ly + 4,
-            hosts[h].n_threads, hosts[h].n_threads == 1 ? "" : "s");
-    fprintf(
-        f, "<text x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"#555\">%.1f GMAC/s, %.1f GB/s</text>\n",
-        lx + 36, ly + 19, peak * 1e-9, hosts[h].mem_bytes * 1e-9);
-    ly += 40;
-  }
-  /* measured points */
-  fprintf(f,
-          "<circle cx=\"%d\" cy=\"%d\" r=\"5\" fill=\"#1f77b4\"/><text x=\"%d\" y=\"%d\">prefill "
-          "(pp N)</text>\n",
-          lx + 14, ly, lx + 36, ly + 4);
-  ly += 24;
-  fprintf(f,
-          "<circle cx=\"%d\" cy=\"%d\" r=\"5\" fill=\"#d62728\"/><text x=\"%d\" y=\"%d\">decode "
-          "(tg N)</text>\n",
-          lx + 14, ly, lx + 36, ly + 4);
-  ly += 30;
-  fprintf(f,
-          "<text x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"#555\">points: measured on this "
-          "host,</text>\n",
-          lx, ly);
-  fprintf(f,
-          "<text x=\"%d\" y=\"%d\" font-size=\"11\" fill=\"#555\">label: test and %% of its "
-          "ceiling</text>\n",
-          lx, ly + 15);
-  /* the points, then their labels where they overlap no other label (font 12: ~7 px a char) */
-  struct box {
-    double x0, y0, x1, y1;
-  } boxes[4 * MAX_LIST * MAX_LIST];
-  int n_boxes = 0;
-  for (int i = 0; i < n; i++) {
-    struct placement pl;
-    place(d, &rs[i], &pl);
-    if (!(pl.ai > 0 && pl.macs_s > 0)) continue;
-    const double x = sx(&a, pl.ai), y = sy(&a, pl.macs_s);
-    fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"5\" fill=\"%s\" stroke=\"white\"/>\n", x, y,
-            rs[i].n_gen > 0 ? "#d62728" : "#1f77b4");
-  }
-  for (int i = 0; i < n; i++) {
-    struct placement pl;
-    place(d, &rs[i], &pl);
-    if (!(pl.ai > 0 && pl.macs_s > 0)) continue;
-    char name[48], label[96];
-    test_name(&rs[i], name, sizeof(name));
-    if (n_hosts > 1)
-      snprintf(label, sizeof(label), "%s, %d t (%.1f%%)", name, rs[i].n_threads, pl.pct);
-    else snprintf(label, sizeof(label), "%s (%.1f%%)", name, pl.pct);
-    const double x = sx(&a, pl.ai), y = sy(&a, pl.macs_s), w = 7.0 * (double)strlen(label), h = 14;
-    /* candidate baselines: right above, right below, left above, left below, then further out */
-    static const double offs[][2] = {{8, -8},  {8, 18}, {-8, -8},  {-8, 18},
-                                     {8, -24}, {8, 34}, {-8, -24}, {-8, 34}};
-    struct box b = {0, 0, 0, 0};
-    bool left = false;
-    for (size_t c = 0; c < sizeof(offs) / sizeof(offs[0]); c++) {
-      left = offs[c][0] < 0;
-      b.x0 = left ? x + offs[c][0] - w : x + offs[c][0];
-      b.x1 = b.x0 + w;
-      b.y1 = y + offs[c][1] + 3;
-      b.y0 = b.y1 - h;
-      bool clear = b.x0 >= PX0 && b.x1 <= PX1 + 60 && b.y0 >= PY0;
-      for (int j = 0; j < n_boxes && clear; j++) {
-        clear =
-            b.x1 < boxes[j].x0 || b.x0 > boxes[j].x1 || b.y1 < boxes[j].y0 || b.y0 > boxes[j].y1;
-      }
-      if (clear) break;
-    }
-    if (n_boxes < (int)(sizeof(boxes) / sizeof(boxes[0]))) boxes[n_boxes++] = b;
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\">%s</text>\n", b.x0, b.y1 - 3, label);
-  }
-  fprintf(f, "</svg>\n");
-  bool ok = !ferror(f);
-  return fclose(f) == 0 && ok;
 }
 
 /* ---- JSON (llama-bench's fields, then npulm's) ------------------------------------------- */
@@ -971,7 +699,7 @@ static json_t *result_json(const struct model_desc *d, const struct result *r) {
   if (r->host != NULL) {
     const npulm_roofline *h = r->host;
     struct placement pl;
-    place(d, r, &pl);
+    bench_place(d, r, &pl);
     json_t *rl = json_object();
     json_object_set_new(rl, "int8_macs_per_s", json_real(h->int8_macs));
     json_object_set_new(rl, "f32_macs_per_s", json_real(h->f32_macs));
@@ -994,7 +722,7 @@ static json_t *result_json(const struct model_desc *d, const struct result *r) {
     json_object_set_new(rl, "bytes_per_s", json_real(pl.bytes_s));
     json_object_set_new(rl, "intensity", json_real(pl.ai));
     json_object_set_new(rl, "bound", json_string(pl.memory_bound ? "memory" : "compute"));
-    json_object_set_new(rl, "peak_macs_per_s", json_real(peak_macs(d, h)));
+    json_object_set_new(rl, "peak_macs_per_s", json_real(bench_peak_macs(d, h)));
     json_object_set_new(rl, "pct_of_ceiling", json_real(pl.pct));
     const npulm_paired pc = paired_roof_pct(d, r, &pl);
     json_object_set_new(rl, "pct_of_ceiling_paired", json_pct(pc.pct));
@@ -1178,7 +906,7 @@ int npulm_cmd_bench(int argc, char **argv) {
   }
   fflush(stdout);
   if (o.plot != NULL) {
-    if (!write_svg(o.plot, &d, rs, n_tests, hosts, o.n_threads)) {
+    if (!bench_write_svg(o.plot, &d, rs, n_tests, hosts, o.n_threads)) {
       cli_die(a.cmd, "cannot write '%s'", o.plot);
     }
     fprintf(stderr, "wrote %s\n", o.plot);

@@ -8,25 +8,6 @@
 
 /* ---- UTF-8 ---------------------------------------------------------------------------------- */
 
-/* The length of the valid UTF-8 sequence at 'p' (of 'n' bytes), 0 if it is invalid or cut. */
-static size_t utf8_seq(const unsigned char *p, size_t n) {
-  size_t len;
-  uint32_t min, c;
-  if (p[0] < 0x80) return 1;
-  if ((p[0] & 0xe0) == 0xc0) len = 2, min = 0x80, c = p[0] & 0x1f;
-  else if ((p[0] & 0xf0) == 0xe0) len = 3, min = 0x800, c = p[0] & 0x0f;
-  else if ((p[0] & 0xf8) == 0xf0) len = 4, min = 0x10000, c = p[0] & 0x07;
-  else return 0;
-  if (len > n) return 0;
-  for (size_t i = 1; i < len; i++) {
-    if ((p[i] & 0xc0) != 0x80) return 0;
-    c = c << 6 | (p[i] & 0x3f);
-  }
-  /* JSON strings (jansson) take no overlong form, surrogate or code point past U+10FFFF */
-  if (c < min || (c >= 0xd800 && c <= 0xdfff) || c > 0x10ffff) return 0;
-  return len;
-}
-
 /* How much of 'n' bytes ends on a character's end: a last sequence that more bytes could still
  * complete is left out. */
 static size_t utf8_whole(const char *s, size_t n) {
@@ -59,7 +40,7 @@ void append_utf8(char **buf, size_t *len, size_t *cap, const char *s, size_t n) 
   }
   const unsigned char *p = (const unsigned char *)s;
   for (size_t i = 0; i < n;) {
-    const size_t k = utf8_seq(p + i, n - i);
+    const size_t k = npulm_utf8_sequence((const char *)p + i, n - i);
     if (k == 0) {
       memcpy(*buf + *len, "\xef\xbf\xbd", 3);
       *len += 3;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/common.h"
+#include "base/utf8.h"
 #include "io/gguf.h"
 #include "model/vocab.h"
 
@@ -19,30 +20,6 @@
 #define KEY_MERGES "tokenizer.ggml.merges"
 #define KEY_ADD_BOS "tokenizer.ggml.add_bos_token"
 #define KEY_ADD_PREFIX "tokenizer.ggml.add_space_prefix"
-
-/* Append the UTF-8 encoding of code point 'cp' (< 0x110000) to 'dst'; return its length. */
-static size_t utf8_put(char *dst, uint32_t cp) {
-  if (cp < 0x80) {
-    dst[0] = (char)cp;
-    return 1;
-  }
-  if (cp < 0x800) {
-    dst[0] = (char)(0xC0 | (cp >> 6));
-    dst[1] = (char)(0x80 | (cp & 0x3F));
-    return 2;
-  }
-  if (cp < 0x10000) {
-    dst[0] = (char)(0xE0 | (cp >> 12));
-    dst[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    dst[2] = (char)(0x80 | (cp & 0x3F));
-    return 3;
-  }
-  dst[0] = (char)(0xF0 | (cp >> 18));
-  dst[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-  dst[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-  dst[3] = (char)(0x80 | (cp & 0x3F));
-  return 4;
-}
 
 /* Decode one well-formed UTF-8 sequence at s[0..n); return its length (0 if malformed). */
 static size_t utf8_get(const unsigned char *s, size_t n, uint32_t *cp) {
@@ -104,7 +81,7 @@ static void init_byte_tokens(struct npu_tok *tok) {
       }
     } else {
       char buf[4];
-      size_t n = utf8_put(buf, tok->byte_cp[b]);
+      size_t n = npu_utf8_put(buf, tok->byte_cp[b]);
       id = npu_tok_lookup(tok, buf, n);
     }
     tok->byte_tok[b] = id;
