@@ -9,7 +9,7 @@
  *   smooth  SmoothQuant: per input channel factors s = amax^alpha / wmax^(1-alpha) divide the
  *           activation (folded into the op before it) and multiply the weight columns; alpha
  *           fixed, or chosen per block and matmul input by a predicted error (smooth.h).
- * Conventions (documented in docs/usage.md): matmul inputs are int8 asymmetric per tensor; weights
+ * Conventions (documented in docs/precisions.md): matmul inputs are int8 asymmetric per tensor; weights
  * int8 symmetric per output channel in [-127, 127]; the residual stream and matmul outputs that
  * leave the NPU (q, k, v, logits) are int16 symmetric; gate/up/SiLU/product are int8. Attention ops
  * the precision policy lets onto the NPU (--float-ops): q and the K/V caches int8 asymmetric (the

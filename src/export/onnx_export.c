@@ -13,7 +13,7 @@
  * npulm rounds. Ops the precision policy keeps in float (attention, RoPE, the KV cache, pinned
  * ops) stay plain float ops.
  *
- * Interface (docs/usage.md, "npulm export"): inputs input_ids and position_ids int32 [1, C],
+ * Interface (docs/export.md): inputs input_ids and position_ids int32 [1, C],
  * attention_mask float [1, 1, C, K] (additive: columns 0..P-1 are the past slots, P..K-1 this
  * step's rows, P = K - C), past_key_L and past_value_L float [1, P, kv_dim] (none when P is 0);
  * outputs logits float [1, C, n_vocab] and present_key_L, present_value_L float [1, C, kv_dim],

@@ -1,7 +1,7 @@
 #!/bin/sh
 # The library as a program outside the tree uses it: `make install` into a scratch prefix (the
-# files, the soname, only the npulm_* API exported, npulm.pc), then README.md's example
-# (tests/install/example.c, which README.md must hold verbatim) built with pkg-config's flags
+# files, the soname, only the npulm_* API exported, npulm.pc), then docs/library.md's example
+# (tests/install/example.c, which docs/library.md must hold verbatim) built with pkg-config's flags
 # against the shared library and, with --static, against libnpulm.a, each run on the tiny model;
 # DESTDIR, a prefix with a space, and `make uninstall`. Prints TAP lines.
 # It installs what build/ holds (building build/pic/ and the shared library there if they are
@@ -49,12 +49,12 @@ check "the shared library exports the npulm_* API only" only_api
 cli_version() { "$prefix/bin/npulm" --version | grep -q "^npulm $ver ([^ ]*)\$"; }
 check "npulm --version names npulm.pc's version" cli_version
 
-# README.md shows the example verbatim: the first C block after its name
+# docs/library.md shows the example verbatim: the first C block after its name
 readme_example() {
   awk '/tests\/install\/example\.c/ { named = 1 } named && /^```c$/ { on = 1; next }
-       on && /^```$/ { exit } on { print }' "$root/README.md" | cmp -s - "$example"
+       on && /^```$/ { exit } on { print }' "$root/docs/library.md" | cmp -s - "$example"
 }
-check "README.md holds tests/install/example.c verbatim" readme_example
+check "docs/library.md holds tests/install/example.c verbatim" readme_example
 
 # the example against the shared library, then statically; both greedy, FP32 static graphs,
 # bit-identical to the reference forward

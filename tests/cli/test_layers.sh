@@ -1,5 +1,5 @@
 #!/bin/sh
-# The layers of src/, bottom to top (README, "Layout"): a file uses only its own layer and those
+# The layers of src/, bottom to top (docs/development.md, "Layout"): a file uses only its own layer and those
 # below. Seven checks, TAP lines, each naming every file and line at fault:
 # 1. every source file of src/ lies in a layer folder, and every #include "..." between folders
 #    points to its own layer or one below. The public headers (include/npulm.h, npulm_bench.h)

@@ -1,4 +1,4 @@
-/* The minimal program on the npulm library, as README.md's "Using the library" shows it:
+/* The minimal program on the npulm library, as docs/library.md shows it:
  * open a model, tokenize a prompt, evaluate it, then greedily pick, print and evaluate one token
  * at a time. tests/cli/test_install.sh builds it against the installed library. */
 #include <stdio.h>
