@@ -77,61 +77,6 @@ struct bench_opts {
   npulm_open_params open;       /* memory budget, cold start */
 };
 
-/* ---- statistics (llama-bench's avg and stdev) -------------------------------------------- */
-
-static double mean(const double *v, int n) {
-  double s = 0.0;
-  for (int i = 0; i < n; i++) s += v[i];
-  return n > 0 ? s / n : 0.0;
-}
-
-/* Sample standard deviation (n - 1); 0 for fewer than two values. */
-static double stdev(const double *v, int n) {
-  if (n <= 1) return 0.0;
-  double m = mean(v, n), s = 0.0;
-  for (int i = 0; i < n; i++) s += (v[i] - m) * (v[i] - m);
-  return sqrt(s / (n - 1));
-}
-
-static int n_tokens(const struct result *r) { return r->n_prompt + r->n_gen; }
-
-/* t/s of each repetition into 'ts' (reps values). */
-static void samples_ts(const struct result *r, double *ts) {
-  for (int i = 0; i < r->reps; i++) {
-    ts[i] = r->samples_ns[i] > 0 ? 1e9 * n_tokens(r) / (double)r->samples_ns[i] : 0.0;
-  }
-}
-
-static double avg_ts(const struct result *r) {
-  double ts[1024];
-  samples_ts(r, ts);
-  return mean(ts, r->reps);
-}
-
-static double stdev_ts(const struct result *r) {
-  double ts[1024];
-  samples_ts(r, ts);
-  return stdev(ts, r->reps);
-}
-
-static uint64_t avg_ns(const struct result *r) {
-  uint64_t s = 0;
-  for (int i = 0; i < r->reps; i++) s += r->samples_ns[i];
-  return r->reps > 0 ? s / (uint64_t)r->reps : 0;
-}
-
-static uint64_t stdev_ns(const struct result *r) {
-  double v[1024];
-  for (int i = 0; i < r->reps; i++) v[i] = (double)r->samples_ns[i];
-  return (uint64_t)stdev(v, r->reps);
-}
-
-void bench_test_name(const struct result *r, char *buf, size_t cap) {
-  if (r->n_prompt > 0 && r->n_gen == 0) snprintf(buf, cap, "pp%d", r->n_prompt);
-  else if (r->n_gen > 0 && r->n_prompt == 0) snprintf(buf, cap, "tg%d", r->n_gen);
-  else snprintf(buf, cap, "pp%d+tg%d", r->n_prompt, r->n_gen);
-}
-
 /* ---- running one test --------------------------------------------------------------------- */
 
 static uint32_t next_rand(uint64_t *s) {
@@ -225,7 +170,7 @@ static void run_test(const char *cmd, const npulm_model *model, const struct ben
 
   peak_rss_reset();
   npulm_session_params sp = npulm_session_default_params();
-  sp.n_ctx = n_tokens(r);
+  sp.n_ctx = bench_n_tokens(r);
   sp.n_threads = r->n_threads;
   sp.profile = o->profile;
   sp.sparse = o->session.sparse;
@@ -357,7 +302,7 @@ static void print_md_row(const struct model_desc *d, const struct result *r) {
   size_str(d->size, size, sizeof(size));
   params_str(d->n_params, params, sizeof(params));
   bench_test_name(r, name, sizeof(name));
-  snprintf(ts, sizeof(ts), "%.2f ± %.2f", avg_ts(r), stdev_ts(r));
+  snprintf(ts, sizeof(ts), "%.2f ± %.2f", bench_avg_ts(r), bench_stdev_ts(r));
   size_str(r->peak_rss, rss, sizeof(rss));
   /* the width of "t/s" is one more: "±" is two bytes */
   printf("| %-30s | %10s | %10s | %-10s | %7d | %15s | %21s | %9.2f | %10s |\n", d->type, size,
@@ -383,26 +328,6 @@ static void print_md_row(const struct model_desc *d, const struct result *r) {
 
 /* ---- roofline ------------------------------------------------------------------------------ */
 
-/* The compute ceiling that applies to the program's arithmetic: its precision's GEMM rate. */
-double bench_peak_macs(const struct model_desc *d, const npulm_roofline *h) {
-  return npulm_roofline_peak(h, d->precision);
-}
-
-void bench_place(const struct model_desc *d, const struct result *r, struct placement *pl) {
-  const npulm_roofline *h = r->host;
-  /* from the mean t/s, so that every figure agrees with the t/s column */
-  const double ts = avg_ts(r);
-  pl->seconds = ts > 0 ? n_tokens(r) / ts : 0.0;
-  const double macs = (double)r->bound.macs, bytes = (double)r->bound.bytes;
-  pl->macs_s = pl->seconds > 0 ? macs / pl->seconds : 0.0;
-  pl->bytes_s = pl->seconds > 0 ? bytes / pl->seconds : 0.0;
-  pl->ai = bytes > 0 ? macs / bytes : 0.0;
-  const double peak = bench_peak_macs(d, h), slope = pl->ai * h->mem_bytes;
-  pl->memory_bound = slope < peak;
-  const double ceiling = slope < peak ? slope : peak;
-  pl->pct = ceiling > 0 ? 100.0 * pl->macs_s / ceiling : 0.0;
-}
-
 /* The repetitions of r placed against the roofline whose bandwidth was measured right before and
  * after each (r->rep_mem; npulm_roofline_pair), for 'work' per token (MACs or bytes) against
  * min(peak, intensity * bandwidth): on a host whose bandwidth drifts, each repetition against the
@@ -411,7 +336,7 @@ void bench_place(const struct model_desc *d, const struct result *r, struct plac
 static npulm_paired pair_reps(const struct result *r, double work, double peak, double intensity) {
   double ts[1024], rate[1024];
   npulm_paired p = {NAN, 0, NAN};
-  samples_ts(r, ts);
+  bench_samples_ts(r, ts);
   for (int i = 0; i < r->reps; i++) rate[i] = work * ts[i];
   (void)npulm_roofline_pair(rate, r->rep_mem, r->reps, peak, intensity, &p, NULL);
   return p;
@@ -420,7 +345,8 @@ static npulm_paired pair_reps(const struct result *r, double work, double peak, 
 /* pair_reps on the roofline at the test's intensity (the placement's '% paired'). */
 static npulm_paired paired_roof_pct(const struct model_desc *d, const struct result *r,
                                     const struct placement *pl) {
-  return pair_reps(r, (double)r->bound.macs / n_tokens(r), bench_peak_macs(d, r->host), pl->ai);
+  return pair_reps(r, (double)r->bound.macs / bench_n_tokens(r), bench_peak_macs(d, r->host),
+                   pl->ai);
 }
 
 /* pair_reps of a decode test's bytes per token against the bandwidth alone. */
@@ -445,7 +371,7 @@ static void roofline_for(const char *cmd, const npulm_model *model, struct resul
   }
   if (r->n_gen > 0) {
     double sum = 0.0;
-    for (int pos = r->n_prompt; pos < n_tokens(r); pos++) {
+    for (int pos = r->n_prompt; pos < bench_n_tokens(r); pos++) {
       npulm_decode_traffic t;
       if (npulm_decode_traffic_at(model, pos, &t, &err) != NPULM_OK) cli_die(cmd, "%s", err.msg);
       if (pos == r->n_prompt) r->traffic = t;
@@ -522,10 +448,10 @@ static void print_roofline_table(const struct model_desc *d, const struct result
         snprintf(paired + len, sizeof(paired) - (size_t)len, " (%d/%d)", pr.n_known, r->reps);
     }
     printf("| %15s | %7d | %12.2f | %9.3f | %8.3f | %8.2f | %-6s | %8.1f%% | %13s |", name,
-           r->n_threads, avg_ts(r), pl.macs_s * 1e-9, pl.bytes_s * 1e-9, pl.ai,
+           r->n_threads, bench_avg_ts(r), pl.macs_s * 1e-9, pl.bytes_s * 1e-9, pl.ai,
            pl.memory_bound ? "memory" : "MACs", pl.pct, paired);
     for (int p = 0; p < n_prof; p++) {
-      printf(" %15.2f |", r->pred[p].seconds > 0 ? n_tokens(r) / r->pred[p].seconds : 0.0);
+      printf(" %15.2f |", r->pred[p].seconds > 0 ? bench_n_tokens(r) / r->pred[p].seconds : 0.0);
     }
     printf("\n");
   }
@@ -547,7 +473,7 @@ static void print_roofline_table(const struct model_desc *d, const struct result
              "against the bandwidth around each repetition (%.2f-%.2f GB/s), ",
              name, r->bytes_per_token * 1e-6, r->traffic.weight_bytes_npu * 1e-6,
              r->traffic.weight_bytes_cpu * 1e-6, r->traffic.kv_bytes * 1e-6, r->n_prompt, ceiling,
-             100.0 * avg_ts(r) / ceiling, lo * 1e-9, hi * 1e-9);
+             100.0 * bench_avg_ts(r) / ceiling, lo * 1e-9, hi * 1e-9);
       if (!isnan(pb.pct))
         printf("%.1f%% (median of the %d of %d whose two agree within %.0f%%)", pb.pct, pb.n_known,
                r->reps, 100.0 * NPULM_PAIR_SPREAD);
@@ -556,8 +482,9 @@ static void print_roofline_table(const struct model_desc *d, const struct result
     } else {
       printf("%s: %.3f GMAC per run; the %s ceiling allows %.1f t/s, measured %.1f%% of it\n", name,
              r->bound.macs * 1e-9, d->precision,
-             n_tokens(r) * bench_peak_macs(d, r->host) / (double)r->bound.macs,
-             100.0 * avg_ts(r) * (double)r->bound.macs / n_tokens(r) / bench_peak_macs(d, r->host));
+             bench_n_tokens(r) * bench_peak_macs(d, r->host) / (double)r->bound.macs,
+             100.0 * bench_avg_ts(r) * (double)r->bound.macs / bench_n_tokens(r) /
+                 bench_peak_macs(d, r->host));
     }
   }
   printf("\nNPU profiles (the cost model: per node max(MACs / peak, DRAM bytes / bandwidth), CPU "
@@ -594,7 +521,7 @@ static void print_profile(const struct result *r) {
   const double reps = r->reps > 0 ? r->reps : 1;
   printf("\nprofile of %s, per run (wall %.2f ms; node time %.2f ms, the NPU and CPU workers'"
          " added):\n",
-         name, (double)avg_ns(r) * 1e-6, total / reps * 1e3);
+         name, (double)bench_avg_ns(r) * 1e-6, total / reps * 1e3);
   printf("workers in their subgraphs: NPU %.2f ms, CPU %.2f ms, both at once %.2f ms (the rest of"
          " the wall, each waits or lends itself to the other's loops)\n",
          r->busy.npu_busy_s / reps * 1e3, r->busy.cpu_busy_s / reps * 1e3,
@@ -650,7 +577,8 @@ static json_t *result_json(const struct model_desc *d, const struct result *r) {
   json_object_set_new(o, "model_type", json_string(d->type));
   json_object_set_new(o, "model_size", json_integer((json_int_t)d->size));
   json_object_set_new(o, "model_n_params", json_integer((json_int_t)d->n_params));
-  json_object_set_new(o, "n_batch", json_integer(n_tokens(r))); /* one evaluation per prompt */
+  json_object_set_new(o, "n_batch",
+                      json_integer(bench_n_tokens(r))); /* one evaluation per prompt */
   json_object_set_new(o, "n_ubatch", json_integer(d->n_ubatch));
   json_object_set_new(o, "n_threads", json_integer(r->n_threads));
   json_object_set_new(o, "cpu_mask", json_string("0x0"));
@@ -678,13 +606,13 @@ static json_t *result_json(const struct model_desc *d, const struct result *r) {
   json_object_set_new(o, "n_gen", json_integer(r->n_gen));
   json_object_set_new(o, "n_depth", json_integer(0));
   json_object_set_new(o, "test_time", json_string(r->test_time));
-  json_object_set_new(o, "avg_ns", json_integer((json_int_t)avg_ns(r)));
-  json_object_set_new(o, "stddev_ns", json_integer((json_int_t)stdev_ns(r)));
-  json_object_set_new(o, "avg_ts", json_real(avg_ts(r)));
-  json_object_set_new(o, "stddev_ts", json_real(stdev_ts(r)));
+  json_object_set_new(o, "avg_ns", json_integer((json_int_t)bench_avg_ns(r)));
+  json_object_set_new(o, "stddev_ns", json_integer((json_int_t)bench_stdev_ns(r)));
+  json_object_set_new(o, "avg_ts", json_real(bench_avg_ts(r)));
+  json_object_set_new(o, "stddev_ts", json_real(bench_stdev_ts(r)));
   json_t *ns = json_array(), *ts = json_array();
   double tsv[1024];
-  samples_ts(r, tsv);
+  bench_samples_ts(r, tsv);
   for (int i = 0; i < r->reps; i++) {
     json_array_append_new(ns, json_integer((json_int_t)r->samples_ns[i]));
     json_array_append_new(ts, json_real(tsv[i]));
@@ -734,7 +662,7 @@ static json_t *result_json(const struct model_desc *d, const struct result *r) {
     if (r->n_gen > 0) {
       json_object_set_new(rl, "bytes_per_token", json_real(r->bytes_per_token));
       json_object_set_new(rl, "pct_of_bandwidth",
-                          json_real(100.0 * avg_ts(r) * r->bytes_per_token / h->mem_bytes));
+                          json_real(100.0 * bench_avg_ts(r) * r->bytes_per_token / h->mem_bytes));
       const npulm_paired pb = paired_bw_pct(r);
       json_object_set_new(rl, "pct_of_bandwidth_paired", json_pct(pb.pct));
       json_object_set_new(rl, "reps_paired_bandwidth", json_integer(pb.n_known));
@@ -747,7 +675,8 @@ static json_t *result_json(const struct model_desc *d, const struct result *r) {
     for (int p = 0; p < n_prof && p < MAX_PROFILES; p++) {
       const npulm_prediction *q = &r->pred[p];
       json_t *e = json_object();
-      json_object_set_new(e, "avg_ts", json_real(q->seconds > 0 ? n_tokens(r) / q->seconds : 0));
+      json_object_set_new(e, "avg_ts",
+                          json_real(q->seconds > 0 ? bench_n_tokens(r) / q->seconds : 0));
       json_object_set_new(e, "seconds", json_real(q->seconds));
       json_object_set_new(e, "npu_s", json_real(q->npu_s));
       json_object_set_new(e, "cpu_s", json_real(q->cpu_s));
@@ -834,7 +763,7 @@ int npulm_cmd_bench(int argc, char **argv) {
     }
   }
   for (int i = 0; i < n_tests; i++) {
-    if (n_tokens(&rs[i]) > max_ctx) max_ctx = n_tokens(&rs[i]);
+    if (bench_n_tokens(&rs[i]) > max_ctx) max_ctx = bench_n_tokens(&rs[i]);
   }
   if (n_tests == 0) cli_die(a.cmd, "no tests: -p and -n are both 0");
 

@@ -1,5 +1,6 @@
-/* What npulm bench (bench.c) shares with its plot (bench_plot.c): a test's results and the
- * model's description, and where a result lies against the roofline. */
+/* What npulm bench (bench.c) shares with its statistics (bench_stats.c) and its plot
+ * (bench_plot.c): a test's results and the model's description, their statistics, and where a
+ * result lies against the roofline. */
 #ifndef NPULM_TOOLS_BENCH_H
 #define NPULM_TOOLS_BENCH_H
 
@@ -57,6 +58,18 @@ struct placement {
   bool memory_bound; /* left of the ridge */
   double pct;        /* of the roofline at this intensity */
 };
+
+/* llama-bench's statistics (bench_stats.c): the mean and sample standard deviation of 'n'
+ * values; a test's tokens per repetition; its repetitions' t/s into 'ts' (reps values), their
+ * mean and deviation; the mean and deviation of their nanoseconds. */
+double bench_mean(const double *v, int n);
+double bench_stdev(const double *v, int n);
+int bench_n_tokens(const struct result *r);
+void bench_samples_ts(const struct result *r, double *ts);
+double bench_avg_ts(const struct result *r);
+double bench_stdev_ts(const struct result *r);
+uint64_t bench_avg_ns(const struct result *r);
+uint64_t bench_stdev_ns(const struct result *r);
 
 /* The compute ceiling that applies to the program's arithmetic: its precision's GEMM rate. */
 double bench_peak_macs(const struct model_desc *d, const npulm_roofline *h);

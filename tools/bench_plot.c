@@ -59,7 +59,7 @@ static void svg_ceiling(FILE *f, const struct axes *a, double peak, double bw, c
 }
 
 bool bench_write_svg(const char *path, const struct model_desc *d, const struct result *rs, int n,
-                      const npulm_roofline *hosts, int n_hosts) {
+                     const npulm_roofline *hosts, int n_hosts) {
   int n_prof;
   const npulm_npu_profile *prof = npulm_npu_profiles(&n_prof);
   if (n_prof > MAX_PROFILES) n_prof = MAX_PROFILES;

@@ -15,8 +15,8 @@
 # 5. the compiled program is the contract between the compiler and what runs or reads it
 #    (src/program/): backends/, runtime/, analysis/ and export/ include nothing of compiler/ and
 #    call nothing its objects define (only the pipeline, which compiles, does);
-# 6. no two objects of the library call each other, directly or round a loop (a loop of calls is
-#    a circle of files, whichever layer they are in);
+# 6. no two objects of the library, nor of the CLI, call each other, directly or round a loop (a
+#    loop of calls is a circle of files, whichever layer they are in);
 # 7. no source file of src/, include/ or tools/ is over 1,200 lines, none of src/compiler/ over
 #    800 (a file that long holds more than one job).
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -143,8 +143,21 @@ faults=$(echo "$calls" | awk -v free="$COMPILER_FREE" '
     if ((lu in no) && $2 ~ /^compiler\//) print "src/" $1 ".c uses " $3 " of src/" $2 ".c" }')
 report "no object of $COMPILER_FREE calls the compiler" "$faults"
 
-# 6. loops of calls between objects: tsort names the files of each loop it finds
-faults=$(echo "$calls" | awk 'NF == 3 { print $1, $2 }' | sort -u | tsort 2>&1 >/dev/null |
-  awk '/input contains a loop/ { if (loop != "") print loop; loop = "a loop of calls:"; next }
-       /^tsort: / { loop = loop " src/" $2 ".c" } END { if (loop != "") print loop }')
+# 6. loops of calls between objects, the library's and the CLI's (tools/): tsort names the files
+# of each loop it finds
+loops() { # loops PREFIX: the loops of the "USER DEFINER" pairs on stdin, files named PREFIX/NAME.c
+  sort -u | tsort 2>&1 >/dev/null |
+    awk -v at="$1" '/input contains a loop/ { if (loop != "") print loop; loop = "a loop of calls:"; next }
+         /^tsort: / { loop = loop " " at "/" $2 ".c" } END { if (loop != "") print loop }'
+}
+tool_calls=$(for o in "$(dirname "$bin")"/tools/*.o; do
+  name=$(basename "$o" .o)
+  [ -e "tools/$name.c" ] || continue
+  nm "$o" | awk -v f="$name" '$1 == "U" { print "U", f, $2; next }
+                              NF == 3 && $2 ~ /^[TDBRC]$/ { print "D", f, $3 }'
+done | awk '$1 == "D" { def[$3] = $2; next } { use[++u] = $2 " " $3 }
+  END { for (i = 1; i <= u; i++) { split(use[i], w, " ")
+          if ((w[2] in def) && def[w[2]] != w[1]) print w[1], def[w[2]] } }')
+faults=$(echo "$calls" | awk 'NF == 3 { print $1, $2 }' | loops src
+  [ -z "$tool_calls" ] || echo "$tool_calls" | loops tools)
 report "no two objects call each other, directly or round a loop" "$faults"
