@@ -1,12 +1,10 @@
 /* The quantizer's per-op builders: the integer data (a site) of each NPU operation, from the
  * calibrated quantization of its tensors and its weights (see quantize.h). */
-#include <errno.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/common.h"
 #include "base/pages.h"

@@ -1,10 +1,11 @@
-/* The quantizer: from a compiled FP32 program and calibration statistics to an integer NPU
- * program (see quantize.h for the conventions and the three outlier modes). */
+/* The quantizer's pass: from a compiled FP32 program and calibration statistics to an integer NPU
+ * program, block after block (see quantize.h for the conventions and the three outlier modes);
+ * each NPU operation's integer data is made in quant_sites.c, the graphs rewritten in
+ * quant_rewrite.c. */
 #include "compiler/quantize.h"
 
 #include <errno.h>
 #include <math.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

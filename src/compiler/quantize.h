@@ -9,14 +9,14 @@
  *   smooth  SmoothQuant: per input channel factors s = amax^alpha / wmax^(1-alpha) divide the
  *           activation (folded into the op before it) and multiply the weight columns; alpha
  *           fixed, or chosen per block and matmul input by a predicted error (smooth.h).
- * Conventions (documented in docs/precisions.md): matmul inputs are int8 asymmetric per tensor; weights
- * int8 symmetric per output channel in [-127, 127]; the residual stream and matmul outputs that
- * leave the NPU (q, k, v, logits) are int16 symmetric; gate/up/SiLU/product are int8. Attention ops
- * the precision policy lets onto the NPU (--float-ops): q and the K/V caches int8 asymmetric (the
- * caches stay F32 on the CPU; a CPU transfer quantizes the rows a step attends over into an NPU
- * copy "blk.L.k_cache" / "blk.L.v_cache" with the calibrated scale of k_rope / attn_v); scores
- * "blk.L.kq" int16 symmetric (calibrated, scale included); probabilities "blk.L.kq_softmax" Q15
- * (int16, scale 2^-15, zero point 0); the attention output int8. */
+ * Conventions (documented in docs/precisions.md): matmul inputs are int8 asymmetric per tensor;
+ * weights int8 symmetric per output channel in [-127, 127]; the residual stream and matmul outputs
+ * that leave the NPU (q, k, v, logits) are int16 symmetric; gate/up/SiLU/product are int8.
+ * Attention ops the precision policy lets onto the NPU (--float-ops): q and the K/V caches int8
+ * asymmetric (the caches stay F32 on the CPU; a CPU transfer quantizes the rows a step attends over
+ * into an NPU copy "blk.L.k_cache" / "blk.L.v_cache" with the calibrated scale of k_rope / attn_v);
+ * scores "blk.L.kq" int16 symmetric (calibrated, scale included); probabilities "blk.L.kq_softmax"
+ * Q15 (int16, scale 2^-15, zero point 0); the attention output int8. */
 #ifndef NPU_COMPILER_QUANTIZE_H
 #define NPU_COMPILER_QUANTIZE_H
 

@@ -2,7 +2,6 @@
  * the readers of a program share; who frees it is ownership.c's. */
 #include "program/program.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

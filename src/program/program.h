@@ -148,8 +148,7 @@ struct npu_qtensor {
 npulm_status npu_compile_check_options(const struct npu_config *cfg,
                                        const struct npu_compile_options *o, npulm_error *err);
 
-/* The weight table's fixed order (npu_weight_table): the globals, then the same twelve per layer.
- */
+/* The weight table's order (npu_weight_table): the globals, then the same twelve per layer. */
 enum { NPU_W_EMBD, NPU_W_OUT_NORM, NPU_W_OUTPUT, NPU_W_GLOBALS };
 enum {
   NPU_LW_ATTN_NORM,

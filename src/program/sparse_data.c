@@ -1,6 +1,7 @@
 /* The sparse decode data's sizes, placement, lookups and ownership (see sparse_data.h). */
 #include "program/sparse_data.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
