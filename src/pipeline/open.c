@@ -107,12 +107,14 @@ npulm_status npulm_session_create(const npulm_model *model, const npulm_session_
   if ((params != NULL && params->reference) || model->program != NULL) {
     return npu_session_create_program(model, NULL, params, session_out, err);
   }
-  /* a model read from a GGUF runs the static graphs of the default options, in FP32 */
+  /* a model read from a GGUF runs the static graphs of the default options, in FP32: compiled
+   * once the parameters are known to be good */
   *session_out = NULL;
+  npulm_status st = npu_session_check_params(model, params, err);
+  if (st != NPULM_OK) return st;
   struct npu_compile_options o;
   npu_compile_default_options(&model->cfg, &o);
   struct npu_program *prog = NULL;
-  npulm_status st = npu_compile(model, &o, NULL, NULL, &prog, err);
-  if (st != NPULM_OK) return st;
+  if ((st = npu_compile(model, &o, NULL, NULL, &prog, err)) != NPULM_OK) return st;
   return npu_session_create_owning(model, prog, params, session_out, err);
 }

@@ -223,21 +223,33 @@ static npulm_status compiled_init(struct npulm_session *s, npulm_error *err) {
   return npu_sched_create(s->pools, &s->sched, err);
 }
 
-npulm_status npu_session_create_program(const npulm_model *model, const struct npu_program *prog,
-                                        const npulm_session_params *params,
-                                        npulm_session **session_out, npulm_error *err) {
-  *session_out = NULL;
-  npulm_session_params p = params != NULL ? *params : npulm_session_default_params();
-  int n_ctx_train = model->cfg.n_ctx_train;
+npulm_status npu_session_check_params(const npulm_model *model, const npulm_session_params *params,
+                                      npulm_error *err) {
+  const npulm_session_params p = params != NULL ? *params : npulm_session_default_params();
   if (p.reference) {
     npulm_status st = npu_model_check_float(model, "the reference forward (--reference)", err);
     if (st != NPULM_OK) return st;
   }
   if (p.n_ctx < 0) return npu_fail(err, NPULM_ERR_ARG, "context length %d is negative", p.n_ctx);
-  if (p.n_ctx > n_ctx_train) {
+  if (p.n_ctx > model->cfg.n_ctx_train) {
     return npu_fail(err, NPULM_ERR_ARG, "context length %d exceeds the model's %d", p.n_ctx,
-                    n_ctx_train);
+                    model->cfg.n_ctx_train);
   }
+  if (p.sparse != NPULM_SPARSE_PREDICT && p.sparse != NPULM_SPARSE_OFF &&
+      p.sparse != NPULM_SPARSE_EXACT) {
+    return npu_fail(err, NPULM_ERR_ARG, "unknown sparse decode mode %d", p.sparse);
+  }
+  return NPULM_OK;
+}
+
+npulm_status npu_session_create_program(const npulm_model *model, const struct npu_program *prog,
+                                        const npulm_session_params *params,
+                                        npulm_session **session_out, npulm_error *err) {
+  *session_out = NULL;
+  npulm_session_params p = params != NULL ? *params : npulm_session_default_params();
+  const int n_ctx_train = model->cfg.n_ctx_train;
+  npulm_status st = npu_session_check_params(model, &p, err);
+  if (st != NPULM_OK) return st;
   if (p.n_ctx == 0) {
     p.n_ctx = n_ctx_train < DEFAULT_CTX_CAP ? n_ctx_train : DEFAULT_CTX_CAP;
     if (prog == NULL) prog = model->program;
@@ -261,12 +273,6 @@ npulm_status npu_session_create_program(const npulm_model *model, const struct n
                    : p.sparse == NPULM_SPARSE_EXACT ? NPU_SPARSE_EXACT
                                                     : NPU_SPARSE_PREDICT;
   s->sparse_audit = p.sparse_audit;
-  npulm_status st = NPULM_OK;
-  if (p.sparse != NPULM_SPARSE_PREDICT && p.sparse != NPULM_SPARSE_OFF &&
-      p.sparse != NPULM_SPARSE_EXACT) {
-    free(s);
-    return npu_fail(err, NPULM_ERR_ARG, "unknown sparse decode mode %d", p.sparse);
-  }
   s->last_logits = calloc((size_t)model->cfg.n_vocab, sizeof(float));
   if (p.profile && !p.reference) s->profile = calloc(1, sizeof(*s->profile));
   if (s->last_logits == NULL || (p.profile && !p.reference && s->profile == NULL)) {

@@ -15,6 +15,11 @@ void npu_session_observe(npulm_session *session, npu_node_observer fn, void *use
 /* The program the session runs: the model's, or the one it was created with. */
 const struct npu_program *npu_session_program(const npulm_session *session);
 
+/* The checks npulm_session_create makes of 'params' (NULL: the defaults) before it builds
+ * anything: a caller that must compile first makes them before compiling. */
+npulm_status npu_session_check_params(const npulm_model *model, const npulm_session_params *params,
+                                      npulm_error *err);
+
 /* npulm_session_create for program 'prog' of 'model' instead of the model's own (a compile that
  * measures the program it is making). */
 npulm_status npu_session_create_program(const npulm_model *model, const struct npu_program *prog,
