@@ -1,8 +1,9 @@
 /* Microbenchmark of the NPU integer kernels, one core: every variant of the GEMM on prefill and
  * decode shapes (GOPS = 2*M*N*K / time, median of several runs), then the element-wise kernels
  * (elements per second), then the neuron-bundle kernels of sparse decode (GB/s of bundle bytes
- * read). Usage: npu_kernels [runs (default 11)] [variant: only that variant of the
- * int4-weight / int16-activation GEMMs; "sparse": only the neuron-bundle kernels] */
+ * read), then the input-sparse GEMVs against the dense GEMV on the same matrix (GB/s of weight
+ * bytes read). Usage: npu_kernels [runs (default 11)] [variant: only that variant of the
+ * int4-weight / int16-activation GEMMs; "sparse": only the sparse decode kernels] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,6 +265,93 @@ static void bench_bundles(int runs, size_t k) {
   free(base), free(x), free(ptrs), free(acc), free(coef), free(y);
 }
 
+/* Input-sparse decode on an [n, k] matrix: the dense decode GEMV (m = 1, the chosen variant) of
+ * the packed weights against every qcol GEMV variant this CPU runs on the channel-major copy,
+ * with every channel kept and with a random half, in GB/s of the weight bytes each reads (dense:
+ * the packed size; sparse: the kept rows, and the block scales of the blocks they touch). int8
+ * weights with int8 activations (w8a8), int4 with block scales and int16 activations
+ * (w4a16-block). At n x k = 2048 x 8192 the matrix is 16 MiB (int8): each call streams it. */
+static void bench_qcol(int runs, size_t n, size_t k) {
+  struct npu_ukernels uk;
+  npu_ukernels_select(npu_isa_detect(), &uk);
+  const uint32_t have = npu_isa_detect();
+  int8_t *w = malloc(n * k), *x = malloc(k);
+  int16_t *x16 = malloc(k * sizeof(int16_t)), *d = malloc(k * sizeof(int16_t));
+  int32_t *idx = malloc(k * sizeof(int32_t)), *acc = calloc(npu_qcol_np(n), sizeof(int32_t));
+  int32_t *mult = malloc(n * sizeof(int32_t)), *shift = calloc(n, sizeof(int32_t));
+  uint8_t *bs = malloc(n * (k / 32 + 1));
+  int8_t *y = malloc(n);
+  int16_t *y16 = malloc(n * sizeof(int16_t));
+  for (size_t i = 0; i < n * k; i++) w[i] = (int8_t)(rnd() % 255 - 127);
+  for (size_t c = 0; c < k; c++) x[c] = (int8_t)rnd(), x16[c] = (int16_t)rnd();
+  for (size_t i = 0; i < n; i++) mult[i] = 1 << 30;
+  for (size_t i = 0; i < n * (k / 32 + 1); i++) bs[i] = (uint8_t)(rnd() % 16);
+  void *p8 = aligned_alloc(64, (npu_qs8_gemm_packed_size(n, k) + 63) / 64 * 64);
+  int8_t *w4 = malloc(n * k);
+  for (size_t i = 0; i < n * k; i++) w4[i] = (int8_t)(rnd() % 16) - 8;
+  void *p4 = aligned_alloc(64, (npu_qc4w_gemm_packed_size(n, k, 32) + 63) / 64 * 64);
+  npu_qs8_gemm_pack(n, k, w, NULL, p8);
+  npu_qc4w_gemm_pack(n, k, w4, NULL, 32, bs, p4);
+  int8_t *c8 = aligned_alloc(64, npu_qcol_size(n, k, 8));
+  uint8_t *c4 = aligned_alloc(64, npu_qcol_size(n, k, 4)),
+          *q4 = malloc((k / 32 + 1) * npu_qcol_np(n));
+  npu_qcol8_from_packed(n, k, p8, c8);
+  npu_qcol4_from_packed(n, k, 32, p4, c4, q4);
+  const struct npu_qs8_gemm_params g8 = {mult, shift, 3, 0};
+  const struct npu_qs16_gemm_params g16 = {mult, shift, 16, 0, 32};
+  double t, tb;
+  TIME_MEDIAN(runs, t, tb, uk.qs8_gemm(1, 0, n, k, x, k, p8, y, n, &g8));
+  const double b8 = (double)npu_qs8_gemm_packed_size(n, k);
+  printf("| %5zu x %5zu | w8a8 dense qs8_gemm__%-10s |  100%% | %8.2f | %8.2f |\n", n, k,
+         npu_ukernels_variant(&uk, "qs8_gemm"), b8 / t * 1e-9, b8 / tb * 1e-9);
+  TIME_MEDIAN(runs, t, tb, uk.qs16_qc4w_gemm_qs16(1, 0, n, k, x16, k, p4, y16, n, &g16));
+  const double b4 = (double)npu_qc4w_gemm_packed_size(n, k, 32);
+  printf("| %5zu x %5zu | w4a16-block dense __%-10s  |  100%% | %8.2f | %8.2f |\n", n, k,
+         npu_ukernels_variant(&uk, "qs16_qc4w_gemm_qs16"), b4 / t * 1e-9, b4 / tb * 1e-9);
+  for (int half = 0; half < 2; half++) {
+    size_t count = 0;
+    for (size_t c = 0; c < k; c++) {
+      if (half && rnd() % 2) continue;
+      idx[count] = (int32_t)c;
+      d[count++] = (int16_t)(x[c] - 3);
+    }
+    /* the 4-bit kernel goes one 32-channel block at a time, as the runtime calls it */
+    int32_t starts[1025];
+    size_t nb = (k + 31) / 32, i = 0, touched = 0;
+    for (size_t b = 0; b <= nb && b < 1025; b++) {
+      while (i < count && (size_t)idx[i] < b * 32) i++;
+      starts[b] = (int32_t)i;
+    }
+    for (size_t b = 0; b < nb; b++) touched += starts[b + 1] > starts[b];
+    const double r8 = (double)count * (double)npu_qcol_row_bytes(n, 8);
+    const double r4 =
+        (double)count * (double)npu_qcol_row_bytes(n, 4) + (double)touched * (double)npu_qcol_np(n);
+    const size_t np = npu_qcol_np(n);
+#define NPU_UKERNEL(family, variant, isa)                                                          \
+  if (strcmp(#family, "qcol8_gemv") == 0 && ((isa) & ~have) == 0) {                                \
+    npu_qcol8_gemv_fn *fn_ = (npu_qcol8_gemv_fn *)(void *)npu_##family##__##variant;               \
+    TIME_MEDIAN(runs, t, tb, fn_(0, np, count, idx, d, c8, npu_qcol_row_bytes(n, 8), acc));        \
+    printf("| %5zu x %5zu | w8a8 sparse qcol8_gemv__%-8s | %4.0f%% | %8.2f | %8.2f |\n", n, k,     \
+           #variant, 100.0 * (double)count / (double)k, r8 / t * 1e-9, r8 / tb * 1e-9);            \
+  }                                                                                                \
+  if (strcmp(#family, "qcol4_gemv") == 0 && ((isa) & ~have) == 0) {                                \
+    npu_qcol4_gemv_fn *fn_ = (npu_qcol4_gemv_fn *)(void *)npu_##family##__##variant;               \
+    TIME_MEDIAN(                                                                                   \
+        runs, t, tb, for (size_t b_ = 0; b_ < nb; b_++) {                                          \
+          if (starts[b_ + 1] > starts[b_])                                                         \
+            fn_(0, np, (size_t)(starts[b_ + 1] - starts[b_]), idx + starts[b_], d + starts[b_],    \
+                c4, npu_qcol_row_bytes(n, 4), q4 + b_ * np, acc);                                  \
+        });                                                                                        \
+    printf("| %5zu x %5zu | w4a16-block qcol4_gemv__%-8s | %4.0f%% | %8.2f | %8.2f |\n", n, k,     \
+           #variant, 100.0 * (double)count / (double)k, r4 / t * 1e-9, r4 / tb * 1e-9);            \
+  }
+#include "kernels/npu/npu_ukernels.inc"
+#undef NPU_UKERNEL
+  }
+  free(w), free(x), free(x16), free(d), free(idx), free(acc), free(mult), free(shift), free(bs);
+  free(y), free(y16), free(p8), free(w4), free(p4), free(c8), free(c4), free(q4);
+}
+
 int main(int argc, char **argv) {
   int runs = argc > 1 ? atoi(argv[1]) : 11;
   if (runs < 1 || runs > 64) runs = 11;
@@ -299,5 +387,12 @@ sparse:
          runs);
   bench_bundles(runs, 512);
   bench_bundles(runs, 2048);
+  printf(
+      "\nInput-sparse GEMVs (channel-major) against the dense GEMV, one core, median of %d runs\n\n"
+      "| n x k         | kernel                                | kept |     GB/s |     best |\n"
+      "|---------------|---------------------------------------|-----:|---------:|---------:|\n",
+      runs);
+  bench_qcol(runs, 2048, 8192);
+  bench_qcol(runs, 8192, 2048);
   return 0;
 }

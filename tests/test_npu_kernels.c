@@ -2109,6 +2109,325 @@ static void test_bundle_reference(void **state) {
   assert_int_equal(r[2], 99);                             /* past count: untouched */
 }
 
+/* ---- input-sparse GEMV over channel-major weights ---------------------------------------------*/
+
+/* A channel-major matrix of the tests: int8 weights w [n][k] (row j at w + j * k; int8 in
+ * [-127, 127] or int4 in [-8, 7]) laid out as npu_ukernels.h's channel rows, row c at
+ * cols + c * stride, weight 0 from n up to np and junk from there to the stride (which no kernel
+ * may read into a result). w_mode 0: random; 1: random extremes; 2: the most negative weight;
+ * 3: the most negative in even outputs, the largest in odd ones. */
+struct qcol_case {
+  size_t n, k, np, stride;
+  unsigned w_bits;
+  int8_t *w;
+  uint8_t *cols;
+};
+
+static void qcol_case_make(struct qcol_case *c, size_t n, size_t k, unsigned w_bits, int w_mode,
+                           size_t extra, uint64_t *rng) {
+  c->n = n, c->k = k, c->w_bits = w_bits, c->np = npu_qcol_np(n);
+  c->stride = npu_qcol_row_bytes(n, w_bits) + extra;
+  c->w = xmalloc(n * k);
+  const int32_t lo = w_bits == 4 ? -8 : -127, hi = w_bits == 4 ? 7 : 127;
+  for (size_t i = 0; i < n * k; i++)
+    c->w[i] = (int8_t)(w_mode == 1   ? (test_rand(rng) & 1 ? hi : lo)
+                       : w_mode == 2 ? lo
+                       : w_mode == 3 ? (i / k % 2 == 0 ? lo : hi)
+                                     : rand_range(rng, lo, hi));
+  c->cols = xmalloc(k * c->stride);
+  for (size_t i = 0; i < k * c->stride; i++) c->cols[i] = (uint8_t)test_rand(rng); /* junk */
+  for (size_t ch = 0; ch < k; ch++) {
+    uint8_t *row = c->cols + ch * c->stride;
+    for (size_t j = 0; j < c->np; j++) {
+      const int32_t v = j < n ? c->w[j * k + ch] : 0;
+      if (w_bits == 8) {
+        row[j] = (uint8_t)v;
+      } else { /* chunk j / 64, byte j % 32, the high nibble for j % 64 >= 32 */
+        uint8_t *b = row + j / 64 * 32 + j % 32;
+        *b = j % 64 < 32 ? (uint8_t)((*b & 0xF0) | (v + 8)) : (uint8_t)((*b & 0x0F) | (v + 8) << 4);
+      }
+    }
+  }
+}
+
+static void qcol_case_free(struct qcol_case *c) {
+  free(c->w);
+  free(c->cols);
+}
+
+/* (q ? q[n] : 1) * sum_i d[i] * w[n, idx[i]] in int64: what the kernels add to acc[n - n0]. */
+static int64_t qcol_ref(const struct qcol_case *c, size_t n, size_t count, const int32_t *idx,
+                        const int16_t *d, const uint8_t *q) {
+  int64_t s = 0;
+  if (n < c->n)
+    for (size_t i = 0; i < count; i++) s += (int64_t)d[i] * c->w[n * c->k + (size_t)idx[i]];
+  return (q != NULL ? q[n] : 1) * s;
+}
+
+/* One call of fn8 or fn4 (the other NULL) on [n0, n1), acc starting at random values within
+ * +-acc_range: the scalar reference against the int64 sum, the variant against the reference,
+ * and nothing written past n1 - n0. */
+static void qcol_call_check(const struct qcol_case *c, npu_qcol8_gemv_fn *fn8,
+                            npu_qcol4_gemv_fn *fn4, size_t n0, size_t n1, size_t count,
+                            const int32_t *idx, const int16_t *d, const uint8_t *q,
+                            int32_t acc_range, uint64_t *rng) {
+  enum { GUARD = 16 };
+  const size_t width = n1 - n0, size = (width + GUARD) * sizeof(int32_t);
+  int32_t *acc = xmalloc(size), *want = xmalloc(size), *start = xmalloc(size);
+  for (size_t j = 0; j < width + GUARD; j++) start[j] = rand_range(rng, -acc_range, acc_range);
+  memcpy(acc, start, size);
+  memcpy(want, start, size);
+  if (fn8 != NULL) {
+    fn8(n0, n1, count, idx, d, (const int8_t *)c->cols, c->stride, acc);
+    npu_qcol8_gemv__scalar(n0, n1, count, idx, d, (const int8_t *)c->cols, c->stride, want);
+  } else {
+    fn4(n0, n1, count, idx, d, c->cols, c->stride, q, acc);
+    npu_qcol4_gemv__scalar(n0, n1, count, idx, d, c->cols, c->stride, q, want);
+  }
+  for (size_t j = 0; j < width; j++) {
+    const int64_t s = qcol_ref(c, n0 + j, count, idx, d, q);
+    assert_true(llabs(s) + llabs(start[j]) < (1ll << 31)); /* the caller's bound holds */
+    assert_int_equal(want[j], start[j] + s);
+  }
+  assert_memory_equal(acc, want, width * sizeof(int32_t));
+  assert_memory_equal(acc + width, start + width, GUARD * sizeof(int32_t)); /* untouched */
+  assert_memory_equal(want + width, start + width, GUARD * sizeof(int32_t));
+  free(acc);
+  free(want);
+  free(start);
+}
+
+static const size_t qcol_ns[] = {1, 63, 64, 65, 200, 300, 2113}; /* the last: tiles of 2048 */
+static const size_t qcol_ks[] = {1, 2, 5, 33, 130, 300};
+static const size_t qcol_counts[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 15, 16, 17, 22, 31, 33, 100};
+#define N_QCOL_NS (sizeof(qcol_ns) / sizeof(qcol_ns[0]))
+#define N_QCOL_KS (sizeof(qcol_ks) / sizeof(qcol_ks[0]))
+#define N_QCOL_COUNTS (sizeof(qcol_counts) / sizeof(qcol_counts[0]))
+
+/* fn8 or fn4 (the other NULL) against the scalar reference: every shape of qcol_ns x qcol_ks
+ * (n not a multiple of 64, k from 1, one n over the x86 variants' 2048-output tile), row strides
+ * past the row bytes, weights random, at their extremes or all the most negative, d random,
+ * +-extreme or all -32768, counts across the groups of the SIMD variants (idx shuffled, with
+ * repeats), all outputs and a sub-range, q NULL and not; then the largest sums the bound allows. */
+static void qcol_family_check(npu_qcol8_gemv_fn *fn8, npu_qcol4_gemv_fn *fn4) {
+  const unsigned w_bits = fn8 != NULL ? 8 : 4;
+  uint64_t rng = 61 + w_bits;
+  enum { MAX_COUNT = 100 };
+  int32_t idx[MAX_COUNT];
+  int16_t d[MAX_COUNT];
+  for (size_t in = 0; in < N_QCOL_NS; in++)
+    for (size_t ik = 0; ik < N_QCOL_KS; ik++)
+      for (int mode = 0; mode < 3; mode++) {
+        const size_t n = qcol_ns[in], k = qcol_ks[ik];
+        if (n > 1000 && k > 33) continue; /* wide outputs, few channels: enough and quick */
+        const size_t extra = (size_t)rand_range(&rng, 0, 2) * (w_bits == 8 ? 64 : 32);
+        struct qcol_case c;
+        qcol_case_make(&c, n, k, w_bits, mode, extra, &rng);
+        uint8_t *q = xmalloc(c.np); /* random block scales, 0 and 15 among them */
+        for (size_t j = 0; j < c.np; j++)
+          q[j] = (uint8_t)(mode == 2    ? 15
+                           : j % 7 == 0 ? (int32_t)(15 * (j % 2))
+                                        : rand_range(&rng, 0, 15));
+        for (size_t ci = 0; ci < N_QCOL_COUNTS; ci++) {
+          const size_t count = qcol_counts[ci];
+          for (size_t i = 0; i < count; i++) {
+            idx[i] = (int32_t)(test_rand(&rng) % k);
+            d[i] = mode == 0   ? (int16_t)rand_range(&rng, INT16_MIN, INT16_MAX)
+                   : mode == 1 ? (int16_t)(test_rand(&rng) & 1 ? INT16_MAX : INT16_MIN)
+                               : INT16_MIN;
+          }
+          /* whole 64-output tiles [t0, t1) of the np / 64, possibly none */
+          const int32_t tiles = (int32_t)(c.np / NPU_QCOL_NR);
+          const size_t t0 = (size_t)rand_range(&rng, 0, tiles);
+          const size_t t1 = t0 + (size_t)rand_range(&rng, 0, tiles - (int32_t)t0);
+          const uint8_t *qs = w_bits == 4 && (ci + in + (size_t)mode) % 2 == 1 ? q : NULL;
+          qcol_call_check(&c, fn8, fn4, 0, c.np, count, idx, d, qs, 1 << 29, &rng);
+          qcol_call_check(&c, fn8, fn4, NPU_QCOL_NR * t0, NPU_QCOL_NR * t1, count, idx, d, qs,
+                          1 << 29, &rng);
+        }
+        free(q);
+        qcol_case_free(&c);
+      }
+  /* The largest sums: one channel of the most negative weight in the even outputs and the
+   * largest in the odd ones, repeated, times d = -32768 (and q = 15), from acc just inside the
+   * bound, so that each output ends at +-(2^31 - 1). */
+  struct qcol_case c;
+  qcol_case_make(&c, 130, 3, w_bits, 3, w_bits == 8 ? 64 : 32, &rng);
+  const int64_t per = w_bits == 8 ? 32768 * 127 : 15 * 8 * 32768; /* the bound per channel */
+  const size_t count = (size_t)((INT32_MAX - (1 << 20)) / per);
+  int32_t *bidx = xmalloc(count * sizeof(int32_t));
+  int16_t *bd = xmalloc(count * sizeof(int16_t));
+  for (size_t i = 0; i < count; i++) bidx[i] = 1, bd[i] = INT16_MIN;
+  uint8_t *q = xmalloc(c.np);
+  memset(q, 15, c.np);
+  const uint8_t *qs = w_bits == 4 ? q : NULL;
+  int32_t *acc = xmalloc(c.np * sizeof(int32_t)), *want = xmalloc(c.np * sizeof(int32_t));
+  for (size_t j = 0; j < c.np; j++) {
+    const int64_t s = qcol_ref(&c, j, count, bidx, bd, qs);
+    assert_true(llabs(s) < (1ll << 31));
+    want[j] = s >= 0 ? INT32_MAX : -INT32_MAX;
+    acc[j] = (int32_t)(want[j] - s);
+  }
+  if (fn8 != NULL) fn8(0, c.np, count, bidx, bd, (const int8_t *)c.cols, c.stride, acc);
+  else fn4(0, c.np, count, bidx, bd, c.cols, c.stride, qs, acc);
+  assert_memory_equal(acc, want, c.np * sizeof(int32_t));
+  free(acc), free(want), free(q), free(bidx), free(bd);
+  qcol_case_free(&c);
+}
+
+static void check_qcol8_gemv(npu_qcol8_gemv_fn *fn) { qcol_family_check(fn, NULL); }
+static void check_qcol4_gemv(npu_qcol4_gemv_fn *fn) { qcol_family_check(NULL, fn); }
+
+/* The scalar references against numbers worked out by hand, and the layout helpers. */
+static void test_qcol_reference(void **state) {
+  (void)state;
+  assert_int_equal(npu_qcol_np(1), 64);
+  assert_int_equal(npu_qcol_np(64), 64);
+  assert_int_equal(npu_qcol_np(65), 128);
+  assert_int_equal(npu_qcol_row_bytes(65, 8), 128);
+  assert_int_equal(npu_qcol_row_bytes(65, 4), 64);
+  assert_int_equal(npu_qcol_size(65, 3, 8), 3 * 128);
+  assert_int_equal(npu_qcol_size(200, 7, 4), 7 * 128);
+  /* 8-bit: 2 channels of 64 outputs, w[n, 0] = n - 30, w[n, 1] = -n (n < 64) */
+  int8_t cols8[2 * 64];
+  for (int j = 0; j < 64; j++) cols8[j] = (int8_t)(j - 30), cols8[64 + j] = (int8_t)-j;
+  const int32_t idx[3] = {1, 0, 1};
+  const int16_t d[3] = {-3, 100, 32767};
+  int32_t acc[65];
+  for (int j = 0; j < 65; j++) acc[j] = 7;
+  npu_qcol8_gemv__scalar(0, 64, 3, idx, d, cols8, 64, acc);
+  for (int j = 0; j < 64; j++) assert_int_equal(acc[j], 7 + 100 * (j - 30) + (32767 - 3) * -j);
+  assert_int_equal(acc[64], 7);                              /* past n1 - n0: untouched */
+  npu_qcol8_gemv__scalar(0, 64, 0, idx, d, cols8, 64, acc);  /* count 0: nothing */
+  npu_qcol8_gemv__scalar(64, 64, 3, idx, d, cols8, 64, acc); /* an empty range: nothing */
+  assert_int_equal(acc[1], 7 + 100 * -29 + 32764 * -1);
+  /* 4-bit: one channel of 128 outputs, w[n] = n % 16 - 8: byte j of chunk t holds output
+   * 64t + j (low nibble) and 64t + 32 + j (high) */
+  uint8_t cols4[64];
+  for (int t = 0; t < 2; t++)
+    for (int j = 0; j < 32; j++)
+      cols4[32 * t + j] = (uint8_t)((64 * t + j) % 16 | (64 * t + 32 + j) % 16 << 4);
+  uint8_t q[128];
+  for (int j = 0; j < 128; j++) q[j] = (uint8_t)(j % 16);
+  const int32_t idx4[2] = {0, 0};
+  const int16_t d4[2] = {-32768, 5};
+  int32_t acc4[64 + 1];
+  for (int j = 0; j < 65; j++) acc4[j] = -1;
+  npu_qcol4_gemv__scalar(64, 128, 2, idx4, d4, cols4, 64, NULL, acc4);
+  for (int j = 0; j < 64; j++) assert_int_equal(acc4[j], -1 + (-32768 + 5) * ((64 + j) % 16 - 8));
+  assert_int_equal(acc4[64], -1);
+  for (int j = 0; j < 64; j++) acc4[j] = 0;
+  npu_qcol4_gemv__scalar(0, 64, 2, idx4, d4, cols4, 64, q, acc4);
+  for (int j = 0; j < 64; j++) assert_int_equal(acc4[j], j % 16 * -32763 * (j % 16 - 8));
+}
+
+/* npu_qcol8_from_packed / npu_qcol4_from_packed against the row-major weights the packers took,
+ * with the padding past n; then the GEMV over every channel with d = x - x_zero_point (8-bit,
+ * w4a8) or d = x (w4a16, per 32-k block with its scales) against the int64 sum and, through
+ * the requantization, the dense scalar GEMM on the same packed matrix. */
+static void test_qcol_from_packed(void **state) {
+  (void)state;
+  uint64_t rng = 71;
+  static const size_t ns[] = {1, 15, 16, 17, 63, 64, 65, 200, 2100}; /* the last: tiles */
+  static const size_t ks[] = {1, 3, 4, 5, 8, 9, 31, 32, 33, 100, 257};
+  struct npu_ukernels uk;
+  npu_ukernels_select(npu_isa_detect(), &uk);
+  for (size_t in = 0; in < sizeof(ns) / sizeof(ns[0]); in++)
+    for (size_t ik = 0; ik < sizeof(ks) / sizeof(ks[0]); ik++)
+      for (int form = 0; form < 3; form++) { /* qs8, qc4w block 0, qc4w block 32 */
+        const size_t n = ns[in], k = ks[ik], np = npu_qcol_np(n), nb = (k + 31) / 32;
+        if (n > 1000 && k != 9 && k != 257) continue; /* past the conversions' tiles, quickly */
+        const unsigned w_bits = form == 0 ? 8 : 4;
+        const size_t block = form == 2 ? NPU_QC4W_BLOCK : 0, rb = npu_qcol_row_bytes(n, w_bits);
+        int8_t *w = xmalloc(n * k), *x = xmalloc(k);
+        int16_t *x16 = xmalloc(k * sizeof(int16_t)), *d = xmalloc(k * sizeof(int16_t));
+        uint8_t *q = xmalloc(n * nb), *q_out = xmalloc(nb * np);
+        int32_t *bias = xmalloc(n * sizeof(int32_t)), *mult = xmalloc(n * sizeof(int32_t));
+        int32_t *shift = xmalloc(n * sizeof(int32_t)), *idx = xmalloc(k * sizeof(int32_t));
+        int32_t *acc = xmalloc(np * sizeof(int32_t)), *acc_ref = xmalloc(np * sizeof(int32_t));
+        int16_t *y = xmalloc(n * sizeof(int16_t));
+        const int32_t wlo = w_bits == 8 ? -127 : -8, whi = w_bits == 8 ? 127 : 7;
+        for (size_t i = 0; i < n * k; i++)
+          w[i] = (int8_t)(i % 11 == 0 ? (i % 2 ? whi : wlo) : rand_range(&rng, wlo, whi));
+        for (size_t i = 0; i < n * nb; i++) q[i] = (uint8_t)rand_range(&rng, 0, 15);
+        for (size_t j = 0; j < n; j++) {
+          bias[j] = rand_range(&rng, -(1 << 29), 1 << 29);
+          mult[j] = rand_range(&rng, 1 << 30, INT32_MAX);
+          shift[j] = rand_range(&rng, -24, -4);
+        }
+        const int32_t zx = rand_range(&rng, -128, 127), zy = rand_range(&rng, -100, 100);
+        for (size_t c = 0; c < k; c++) {
+          x[c] = (int8_t)rand_range(&rng, -128, 127);
+          x16[c] = (int16_t)rand_range(&rng, INT16_MIN, INT16_MAX);
+          d[c] = (int16_t)(form == 2 ? x16[c] : x[c] - zx);
+          idx[c] = (int32_t)c;
+        }
+        const size_t psize =
+            form == 0 ? npu_qs8_gemm_packed_size(n, k) : npu_qc4w_gemm_packed_size(n, k, block);
+        void *packed = xmalloc(psize);
+        uint8_t *cols = xmalloc(npu_qcol_size(n, k, w_bits)); /* exactly: SAN=1 sees overruns */
+        if (form == 0) {
+          assert_true(npu_qs8_gemm_pack(n, k, w, bias, packed));
+          assert_true(npu_qcol8_from_packed(n, k, packed, (int8_t *)cols));
+        } else {
+          assert_true(npu_qc4w_gemm_pack(n, k, w, bias, block, block != 0 ? q : NULL, packed));
+          assert_true(npu_qcol4_from_packed(n, k, block, packed, cols, block != 0 ? q_out : NULL));
+        }
+        /* the channel rows: w[j, c] at output j of row c, weight 0 past n */
+        for (size_t c = 0; c < k; c++)
+          for (size_t j = 0; j < np; j++) {
+            const uint8_t *row = cols + c * rb;
+            const int32_t got = w_bits == 8 ? (int8_t)row[j]
+                                            : (j % 64 < 32 ? row[j / 64 * 32 + j % 32] & 0x0F
+                                                           : row[j / 64 * 32 + j % 32] >> 4) -
+                                                  8;
+            assert_int_equal(got, j < n ? w[j * k + c] : 0);
+          }
+        if (block != 0) /* the scales: q_out[b * np + j], 0 past n */
+          for (size_t b = 0; b < nb; b++)
+            for (size_t j = 0; j < np; j++)
+              assert_int_equal(q_out[b * np + j], j < n ? q[j * nb + b] : 0);
+        /* the GEMV over all channels: per 32-k block with its scales (block 32), else at once */
+        memset(acc, 0, np * sizeof(int32_t));
+        memset(acc_ref, 0, np * sizeof(int32_t));
+        if (form == 0) {
+          uk.qcol8_gemv(0, np, k, idx, d, (const int8_t *)cols, rb, acc);
+          npu_qcol8_gemv__scalar(0, np, k, idx, d, (const int8_t *)cols, rb, acc_ref);
+        } else if (block == 0) {
+          uk.qcol4_gemv(0, np, k, idx, d, cols, rb, NULL, acc);
+          npu_qcol4_gemv__scalar(0, np, k, idx, d, cols, rb, NULL, acc_ref);
+        } else {
+          for (size_t b = 0; b < nb; b++) {
+            const size_t c0 = 32 * b, m = k - c0 < 32 ? k - c0 : 32;
+            uk.qcol4_gemv(0, np, m, idx + c0, d + c0, cols, rb, q_out + b * np, acc);
+            npu_qcol4_gemv__scalar(0, np, m, idx + c0, d + c0, cols, rb, q_out + b * np, acc_ref);
+          }
+        }
+        assert_memory_equal(acc, acc_ref, np * sizeof(int32_t));
+        for (size_t j = n; j < np; j++) assert_int_equal(acc[j], 0);
+        for (size_t j = 0; j < n; j++) {
+          int64_t s = 0;
+          for (size_t c = 0; c < k; c++)
+            s += (int64_t)(block != 0 ? q[j * nb + c / 32] : 1) * d[c] * w[j * k + c];
+          assert_int_equal(acc[j], s);
+        }
+        /* the dense GEMM's output is the requantization of bias + this accumulator */
+        if (form == 2) {
+          const struct npu_qs16_gemm_params p = {mult, shift, 0, zy, NPU_QC4W_BLOCK};
+          npu_qs16_qc4w_gemm_qs16__scalar(1, 0, n, k, x16, k, packed, y, n, &p);
+        } else {
+          const struct npu_qs8_gemm_params p = {mult, shift, zx, zy};
+          if (form == 0) npu_qs8_gemm_qs16__scalar(1, 0, n, k, x, k, packed, y, n, &p);
+          else npu_qs8_qc4w_gemm_qs16__scalar(1, 0, n, k, x, k, packed, y, n, &p);
+        }
+        for (size_t j = 0; j < n; j++)
+          assert_int_equal(y[j], npu_requantize_s16(npu_narrow((int64_t)bias[j] + acc[j], 0),
+                                                    mult[j], shift[j], zy));
+        free(w), free(x), free(x16), free(d), free(q), free(q_out), free(bias), free(mult);
+        free(shift), free(idx), free(acc), free(acc_ref), free(y), free(packed), free(cols);
+      }
+}
+
 /* ---- dispatch ---------------------------------------------------------------------------------*/
 
 static void test_dispatch(void **state) {
@@ -2117,6 +2436,9 @@ static void test_dispatch(void **state) {
   npu_ukernels_select(0, &uk);
   assert_true(uk.qs8_gemm == npu_qs8_gemm__scalar);
   assert_true(uk.qs8_rows_dot == npu_qs8_rows_dot__scalar);
+  assert_true(uk.qcol8_gemv == npu_qcol8_gemv__scalar);
+  assert_true(uk.qcol4_gemv == npu_qcol4_gemv__scalar);
+  assert_string_equal(npu_ukernels_variant(&uk, "qcol4_gemv"), "scalar");
   assert_true(uk.x8_lut == npu_x8_lut__scalar);
   assert_true(uk.qs8_gather_qs16 == npu_qs8_gather_qs16__scalar);
   assert_true(uk.qs16_rmsnorm_qs8 == npu_qs16_rmsnorm_qs8__scalar);
@@ -2131,7 +2453,12 @@ static void test_dispatch(void **state) {
   assert_true(uk.qs16_rmsnorm_qs16 == npu_qs16_rmsnorm_qs16__avx2);
   assert_true(uk.qs8_cols_down == npu_qs8_cols_down__avx2);
   assert_true(uk.qs8_rows_dot == npu_qs8_rows_dot__avx2);
+  assert_true(uk.qcol8_gemv == npu_qcol8_gemv__avx2);
+  assert_true(uk.qcol4_gemv == npu_qcol4_gemv__avx2);
   npu_ukernels_select(NPU_ISA_AVX2 | NPU_ISA_AVX512VNNI, &uk);
+  assert_true(uk.qcol8_gemv == npu_qcol8_gemv__avx512vnni);
+  assert_true(uk.qcol4_gemv == npu_qcol4_gemv__avx512vnni);
+  assert_string_equal(npu_ukernels_variant(&uk, "qcol8_gemv"), "avx512vnni");
   assert_true(uk.qs8_rows_dot == npu_qs8_rows_dot__avx512vnni);
   assert_true(uk.qs8_cols_down == npu_qs8_cols_down__avx512vnni);
   assert_true(uk.qs8_qc4w_gemm == npu_qs8_qc4w_gemm__avx512vnni);
@@ -2144,6 +2471,8 @@ static void test_dispatch(void **state) {
   npu_ukernels_select(NPU_ISA_AVX512VNNI, &uk); /* never detected without AVX2 */
   assert_true(uk.qs8_gemm == npu_qs8_gemm__scalar);
   assert_true(uk.qs8_rows_dot == npu_qs8_rows_dot__scalar);
+  assert_true(uk.qcol8_gemv == npu_qcol8_gemv__scalar);
+  assert_true(uk.qcol4_gemv == npu_qcol4_gemv__scalar);
 #elif defined(__aarch64__)
   assert_true((npu_isa_detect() & NPU_ISA_NEON) != 0); /* baseline on AArch64 */
   npu_ukernels_select(NPU_ISA_NEON, &uk);
@@ -2153,6 +2482,8 @@ static void test_dispatch(void **state) {
   assert_true(uk.qs16_rmsnorm_qs8 == npu_qs16_rmsnorm_qs8__neon);
   assert_true(uk.qs16_qc4w_gemm_qs16 == npu_qs16_qc4w_gemm_qs16__neon);
   assert_true(uk.qs8_rows_dot == npu_qs8_rows_dot__neon);
+  assert_true(uk.qcol8_gemv == npu_qcol8_gemv__neon);
+  assert_true(uk.qcol4_gemv == npu_qcol4_gemv__neon);
   /* every family has a NEON variant: none is left to its scalar one */
 #define NPU_UKERNEL(family, variant, isa)                                                          \
   assert_string_not_equal(npu_ukernels_variant(&uk, #family), "scalar");
@@ -2168,6 +2499,8 @@ static void test_dispatch(void **state) {
   assert_true(uk.qs8_cols_down == npu_qs8_cols_down__neon);
   assert_true(uk.qs8_rows_dot == npu_qs8_rows_dot__neondot);
   assert_true(uk.qs16_vadd == npu_qs16_vadd__neon);
+  assert_true(uk.qcol8_gemv == npu_qcol8_gemv__neon);
+  assert_true(uk.qcol4_gemv == npu_qcol4_gemv__neon);
 #endif
 #if NPU_NEON_I8MM_VARIANTS
   npu_ukernels_select(NPU_ISA_NEON | NPU_ISA_DOTPROD | NPU_ISA_I8MM, &uk);
@@ -2177,6 +2510,7 @@ static void test_dispatch(void **state) {
 #endif
   npu_ukernels_select(NPU_ISA_DOTPROD, &uk); /* never detected without NEON */
   assert_true(uk.qs8_gemm == npu_qs8_gemm__scalar);
+  assert_true(uk.qcol8_gemv == npu_qcol8_gemv__scalar);
 #endif
   npu_ukernels_select(npu_isa_detect(), &uk);
   /* Every family is filled. */
@@ -2215,6 +2549,8 @@ int main(void) {
       cmocka_unit_test(test_qc4w_pack),
       cmocka_unit_test(test_lut_s16_build_silu),
       cmocka_unit_test(test_bundle_reference),
+      cmocka_unit_test(test_qcol_reference),
+      cmocka_unit_test(test_qcol_from_packed),
 #define NPU_UKERNEL(family, variant, isa) cmocka_unit_test(test_##family##__##variant),
 #include "kernels/npu/npu_ukernels.inc"
 #undef NPU_UKERNEL

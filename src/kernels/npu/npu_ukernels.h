@@ -451,6 +451,69 @@ typedef void npu_qs8_cols_down_fn(size_t k, size_t count, const int8_t *const *c
 typedef void npu_qs8_rows_dot_fn(size_t k, const int8_t *x, int32_t x_zero_point, size_t count,
                                  const int8_t *const *rows, int32_t *acc);
 
+/* ---- input-sparse GEMV over channel-major weights (TEAL-style) ------------------------------
+ * A decode step (one token) thresholds a matmul's integer input by magnitude and reads only the
+ * weights of the input channels it keeps. For that the weights of an [N, k] matrix (N outputs, k
+ * input channels) are held channel-major: row c (channel c < k) holds that channel's weights for
+ * every output n < np = npu_qcol_np(N) (N rounded up to NPU_QCOL_NR = 64), so a kept channel's
+ * bytes are one contiguous run.
+ *   8-bit: row c at cols + c * row_stride (row_stride >= np, a multiple of 64); int8 w[n, c] at
+ *          byte n of row c, 0 past N; weights in [-127, 127].
+ *   4-bit: row c at cols + c * row_stride (row_stride >= np / 2, a multiple of 32), in chunks of
+ *          32 bytes per 64 outputs: byte j (< 32) of chunk t holds output 64t + j in its low nibble
+ *          and output 64t + 32 + j in its high nibble, offset binary (nibble = w + 8, w in
+ *          [-8, 7]); padding past N is nibble 8 (weight 0). AND 0x0F / shift right 4 of a chunk
+ *          give outputs 64t .. 64t+31 and 64t+32 .. 64t+63 in order, no interleave (NEON: two
+ *          16-byte halves).
+ * npu_qcol8_gemv: for n in [n0, n1),
+ *   acc[n - n0] += sum_{i < count} d[i] * w[n, idx[i]]
+ * npu_qcol4_gemv: the same with the int4 weights when q == NULL; with q != NULL
+ *   acc[n - n0] += q[n] * sum_{i < count} d[i] * w[n, idx[i]]
+ * q uint8 indexed by the absolute n (< np), values in [0, 15]: the LPBQ block scales of one
+ * 32-channel block (the caller makes one call per block with that block's kept channels).
+ * Ranges: n0 and n1 multiples of 64 with n0 <= n1 <= np (split [0, np) across threads in multiples
+ * of 64); count >= 0 (0 does nothing); idx[i] < k, any order, repeats allowed; d any int16. The
+ * caller guarantees that no int32 overflows, |acc[n]| + sum_i |d[i]| * 127 < 2^31 (8-bit),
+ * |acc[n]| + 15 * sum_i |d[i]| * 8 < 2^31 (4-bit); under that every order of summation gives the
+ * same bits, and every variant is bit-exact with npu_qcol*_gemv__scalar. acc[j] for j >= n1 - n0
+ * is not touched. No scratch memory (a fixed-size stack buffer at most). */
+#define NPU_QCOL_NR 64 /* outputs are padded to a multiple of this: np = N rounded up */
+
+/* np: n rounded up to a multiple of NPU_QCOL_NR. */
+static inline size_t npu_qcol_np(size_t n) {
+  return (n + NPU_QCOL_NR - 1) / NPU_QCOL_NR * NPU_QCOL_NR;
+}
+
+/* Bytes of one channel row: np (w_bits 8) or np / 2 (w_bits 4). */
+static inline size_t npu_qcol_row_bytes(size_t n, unsigned w_bits) {
+  return w_bits == 4 ? npu_qcol_np(n) / 2 : npu_qcol_np(n);
+}
+
+typedef void npu_qcol8_gemv_fn(size_t n0, size_t n1, size_t count, const int32_t *restrict idx,
+                               const int16_t *restrict d, const int8_t *restrict cols,
+                               size_t row_stride, int32_t *restrict acc);
+typedef void npu_qcol4_gemv_fn(size_t n0, size_t n1, size_t count, const int32_t *restrict idx,
+                               const int16_t *restrict d, const uint8_t *restrict cols,
+                               size_t row_stride, const uint8_t *restrict q, int32_t *restrict acc);
+
+/* Bytes of the channel-major form of an [n, k] matrix, rows packed (row_stride = row bytes):
+ * k * npu_qcol_row_bytes(n, w_bits). */
+size_t npu_qcol_size(size_t n, size_t k, unsigned w_bits);
+
+/* The channel-major copy (row_stride = npu_qcol_row_bytes(n, 8)) of a qs8-packed [n, k] matrix
+ * (npu_qs8_gemm_pack's layout, k in [1, 32768]) into 'cols_out' (npu_qcol_size(n, k, 8) bytes).
+ * Done once at load time (0.4-0.8 s per GB on one core). Return false on an allocation failure
+ * ('cols_out' unspecified); the present code allocates nothing and always returns true. */
+bool npu_qcol8_from_packed(size_t n, size_t k, const void *packed, int8_t *cols_out);
+
+/* The channel-major copy (row_stride = npu_qcol_row_bytes(n, 4)) of a qc4w-packed [n, k] matrix
+ * packed with 'block' (0 or 32) into 'cols_out' (npu_qcol_size(n, k, 4) bytes) and, for block 32,
+ * its block scales as q_out[b * np + n] (b < ceil(k / 32), n < np, 0 past n: ceil(k / 32) * np
+ * bytes; 'q_out' unused and may be NULL for block 0). Return false on an allocation failure, as
+ * npu_qcol8_from_packed (none today). */
+bool npu_qcol4_from_packed(size_t n, size_t k, size_t block, const void *packed, uint8_t *cols_out,
+                           uint8_t *q_out);
+
 /* ---- variants and dispatch --------------------------------------------------------------------*/
 
 /* Whether this compiler builds the AArch64 variants that need the dot product (__neondot) or the
@@ -499,6 +562,8 @@ struct npu_ukernels {
   npu_qs16_lut_fn *qs16_lut;
   npu_qs8_cols_down_fn *qs8_cols_down;
   npu_qs8_rows_dot_fn *qs8_rows_dot;
+  npu_qcol8_gemv_fn *qcol8_gemv;
+  npu_qcol4_gemv_fn *qcol4_gemv;
 };
 
 /* Fill 'uk_out' with, for each family, the last variant in npu_ukernels.inc whose extensions are
