@@ -170,18 +170,28 @@ typedef struct npulm_compile_params {
   npulm_phase_progress_fn progress; /* progress by phase (may be NULL) */
   void *progress_user;
   int n_threads; /* threads of the calibration (0: one per online CPU) */
-  /* Predicted sparse decode (w8a8-naive or w8a8-smooth): the share in [0, 1) of each layer's FFN
-   * neurons to skip, those of least |SiLU(gate)| on the calibration text (0: none, dense
-   * decode); NPULM_SPARSITY_AUTO: the largest of 0.7, 0.5, 0.3, 0.15 whose decode perplexity on
-   * the calibration text is within 1 % of dense. Adds each neuron's weights as a bundle and a
-   * predictor per layer to the program. */
+  /* Sparse decode: the share in [0, 1) of what sparse_form skips (0: none, dense decode).
+   * NPULM_SPARSE_FORM_INPUT: of each sparsified matmul's input channels, those of least
+   * magnitude on the calibration text; NPULM_SPARSITY_AUTO: the largest of 0.5, 0.4, 0.25, 0.1
+   * whose decode perplexity on the calibration text is within 1 % of dense.
+   * NPULM_SPARSE_FORM_NEURON: of each layer's FFN neurons, those of least |SiLU(gate)| on the
+   * calibration text; auto: the largest of 0.7, 0.5, 0.3, 0.15 within 1 %. Adds each neuron's
+   * weights as a bundle and a predictor per layer to the program. */
   float sparsity;
   int sparse_rank; /* the predictors' rank (0: dim / 8, rounded up to a multiple of 16) */
   /* the share of the kept neurons' calibration |SiLU(gate)| the predictor's candidates must
    * cover, in (0, 1] (0: 0.998): higher keeps perplexity nearer the exact gate's, lower skips
    * more gate rows */
   float sparse_recall;
+  /* What --sparsity skips: NPULM_SPARSE_FORM_INPUT (0): the input channels of every decode
+   * matmul but the classifier (TEAL), by magnitude thresholds on their integer inputs, the same
+   * share of each matmul's channels, any integer mode; NPULM_SPARSE_FORM_NEURON: FFN neurons,
+   * with predictors (w8a8-naive or -smooth; what --mem-budget's neuron cache reads) */
+  int sparse_form;
 } npulm_compile_params;
+
+#define NPULM_SPARSE_FORM_INPUT 0
+#define NPULM_SPARSE_FORM_NEURON 1
 
 #define NPULM_SPARSITY_AUTO (-1.0f)
 
@@ -331,6 +341,15 @@ typedef struct npulm_sparse_stats {
                            keep on the exact gate (params.sparse_audit; else NaN) */
   double predict_s;     /* time in the predictors */
   double ffn_s;         /* time in the rest of the sparse FFNs */
+  /* input-sparse decode (npulm_compile_params.sparse_form NPULM_SPARSE_FORM_INPUT; else 0 and
+   * NaN): */
+  uint64_t input_steps; /* matmul groups run input-sparse (layers x 4 x decode steps) */
+  double input_kept;    /* share of their input channels read */
+  double bytes_share;   /* weight bytes every decode matmul read (the dense ones, the classifier
+                           among them, too) over what dense decode reads */
+  double select_s;      /* time thresholding the matmul inputs */
+  double gemv_s;        /* time in the input-sparse GEMVs */
+  uint64_t input_bytes; /* memory of the channel-major weights the sparse GEMVs read */
 } npulm_sparse_stats;
 
 void npulm_session_sparse_stats(const npulm_session *session, npulm_sparse_stats *stats_out);

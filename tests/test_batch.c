@@ -245,6 +245,7 @@ static void test_batch_sparse(void **state) {
   cp.n_buckets = 1;
   cp.calib_tokens = 256;
   cp.sparsity = 0.5f;
+  cp.sparse_form = NPULM_SPARSE_FORM_NEURON;
   npulm_error err;
   if (npulm_model_compile(m, &cp, &err) != NPULM_OK) fail_msg("%s", err.msg);
   npulm_model_info info;

@@ -31,6 +31,7 @@ static npulm_model *compile_sparse(float level, const char *quant) {
   npulm_compile_params cp = npulm_compile_default_params();
   cp.quant = quant;
   cp.sparsity = level;
+  cp.sparse_form = NPULM_SPARSE_FORM_NEURON;
   cp.calib_tokens = 256;
   npulm_error err;
   assert_int_equal(npulm_model_compile(m, &cp, &err), NPULM_OK);
@@ -404,6 +405,7 @@ static void test_errors(void **state) {
   npulm_compile_params cp = npulm_compile_default_params();
   npulm_error err;
   cp.sparsity = 0.5f;
+  cp.sparse_form = NPULM_SPARSE_FORM_NEURON;
   cp.quant = "w8a16";
   assert_int_equal(npulm_model_compile(m, &cp, &err), NPULM_ERR_UNSUPPORTED);
   assert_non_null(strstr(err.msg, "sparse decode needs"));

@@ -308,6 +308,12 @@ static void print_md_row(const struct model_desc *d, const struct result *r) {
   printf("| %-30s | %10s | %10s | %-10s | %7d | %15s | %21s | %9.2f | %10s |\n", d->type, size,
          params, BACKEND, r->n_threads, name, ts, r->ttft_s * 1e3, rss);
   const double tokens = (double)r->reps * (double)(r->n_prompt + r->n_gen);
+  if (r->sparse.input_steps > 0) {
+    printf("  input-sparse decode: %.1f%% of input channels read, %.1f%% of decode weight bytes "
+           "read; per token: thresholds %.3f ms, sparse GEMVs %.3f ms\n",
+           100.0 * r->sparse.input_kept, 100.0 * r->sparse.bytes_share,
+           1e3 * r->sparse.select_s / tokens, 1e3 * r->sparse.gemv_s / tokens);
+  }
   if (r->sparse.layer_steps > 0) {
     printf("  sparse decode: %.1f%% of FFN neurons computed, %.1f%% candidates; per token: "
            "predictor %.3f ms, sparse FFN %.3f ms\n",

@@ -228,6 +228,11 @@ bool cli_compile_option(struct cli_args *a, npulm_compile_params *cp, bool ctx_i
         cli_die(a->cmd, "option --sparsity: %g is not in [0, 1) nor auto", (double)cp->sparsity);
       }
     }
+  } else if (cli_is_opt(o, NULL, "--sparse-form")) {
+    const char *v = cli_opt_value(a);
+    if (strcmp(v, "input") == 0) cp->sparse_form = NPULM_SPARSE_FORM_INPUT;
+    else if (strcmp(v, "neuron") == 0) cp->sparse_form = NPULM_SPARSE_FORM_NEURON;
+    else cli_die(a->cmd, "option --sparse-form: '%s' is not input or neuron", v);
   } else if (cli_is_opt(o, NULL, "--sparse-rank")) {
     cp->sparse_rank = (int)cli_opt_int(a, 1, 1 << 16);
   } else if (cli_is_opt(o, NULL, "--sparse-recall")) {

@@ -12,51 +12,57 @@
 #define CLI_DEFAULT_MODEL_PATH "../shared/models/stories260K.gguf"
 
 /* The compile options' help lines (as `npulm compile --help` words them). */
-#define CLI_COMPILE_OPTIONS_HELP                                                                    \
-  "  --quant MODE       how the NPU computes: PRECISION-OUTLIERS, or f32. PRECISION: w8a8,\n"       \
-  "                     w8a16, w4a16, w4a16-block (int4 in blocks of 32 with integer block\n"       \
-  "                     scales), w4a8 (weights w, activations a; the classifier keeps int8\n"       \
-  "                     weights). OUTLIERS: smooth (SmoothQuant), shadow (outlier channels in\n"    \
-  "                     float on the CPU) or naive; a precision alone is naive (default\n"          \
-  "                     w8a8-smooth)\n"                                                             \
-  "  --float-ops LIST   ops kept in float on the CPU, from softmax,qk,pv,rmsnorm (default\n"        \
-  "                     softmax,qk,pv; 'none' for none; w8a8-shadow adds rmsnorm)\n"                \
-  "  --calib FILE       calibration text (default: a built-in English text)\n"                      \
-  "  --calib-tokens N   calibrate on at most N tokens of it (default 1024)\n"                       \
-  "  --smooth-alpha A   SmoothQuant migration strength in (0, 1) (default 0.5), or auto: chosen\n"  \
-  "                     per layer and matmul input by the least predicted int8 error\n"             \
-  "  --shadow-threshold T  outlier channel: calibrated max above T x the median (default 6)\n"      \
-  "  --chunks LIST      prefill chunk sizes, ascending, comma-separated (default 16,64,128)\n"      \
-  "  --batch N          also the chunk sizes 2, 4, 8, ... up to N (rounded up to a power of\n"      \
-  "                     two), the steps of batched decode of up to N sessions (npulm serve\n"       \
-  "                     --parallel); added to the --chunks given before it, or the defaults\n"      \
-  "  --buckets LIST     context buckets, ascending (default: powers of two from 128 up to the\n"    \
-  "                     model's context, which is always the last)\n"                               \
-  "  --keep-float       the program file also holds the float copy of the NPU's matrices, so\n"     \
-  "                     that --reference, diff and recompiling work from it (default: an\n"         \
-  "                     integer program holds only their int8 form)\n"                              \
-  "  --sparsity S       predicted sparse decode (w8a8-naive/-smooth): skip the share S in [0, 1)\n" \
-  "                     of each layer's FFN neurons of least |SiLU(gate)| on the calibration\n"     \
-  "                     text, picked each step by a low-rank predictor; or auto: the largest of\n"  \
-  "                     0.7, 0.5, 0.3, 0.15 within 1% of dense decode perplexity (default: none)\n" \
-  "  --sparse-rank R    the predictors' rank (default: dim / 8)\n"                                  \
-  "  --sparse-recall R  the share of the kept neurons' calibration |SiLU| mass the predictor's\n"   \
-  "                     candidates must cover (default 0.998)\n"
+#define CLI_COMPILE_OPTIONS_HELP                                                                   \
+  "  --quant MODE       how the NPU computes: PRECISION-OUTLIERS, or f32. PRECISION: w8a8,\n"      \
+  "                     w8a16, w4a16, w4a16-block (int4 in blocks of 32 with integer block\n"      \
+  "                     scales), w4a8 (weights w, activations a; the classifier keeps int8\n"      \
+  "                     weights). OUTLIERS: smooth (SmoothQuant), shadow (outlier channels in\n"   \
+  "                     float on the CPU) or naive; a precision alone is naive (default\n"         \
+  "                     w8a8-smooth)\n"                                                            \
+  "  --float-ops LIST   ops kept in float on the CPU, from softmax,qk,pv,rmsnorm (default\n"       \
+  "                     softmax,qk,pv; 'none' for none; w8a8-shadow adds rmsnorm)\n"               \
+  "  --calib FILE       calibration text (default: a built-in English text)\n"                     \
+  "  --calib-tokens N   calibrate on at most N tokens of it (default 1024)\n"                      \
+  "  --smooth-alpha A   SmoothQuant migration strength in (0, 1) (default 0.5), or auto: chosen\n" \
+  "                     per layer and matmul input by the least predicted int8 error\n"            \
+  "  --shadow-threshold T  outlier channel: calibrated max above T x the median (default 6)\n"     \
+  "  --chunks LIST      prefill chunk sizes, ascending, comma-separated (default 16,64,128)\n"     \
+  "  --batch N          also the chunk sizes 2, 4, 8, ... up to N (rounded up to a power of\n"     \
+  "                     two), the steps of batched decode of up to N sessions (npulm serve\n"      \
+  "                     --parallel); added to the --chunks given before it, or the defaults\n"     \
+  "  --buckets LIST     context buckets, ascending (default: powers of two from 128 up to the\n"   \
+  "                     model's context, which is always the last)\n"                              \
+  "  --keep-float       the program file also holds the float copy of the NPU's matrices, so\n"    \
+  "                     that --reference, diff and recompiling work from it (default: an\n"        \
+  "                     integer program holds only their int8 form)\n"                             \
+  "  --sparsity S       sparse decode: skip the share S in [0, 1) of what --sparse-form names,\n"  \
+  "                     those of least magnitude on the calibration text; or auto: the largest\n"  \
+  "                     level within 1% of dense decode perplexity (input: 0.5, 0.4, 0.25, 0.1;\n" \
+  "                     neuron: 0.7, 0.5, 0.3, 0.15) (default: none)\n"                            \
+  "  --sparse-form F    input (default): the input channels of every block matmul (q, k, v,\n"     \
+  "                     o, gate, up, down), by a threshold on each one's integer input, any\n"     \
+  "                     integer mode; neuron: FFN neurons by |SiLU(gate)|, picked each step by\n"  \
+  "                     a low-rank predictor (w8a8-naive/-smooth; what --mem-budget's neuron\n"    \
+  "                     cache reads)\n"                                                            \
+  "  --sparse-rank R    neuron: the predictors' rank (default: dim / 8)\n"                         \
+  "  --sparse-recall R  neuron: the share of the kept neurons' calibration |SiLU| mass the\n"      \
+  "                     predictor's candidates must cover (default 0.998)\n"
 
-#define CLI_OPEN_OPTIONS_HELP                                                                       \
-  "  --mem-budget SIZE  hold at most SIZE bytes of weights in memory (K, M, G suffixes): the\n"     \
-  "                     rest stays in the program file (compiled with --sparsity) and is read as\n" \
-  "                     needed; the FFN's neurons go through a cache of hot and recent ones\n"      \
-  "                     (ppl then scores one window at a time: the budget is per session)\n"        \
-  "  --cold             drop the program file from the page cache first: every read comes from\n"   \
+#define CLI_OPEN_OPTIONS_HELP                                                                      \
+  "  --mem-budget SIZE  hold at most SIZE bytes of weights in memory (K, M, G suffixes): the\n"    \
+  "                     rest stays in the program file (compiled with --sparsity and\n"            \
+  "                     --sparse-form neuron) and is read as needed; the FFN's neurons go\n"       \
+  "                     through a cache of hot and recent ones\n"                                  \
+  "                     (ppl then scores one window at a time: the budget is per session)\n"       \
+  "  --cold             drop the program file from the page cache first: every read comes from\n"  \
   "                     storage\n"
 
 /* The session options of run, ppl and bench. */
-#define CLI_SESSION_OPTIONS_HELP                                                                   \
-  "  --sparse MODE      decode of a program compiled with --sparsity: predict (default), exact\n"  \
-  "                     (every neuron's exact gate against the thresholds: the bound a\n"          \
-  "                     predictor is judged against) or off (dense)\n"                             \
-  "  --sparse-audit     also measure the predictor's recall every step (slower)\n"
+#define CLI_SESSION_OPTIONS_HELP                                                                    \
+  "  --sparse MODE      decode of a program compiled with --sparsity: predict (default: sparse),\n" \
+  "                     exact (neuron form: every neuron's exact gate against the thresholds,\n"    \
+  "                     the bound a predictor is judged against) or off (dense)\n"                  \
+  "  --sparse-audit     neuron form: also measure the predictor's recall every step (slower)\n"
 
 /* A command's arguments: argv[1] is the command, 'i' the option being parsed. */
 struct cli_args {

@@ -242,6 +242,14 @@ static void print_engine_stats(const npulm_session *session) {
 static void print_sparse_stats(const npulm_session *session) {
   npulm_sparse_stats st;
   npulm_session_sparse_stats(session, &st);
+  if (st.input_steps > 0) {
+    fprintf(stderr,
+            "input-sparse decode: %" PRIu64 " matmul steps | %.1f%% of input channels read | "
+            "%.1f%% of decode weight bytes read | thresholds %.3f s, sparse GEMVs %.3f s | "
+            "channel-major weights %.1f MiB\n",
+            st.input_steps, 100.0 * st.input_kept, 100.0 * st.bytes_share, st.select_s, st.gemv_s,
+            (double)st.input_bytes / (1024.0 * 1024.0));
+  }
   if (st.layer_steps == 0) return;
   fprintf(stderr,
           "sparse decode: %" PRIu64 " FFN steps | %.1f%% of neurons computed, %.1f%% candidates | "
@@ -853,6 +861,12 @@ static int cmd_ppl(struct cli_args *a) {
   printf("Final estimate: PPL = %.4f +/- %.5f (%d chunks of %d tokens, %" PRIu64
          " tokens scored, %.2f s)\n",
          r.ppl, r.ppl_stderr, r.n_chunks, r.n_ctx, r.n_scored, r.seconds);
+  if (decode && sparse.input_steps > 0) {
+    printf("input-sparse decode: %.1f%% of input channels read, %.1f%% of decode weight bytes "
+           "read (%.1f%% skipped)\n",
+           100.0 * sparse.input_kept, 100.0 * sparse.bytes_share,
+           100.0 * (1.0 - sparse.bytes_share));
+  }
   if (decode && sparse.layer_steps > 0) {
     printf("sparse decode: %.1f%% of FFN neurons computed (%.1f%% skipped), %.1f%% candidates",
            100.0 * sparse.kept, 100.0 * (1.0 - sparse.kept), 100.0 * sparse.candidates);

@@ -935,7 +935,7 @@ int npulm_cmd_serve(int argc, char **argv) {
   if (npulm_session_is_sparse(s.slots[0].session)) {
     fprintf(stderr,
             "npulm serve: sparse decode (--sparse %s): a step of one request decodes sparse, as "
-            "run does; a step batching several requests runs their FFNs dense\n",
+            "run does; a step batching several requests runs dense\n",
             o.sp.sparse == NPULM_SPARSE_EXACT ? "exact" : "predict");
   }
   s.n_ctx = npulm_session_ctx(s.slots[0].session);

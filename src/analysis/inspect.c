@@ -384,6 +384,20 @@ static void print_macs(const struct npu_program *p, FILE *out) {
   }
 }
 
+/* What --sparsity auto tried: each level's decode perplexity over dense's (0: not tried). */
+static void print_auto(const float *levels, const float *ratios, int n, FILE *out) {
+  bool tried = false;
+  for (int i = 0; i < n; i++) tried |= ratios[i] != 0.0f;
+  if (!tried) return;
+  fprintf(out,
+          "  chosen by --sparsity auto: decode perplexity on the calibration text over dense's");
+  for (int i = 0; i < n; i++) {
+    if (ratios[i] != 0.0f)
+      fprintf(out, "%s %.2f: x%.4f", i ? "," : "", (double)levels[i], (double)ratios[i]);
+  }
+  fprintf(out, " (tolerance x1.01)\n");
+}
+
 /* Sparse decode: per layer its thresholds, what calibration kept, the predictor's size and cost,
  * and the bytes the bundles add to the file. */
 static void print_sparse(const struct npu_program *p, FILE *out) {
@@ -405,19 +419,7 @@ static void print_sparse(const struct npu_program *p, FILE *out) {
           100.0 * (double)sp->level, 3 * sp->kp, human_bytes(bundles, b1, sizeof(b1)),
           human_bytes(pred, b2, sizeof(b2)), human_count(pred_macs, b3, sizeof(b3)),
           percent(pred_macs, ffn_macs), human_count(ffn_macs, b4, sizeof(b4)));
-  bool tried = false;
-  for (int i = 0; i < NPU_SPARSE_AUTO_LEVELS; i++) tried |= sp->auto_ratio[i] != 0.0f;
-  if (tried) {
-    fprintf(out,
-            "  chosen by --sparsity auto: decode perplexity on the calibration text over dense's");
-    for (int i = 0; i < NPU_SPARSE_AUTO_LEVELS; i++) {
-      if (sp->auto_ratio[i] != 0.0f) {
-        fprintf(out, "%s %.2f: x%.4f", i ? "," : "", (double)npu_sparse_auto_levels[i],
-                (double)sp->auto_ratio[i]);
-      }
-    }
-    fprintf(out, " (tolerance x1.01)\n");
-  }
+  print_auto(npu_sparse_auto_levels, sp->auto_ratio, NPU_SPARSE_AUTO_LEVELS, out);
   fprintf(out, "  layer  rank  kept: |SiLU(gate)| >= tau  gate in steps: keep v >= hi | lo_a..lo_b"
                "  kept  candidates  recall  predictor\n");
   for (int32_t l = 0; l < sp->n_layers; l++) {
@@ -433,6 +435,35 @@ static void print_sparse(const struct npu_program *p, FILE *out) {
   }
 }
 
+/* Input-sparse decode: per sparsified matmul its threshold and the share of channels calibration
+ * kept, and the weight bytes a decode step is expected to read. */
+static void print_input_sparse(const struct npu_program *p, FILE *out) {
+  if (!npu_program_input_sparse(p)) return;
+  uint64_t sparse = 0, kept = 0;
+  for (int32_t i = 0; i < p->n_qsites; i++) {
+    const struct npu_qsite *s = &p->qsites[i];
+    if (s->skip_below <= 0) continue;
+    sparse += s->packed_size;
+    kept += (uint64_t)((double)s->packed_size * (double)s->skip_keep);
+  }
+  char b1[32], b2[32];
+  fprintf(out,
+          "input-sparse decode: skips %.0f%% of each block matmul's input channels on the "
+          "calibration text (|x - zero point| below the threshold); expected to read %s of its "
+          "%s of sparsified weights per token (%.1f%%; the classifier stays dense); the runtime "
+          "holds a channel-major copy of them\n",
+          100.0 * (double)p->input_sparsity, human_bytes(kept, b1, sizeof(b1)),
+          human_bytes(sparse, b2, sizeof(b2)), percent(kept, sparse));
+  print_auto(npu_input_auto_levels, p->input_auto_ratio, NPU_INPUT_AUTO_LEVELS, out);
+  fprintf(out, "  %-28s %6s  %9s  %s\n", "matmul", "k", "threshold", "kept");
+  for (int32_t i = 0; i < p->n_qsites; i++) {
+    const struct npu_qsite *s = &p->qsites[i];
+    if (s->skip_below <= 0) continue;
+    fprintf(out, "  %-28s %6d  %9d  %5.1f%%\n", s->name, s->k, s->skip_below,
+            100.0 * (double)s->skip_keep);
+  }
+}
+
 npulm_status npulm_model_print_program(const npulm_model *model, FILE *out, npulm_error *err) {
   const struct npu_program *p = model->program;
   if (p == NULL) return npu_fail(err, NPULM_ERR_ARG, "the model has no program: compile it first");
@@ -441,6 +472,7 @@ npulm_status npulm_model_print_program(const npulm_model *model, FILE *out, npul
   print_placement(p, out);
   print_quant(p, out);
   print_sparse(p, out);
+  print_input_sparse(p, out);
   print_macs(p, out);
   print_memory(model, p, out);
   if (fflush(out) != 0 || ferror(out)) {

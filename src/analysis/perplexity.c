@@ -45,6 +45,17 @@ static double nll_of(const float *logits, int n_vocab, int32_t target) {
 /* Add one session's sparse statistics to 'sum' (shares weighted by their steps; recall by the
  * same, an approximation of the mass ratio over all). */
 static void add_sparse(npulm_sparse_stats *sum, const npulm_sparse_stats *one) {
+  const double ia = (double)sum->input_steps, ib = (double)one->input_steps;
+  if (ib > 0.0) {
+    sum->input_kept =
+        ia == 0.0 ? one->input_kept : (sum->input_kept * ia + one->input_kept * ib) / (ia + ib);
+    sum->bytes_share =
+        ia == 0.0 ? one->bytes_share : (sum->bytes_share * ia + one->bytes_share * ib) / (ia + ib);
+    sum->input_steps += one->input_steps;
+    sum->select_s += one->select_s;
+    sum->gemv_s += one->gemv_s;
+    sum->input_bytes = one->input_bytes;
+  }
   const double a = (double)sum->layer_steps, b = (double)one->layer_steps;
   if (b == 0.0) return;
   sum->kept = (sum->kept * a + one->kept * b) / (a + b);
@@ -169,6 +180,7 @@ npulm_status npu_perplexity_run(const npulm_model *model, const char *text, size
                         .session = *session,
                         .decode = decode};
   job.sparse.recall = NAN;
+  job.sparse.input_kept = job.sparse.bytes_share = NAN;
   size_t n_tokens = 0;
   int32_t *tokens = NULL;
   st = npu_tokenize_alloc(model, text, len, info.add_bos, &tokens, &n_tokens, err);

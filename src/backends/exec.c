@@ -9,6 +9,7 @@
 
 #include "backends/npu_emu.h"
 #include "backends/sparse_ffn.h"
+#include "backends/sparse_input.h"
 #include "base/common.h"
 #include "base/pool.h"
 #include "io/gguf.h"
@@ -408,6 +409,12 @@ static void run_nodes(const struct npu_graph *g, int32_t first, int32_t count,
   const struct npu_ir_node *n = &g->nodes[first];
   if (g->node_site != NULL && n->backend == NPU_BE_NPU && n->op == NPU_OP_MATMUL) {
     if (ctx->streamed != NULL) prefetch_next(g, first, count, ctx);
+    struct npu_input_run *in = ctx->input_sparse;
+    if (in != NULL && npu_input_run_covers(in, g, first, count)) {
+      npu_input_run_exec(in, g, first, count, ctx->pool[NPU_BE_NPU], ctx->arena);
+      return;
+    }
+    if (in != NULL) npu_input_run_count_dense(in, g, first, count);
     npu_emu_exec_matmuls(g, first, count, ctx->prog->qsites, &ctx->prog->uk, ctx->pool[NPU_BE_NPU],
                          ctx->arena);
     for (int32_t i = first; i < first + count && ctx->streamed != NULL; i++) {

@@ -14,6 +14,7 @@
 
 struct npu_pool;
 struct npu_sparse_run;
+struct npu_input_run;
 struct npu_gguf;
 
 /* Where node time goes (a session's params.profile): per backend and op, the wall time inside its
@@ -59,6 +60,9 @@ struct npu_exec_ctx {
   struct npu_profile *profile; /* NULL: not profiling */
   /* sparse decode (NULL: dense): in a decode graph each layer's FFN runs as one sparse step */
   struct npu_sparse_run *sparse;
+  /* input-sparse decode (NULL: none): a decode step's sparsified matmul groups read only the
+   * weights of the input channels they keep, and every decode matmul's bytes are counted */
+  struct npu_input_run *input_sparse;
   /* under a memory budget (NULL: none): the sites whose packed weights are read from the file
    * at each use (prog->n_qsites flags): the next one's readahead is started as a matmul of one
    * begins, and its pages let go of (process and page cache) when it ends */

@@ -154,12 +154,18 @@ static npulm_status quantize(const struct npulm_model *m, struct npu_program *p,
                               params != NULL ? params->progress : NULL,
                               params != NULL ? params->progress_user : NULL, err);
     const float level = params != NULL ? params->sparsity : 0.0f;
+    if (st == NPULM_OK && params != NULL && params->sparse_form != NPULM_SPARSE_FORM_INPUT &&
+        params->sparse_form != NPULM_SPARSE_FORM_NEURON) {
+      st = npu_fail(err, NPULM_ERR_ARG, "unknown sparse form %d", params->sparse_form);
+    }
     if (st == NPULM_OK && level != 0.0f && q->mode == NPU_QUANT_F32) {
       st = npu_fail(err, NPULM_ERR_ARG, "sparse decode needs an integer program, not f32");
     }
-    if (st == NPULM_OK && level != 0.0f) {
-      st = npu_sparse_calibrate(m, p, level, params->sparse_rank, ids, n,
-                                info.add_bos ? info.bos_id : -1, params, err);
+    const int32_t bos = info.add_bos ? info.bos_id : -1;
+    if (st == NPULM_OK && level != 0.0f && params->sparse_form == NPULM_SPARSE_FORM_NEURON) {
+      st = npu_sparse_calibrate(m, p, level, params->sparse_rank, ids, n, bos, params, err);
+    } else if (st == NPULM_OK && level != 0.0f) {
+      st = npu_input_calibrate(m, p, level, ids, n, bos, params, err);
     }
   }
   free(ids);

@@ -66,9 +66,10 @@ npulm_status npu_model_open(const char *path, bool defer_matrices, const npulm_o
   }
   if (m->mem_budget > 0) {
     if (m->program->sparse == NULL) {
-      st =
-          npu_fail(err, NPULM_ERR_ARG,
-                   "a memory budget needs a program compiled with --sparsity; '%s' has none", path);
+      st = npu_fail(err, NPULM_ERR_ARG,
+                    "a memory budget needs a program compiled with --sparsity --sparse-form "
+                    "neuron; '%s' has %s",
+                    path, npu_program_input_sparse(m->program) ? "the input form" : "none");
       goto fail;
     }
     /* loading read the header and the weights' headers to check them: let them go (what is

@@ -20,4 +20,11 @@ npulm_status npu_sparse_calibrate(const npulm_model *model, struct npu_program *
                                   int32_t rank, const int32_t *tokens, size_t n_tokens, int32_t bos,
                                   const npulm_compile_params *params, npulm_error *err);
 
+/* Give integer program 'p' of 'model' input-sparse decode (program/sparse_data.h,
+ * npu_input_sparse) at 'level' (or NPULM_SPARSITY_AUTO): thresholds on every block matmul's
+ * input from the inputs of decoding 'tokens' one at a time ('bos' first in each window if >= 0). */
+npulm_status npu_input_calibrate(const npulm_model *model, struct npu_program *p, float level,
+                                 const int32_t *tokens, size_t n_tokens, int32_t bos,
+                                 const npulm_compile_params *params, npulm_error *err);
+
 #endif /* NPU_PIPELINE_SPARSE_CALIBRATE_H */

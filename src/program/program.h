@@ -16,6 +16,7 @@
 
 #define NPU_MAX_CHUNKS 8
 #define NPU_MAX_BUCKETS 32
+#define NPU_INPUT_AUTO_LEVELS 4 /* the levels input-sparse --sparsity auto tries */
 
 /* Ops the precision policy keeps in float on the CPU (bit mask of 1 << enum npu_op). */
 #define NPU_DEFAULT_FLOAT_OPS ((1u << NPU_OP_SOFTMAX) | (1u << NPU_OP_QK) | (1u << NPU_OP_PV))
@@ -90,6 +91,12 @@ struct npu_program {
   /* Predicted sparse decode (program/sparse_data.h): predictors, thresholds and neuron bundles of
    * every layer's FFN; NULL: decode is dense. */
   struct npu_sparse *sparse;
+  /* Input-sparse decode (sparse_data.h, npu_input_sparse): the share of each sparsified matmul's
+   * input channels a decode step skips on the calibration text (0: none; the sites' skip_below
+   * hold the thresholds), and --sparsity auto's decode perplexity over dense's at each level it
+   * tried (0: not tried) */
+  float input_sparsity;
+  float input_auto_ratio[NPU_INPUT_AUTO_LEVELS];
   /* Loaded under a memory budget (npulm_model.mem_budget): the matmul sites whose packed weights
    * stay in the file's mapping, read at each use (n_qsites flags, npu_sparse_streamed), and the
    * bytes of weights held in memory; NULL and 0 otherwise. */
@@ -135,6 +142,12 @@ struct npu_qsite {
   float *outlier_gate; /* (n_outliers, dim) or NULL */
   float *outlier_up;   /* (n_outliers, dim) or NULL */
   int32_t outlier_dim;
+  /* input-sparse decode of a matmul (program/sparse_data.h, npu_input_sparse): a decode step
+   * skips input channel c when |x[c] - x_zero_point| < skip_below, an integer in the input's own
+   * units (0: the matmul runs dense); skip_keep is the share of channels it kept on the
+   * calibration text */
+  int32_t skip_below;
+  float skip_keep;
 };
 
 /* Quantization parameters of a named tensor (the same in every graph). */

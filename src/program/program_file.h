@@ -92,6 +92,9 @@
  *                                    sparse decode data (program_sparse.c gives the keys and
  *                                    the tensors npulm.sparse.L.*); a reader without sparse
  *                                    decode runs such a file dense
+ *   npulm.sparse_input.level, .below, .keep (.auto): optional, a program compiled with an input
+ *                                    sparsity: the share skipped and each site's threshold
+ *                                    (program_sparse.c); a reader without it runs dense
  *   npulm.checksums            u64[1 + n_tensors], the last key: XXH3-64 of the header (bytes
  *                                    0 .. data offset, this array's values read as 0), then of
  *                                    each tensor's data with its padding; the tensors lie back to

@@ -9,7 +9,15 @@
  *   tensors per layer L:   npulm.sparse.L.bundles I8 [kp, 3 n_ff padded to clusters of 16]
  *                          (program/sparse_data.h's layout); .pred_b, .pred_a I8 packed;
  *                          .mult, .shift I32 [rank + n_ff]; .bias I32 [2 n_ff]; .freq I32
- *                          [n_ff] */
+ *                          [n_ff]
+ * Input-sparse decode (sparse_data.h, npu_input_sparse), optional:
+ *   npulm.sparse_input.level   f32   the share of each sparsified matmul's input channels skipped
+ *                                    on the calibration text, in (0, 1)
+ *   npulm.sparse_input.auto    f32[4], optional: --sparsity auto's decode perplexity over dense's
+ *                                    at 0.5, 0.4, 0.25, 0.1 (0: not tried)
+ *   npulm.sparse_input.below   i32[n_sites]: each site's skip_below (0: dense; only matmuls)
+ *   npulm.sparse_input.keep    f32[n_sites]: each site's share of channels kept on calibration
+ * A reader without input-sparse decode runs such a file dense. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,10 +83,41 @@ int32_t npu_program_sparse_tensors(const struct npu_program *p, struct file_tens
   return n;
 }
 
+/* The input-sparse keys of 'p', if it has thresholds. */
+static npulm_status add_input_sparse(struct npu_gguf_writer *w, const struct npu_program *p,
+                                     npulm_error *err) {
+  if (!npu_program_input_sparse(p)) return npu_gguf_writer_status(w, err);
+  const size_t n = (size_t)p->n_qsites;
+  int32_t *below = malloc(n * sizeof(int32_t));
+  float *keep = malloc(n * sizeof(float));
+  if (below == NULL || keep == NULL) {
+    free(below);
+    free(keep);
+    return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  }
+  for (size_t i = 0; i < n; i++) {
+    below[i] = p->qsites[i].skip_below;
+    keep[i] = p->qsites[i].skip_keep;
+  }
+  npu_gguf_writer_add_f32(w, "npulm.sparse_input.level", p->input_sparsity);
+  bool tried = false;
+  for (int i = 0; i < NPU_INPUT_AUTO_LEVELS; i++) tried |= p->input_auto_ratio[i] != 0.0f;
+  if (tried) {
+    npu_gguf_writer_add_arr(w, "npulm.sparse_input.auto", NPU_GGUF_F32, p->input_auto_ratio,
+                            NPU_INPUT_AUTO_LEVELS);
+  }
+  npu_gguf_writer_add_arr(w, "npulm.sparse_input.below", NPU_GGUF_I32, below, n);
+  npu_gguf_writer_add_arr(w, "npulm.sparse_input.keep", NPU_GGUF_F32, keep, n);
+  free(below);
+  free(keep);
+  return npu_gguf_writer_status(w, err);
+}
+
 npulm_status npu_program_add_sparse(struct npu_gguf_writer *w, const struct npu_program *p,
                                     npulm_error *err) {
   const struct npu_sparse *s = p->sparse;
-  if (s == NULL) return npu_gguf_writer_status(w, err);
+  npulm_status st = add_input_sparse(w, p, err);
+  if (st != NPULM_OK || s == NULL) return st;
   int32_t *rec = malloc((size_t)s->n_layers * SPARSE_FIELDS * sizeof(int32_t));
   if (rec == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
   for (int32_t l = 0; l < s->n_layers; l++) {
@@ -178,8 +217,71 @@ static npulm_status load_layer(const struct npu_gguf *g, const struct npu_config
   return NPULM_OK;
 }
 
+/* An f32 array of 'n' values at 'key', each in [lo, hi], into 'out'. */
+static npulm_status load_f32s(const struct npu_gguf *g, const char *key, size_t n, float lo,
+                              float hi, float *out, npulm_error *err) {
+  struct npu_gguf_arr a;
+  npulm_status st = npu_gguf_get_arr(g, key, NPU_GGUF_F32, &a, err);
+  if (st != NPULM_OK) return st;
+  if (a.n != (uint64_t)n) {
+    return npu_fail(err, NPULM_ERR_FORMAT, "'%s' has %llu values, not %zu", key,
+                    (unsigned long long)a.n, n);
+  }
+  for (size_t i = 0; i < n; i++) {
+    memcpy(&out[i], a.data + 4 * i, sizeof(float));
+    if (!(out[i] >= lo && out[i] <= hi)) {
+      return npu_fail(err, NPULM_ERR_FORMAT, "'%s' holds a value out of [%g, %g]", key, (double)lo,
+                      (double)hi);
+    }
+  }
+  return NPULM_OK;
+}
+
+/* The input-sparse keys, if present, into the sites (loaded before) and 'p'. */
+static npulm_status load_input_sparse(const struct npu_gguf *g, struct npu_program *p,
+                                      npulm_error *err) {
+  if (npu_gguf_find(g, "npulm.sparse_input.level") == NULL) return NPULM_OK;
+  const size_t n = (size_t)p->n_qsites;
+  float level;
+  struct npu_gguf_arr below;
+  npulm_status st = npu_gguf_get_f32(g, "npulm.sparse_input.level", &level, err);
+  if (st == NPULM_OK) {
+    st = npu_gguf_get_arr(g, "npulm.sparse_input.below", NPU_GGUF_I32, &below, err);
+  }
+  if (st != NPULM_OK) return st;
+  if (!(level > 0.0f && level < 1.0f) || below.n != (uint64_t)n || p->quant_mode == NPU_QUANT_F32) {
+    return npu_fail(err, NPULM_ERR_FORMAT,
+                    "the input-sparse decode data is malformed (level %g, %llu thresholds for "
+                    "%zu sites)",
+                    (double)level, (unsigned long long)below.n, n);
+  }
+  float *keep = malloc((n > 0 ? n : 1) * sizeof(float));
+  if (keep == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  st = load_f32s(g, "npulm.sparse_input.keep", n, 0.0f, 1.0f, keep, err);
+  for (size_t i = 0; st == NPULM_OK && i < n; i++) {
+    struct npu_qsite *s = &p->qsites[i];
+    int32_t v;
+    memcpy(&v, below.data + 4 * i, sizeof(v));
+    if (v < 0 || v > 32768 || (v > 0 && s->op != NPU_OP_MATMUL)) {
+      st = npu_fail(err, NPULM_ERR_FORMAT, "site %zu's input-sparse threshold %d is not valid", i,
+                    v);
+    }
+    s->skip_below = v;
+    s->skip_keep = keep[i];
+  }
+  free(keep);
+  if (st == NPULM_OK && npu_gguf_find(g, "npulm.sparse_input.auto") != NULL) {
+    st = load_f32s(g, "npulm.sparse_input.auto", NPU_INPUT_AUTO_LEVELS, 0.0f, 1e6f,
+                   p->input_auto_ratio, err);
+  }
+  if (st == NPULM_OK) p->input_sparsity = level;
+  return st;
+}
+
 npulm_status npu_program_load_sparse(const struct npu_gguf *g, const struct npu_config *cfg,
                                      bool place, struct npu_program *p, npulm_error *err) {
+  npulm_status st0 = load_input_sparse(g, p, err);
+  if (st0 != NPULM_OK) return st0;
   if (npu_gguf_find(g, "npulm.sparse.level") == NULL) return NPULM_OK;
   float level;
   struct npu_gguf_arr rec;

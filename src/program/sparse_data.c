@@ -154,3 +154,10 @@ void npu_sparse_free(struct npu_sparse *s) {
   npu_pages_free(s->arena, s->arena_size);
   free(s);
 }
+
+bool npu_program_input_sparse(const struct npu_program *p) {
+  for (int32_t i = 0; i < p->n_qsites; i++) {
+    if (p->qsites[i].skip_below > 0) return true;
+  }
+  return false;
+}

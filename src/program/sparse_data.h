@@ -116,4 +116,23 @@ uint64_t npu_sparse_streamed(const struct npu_program *p, uint64_t budget, uint8
 
 void npu_sparse_free(struct npu_sparse *s); /* accepts NULL */
 
+/* ---- Input-sparse decode (TEAL, training-free) ------------------------------------------------
+ * The other sparse form: a decode step thresholds the integer input of each of a layer's matmuls
+ * (q, k, v on the attention norm's output, o on the attention's, gate and up on the FFN norm's,
+ * down on the product SiLU(gate) x up, which is computed exactly before it: CATS's magnitudes) by
+ * magnitude, d = x[c] - x_zero_point (0 for int16 inputs), and reads only the weights of the
+ * channels with |d| >= the site's skip_below: the product is bit for bit the dense matmul's with
+ * the skipped inputs at their zero point. Thresholds are integers in the input's units, one per
+ * matmul (the same for the matmuls of one input), chosen at compile time so that each skips the
+ * same share of its input channels on the calibration text (--sparsity S); shadow outlier
+ * channels are never skipped. The classifier stays dense. The runtime keeps a channel-major copy
+ * of each sparsified matmul's weights (backends/sparse_input.h), so that a kept channel is one
+ * contiguous run of bytes. */
+
+/* The levels input-sparse --sparsity auto tries, largest first. */
+static const float npu_input_auto_levels[NPU_INPUT_AUTO_LEVELS] = {0.5f, 0.4f, 0.25f, 0.1f};
+
+/* Whether program 'p' decodes input-sparse (some matmul site has a threshold). */
+bool npu_program_input_sparse(const struct npu_program *p);
+
 #endif /* NPU_PROGRAM_SPARSE_DATA_H */

@@ -12,6 +12,7 @@
 
 #include "backends/exec.h"
 #include "backends/sparse_ffn.h"
+#include "backends/sparse_input.h"
 #include "base/common.h"
 #include "base/pages.h"
 #include "base/pool.h"
@@ -84,8 +85,10 @@ struct npulm_session {
   void *observe_user;
   enum npu_sparse_mode sparse_mode;
   bool sparse_audit;
-  struct npu_sparse_run *sparse;   /* sparse decode, or NULL */
-  struct npu_residency *residency; /* weights under the model's memory budget, or NULL */
+  struct npu_sparse_run *sparse;      /* sparse decode, or NULL */
+  struct npu_input_run *input_sparse; /* input-sparse decode, or NULL */
+  uint64_t input_sparse_bytes;        /* its channel-major weights */
+  struct npu_residency *residency;    /* weights under the model's memory budget, or NULL */
   uint64_t
       *streamed_step; /* (n_graphs) with a budget: streamed weight bytes a step of each reads */
   _Atomic uint64_t streamed_read;
@@ -188,6 +191,16 @@ static npulm_status compiled_init(struct npulm_session *s, npulm_error *err) {
     npulm_status st = npu_sparse_run_create(p, s->sparse_mode, s->sparse_audit, &s->sparse, err);
     if (st != NPULM_OK) return st;
   }
+  if (npu_program_input_sparse(p) && s->sparse_mode != NPU_SPARSE_OFF) {
+    if (m->mem_budget > 0) {
+      return npu_fail(err, NPULM_ERR_UNSUPPORTED,
+                      "input-sparse decode does not run under a memory budget yet: decode with "
+                      "--sparse off, or compile with --sparse-form neuron");
+    }
+    npulm_status st =
+        npu_input_run_create(p, s->n_threads, &s->input_sparse, &s->input_sparse_bytes, err);
+    if (st != NPULM_OK) return st;
+  }
   if (m->mem_budget > 0) {
     npulm_status st = npu_residency_create(m, &s->residency, err);
     if (st != NPULM_OK) return st;
@@ -212,6 +225,11 @@ static npulm_status compiled_init(struct npulm_session *s, npulm_error *err) {
     }
   }
   if (p->sparse == NULL && (s->sparse_mode == NPU_SPARSE_EXACT || s->sparse_audit)) {
+    if (s->input_sparse != NULL) {
+      return npu_fail(err, NPULM_ERR_ARG,
+                      "--sparse exact and --sparse-audit are for neuron sparsity: the program's "
+                      "sparse form is input");
+    }
     return npu_fail(err, NPULM_ERR_ARG,
                     "the program has no sparse decode data: compile it with --sparsity");
   }
@@ -324,6 +342,7 @@ void npulm_session_free(npulm_session *s) {
   free(s->costs);
   free(s->profile);
   npu_sparse_run_free(s->sparse);
+  npu_input_run_free(s->input_sparse);
   npu_residency_free(s->residency); /* after the workers: its I/O thread serves their steps */
   free(s->streamed_step);
   npu_program_free(s->owned_program);
@@ -435,6 +454,7 @@ static void run_task(void *user, int32_t step, int32_t sub, int32_t slot) {
       .observe_user = s->observe_user,
       .profile = s->profile,
       .sparse = s->sparse,
+      .input_sparse = s->input_sparse,
       .streamed = s->residency != NULL ? npu_residency_streamed(s->residency) : NULL,
       .file = s->model->gguf,
       .batch = s->batch_n > 0 ? s->batch_rows : NULL,
@@ -487,12 +507,26 @@ void npulm_session_sparse_stats(const npulm_session *s, npulm_sparse_stats *out)
       .recall = s->sparse_audit && st.exact_mass > 0.0 ? st.kept_mass / st.exact_mass : NAN,
       .predict_s = st.predict_s,
       .ffn_s = st.ffn_s,
+      .bytes_share = NAN,
+      .input_kept = NAN,
   };
+  if (s->input_sparse == NULL) return;
+  struct npu_input_stats in;
+  npu_input_run_stats(s->input_sparse, &in);
+  out->input_steps = in.steps;
+  out->input_kept = in.channels > 0 ? (double)in.kept / (double)in.channels : NAN;
+  out->bytes_share = in.bytes_dense > 0 ? (double)in.bytes_read / (double)in.bytes_dense : NAN;
+  out->select_s = in.select_s;
+  out->gemv_s = in.gemv_s;
+  out->input_bytes = s->input_sparse_bytes;
 }
 
-bool npulm_session_is_sparse(const npulm_session *s) { return s->sparse != NULL; }
+bool npulm_session_is_sparse(const npulm_session *s) {
+  return s->sparse != NULL || s->input_sparse != NULL;
+}
 
 void npulm_session_sparse_stats_clear(npulm_session *s) {
+  if (s->input_sparse != NULL) npu_input_run_reset_stats(s->input_sparse);
   if (s->sparse != NULL) npu_sparse_reset_stats(s->sparse);
   if (s->residency != NULL) npu_residency_reset_stats(s->residency);
   atomic_store(&s->streamed_read, 0);

@@ -8,7 +8,7 @@
 model=$shared/models/tinystories-5M.gguf
 require_model sparse
 
-compile_sparse() { "$bin" compile -m "$model" -o "$tmp/s.npu" --sparsity 0.5 --calib-tokens 256; }
+compile_sparse() { "$bin" compile -m "$model" -o "$tmp/s.npu" --sparsity 0.5 --sparse-form neuron --calib-tokens 256; }
 check "compile --sparsity 0.5" compile_sparse
 
 inspect_layers() {
@@ -69,8 +69,32 @@ else
   echo "ok $n - serve: greedy text is run's for a sparse program # SKIP no curl or python3"
 fi
 
+# the input form (the default): thresholds on every block matmul's input
+compile_input() { "$bin" compile -m "$model" -o "$tmp/i.npu" --sparsity 0.4 --calib-tokens 256 --quant w4a16-block; }
+check "compile --sparsity 0.4 (input form, w4a16-block)" compile_input
+inspect_input() {
+  "$bin" inspect "$tmp/i.npu" >"$tmp/inspect-i" && grep -q "^input-sparse decode: skips 40%" "$tmp/inspect-i" &&
+    [ "$(grep -c '^  blk\.[0-9]*\.[a-z_]*  *[0-9]*  *[0-9]*  *[0-9.]*%$' "$tmp/inspect-i")" -eq 42 ]
+}
+check "inspect: the input-sparse line and one row per block matmul (7 x 6 layers)" inspect_input
+run_input() {
+  "$bin" run -m "$tmp/i.npu" -p "Once upon a time" -n 24 --temp 0 -v >"$tmp/i.txt" 2>"$tmp/i.err" &&
+    grep -q "^input-sparse decode: .* of input channels read .* of decode weight bytes read" "$tmp/i.err" &&
+    "$bin" run -m "$tmp/i.npu" -p "Once upon a time" -n 24 --temp 0 --sparse off -v >"$tmp/i-off.txt" 2>"$tmp/i-off.err" &&
+    ! grep -q "input-sparse" "$tmp/i-off.err" && grep -q "^Once upon a time" "$tmp/i-off.txt"
+}
+check "run -v: the input-sparse shares printed, not with --sparse off" run_input
+ppl_input() {
+  head -c 4000 "$shared/data/tinystories-valid.txt" >"$tmp/short.txt" &&
+    "$bin" ppl -m "$tmp/i.npu" -f "$tmp/short.txt" -c 64 --decode >"$tmp/i.ppl" 2>/dev/null &&
+    grep -q "^input-sparse decode: .* of decode weight bytes read (.* skipped)" "$tmp/i.ppl"
+}
+check "ppl --decode: the share of decode weight bytes read" ppl_input
+fails "run: input-sparse decode under a memory budget" "sparse-form neuron" "$bin" run -m "$tmp/i.npu" -p x --mem-budget 100M
+fails "compile: an unknown --sparse-form" "not input or neuron" "$bin" compile -m "$model" -o "$tmp/x.npu" --sparsity 0.5 --sparse-form rows
+
 fails "compile: sparsity out of range" "not in \[0, 1)" "$bin" compile -m "$model" -o "$tmp/x.npu" --sparsity 1.5
-fails "compile: sparsity needs int8 activations" "sparse decode needs" "$bin" compile -m "$model" -o "$tmp/x.npu" --sparsity 0.5 --quant w8a16
+fails "compile: sparsity needs int8 activations" "sparse decode needs" "$bin" compile -m "$model" -o "$tmp/x.npu" --sparsity 0.5 --sparse-form neuron --quant w8a16
 fails "run: --sparse exact without sparse data" "compile it with --sparsity" "$bin" run -m "$model" -p x -n 2 --sparse exact
 fails "run: unknown --sparse mode" "not predict, exact or off" "$bin" run -m "$tmp/s.npu" -p x --sparse some
 fails "run: a memory budget on a GGUF" "needs a program file" "$bin" run -m "$model" -p x --mem-budget 100M
