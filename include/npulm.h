@@ -364,10 +364,14 @@ typedef struct npulm_memory_stats {
   uint64_t pinned_bytes;   /* weights held in memory (and read every step) */
   uint64_t streamed_bytes; /* weights read from the file at each use */
   uint64_t hot_bytes;      /* neuron cache: hot neurons, pinned */
-  uint64_t cache_bytes;    /* neuron cache: the others' slots */
-  uint64_t bytes_read;     /* neuron bundles read from the file */
+  uint64_t cache_bytes;    /* neuron cache: the window of recently kept ones */
+  uint64_t scratch_bytes;  /* neuron cache: a step's misses that the window did not take */
+  uint64_t bytes_read;     /* neuron weights read from the file */
+  uint64_t bytes_used;     /* neuron weights decode used (candidates' gate rows, the kept's up
+                              rows and down columns); 1 - bytes_read / bytes_used of them came
+                              from memory */
   uint64_t streamed_read;  /* bytes of streamed weights used (read from the file as used) */
-  uint64_t hits, misses;   /* neuron cache lookups */
+  uint64_t hits, misses;   /* neuron cache lookups of the candidates' gate rows */
   double read_s;           /* time the I/O thread spent reading */
   double io_wait_s;        /* time decode waited for it */
 } npulm_memory_stats;

@@ -321,13 +321,16 @@ static void print_md_row(const struct model_desc *d, const struct result *r) {
            1e3 * r->sparse.ffn_s / tokens);
   }
   if (r->memory.budget > 0) {
-    const uint64_t lookups = r->memory.hits + r->memory.misses;
+    const npulm_memory_stats *m = &r->memory;
+    const uint64_t lookups = m->hits + m->misses;
     printf("  memory budget %.1f MiB: per token %.2f MiB of neurons and %.2f MiB of streamed "
-           "weights from storage, neurons at %.0f MiB/s; neuron cache hit rate %.1f%%\n",
-           (double)r->memory.budget / 1048576.0, (double)r->memory.bytes_read / 1048576.0 / tokens,
-           (double)r->memory.streamed_read / 1048576.0 / tokens,
-           r->memory.read_s > 0 ? (double)r->memory.bytes_read / 1048576.0 / r->memory.read_s : 0.0,
-           lookups > 0 ? 100.0 * (double)r->memory.hits / (double)lookups : 0.0);
+           "weights from storage, neurons at %.0f MiB/s; neuron bytes from memory %.1f%%, gate "
+           "hit rate %.1f%%\n",
+           (double)m->budget / 1048576.0, (double)m->bytes_read / 1048576.0 / tokens,
+           (double)m->streamed_read / 1048576.0 / tokens,
+           m->read_s > 0 ? (double)m->bytes_read / 1048576.0 / m->read_s : 0.0,
+           m->bytes_used > 0 ? 100.0 * (1.0 - (double)m->bytes_read / (double)m->bytes_used) : 0.0,
+           lookups > 0 ? 100.0 * (double)m->hits / (double)lookups : 0.0);
   }
   fflush(stdout);
 }

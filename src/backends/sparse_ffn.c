@@ -38,6 +38,7 @@ struct npu_sparse_run {
   int32_t *cand;      /* (n_ff) candidate neurons */
   const int8_t **ptr; /* (n_ff) their gate rows */
   int32_t *acc;       /* (n_ff) their gate accumulators */
+  int32_t *gate_acc;  /* (n_ff) by neuron: the kept's, with the bias */
   int32_t *kept;      /* (n_ff) the kept neurons */
   const int8_t **down_ptr;
   const int8_t **up_ptr;                   /* (n_ff) the kept's up rows */
@@ -46,16 +47,16 @@ struct npu_sparse_run {
   int32_t *coef;                           /* (n_ff) products less the down input's zero point */
   int32_t *down_acc;                       /* (MAX_TASKS, dim) each task's down sums */
   int32_t *all_ids;                        /* (n_ff) audit: every neuron, in the source's order */
-  const int8_t **all_ptr;                  /* (n_ff) audit: every bundle */
-  int32_t *all_acc;                        /* (n_ff) audit: their gate accumulators */
   struct npu_sparse_stats stats;
 };
 
-static size_t resident_get(void *user, int32_t layer, int32_t *ids, size_t n,
-                           const int8_t **gates) {
+static size_t resident_get(void *user, int32_t layer, enum npu_bundle_parts parts, int32_t *ids,
+                           size_t n, const int8_t **gates, size_t *n_given) {
+  (void)parts;
   const struct npu_sparse *sp = user;
   const int8_t *base = sp->layers[layer].bundles;
   for (size_t i = 0; i < n; i++) gates[i] = base + npu_sparse_gate_at((size_t)sp->kp, ids[i]);
+  *n_given = n;
   return n;
 }
 
@@ -84,6 +85,7 @@ void npu_sparse_run_free(struct npu_sparse_run *r) {
   free(r->cand);
   free(r->ptr);
   free(r->acc);
+  free(r->gate_acc);
   free(r->kept);
   free(r->down_ptr);
   free(r->up_ptr);
@@ -95,8 +97,6 @@ void npu_sparse_run_free(struct npu_sparse_run *r) {
   free(r->coef);
   free(r->down_acc);
   free(r->all_ids);
-  free(r->all_ptr);
-  free(r->all_acc);
   free(r);
 }
 
@@ -187,6 +187,7 @@ npulm_status npu_sparse_run_create(const struct npu_program *p, enum npu_sparse_
   r->cand = malloc(n_ff * sizeof(int32_t));
   r->ptr = malloc(n_ff * sizeof(*r->ptr));
   r->acc = malloc(n_ff * sizeof(int32_t));
+  r->gate_acc = malloc(n_ff * sizeof(int32_t));
   r->up_ptr = malloc(n_ff * sizeof(*r->up_ptr));
   r->acc_up = malloc(n_ff * sizeof(int32_t));
   r->kept = malloc(n_ff * sizeof(int32_t));
@@ -198,14 +199,12 @@ npulm_status npu_sparse_run_create(const struct npu_program *p, enum npu_sparse_
   r->coef = malloc(n_ff * sizeof(int32_t));
   r->down_acc = malloc(MAX_TASKS * dim * sizeof(int32_t));
   r->all_ids = malloc(n_ff * sizeof(int32_t));
-  r->all_ptr = malloc(n_ff * sizeof(*r->all_ptr));
-  r->all_acc = malloc(n_ff * sizeof(int32_t));
   npulm_status st = NPULM_OK;
   if (r->layers == NULL || r->h == NULL || r->pred == NULL || r->cand == NULL || r->ptr == NULL ||
-      r->acc == NULL || r->up_ptr == NULL || r->acc_up == NULL || r->kept == NULL ||
-      r->down_ptr == NULL || r->gate_q == NULL || r->up_q == NULL || r->silu_q == NULL ||
-      r->prod_q == NULL || r->coef == NULL || r->down_acc == NULL || r->all_ids == NULL ||
-      r->all_ptr == NULL || r->all_acc == NULL) {
+      r->acc == NULL || r->gate_acc == NULL || r->up_ptr == NULL || r->acc_up == NULL ||
+      r->kept == NULL || r->down_ptr == NULL || r->gate_q == NULL || r->up_q == NULL ||
+      r->silu_q == NULL || r->prod_q == NULL || r->coef == NULL || r->down_acc == NULL ||
+      r->all_ids == NULL) {
     st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
   }
   for (int32_t l = 0; st == NPULM_OK && l < r->n_layers; l++) st = prepare_layer(r, l, err);
@@ -286,20 +285,42 @@ static void step_task(void *arg, size_t task) {
     if (a < b) r->uk->qs8_rows_dot(dim, s->x, 0, b - a, rows + a, acc + a); /* zx: the bias */
   } else {
     item_range(s, task, 1, &a, &b);
-    int32_t *acc = r->down_acc + task * dim;
-    memset(acc, 0, dim * sizeof(int32_t));
+    int32_t *acc = r->down_acc + task * dim; /* cleared at the step's start */
     if (a < b) r->uk->qs8_cols_down(dim, b - a, r->down_ptr + a, r->coef + a, acc);
   }
+}
+
+/* The tasks a loop is cut into: one per thread of 'pool', at most MAX_TASKS. */
+static size_t loop_tasks(struct npu_pool *pool) {
+  size_t tasks = (size_t)npu_pool_threads(pool);
+  if (tasks > MAX_TASKS) tasks = MAX_TASKS;
+  return tasks < 1 ? 1 : tasks;
 }
 
 static void run_loop(struct step_loop *s, struct npu_pool *pool, int phase, size_t n) {
   s->phase = phase;
   s->n = n;
-  size_t tasks = (size_t)npu_pool_threads(pool);
-  if (tasks > MAX_TASKS) tasks = MAX_TASKS;
-  if (tasks < 1) tasks = 1;
-  s->tasks = tasks;
-  npu_pool_run(pool, tasks, step_task, s);
+  npu_pool_run(pool, s->tasks, step_task, s);
+}
+
+/* A round of gate rows: the source takes some of the 'n' neurons 'ids' from 'first' on (the
+ * step's first round if first == 0), sets their rows in r->ptr and their dots in r->acc (those
+ * in memory while the others are read, then those); the number it took. */
+static size_t gate_round(struct step_loop *loop, struct npu_pool *pool, int32_t layer, int32_t *ids,
+                         size_t first, size_t n) {
+  struct npu_sparse_run *r = loop->r;
+  size_t n_given;
+  const enum npu_bundle_parts parts = first == 0 ? NPU_BUNDLE_GATE : NPU_BUNDLE_GATE_NEXT;
+  const size_t n_in =
+      r->source.get(r->source.user, layer, parts, ids + first, n - first, r->ptr + first, &n_given);
+  loop->first = first;
+  run_loop(loop, pool, 1, n_in);
+  if (n_in < n_given) {
+    r->source.wait(r->source.user);
+    loop->first = first + n_in;
+    run_loop(loop, pool, 1, n_given - n_in);
+  }
+  return n_given;
 }
 
 static bool kept_by(const struct layer_run *lr, int32_t j, int32_t acc) {
@@ -307,17 +328,17 @@ static bool kept_by(const struct layer_run *lr, int32_t j, int32_t acc) {
   return v >= lr->thr_hi[j] || (v >= lr->thr_lo_a[j] && v <= lr->thr_lo_b[j]);
 }
 
-/* Audit: the |SiLU| mass the thresholds keep over every neuron's exact gate. */
-static double exact_mass(struct npu_sparse_run *r, const struct layer_run *lr, int32_t layer,
-                         const int8_t *x) {
+/* Audit: the |SiLU| mass the thresholds keep over every neuron's exact gate (after the step: its
+ * candidates' rows and dots, r->ptr and r->acc, are used again). */
+static double exact_mass(struct step_loop *loop, struct npu_pool *pool, int32_t layer) {
+  struct npu_sparse_run *r = loop->r;
+  const struct layer_run *lr = loop->lr;
   const size_t n_ff = (size_t)r->n_ff;
   for (size_t j = 0; j < n_ff; j++) r->all_ids[j] = (int32_t)j;
-  if (r->source.get(r->source.user, layer, r->all_ids, n_ff, r->all_ptr) < n_ff)
-    r->source.wait(r->source.user);
-  r->uk->qs8_rows_dot((size_t)r->dim, x, 0, n_ff, r->all_ptr, r->all_acc);
+  for (size_t done = 0; done < n_ff;) done += gate_round(loop, pool, layer, r->all_ids, done, n_ff);
   double mass = 0.0;
   for (size_t i = 0; i < n_ff; i++) {
-    const int32_t j = r->all_ids[i], acc = r->all_acc[i] + lr->data->bias[2 * j];
+    const int32_t j = r->all_ids[i], acc = r->acc[i] + lr->data->bias[2 * j];
     if (!kept_by(lr, j, acc)) continue;
     const double v = ldexp((double)acc * lr->sites.gate->mult[j], lr->sites.gate->shift[j] - 31);
     mass += fabs(npu_ref_silu((float)(v * lr->sites.gate_scale)));
@@ -336,7 +357,7 @@ void npu_sparse_ffn_exec(struct npu_sparse_run *r, const struct npu_graph *g, in
   const int8_t *x = (const int8_t *)(arena[xt->backend] + xt->offset);
   void *y = arena[yt->backend] + yt->offset;
   const size_t n_ff = (size_t)r->n_ff, dim = (size_t)r->dim;
-  struct step_loop loop = {.r = r, .lr = lr, .x = x};
+  struct step_loop loop = {.r = r, .lr = lr, .x = x, .tasks = loop_tasks(pool)};
   const double t0 = npu_now();
   /* 1. candidates */
   size_t n_cand = 0;
@@ -354,42 +375,55 @@ void npu_sparse_ffn_exec(struct npu_sparse_run *r, const struct npu_graph *g, in
     n_cand = n_ff;
   }
   const double t1 = npu_now();
-  /* 2. their gates: those in memory while the others are read, then those */
-  const size_t n_in = r->source.get(r->source.user, layer, r->cand, n_cand, r->ptr);
-  loop.first = 0;
-  run_loop(&loop, pool, 1, n_in);
-  if (n_in < n_cand) {
-    r->source.wait(r->source.user);
-    loop.first = n_in;
-    run_loop(&loop, pool, 1, n_cand - n_in);
-  }
-  /* 3. those the thresholds keep: their up rows; requantized as the dense GEMMs do, SiLU,
-   * product */
+  /* 2. in rounds (as many of the candidates as the source takes at a time): their gates; of
+   * those the thresholds keep, their up rows and down columns (those in memory first, while the
+   * others are read), up rows' dots; requantized as the dense GEMMs do, SiLU, product; down:
+   * each task's sums over its share of the kept */
   const struct npu_qsite *gs = lr->sites.gate, *us = lr->sites.up;
   const size_t part = r->source.part;
+  memset(r->down_acc, 0, loop.tasks * dim * sizeof(int32_t));
   size_t n_kept = 0;
-  for (size_t i = 0; i < n_cand; i++) {
-    const int32_t j = r->cand[i];
-    const int32_t ag = r->acc[i] + d->bias[2 * j];
-    if (!kept_by(lr, j, ag)) continue;
-    r->gate_q[n_kept] = npu_requantize_s8(ag, gs->mult[j], gs->shift[j], gs->gemm.y_zero_point);
-    r->kept[n_kept] = j;
-    r->down_ptr[n_kept] = r->ptr[i] + 2 * part;
-    r->up_ptr[n_kept++] = r->ptr[i] + part;
+  for (size_t done = 0; done < n_cand;) {
+    const size_t n_given = gate_round(&loop, pool, layer, r->cand, done, n_cand);
+    size_t n_round = 0; /* kept of this round */
+    for (size_t i = done; i < done + n_given; i++) {
+      const int32_t j = r->cand[i];
+      const int32_t ag = r->acc[i] + d->bias[2 * j];
+      if (!kept_by(lr, j, ag)) continue;
+      r->gate_acc[j] = ag;
+      r->kept[n_round++] = j;
+    }
+    done += n_given;
+    n_kept += n_round;
+    size_t n_all;
+    const size_t n_ready = r->source.get(r->source.user, layer, NPU_BUNDLE_REST, r->kept, n_round,
+                                         r->down_ptr, &n_all);
+    for (size_t i = 0; i < n_round; i++) {
+      const int32_t j = r->kept[i];
+      r->gate_q[i] =
+          npu_requantize_s8(r->gate_acc[j], gs->mult[j], gs->shift[j], gs->gemm.y_zero_point);
+      r->up_ptr[i] = r->down_ptr[i] + part;
+      r->down_ptr[i] += 2 * part;
+    }
+    loop.first = 0;
+    run_loop(&loop, pool, 2, n_ready);
+    if (n_ready < n_round) {
+      r->source.wait(r->source.user);
+      loop.first = n_ready;
+      run_loop(&loop, pool, 2, n_round - n_ready);
+    }
+    for (size_t i = 0; i < n_round; i++) {
+      const int32_t j = r->kept[i];
+      r->up_q[i] = npu_requantize_s8(r->acc_up[i] + d->bias[2 * j + 1], us->mult[j], us->shift[j],
+                                     us->gemm.y_zero_point);
+    }
+    r->uk->x8_lut(n_round, r->gate_q, r->silu_q, lr->sites.silu->lut);
+    r->uk->qs8_vmul(n_round, r->silu_q, r->up_q, r->prod_q, &lr->sites.mul->mul);
+    const int32_t zd = lr->sites.down->gemm.x_zero_point;
+    for (size_t i = 0; i < n_round; i++) r->coef[i] = r->prod_q[i] - zd;
+    run_loop(&loop, pool, 3, n_round);
   }
-  loop.first = 0;
-  run_loop(&loop, pool, 2, n_kept);
-  for (size_t i = 0; i < n_kept; i++) {
-    const int32_t j = r->kept[i];
-    r->up_q[i] = npu_requantize_s8(r->acc_up[i] + d->bias[2 * j + 1], us->mult[j], us->shift[j],
-                                   us->gemm.y_zero_point);
-  }
-  r->uk->x8_lut(n_kept, r->gate_q, r->silu_q, lr->sites.silu->lut);
-  r->uk->qs8_vmul(n_kept, r->silu_q, r->up_q, r->prod_q, &lr->sites.mul->mul);
-  const int32_t zd = lr->sites.down->gemm.x_zero_point;
-  for (size_t i = 0; i < n_kept; i++) r->coef[i] = r->prod_q[i] - zd;
-  /* 4. down: each task's sums over its share of the kept, added up with the bias */
-  run_loop(&loop, pool, 3, n_kept);
+  /* the tasks' down sums added up, with the bias */
   int32_t *acc = r->down_acc;
   for (size_t t = 1; t < loop.tasks; t++) {
     const int32_t *share = r->down_acc + t * dim;
@@ -420,6 +454,6 @@ void npu_sparse_ffn_exec(struct npu_sparse_run *r, const struct npu_graph *g, in
       kept_mass += fabs(npu_ref_silu((float)(v * lr->sites.gate_scale)));
     }
     st->kept_mass += kept_mass;
-    st->exact_mass += exact_mass(r, lr, layer, x);
+    st->exact_mass += exact_mass(&loop, pool, layer);
   }
 }

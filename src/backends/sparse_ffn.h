@@ -21,14 +21,23 @@ enum npu_sparse_mode {
                          predictor is judged against; reads every gate row) */
 };
 
+/* What of a layer step's neurons a bundle source's get asks for: its candidates' gate rows (in
+ * rounds: the first, and then the next ones for those a round did not take), then of a round's
+ * candidates the ones the thresholds kept, their up rows and down columns too. */
+enum npu_bundle_parts { NPU_BUNDLE_GATE, NPU_BUNDLE_GATE_NEXT, NPU_BUNDLE_REST };
+
 /* Where the neurons' weights are (the program's resident data by default; a neuron cache under a
- * memory budget). 'get' sets gates[i] to where neuron ids[i]'s gate row of layer 'layer' is or
- * will be (its up row 'part' bytes further, its down column 2 part), reordering 'ids' so that
- * those already in memory come first, and returns their number; the others are being read, and
- * are there once 'wait' returns (NULL: all are always there). They stay until the next 'get'. */
+ * memory budget). 'get' takes the first *n_given of 'ids' (all of them for NPU_BUNDLE_REST, for
+ * which 'ids' are some of the round's) and sets gates[i] to where neuron ids[i]'s gate row of
+ * layer 'layer' is or will be (its up row 'part' bytes further, its down column 2 part),
+ * reordering 'ids' so that those whose 'parts' are already in memory come first, then the others
+ * it took, then those left for the next round; it returns the number of the first. The others
+ * taken are being read, and are there once 'wait' returns (NULL: all are always there). What a
+ * round got stays until the next gate get. */
 struct npu_bundle_source {
   void *user;
-  size_t (*get)(void *user, int32_t layer, int32_t *ids, size_t n, const int8_t **gates);
+  size_t (*get)(void *user, int32_t layer, enum npu_bundle_parts parts, int32_t *ids, size_t n,
+                const int8_t **gates, size_t *n_given);
   void (*wait)(void *user);
   size_t part;
 };

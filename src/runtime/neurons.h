@@ -9,11 +9,21 @@
  *   "streamed": read through the mapping when used, with the next one's readahead started, and
  *   let go of (process and page cache) right after;
  * - the FFN's dense weights (read by prefill only) are streamed;
- * - the rest of B, N = B - pinned, is the neuron cache: half for hot neurons, those of each
- *   layer that the most calibration inputs kept (npu_sparse_layer.freq), read once and pinned;
- *   half for a cache of cold neurons, replaced least recently used first (a clock). A miss is
- *   read by an I/O thread with preadv (adjacent neurons of the file in one call), its pages
- *   dropped from the page cache after, while the step computes the neurons already in memory. */
+ * - the rest of B, less the largest streamed weight (in memory while it is used), is the neuron
+ *   cache, of S bundle slots (a neuron's gate row, up row and down column): each of the L layers
+ *   keeps r = (S - n_ff) / (L - 1) of its neurons resident (all, if S holds every layer), and the
+ *   n_ff - r others are a scratch that any layer's step uses for the misses it does not keep (so
+ *   S >= n_ff, one layer's neurons, is the minimum). A layer's resident slots start with the
+ *   neurons that the most calibration inputs kept (npu_sparse_layer.freq); the first 3/4 of them
+ *   are pinned (hot), the rest is a window over recent use (LLM in a flash's windowing): each
+ *   neuron has a history of the layer's last 8 steps (bit set if it was kept), and a miss takes
+ *   the window slot of the least kept of the 8 after the layer's clock hand (not used in this
+ *   step) if it was kept more often itself (strictly), else a scratch slot;
+ * - reads are two-phase (PowerInfer-2): a step's candidates that miss have their gate rows read
+ *   first; of those the thresholds keep, the up rows and down columns (a window slot that holds
+ *   only its gate row is completed when its neuron is kept). Reads go to an I/O thread with preadv
+ *   (adjacent neurons of a cluster in one call per part), their pages dropped from the page cache
+ *   after, while the step computes with the neurons already in memory. */
 #ifndef NPU_RUNTIME_NEURONS_H
 #define NPU_RUNTIME_NEURONS_H
 

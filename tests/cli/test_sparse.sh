@@ -30,7 +30,7 @@ check "run: the sparse shares printed, not for dense decode" shares
 budget() {
   "$bin" run -m "$tmp/s.npu" -p "Once upon a time" -n 24 --temp 0 --mem-budget 3M --cold \
     >"$tmp/budget.txt" 2>"$tmp/budget.err" && cmp -s "$tmp/budget.txt" "$tmp/predict.txt" &&
-    grep -q "peak RSS" "$tmp/budget.err" && grep -q "neuron cache hit rate" "$tmp/budget.err"
+    grep -q "peak RSS" "$tmp/budget.err" && grep -q "neuron bytes from memory .*, gate hit rate" "$tmp/budget.err"
 }
 check "run --mem-budget 3M --cold: the same text, and the storage figures" budget
 
