@@ -25,9 +25,13 @@ require_curl() { # require_curl NAME: skip the whole script without curl
 }
 
 # start_server LOG ARGS...: npulm serve on a free port in the background, its stderr in LOG;
-# waits (at most 60 s) for its listening line and sets 'server_pid' and 'url'
+# waits (at most 60 s) for its listening line and sets 'server_pid' and 'url'. LOG is emptied
+# here, before the server starts: a LOG kept from an earlier server still has its listening line,
+# and the child's own truncation may come after the first grep (then url is read from an empty
+# file, or names the old port)
 start_server() {
   log=$1; shift
+  : >"$log"
   "$bin" serve --port 0 "$@" 2>"$log" &
   server_pid=$!
   i=0
