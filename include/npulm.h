@@ -363,8 +363,8 @@ typedef struct npulm_memory_stats {
   uint64_t budget;
   uint64_t pinned_bytes;   /* weights held in memory (and read every step) */
   uint64_t streamed_bytes; /* weights read from the file at each use */
-  uint64_t hot_bytes;      /* neuron cache: hot neurons, pinned */
-  uint64_t cache_bytes;    /* neuron cache: the window of recently kept ones */
+  uint64_t hot_bytes;      /* neuron cache: gate rows and hot up/down pairs, pinned */
+  uint64_t cache_bytes;    /* neuron cache: the window of recently kept neurons' pairs */
   uint64_t scratch_bytes;  /* neuron cache: a step's misses that the window did not take */
   uint64_t bytes_read;     /* neuron weights read from the file */
   uint64_t bytes_used;     /* neuron weights decode used (candidates' gate rows, the kept's up
@@ -372,8 +372,9 @@ typedef struct npulm_memory_stats {
                               from memory */
   uint64_t streamed_read;  /* bytes of streamed weights used (read from the file as used) */
   uint64_t hits, misses;   /* neuron cache lookups of the candidates' gate rows */
-  double read_s;           /* time the I/O thread spent reading */
-  double io_wait_s;        /* time decode waited for it */
+  uint64_t kept_hits, kept_misses; /* and of the kept neurons' up rows and down columns */
+  double read_s;                   /* time the I/O thread spent reading */
+  double io_wait_s;                /* time decode waited for it */
 } npulm_memory_stats;
 
 void npulm_session_memory_stats(const npulm_session *session, npulm_memory_stats *stats_out);

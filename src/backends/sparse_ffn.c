@@ -52,10 +52,11 @@ struct npu_sparse_run {
 
 static size_t resident_get(void *user, int32_t layer, enum npu_bundle_parts parts, int32_t *ids,
                            size_t n, const int8_t **gates, size_t *n_given) {
-  (void)parts;
   const struct npu_sparse *sp = user;
-  const int8_t *base = sp->layers[layer].bundles;
-  for (size_t i = 0; i < n; i++) gates[i] = base + npu_sparse_gate_at((size_t)sp->kp, ids[i]);
+  const size_t kp = (size_t)sp->kp;
+  const int8_t *base =
+      sp->layers[layer].bundles + (parts == NPU_BUNDLE_REST ? npu_sparse_part(kp) : 0);
+  for (size_t i = 0; i < n; i++) gates[i] = base + npu_sparse_gate_at(kp, ids[i]);
   *n_given = n;
   return n;
 }
@@ -402,8 +403,8 @@ void npu_sparse_ffn_exec(struct npu_sparse_run *r, const struct npu_graph *g, in
       const int32_t j = r->kept[i];
       r->gate_q[i] =
           npu_requantize_s8(r->gate_acc[j], gs->mult[j], gs->shift[j], gs->gemm.y_zero_point);
-      r->up_ptr[i] = r->down_ptr[i] + part;
-      r->down_ptr[i] += 2 * part;
+      r->up_ptr[i] = r->down_ptr[i];
+      r->down_ptr[i] += part;
     }
     loop.first = 0;
     run_loop(&loop, pool, 2, n_ready);

@@ -29,7 +29,8 @@ enum npu_bundle_parts { NPU_BUNDLE_GATE, NPU_BUNDLE_GATE_NEXT, NPU_BUNDLE_REST }
 /* Where the neurons' weights are (the program's resident data by default; a neuron cache under a
  * memory budget). 'get' takes the first *n_given of 'ids' (all of them for NPU_BUNDLE_REST, for
  * which 'ids' are some of the round's) and sets gates[i] to where neuron ids[i]'s gate row of
- * layer 'layer' is or will be (its up row 'part' bytes further, its down column 2 part),
+ * layer 'layer' is or will be (for NPU_BUNDLE_REST: its up row, its down column 'part' bytes
+ * further),
  * reordering 'ids' so that those whose 'parts' are already in memory come first, then the others
  * it took, then those left for the next round; it returns the number of the first. The others
  * taken are being read, and are there once 'wait' returns (NULL: all are always there). What a

@@ -21,21 +21,32 @@
 
 enum {
   MAX_IOV = 64,
-  LOOK_AHEAD = 8,   /* window slots a miss may take, from the layer's clock hand */
+  LOOK_AHEAD = 8,   /* window slots a miss may take, from the clock hand */
   SCRATCH_MIN = 64, /* slots for a round's misses (4 clusters) */
 };
 
-/* The share of a layer's resident slots that hold its most frequent neurons for good, in 256ths;
- * the rest is its window (bench/RESULTS.md measures the choice). */
+/* The share of the resident up/down pairs held for good, in 256ths; the rest is the window
+ * (bench/RESULTS.md measures the choice). */
 enum { HOT_SHARE_Q8 = 192 };
 
-/* A read of the I/O thread: adjacent neurons of one cluster into their slots, parts
- * first_part .. first_part + n_parts - 1 (0 gate rows, 1 up rows, 2 down columns): one run of
- * the file per part. */
+/* A read of the I/O thread: adjacent neurons of one cluster into their slots, either their gate
+ * rows (part 0, into the gate pool) or their up rows and down columns (parts 1 and 2, into the
+ * pair pool): one run of the file per part. */
 struct read_run {
   uint64_t offset; /* of the first neuron's gate row in the file */
   int32_t first_miss, count;
   int8_t first_part, n_parts;
+};
+
+/* Slots of one size: 'n_resident' held (for pairs: n_hot pinned, then the window), then a
+ * scratch of 'n_scratch' for a round's other misses. */
+struct slot_pool {
+  int8_t *mem;
+  size_t mem_bytes, stride;
+  int32_t n_resident, n_scratch, n_slots;
+  int32_t scratch_used; /* by the round under way */
+  int32_t *slot_of;     /* (n_layers * n_ff) the slot holding each neuron's part, or -1 */
+  int32_t *owner;       /* (n_slots) the neuron (layer * n_ff + j) a slot holds, or -1 */
 };
 
 struct npu_residency {
@@ -43,27 +54,21 @@ struct npu_residency {
   const struct npu_gguf *file;
   const uint8_t *streamed; /* (n_qsites) the program's */
   size_t kp;               /* bytes of each of a neuron's three vectors */
-  size_t bundle;           /* bytes of a slot: gate row, up row, down column, 3 kp */
   size_t part; /* in the file, from a neuron's gate row to its up row (and on to its down) */
   int32_t n_layers, n_ff;
-  /* slots: each layer's resident ones (per_layer: n_hot pinned, then its window), then the
-   * scratch shared by all layers */
-  int8_t *slots;
-  size_t slots_bytes;
-  int32_t per_layer, n_hot, n_scratch, n_slots;
-  int32_t scratch_used; /* by the round under way */
-  int32_t *slot_of;     /* (n_layers * n_ff) the slot holding each neuron, or -1 */
-  int32_t *owner;       /* (n_slots) the neuron (layer * n_ff + j) a slot holds, or -1 */
-  uint8_t *full;        /* (n_slots) holds its neuron's up row and down column, not only gate */
-  uint64_t *used;       /* (n_slots) the round that last used it: not to be taken in it */
-  uint8_t *history;     /* (n_layers * n_ff) kept in each of its layer's last 8 steps (bit 0) */
-  int32_t *hand;        /* (n_layers) the window's clock hand */
-  uint64_t n_rounds;    /* gate gets: a layer step's rounds */
+  struct slot_pool gates; /* gate rows, kp each */
+  struct slot_pool pairs; /* up row and down column, 2 kp each */
+  int32_t n_hot;          /* pairs pinned; pairs n_hot .. n_resident - 1 are the window */
+  uint64_t *used;         /* (pairs.n_slots) the round that last used it: not to be taken in it */
+  uint8_t *history;       /* (n_layers * n_ff) kept in each of its layer's last 8 steps (bit 0) */
+  int32_t hand;           /* the window's clock hand */
+  uint64_t n_rounds;      /* gate gets: a layer step's rounds */
   /* the reads the last get posted, for the I/O thread */
   int32_t *miss_slot; /* (n_ff) */
   int32_t *miss_id;   /* (n_ff) */
   int32_t n_miss;
   int32_t *pending;      /* (n_ff) a get's neurons not in memory */
+  int32_t *left;         /* (n_ff) a round's candidates left for the next one */
   struct read_run *runs; /* (n_ff) */
   int32_t n_runs;
   pthread_t io;
@@ -117,13 +122,15 @@ static bool read_fully(const struct npu_residency *r, struct iovec *iov, int n_i
 /* Read run 'run''s neurons from the file into their slots (miss_slot), MAX_IOV at a time: each
  * part a contiguous range of the file. */
 static bool read_run(const struct npu_residency *r, const struct read_run *run) {
+  const struct slot_pool *pool = run->first_part == 0 ? &r->gates : &r->pairs;
   for (int32_t i = 0; i < run->count; i += MAX_IOV) {
     const int32_t n = run->count - i < MAX_IOV ? run->count - i : MAX_IOV;
     const int32_t *slots = r->miss_slot + run->first_miss + i;
     for (int p = run->first_part; p < run->first_part + run->n_parts; p++) {
       struct iovec iov[MAX_IOV];
+      const size_t in_slot = p == 0 ? 0 : (size_t)(p - 1) * r->kp;
       for (int32_t m = 0; m < n; m++) {
-        iov[m].iov_base = r->slots + (size_t)slots[m] * r->bundle + (size_t)p * r->kp;
+        iov[m].iov_base = pool->mem + (size_t)slots[m] * pool->stride + in_slot;
         iov[m].iov_len = r->kp;
       }
       const uint64_t at = run->offset + (uint64_t)i * r->kp + (uint64_t)p * r->part;
@@ -162,10 +169,10 @@ static void *io_thread(void *arg) {
   return NULL;
 }
 
-/* Queue the read of neuron j of 'layer' into slot s, parts first_part .. + n_parts - 1: with
- * the run before it if it is the next neuron of the same cluster. */
-static void queue_read(struct npu_residency *r, int32_t layer, int32_t j, int32_t s, int first_part,
-                       int n_parts) {
+/* Queue the read of neuron j of 'layer' into slot s: its gate row (gate) or its up row and down
+ * column; with the run before it if it is the next neuron of the same cluster. */
+static void queue_read(struct npu_residency *r, int32_t layer, int32_t j, int32_t s, bool gate) {
+  const int8_t first_part = gate ? 0 : 1, n_parts = gate ? 1 : 2;
   const int32_t m = r->n_miss++;
   r->miss_id[m] = j;
   r->miss_slot[m] = s;
@@ -174,8 +181,7 @@ static void queue_read(struct npu_residency *r, int32_t layer, int32_t j, int32_
       last->first_part == first_part) {
     last->count++;
   } else {
-    r->runs[r->n_runs++] =
-        (struct read_run){gate_offset(r, layer, j), m, 1, (int8_t)first_part, (int8_t)n_parts};
+    r->runs[r->n_runs++] = (struct read_run){gate_offset(r, layer, j), m, 1, first_part, n_parts};
   }
 }
 
@@ -192,41 +198,40 @@ static int popcount8(uint8_t v) {
   return c;
 }
 
-/* A slot for neuron g (= layer * n_ff + j), missed in this round: in the layer's window if g was
- * kept in more of the last 8 steps than the least kept of the LOOK_AHEAD window neurons after the
- * clock hand that this round does not use (an empty slot counts -1), which it then evicts; else
- * a scratch slot, let go at the next round; -1 if the scratch is used up (the neuron waits for
- * the next round). */
-static int32_t take_slot(struct npu_residency *r, int32_t layer, int32_t g) {
-  const int32_t first = layer * r->per_layer + r->n_hot, n_win = r->per_layer - r->n_hot;
+/* A pair slot for neuron g (= layer * n_ff + j), kept in this round and not in memory: in the
+ * window if g was kept in more of its layer's last 8 steps than the least kept of the LOOK_AHEAD
+ * window neurons after the clock hand that this round does not use (an empty slot counts -1),
+ * which it then evicts; else a scratch slot, let go at the next round (get_gates left room). */
+static int32_t take_pair_slot(struct npu_residency *r, int32_t g) {
+  struct slot_pool *pp = &r->pairs;
+  const int32_t first = r->n_hot, n_win = pp->n_resident - r->n_hot;
   const int32_t look = n_win < LOOK_AHEAD ? n_win : LOOK_AHEAD;
   int32_t victim = -1, victim_score = 9;
   for (int32_t k = 0; k < look; k++) {
-    const int32_t s = first + (r->hand[layer] + k) % n_win;
+    const int32_t s = first + (r->hand + k) % n_win;
     if (r->used[s] == r->n_rounds) continue;
-    const int score = r->owner[s] < 0 ? -1 : popcount8(r->history[r->owner[s]]);
+    const int score = pp->owner[s] < 0 ? -1 : popcount8(r->history[pp->owner[s]]);
     if (score < victim_score) {
       victim = s;
       victim_score = score;
     }
   }
   if (victim >= 0 && popcount8(r->history[g]) > victim_score) {
-    r->hand[layer] = (victim - first + 1) % n_win;
-    if (r->owner[victim] >= 0) r->slot_of[r->owner[victim]] = -1;
+    r->hand = (victim - first + 1) % n_win;
+    if (pp->owner[victim] >= 0) pp->slot_of[pp->owner[victim]] = -1;
     return victim;
   }
-  if (r->scratch_used == r->n_scratch) return -1;
-  return r->n_layers * r->per_layer + r->scratch_used++;
+  assert(pp->scratch_used < pp->n_scratch);
+  return pp->n_resident + pp->scratch_used++;
 }
 
 /* The scratch slots of the round before: let go. */
-static void release_scratch(struct npu_residency *r) {
-  const int32_t first = r->n_layers * r->per_layer;
-  for (int32_t s = first; s < first + r->scratch_used; s++) {
-    r->slot_of[r->owner[s]] = -1;
-    r->owner[s] = -1;
+static void release_scratch(struct slot_pool *pool) {
+  for (int32_t s = pool->n_resident; s < pool->n_resident + pool->scratch_used; s++) {
+    pool->slot_of[pool->owner[s]] = -1;
+    pool->owner[s] = -1;
   }
-  r->scratch_used = 0;
+  pool->scratch_used = 0;
 }
 
 static int cmp_i32(const void *a, const void *b) {
@@ -239,61 +244,69 @@ static int cmp_u64(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* A round of a layer step's candidates: those whose gate row is in memory first; then those given
- * a slot (take_slot) and a read of their gate rows; then those left for the next round. */
+/* A round of a layer step's candidates, as many as the scratches take: a candidate is taken if
+ * its gate row is in memory or a gate scratch slot is free, and its pair is in memory or fewer
+ * of the round's taken lack theirs than the pair scratch holds (so that get_rest has a slot for
+ * every kept one). Those whose gate rows are in memory come first, then those whose gate rows
+ * are being read, then those left for the next round. */
 static size_t get_gates(struct npu_residency *r, int32_t layer, bool first_round, int32_t *ids,
                         size_t n, const int8_t **out, size_t *n_given) {
+  struct slot_pool *gp = &r->gates, *pp = &r->pairs;
   r->n_rounds++;
-  release_scratch(r);
+  release_scratch(gp);
+  release_scratch(pp);
   r->n_miss = r->n_runs = 0;
   const int32_t base = layer * r->n_ff;
   if (first_round) { /* the histories move on by one step */
     uint8_t *h = r->history + base;
     for (int32_t j = 0; j < r->n_ff; j++) h[j] = (uint8_t)(h[j] << 1);
   }
-  size_t n_hit = 0, n_pending = 0;
+  size_t n_hit = 0, n_read = 0, n_left = 0;
+  int32_t pairs_room = pp->n_scratch;
   for (size_t i = 0; i < n; i++) {
-    const int32_t j = ids[i], s = r->slot_of[base + j];
-    if (s >= 0) {
-      r->used[s] = r->n_rounds;
-      ids[n_hit++] = j;
-    } else {
-      r->pending[n_pending++] = j;
+    const int32_t j = ids[i], g = base + j, gs = gp->slot_of[g], ps = pp->slot_of[g];
+    if ((gs < 0 && gp->scratch_used == gp->n_scratch) || (ps < 0 && pairs_room == 0)) {
+      r->left[n_left++] = j;
+      continue;
     }
+    if (ps >= 0) {
+      r->used[ps] = r->n_rounds; /* not to be evicted by this round's misses */
+    } else {
+      pairs_room--;
+    }
+    if (gs >= 0) {
+      ids[n_hit++] = j;
+      continue;
+    }
+    const int32_t s = gp->n_resident + gp->scratch_used++;
+    gp->owner[s] = g;
+    gp->slot_of[g] = s;
+    queue_read(r, layer, j, s, true);
+    r->pending[n_read++] = j;
   }
-  size_t m = 0;
-  for (; m < n_pending; m++) {
-    const int32_t j = r->pending[m], s = take_slot(r, layer, base + j);
-    if (s < 0) break;
-    r->owner[s] = base + j;
-    r->slot_of[base + j] = s;
-    r->full[s] = 0;
-    r->used[s] = r->n_rounds;
-    queue_read(r, layer, j, s, 0, 1);
-    ids[n_hit + m] = j;
-  }
-  for (size_t k = m; k < n_pending; k++) ids[n_hit + k] = r->pending[k];
-  *n_given = n_hit + m;
+  memcpy(ids + n_hit, r->pending, n_read * sizeof(int32_t));
+  memcpy(ids + n_hit + n_read, r->left, n_left * sizeof(int32_t));
+  *n_given = n_hit + n_read;
   for (size_t i = 0; i < *n_given; i++)
-    out[i] = r->slots + (size_t)r->slot_of[base + ids[i]] * r->bundle;
+    out[i] = gp->mem + (size_t)gp->slot_of[base + ids[i]] * gp->stride;
   r->stats.hits += n_hit;
-  r->stats.misses += m;
+  r->stats.misses += n_read;
   r->stats.bytes_used += (uint64_t)*n_given * r->kp;
-  if (m > 0) post_reads(r);
+  if (n_read > 0) post_reads(r);
   return n_hit;
 }
 
-/* Of a round's candidates, the kept: those whose up row and down column are in memory first, a
- * read of the others' (in file order); their histories take this step. */
+/* Of a round's candidates, the kept: those whose pairs are in memory first, then a read of the
+ * others' (in file order); their histories take this step. */
 static size_t get_rest(struct npu_residency *r, int32_t layer, int32_t *ids, size_t n,
                        const int8_t **out) {
+  struct slot_pool *pp = &r->pairs;
   r->n_miss = r->n_runs = 0;
   const int32_t base = layer * r->n_ff;
   size_t n_ready = 0, n_pending = 0;
   for (size_t i = 0; i < n; i++) {
-    const int32_t j = ids[i], s = r->slot_of[base + j];
-    assert(s >= 0); /* a candidate of the step's gate get */
-    if (r->full[s]) {
+    const int32_t j = ids[i];
+    if (pp->slot_of[base + j] >= 0) {
       ids[n_ready++] = j;
     } else {
       r->pending[n_pending++] = j;
@@ -301,16 +314,20 @@ static size_t get_rest(struct npu_residency *r, int32_t layer, int32_t *ids, siz
   }
   qsort(r->pending, n_pending, sizeof(int32_t), cmp_i32);
   for (size_t m = 0; m < n_pending; m++) {
-    const int32_t j = r->pending[m], s = r->slot_of[base + j];
-    r->full[s] = 1;
-    queue_read(r, layer, j, s, 1, 2);
+    const int32_t j = r->pending[m], s = take_pair_slot(r, base + j);
+    pp->owner[s] = base + j;
+    pp->slot_of[base + j] = s;
+    r->used[s] = r->n_rounds;
+    queue_read(r, layer, j, s, false);
     ids[n_ready + m] = j;
   }
   uint8_t *h = r->history + base;
   for (size_t i = 0; i < n; i++) {
-    out[i] = r->slots + (size_t)r->slot_of[base + ids[i]] * r->bundle;
+    out[i] = pp->mem + (size_t)pp->slot_of[base + ids[i]] * pp->stride;
     h[ids[i]] |= 1;
   }
+  r->stats.kept_hits += n_ready;
+  r->stats.kept_misses += n_pending;
   r->stats.bytes_used += (uint64_t)n * 2 * r->kp;
   if (n_pending > 0) post_reads(r);
   return n_ready;
@@ -347,7 +364,14 @@ void npu_residency_stats(const struct npu_residency *r, npulm_memory_stats *out)
 
 void npu_residency_reset_stats(struct npu_residency *r) {
   r->stats.bytes_read = r->stats.bytes_used = r->stats.hits = r->stats.misses = 0;
+  r->stats.kept_hits = r->stats.kept_misses = 0;
   r->stats.read_s = r->stats.io_wait_s = 0.0;
+}
+
+static void pool_free(struct slot_pool *pool) {
+  npu_pages_free(pool->mem, pool->mem_bytes);
+  free(pool->slot_of);
+  free(pool->owner);
 }
 
 void npu_residency_free(struct npu_residency *r) {
@@ -361,50 +385,158 @@ void npu_residency_free(struct npu_residency *r) {
   }
   pthread_mutex_destroy(&r->lock);
   pthread_cond_destroy(&r->cond);
-  npu_pages_free(r->slots, r->slots_bytes);
-  free(r->slot_of);
-  free(r->owner);
-  free(r->full);
+  pool_free(&r->gates);
+  pool_free(&r->pairs);
   free(r->used);
   free(r->history);
-  free(r->hand);
   free(r->miss_slot);
   free(r->miss_id);
   free(r->pending);
+  free(r->left);
   free(r->runs);
   free(r);
 }
 
-/* Each layer's resident slots filled: its per_layer neurons that the most calibration inputs
- * kept (ties: the first), the n_hot most frequent of them pinned; read whole, in file order. */
-static npulm_status fill_resident(struct npu_residency *r, npulm_error *err) {
-  uint64_t *order = malloc((size_t)r->n_ff * sizeof(uint64_t));
+/* What the neuron cache holds, from 'bytes': the parts that calibration says decode uses most
+ * per byte. A neuron's gate row (kp bytes) is read whenever it is a candidate, at least as often
+ * as calibration kept it (npu_sparse_layer.freq); its pair (2 kp) when it is kept: per byte, a
+ * gate row is worth at least twice its own pair. So over all layers' neurons, most kept first,
+ * the gate rows at value 2 freq and the pairs at freq are merged, the higher first (ties: the
+ * gate row), while they fit. resident_gate / resident_pair (n_layers * n_ff) get the rank of
+ * each part held, or -1; the counts held go to *n_gates and *n_pairs. */
+static npulm_status choose_resident(struct npu_residency *r, uint64_t bytes, int32_t *resident_gate,
+                                    int32_t *resident_pair, int32_t *n_gates, int32_t *n_pairs,
+                                    npulm_error *err) {
+  const int32_t all = r->n_layers * r->n_ff;
+  uint64_t *order = malloc((size_t)all * sizeof(uint64_t));
   if (order == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
   for (int32_t l = 0; l < r->n_layers; l++) {
     const uint32_t *freq = r->sp->layers[l].freq;
-    for (int32_t j = 0; j < r->n_ff; j++) /* most frequent first, then by index */
-      order[j] = (uint64_t)(UINT32_MAX - freq[j]) << 32 | (uint32_t)j;
-    qsort(order, (size_t)r->n_ff, sizeof(uint64_t), cmp_u64);
-    const int32_t base = l * r->n_ff;
-    for (int32_t i = 0; i < r->per_layer; i++) {
-      const int32_t j = (int32_t)(uint32_t)order[i], s = l * r->per_layer + i;
-      r->slot_of[base + j] = s;
-      r->owner[s] = base + j;
-      r->full[s] = 1;
+    for (int32_t j = 0; j < r->n_ff; j++) { /* most kept first, then by layer and index */
+      const int32_t g = l * r->n_ff + j;
+      order[g] = (uint64_t)(UINT32_MAX - freq[j]) << 32 | (uint32_t)g;
     }
-    r->n_miss = r->n_runs = 0;
-    for (int32_t j = 0; j < r->n_ff; j++) {
-      if (r->slot_of[base + j] >= 0) queue_read(r, l, j, r->slot_of[base + j], 0, 3);
+  }
+  qsort(order, (size_t)all, sizeof(uint64_t), cmp_u64);
+  for (int32_t g = 0; g < all; g++) resident_gate[g] = resident_pair[g] = -1;
+  int32_t a = 0, b = 0; /* the next gate row, the next pair, in 'order' */
+  const uint64_t gate_bytes = r->kp, pair_bytes = 2 * r->kp;
+  while (b < all) {
+    const uint64_t fa = a < all ? UINT32_MAX - (order[a] >> 32) : 0;
+    const uint64_t fb = UINT32_MAX - (order[b] >> 32);
+    const bool gate = a < all && 2 * fa >= fb;
+    const uint64_t need = gate ? gate_bytes : pair_bytes;
+    if (need > bytes) break;
+    bytes -= need;
+    const int32_t g = (int32_t)(uint32_t)(gate ? order[a] : order[b]);
+    if (gate) {
+      resident_gate[g] = a++;
+    } else {
+      resident_pair[g] = b++;
     }
-    for (int32_t k = 0; k < r->n_runs; k++) {
-      if (!read_run(r, &r->runs[k])) {
-        free(order);
-        return npu_fail(err, NPULM_ERR_IO, "cannot read the program file's neuron bundles");
+  }
+  *n_gates = a;
+  *n_pairs = b;
+  free(order);
+  return NPULM_OK;
+}
+
+/* The pool's slots and maps, every slot empty. */
+static bool pool_alloc(struct slot_pool *pool, size_t stride, int32_t n_resident, int32_t n_scratch,
+                       int32_t all) {
+  pool->stride = stride;
+  pool->n_resident = n_resident;
+  pool->n_scratch = n_scratch;
+  pool->n_slots = n_resident + n_scratch;
+  pool->mem_bytes = (size_t)pool->n_slots * stride;
+  pool->mem = npu_pages_alloc(pool->mem_bytes);
+  pool->slot_of = malloc((size_t)all * sizeof(int32_t));
+  pool->owner = malloc((size_t)(pool->n_slots > 0 ? pool->n_slots : 1) * sizeof(int32_t));
+  if ((pool->mem == NULL && pool->mem_bytes > 0) || pool->slot_of == NULL || pool->owner == NULL)
+    return false;
+  for (int32_t g = 0; g < all; g++) pool->slot_of[g] = -1;
+  for (int32_t s = 0; s < pool->n_slots; s++) pool->owner[s] = -1;
+  return true;
+}
+
+/* The resident parts into their slots (slot = rank: the pinned pairs are the most kept, the
+ * window the rest) and read, a layer at a time in file order. */
+static npulm_status fill_resident(struct npu_residency *r, const int32_t *resident_gate,
+                                  const int32_t *resident_pair, npulm_error *err) {
+  for (int32_t l = 0; l < r->n_layers; l++) {
+    for (int part = 0; part < 2; part++) {
+      const int32_t *rank = part == 0 ? resident_gate : resident_pair;
+      struct slot_pool *pool = part == 0 ? &r->gates : &r->pairs;
+      r->n_miss = r->n_runs = 0;
+      for (int32_t j = 0; j < r->n_ff; j++) {
+        const int32_t g = l * r->n_ff + j, s = rank[g];
+        if (s < 0) continue;
+        pool->slot_of[g] = s;
+        pool->owner[s] = g;
+        queue_read(r, l, j, s, part == 0);
+      }
+      for (int32_t k = 0; k < r->n_runs; k++) {
+        if (!read_run(r, &r->runs[k]))
+          return npu_fail(err, NPULM_ERR_IO, "cannot read the program file's neuron bundles");
       }
     }
   }
-  free(order);
   return NPULM_OK;
+}
+
+/* The cache's slots for 'bytes' (all parts resident if they fit, else a scratch of at least
+ * SCRATCH_MIN neurons, or a sixteenth of a layer's, and the parts choose_resident picks), read. */
+static npulm_status fill_cache(struct npu_residency *r, uint64_t bytes, npulm_error *err) {
+  const int32_t all = r->n_layers * r->n_ff;
+  const uint64_t bundle = 3 * r->kp, n_ff = (uint64_t)r->n_ff;
+  uint64_t scratch = n_ff / 16 > SCRATCH_MIN ? n_ff / 16 : SCRATCH_MIN;
+  if (scratch > n_ff) scratch = n_ff;
+  if (bytes / bundle >= (uint64_t)all) scratch = 0;
+  if (bytes / bundle < scratch) {
+    return npu_fail(err, NPULM_ERR_ARG,
+                    "a memory budget of %llu bytes leaves %llu for the neuron cache; it needs at "
+                    "least %llu (a scratch of %llu neurons)",
+                    (unsigned long long)r->stats.budget, (unsigned long long)bytes,
+                    (unsigned long long)(scratch * bundle), (unsigned long long)scratch);
+  }
+  int32_t *resident_gate = malloc((size_t)all * sizeof(int32_t));
+  int32_t *resident_pair = malloc((size_t)all * sizeof(int32_t));
+  int32_t n_gates = 0, n_pairs = 0;
+  npulm_status st = resident_gate == NULL || resident_pair == NULL
+                        ? npu_fail(err, NPULM_ERR_NOMEM, "out of memory")
+                        : choose_resident(r, bytes - scratch * bundle, resident_gate, resident_pair,
+                                          &n_gates, &n_pairs, err);
+  if (st == NPULM_OK) {
+    /* a scratch larger than a layer's parts not held is not needed */
+    int32_t gates_out = 0, pairs_out = 0;
+    for (int32_t l = 0; l < r->n_layers; l++) {
+      int32_t g_out = 0, p_out = 0;
+      for (int32_t g = l * r->n_ff; g < (l + 1) * r->n_ff; g++) {
+        g_out += resident_gate[g] < 0;
+        p_out += resident_pair[g] < 0;
+      }
+      if (g_out > gates_out) gates_out = g_out;
+      if (p_out > pairs_out) pairs_out = p_out;
+    }
+    const int32_t sc = (int32_t)scratch;
+    r->n_hot = (int32_t)((int64_t)n_pairs * HOT_SHARE_Q8 / 256);
+    r->used = calloc((size_t)n_pairs + scratch, sizeof(uint64_t));
+    if (!pool_alloc(&r->gates, r->kp, n_gates, gates_out < sc ? gates_out : sc, all) ||
+        !pool_alloc(&r->pairs, 2 * r->kp, n_pairs, pairs_out < sc ? pairs_out : sc, all) ||
+        r->used == NULL) {
+      st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory for the neuron cache");
+    }
+  }
+  if (st == NPULM_OK) st = fill_resident(r, resident_gate, resident_pair, err);
+  if (st == NPULM_OK) {
+    r->stats.hot_bytes = (uint64_t)n_gates * r->kp + (uint64_t)r->n_hot * 2 * r->kp;
+    r->stats.cache_bytes = (uint64_t)(n_pairs - r->n_hot) * 2 * r->kp;
+    r->stats.scratch_bytes =
+        (uint64_t)r->gates.n_scratch * r->kp + (uint64_t)r->pairs.n_scratch * 2 * r->kp;
+  }
+  free(resident_gate);
+  free(resident_pair);
+  return st;
 }
 
 npulm_status npu_residency_create(const struct npulm_model *m, struct npu_residency **out,
@@ -423,7 +555,6 @@ npulm_status npu_residency_create(const struct npulm_model *m, struct npu_reside
   r->sp = p->sparse;
   r->file = m->gguf;
   r->kp = (size_t)r->sp->kp;
-  r->bundle = 3 * r->kp;
   r->part = npu_sparse_part(r->kp);
   r->n_layers = r->sp->n_layers;
   r->n_ff = r->sp->layers[0].n_ff;
@@ -440,64 +571,26 @@ npulm_status npu_residency_create(const struct npulm_model *m, struct npu_reside
   }
   r->stats.pinned_bytes = pinned;
   npulm_status st = NPULM_OK;
-  /* the neuron cache: what is left beside the streamed weights in use (one used, the next one
-   * read ahead: both in memory, in the process or the page cache); a scratch of at least
-   * SCRATCH_MIN neurons (or a sixteenth of a layer's), the rest shared equally by the layers */
-  const uint64_t taken = pinned + 2 * largest_streamed;
-  const uint64_t left = budget > taken ? budget - taken : 0;
-  const uint64_t slots = left / r->bundle, n_ff = (uint64_t)r->n_ff;
-  const uint64_t all = (uint64_t)r->n_layers * n_ff;
-  uint64_t scratch = n_ff / 16 > SCRATCH_MIN ? n_ff / 16 : SCRATCH_MIN;
-  if (scratch > n_ff) scratch = n_ff;
+  const uint64_t all = (uint64_t)r->n_layers * (uint64_t)r->n_ff;
   if (all > (uint64_t)INT32_MAX) {
     st = npu_fail(err, NPULM_ERR_UNSUPPORTED, "the neuron cache cannot index %llu neurons",
                   (unsigned long long)all);
-  } else if (slots < scratch) {
-    st = npu_fail(err, NPULM_ERR_ARG,
-                  "a memory budget of %llu bytes leaves %llu for the neuron cache; it needs at "
-                  "least %llu (a scratch of %llu neurons)",
-                  (unsigned long long)budget, (unsigned long long)left,
-                  (unsigned long long)(scratch * r->bundle), (unsigned long long)scratch);
-  } else if (slots >= all) {
-    r->per_layer = r->n_ff;
-  } else {
-    uint64_t per = (slots - scratch) / (uint64_t)r->n_layers;
-    /* a scratch beyond a layer's non-resident neurons is not needed: the layers share it */
-    if (per + scratch > n_ff) per = (slots - n_ff) / (uint64_t)(r->n_layers - 1);
-    r->per_layer = (int32_t)(per < n_ff ? per : n_ff);
-    r->n_scratch = (int32_t)(n_ff - (uint64_t)r->per_layer < scratch ? n_ff - (uint64_t)r->per_layer
-                                                                     : scratch);
   }
-  if (st == NPULM_OK) {
-    r->n_hot = (int32_t)((int64_t)r->per_layer * HOT_SHARE_Q8 / 256);
-    r->n_slots = r->n_layers * r->per_layer + r->n_scratch;
-    r->slots_bytes = (size_t)r->n_slots * r->bundle;
-    r->slots = npu_pages_alloc(r->slots_bytes);
-    r->slot_of = malloc((size_t)all * sizeof(int32_t));
-    r->owner = malloc((size_t)r->n_slots * sizeof(int32_t));
-    r->full = calloc((size_t)r->n_slots, 1);
-    r->used = calloc((size_t)r->n_slots, sizeof(uint64_t));
-    r->history = calloc((size_t)all, 1);
-    r->hand = calloc((size_t)r->n_layers, sizeof(int32_t));
-    r->miss_slot = malloc((size_t)r->n_ff * sizeof(int32_t));
-    r->miss_id = malloc((size_t)r->n_ff * sizeof(int32_t));
-    r->pending = malloc((size_t)r->n_ff * sizeof(int32_t));
-    r->runs = malloc((size_t)r->n_ff * sizeof(*r->runs));
-    if (r->slots == NULL || r->slot_of == NULL || r->owner == NULL || r->full == NULL ||
-        r->used == NULL || r->history == NULL || r->hand == NULL || r->miss_slot == NULL ||
-        r->miss_id == NULL || r->pending == NULL || r->runs == NULL) {
-      st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory for the neuron cache");
-    }
+  r->history = calloc((size_t)all, 1);
+  r->miss_slot = malloc((size_t)r->n_ff * sizeof(int32_t));
+  r->miss_id = malloc((size_t)r->n_ff * sizeof(int32_t));
+  r->pending = malloc((size_t)r->n_ff * sizeof(int32_t));
+  r->left = malloc((size_t)r->n_ff * sizeof(int32_t));
+  r->runs = malloc((size_t)r->n_ff * sizeof(*r->runs));
+  if (st == NPULM_OK && (r->history == NULL || r->miss_slot == NULL || r->miss_id == NULL ||
+                         r->pending == NULL || r->left == NULL || r->runs == NULL)) {
+    st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory for the neuron cache");
   }
+  /* the neuron cache: what is left beside the streamed weights in use (one used, the next one
+   * read ahead: both in memory, in the process or the page cache) */
+  const uint64_t taken = pinned + 2 * largest_streamed;
+  if (st == NPULM_OK) st = fill_cache(r, budget > taken ? budget - taken : 0, err);
   if (st == NPULM_OK) {
-    for (uint64_t i = 0; i < all; i++) r->slot_of[i] = -1;
-    for (int32_t s = 0; s < r->n_slots; s++) r->owner[s] = -1;
-    st = fill_resident(r, err);
-  }
-  if (st == NPULM_OK) {
-    r->stats.hot_bytes = (uint64_t)r->n_layers * (uint64_t)r->n_hot * r->bundle;
-    r->stats.cache_bytes = (uint64_t)r->n_layers * (uint64_t)(r->per_layer - r->n_hot) * r->bundle;
-    r->stats.scratch_bytes = (uint64_t)r->n_scratch * r->bundle;
     if (pthread_create(&r->io, NULL, io_thread, r) != 0) {
       st = npu_fail(err, NPULM_ERR_NOMEM, "cannot start the neuron cache's I/O thread");
     } else {

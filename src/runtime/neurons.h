@@ -9,19 +9,23 @@
  *   "streamed": read through the mapping when used, with the next one's readahead started, and
  *   let go of (process and page cache) right after;
  * - the FFN's dense weights (read by prefill only) are streamed;
- * - the rest of B, less the largest streamed weight (in memory while it is used), is the neuron
- *   cache, of S bundle slots (a neuron's gate row, up row and down column): each of the L layers
- *   keeps r = (S - n_ff) / (L - 1) of its neurons resident (all, if S holds every layer), and the
- *   n_ff - r others are a scratch that any layer's step uses for the misses it does not keep (so
- *   S >= n_ff, one layer's neurons, is the minimum). A layer's resident slots start with the
- *   neurons that the most calibration inputs kept (npu_sparse_layer.freq); the first 3/4 of them
- *   are pinned (hot), the rest is a window over recent use (LLM in a flash's windowing): each
- *   neuron has a history of the layer's last 8 steps (bit set if it was kept), and a miss takes
- *   the window slot of the least kept of the 8 after the layer's clock hand (not used in this
- *   step) if it was kept more often itself (strictly), else a scratch slot;
+ * - the rest of B, less room for two of the largest streamed weights (one in use, the next read
+ *   ahead), is the neuron cache. It holds a neuron's parts apart: its gate row (kp bytes), read
+ *   whenever the neuron is a candidate, and its pair, up row and down column (2 kp), read when
+ *   the thresholds keep it. Calibration counts how often each neuron was kept
+ *   (npu_sparse_layer.freq); a candidate is kept at most as often, so per byte a gate row is worth
+ *   at least twice its own pair. The cache holds, over all layers, the parts of highest worth per
+ *   byte (gate rows at 2 freq, pairs at freq, merged; ties: the gate row) while they fit beside a
+ *   scratch of max(64, n_ff / 16) gate rows and as many pairs (less where a layer has fewer parts
+ *   out of memory), which takes a step's other misses, in rounds when they outnumber it (so the
+ *   scratch is the minimum budget);
+ * - of the pairs held, the 3/4 most kept are pinned (hot); the other 1/4 is a window over recent
+ *   use (LLM in a flash's windowing), shared by the layers: each neuron has a history of its
+ *   layer's last 8 steps (bit set if it was kept), and a kept neuron whose pair misses takes the
+ *   window slot of the least kept of the 8 after the window's clock hand (not used in this round)
+ *   if it was kept more often itself (strictly), else a scratch slot;
  * - reads are two-phase (PowerInfer-2): a step's candidates that miss have their gate rows read
- *   first; of those the thresholds keep, the up rows and down columns (a window slot that holds
- *   only its gate row is completed when its neuron is kept). Reads go to an I/O thread with preadv
+ *   first; of those the thresholds keep, the pairs that miss. Reads go to an I/O thread with preadv
  *   (adjacent neurons of a cluster in one call per part), their pages dropped from the page cache
  *   after, while the step computes with the neurons already in memory. */
 #ifndef NPU_RUNTIME_NEURONS_H
