@@ -106,11 +106,18 @@ typedef struct npulm_open_params {
    * weights every decode step reads whole (attention, norms, classifier, predictors) stay in
    * memory, smallest first, within 90 % of the budget; the others, and the FFN's dense weights
    * (prefill's), are read from the file at each use and let go of after; the rest of the budget
-   * is the neuron cache of sparse decode: half for the neurons calibration kept most often
-   * (hot, pinned), half for others, replaced least recently used first, read by an I/O thread
-   * while the step computes the neurons it has. KV cache and arenas come on top. The budget is
-   * each session's (each has its neuron cache): a program's sessions share its mapping. */
+   * is the neuron cache of sparse decode: the gate rows and up/down pairs that calibration says
+   * decode uses most per byte, a window of recently kept pairs and a scratch, the others read
+   * by I/O threads while the step computes the neurons it has (docs/sparse.md). KV cache and
+   * arenas come on top. The budget is each session's (each has its neuron cache): a program's
+   * sessions share its mapping. */
   uint64_t mem_budget;
+  /* Under a budget the neurons are read with O_DIRECT where the file system allows it, bypassing
+   * the page cache: every byte from storage and none charged to the page cache, in requests
+   * that read through the rows between close misses. This asks for buffered reads of just the
+   * rows missed instead, dropped from the page cache after; on the machine of bench/RESULTS.md
+   * most of those came from the page cache all the same (its readahead, outside the budget). */
+  bool buffered_io;
   /* Drop the file from the page cache when opened (and pages as they are checked), so that the
    * reads a run makes come from storage: a cold start. */
   bool cold;
@@ -178,7 +185,9 @@ typedef struct npulm_compile_params {
    * calibration text; auto: the largest of 0.7, 0.5, 0.3, 0.15 within 1 %. Adds each neuron's
    * weights as a bundle and a predictor per layer to the program. */
   float sparsity;
-  int sparse_rank; /* the predictors' rank (0: dim / 8, rounded up to a multiple of 16) */
+  int sparse_rank; /* the predictors' rank, in every layer (0: dim / 8, rounded up to a multiple
+                      of 16, and no predictor in a layer where it would read more bytes than the
+                      gate rows it spares) */
   /* the share of the kept neurons' calibration |SiLU(gate)| the predictor's candidates must
    * cover, in (0, 1] (0: 0.998): higher keeps perplexity nearer the exact gate's, lower skips
    * more gate rows */
@@ -370,11 +379,15 @@ typedef struct npulm_memory_stats {
   uint64_t bytes_used;     /* neuron weights decode used (candidates' gate rows, the kept's up
                               rows and down columns); 1 - bytes_read / bytes_used of them came
                               from memory */
+  uint64_t storage_bytes;  /* bytes the neuron reads moved: bytes_read, widened to whole 4 KiB
+                              blocks, a pair's two parts in one read through the rows between */
   uint64_t streamed_read;  /* bytes of streamed weights used (read from the file as used) */
   uint64_t hits, misses;   /* neuron cache lookups of the candidates' gate rows */
   uint64_t kept_hits, kept_misses; /* and of the kept neurons' up rows and down columns */
-  double read_s;                   /* time the I/O thread spent reading */
-  double io_wait_s;                /* time decode waited for it */
+  bool direct_io;   /* neuron reads bypass the page cache (O_DIRECT), else buffered and dropped
+                       from it after */
+  double read_s;    /* time the I/O threads were reading (from a get's reads posted to their end) */
+  double io_wait_s; /* time decode waited for it */
 } npulm_memory_stats;
 
 void npulm_session_memory_stats(const npulm_session *session, npulm_memory_stats *stats_out);

@@ -22,15 +22,18 @@
 #include "kernels/npu/fixedpoint.h"
 #include "model/model.h"
 #include "npulm.h"
+#include "runtime/neurons.h"
 #include "runtime/session_internal.h"
 
 #define MODEL "models/tinystories-5M.gguf"
 
-static npulm_model *compile_sparse(float level, const char *quant) {
+/* 'rank' 0: the default, no predictor where it does not pay (on this model, none) */
+static npulm_model *compile_sparse(float level, const char *quant, int rank) {
   npulm_model *m = test_open_shared(MODEL);
   npulm_compile_params cp = npulm_compile_default_params();
   cp.quant = quant;
   cp.sparsity = level;
+  cp.sparse_rank = rank;
   cp.sparse_form = NPULM_SPARSE_FORM_NEURON;
   cp.calib_tokens = 256;
   npulm_error err;
@@ -57,7 +60,7 @@ static bool kept(const struct masker *mk, int32_t l, const int8_t *x, int32_t j,
   npulm_error err;
   assert_int_equal(npu_sparse_sites_of(mk->p, l, &s, &err), NPULM_OK);
   const int32_t dim = s.gate->k, zx = s.gate->gemm.x_zero_point;
-  if (mk->predict) {
+  if (mk->predict && ly->rank > 0) {
     const int32_t p = pred[j];
     if (!(p >= ly->cand_hi || (p >= ly->cand_lo_a && p <= ly->cand_lo_b))) return false;
   }
@@ -87,7 +90,7 @@ static void mask_products(void *user, const struct npu_graph *g, int32_t node,
   const struct npu_sparse_layer *ly = &mk->p->sparse->layers[l];
   const int32_t n_ff = ly->n_ff, dim = s.gate->k, rank = ly->rank;
   int16_t pred[4096];
-  if (mk->predict) { /* the predictor by the scalar reference GEMMs */
+  if (mk->predict && rank > 0) { /* the predictor by the scalar reference GEMMs */
     int8_t h[512];
     const struct npu_qs8_gemm_params pb = {ly->mult, ly->shift, s.gate->gemm.x_zero_point, 0};
     const struct npu_qs8_gemm_params pa = {ly->mult + rank, ly->shift + rank, 0, 0};
@@ -142,7 +145,7 @@ static double check_against_masked(npulm_model *m, int mode, int n) {
 
 static void test_exact_equals_masked_dense(void **state) {
   (void)state;
-  npulm_model *m = compile_sparse(0.5f, "w8a8-naive");
+  npulm_model *m = compile_sparse(0.5f, "w8a8-naive", 0);
   const double kept = check_against_masked(m, NPULM_SPARSE_EXACT, 40);
   /* the thresholds skip about the share asked on text like the calibration's */
   assert_true(kept > 0.3 && kept < 0.7);
@@ -151,7 +154,9 @@ static void test_exact_equals_masked_dense(void **state) {
 
 static void test_predict_equals_masked_dense(void **state) {
   (void)state;
-  npulm_model *m = compile_sparse(0.3f, "w8a8-smooth");
+  npulm_model *m = compile_sparse(0.3f, "w8a8-smooth", 16);
+  for (int32_t l = 0; l < m->program->sparse->n_layers; l++) /* asked for: in every layer */
+    assert_int_equal(m->program->sparse->layers[l].rank, 16);
   const double kept = check_against_masked(m, NPULM_SPARSE_PREDICT, 40);
   assert_true(kept > 0.2 && kept < 0.9);
   npulm_model_close(m);
@@ -160,19 +165,26 @@ static void test_predict_equals_masked_dense(void **state) {
 /* Level 0 keeps every neuron: sparse decode is dense decode. */
 static void test_level_zero_is_dense(void **state) {
   (void)state;
-  npulm_model *m = compile_sparse(0.0f, "w8a8-naive");
+  npulm_model *m = compile_sparse(0.0f, "w8a8-naive", 0);
   assert_null(m->program->sparse); /* 0: no sparse data at all */
   npulm_model_close(m);
-  m = compile_sparse(0.15f, "w8a8-naive");
-  assert_non_null(m->program->sparse);
+  m = compile_sparse(0.15f, "w8a8-naive", 0);
+  const struct npu_sparse *sp = m->program->sparse;
+  assert_non_null(sp);
+  /* by default a layer has a predictor only if it reads fewer bytes than the gate rows it spares:
+   * on this model at this level, none does (its candidates would be nearly every neuron) */
+  for (int32_t l = 0; l < sp->n_layers; l++) {
+    assert_int_equal(sp->layers[l].rank, 0);
+    assert_true(sp->layers[l].cand == 1.0f && npu_sparse_predictor_bytes(sp, l) == 0);
+  }
   check_against_masked(m, NPULM_SPARSE_PREDICT, 20);
   npulm_model_close(m);
 }
 
-/* Saved and loaded, the program runs its sparse decode with the same logits. */
-static void test_round_trip(void **state) {
-  (void)state;
-  npulm_model *m = compile_sparse(0.5f, "w8a8-smooth");
+/* Saved and loaded, the program runs its sparse decode with the same logits: without predictors
+ * (rank 0: their tensors are not in the file) and with. */
+static void round_trip(int rank) {
+  npulm_model *m = compile_sparse(0.5f, "w8a8-smooth", rank);
   const char *path = "/tmp/npulm_test_sparse.npu";
   npulm_error err;
   assert_int_equal(npulm_model_save_program(m, path, NULL, NULL, &err), NPULM_OK);
@@ -180,6 +192,7 @@ static void test_round_trip(void **state) {
   assert_int_equal(npulm_model_open(path, &back, &err), NPULM_OK);
   assert_non_null(back->program->sparse);
   assert_true(back->program->sparse->level == m->program->sparse->level);
+  assert_int_equal(back->program->sparse->layers[0].rank, rank);
   npulm_session *a, *b;
   npulm_session_params sp = npulm_session_default_params();
   sp.n_threads = 1;
@@ -196,6 +209,12 @@ static void test_round_trip(void **state) {
   npulm_model_close(back);
   npulm_model_close(m);
   remove(path);
+}
+
+static void test_round_trip(void **state) {
+  (void)state;
+  round_trip(0);
+  round_trip(16);
 }
 
 /* The resident set now and at its peak (VmRSS, VmHWM), in bytes. */
@@ -251,6 +270,10 @@ static void decode_with(const char *path, const npulm_open_params *op, int n, fl
     assert_true(ms.misses > 0 && ms.bytes_read > 0); /* the cache is too small for every neuron */
     /* two-phase reads: only what the steps used is read (a kept neuron's rest after its gate) */
     assert_true(ms.bytes_read <= ms.bytes_used);
+    /* direct reads move whole blocks and read through close misses; buffered ones just the rows */
+    if (op->buffered_io) assert_false(ms.direct_io);
+    if (ms.direct_io) assert_true(ms.storage_bytes >= ms.bytes_read);
+    else assert_true(ms.storage_bytes == ms.bytes_read);
     /* with slots beyond one layer's scratch, some lookups hit; the kept's pairs were looked up */
     assert_true(ms.hot_bytes + ms.cache_bytes == 0 || ms.hits + ms.kept_hits > 0);
     assert_true(ms.kept_hits + ms.kept_misses > 0);
@@ -267,7 +290,8 @@ static void decode_with(const char *path, const npulm_open_params *op, int n, fl
  * hold once a session has run. */
 static void test_memory_budget(void **state) {
   (void)state;
-  npulm_model *m = compile_sparse(0.5f, "w8a8-smooth");
+  /* with predictors: candidates that are not every neuron */
+  npulm_model *m = compile_sparse(0.5f, "w8a8-smooth", 16);
   const char *path = "/tmp/npulm_test_sparse_budget.npu";
   npulm_error err;
   assert_int_equal(npulm_model_save_program(m, path, NULL, NULL, &err), NPULM_OK);
@@ -288,8 +312,8 @@ static void test_memory_budget(void **state) {
   npulm_model_get_info(m, &info);
   const int n = 24, n_vocab = info.n_vocab;
   /* every weight held, but for the FFN's: room for two of the largest of those (streamed in
-   * prefill: one in use, the next read ahead), and the neuron cache */
-  const uint64_t held = (pinned * 10 + 8) / 9 + 2 * largest_ffn;
+   * prefill: one in use, the next read ahead), the I/O threads' buffers, and the neuron cache */
+  const uint64_t held = (pinned * 10 + 8) / 9 + 2 * largest_ffn + npu_residency_io_bytes(sp);
   uint64_t arenas = 0;
   for (int32_t g = 0; g < p->n_graphs; g++) {
     const uint64_t a = p->graphs[g].arena_size[0] + p->graphs[g].arena_size[1];
@@ -307,9 +331,11 @@ static void test_memory_budget(void **state) {
   float *want = malloc((size_t)n * (size_t)n_vocab * sizeof(float));
   float *got = malloc((size_t)n * (size_t)n_vocab * sizeof(float));
   decode_with(path, NULL, n, want, n_vocab);
-  for (uint64_t layers = 1; layers <= 2; layers++) {
+  for (int run = 0; run < 3; run++) { /* one layer's, two layers'; two, buffered */
+    const uint64_t layers = run == 0 ? 1 : 2;
     const npulm_open_params op = {.mem_budget = held + layers * n_ff * bundle + bundle,
-                                  .cold = true};
+                                  .cold = true,
+                                  .buffered_io = run == 2};
     const uint64_t allowance =
         op.mem_budget + kv + 2 * arenas + 128 * (uint64_t)n_vocab * 4 + header;
     /* in a child, so that its peak is this run's alone */
@@ -368,7 +394,7 @@ static void flip_in_place(const char *path, long offset) {
  * with the one it opened. */
 static void test_file_written_in_use(void **state) {
   (void)state;
-  npulm_model *m = compile_sparse(0.5f, "w8a8-smooth");
+  npulm_model *m = compile_sparse(0.5f, "w8a8-smooth", 0);
   const char *path = "/tmp/npulm_test_sparse_inuse.npu", *next = "/tmp/npulm_test_sparse_next.npu";
   npulm_error err;
   assert_int_equal(npulm_model_save_program(m, path, NULL, NULL, &err), NPULM_OK);

@@ -64,6 +64,7 @@ bool cli_open_option(struct cli_args *a, npulm_open_params *op) {
   const char *o = a->argv[a->i];
   if (cli_is_opt(o, NULL, "--mem-budget")) op->mem_budget = cli_opt_size(a);
   else if (cli_is_opt(o, NULL, "--cold")) op->cold = true;
+  else if (cli_is_opt(o, NULL, "--buffered-io")) op->buffered_io = true;
   else return false;
   return true;
 }

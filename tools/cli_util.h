@@ -44,7 +44,8 @@
   "                     integer mode; neuron: FFN neurons by |SiLU(gate)|, picked each step by\n"  \
   "                     a low-rank predictor (w8a8-naive/-smooth; what --mem-budget's neuron\n"    \
   "                     cache reads)\n"                                                            \
-  "  --sparse-rank R    neuron: the predictors' rank (default: dim / 8)\n"                         \
+  "  --sparse-rank R    neuron: the predictors' rank, in every layer (default: dim / 8, and\n"     \
+  "                     none where a predictor reads more than the gate rows it spares)\n"         \
   "  --sparse-recall R  neuron: the share of the kept neurons' calibration |SiLU| mass the\n"      \
   "                     predictor's candidates must cover (default 0.998)\n"
 
@@ -55,7 +56,9 @@
   "                     through a cache of hot and recent ones\n"                                  \
   "                     (ppl then scores one window at a time: the budget is per session)\n"       \
   "  --cold             drop the program file from the page cache first: every read comes from\n"  \
-  "                     storage\n"
+  "                     storage\n"                                                                 \
+  "  --buffered-io      with --mem-budget: read the neurons through the page cache (default:\n"    \
+  "                     O_DIRECT where the file system allows, every byte from storage)\n"
 
 /* The session options of run, ppl and bench. */
 #define CLI_SESSION_OPTIONS_HELP                                                                    \

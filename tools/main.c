@@ -278,20 +278,22 @@ static void print_memory_stats(const npulm_session *session, long long steps) {
   if (m.budget == 0) return;
   const double mib = 1024.0 * 1024.0, per = steps > 0 ? (double)steps : 1.0;
   const uint64_t lookups = m.hits + m.misses, kept = m.kept_hits + m.kept_misses;
-  fprintf(stderr,
-          "memory: budget %.1f MiB: %.1f MiB of weights held, %.1f MiB streamed, neuron cache "
-          "%.1f MiB hot + %.1f MiB window + %.1f MiB scratch | peak RSS %.1f MiB\n"
-          "storage: %.2f MiB of neurons and %.2f MiB of streamed weights per step, neurons read "
-          "at %.0f MiB/s (I/O thread busy %.3f s, decode waited %.3f s) | neuron bytes from "
-          "memory %.1f%%, gate hit rate %.1f%%, up/down hit rate %.1f%%\n",
-          (double)m.budget / mib, (double)m.pinned_bytes / mib, (double)m.streamed_bytes / mib,
-          (double)m.hot_bytes / mib, (double)m.cache_bytes / mib, (double)m.scratch_bytes / mib,
-          (double)peak_rss() / mib, (double)m.bytes_read / mib / per,
-          (double)m.streamed_read / mib / per,
-          m.read_s > 0 ? (double)m.bytes_read / mib / m.read_s : 0.0, m.read_s, m.io_wait_s,
-          m.bytes_used > 0 ? 100.0 * (1.0 - (double)m.bytes_read / (double)m.bytes_used) : 0.0,
-          lookups > 0 ? 100.0 * (double)m.hits / (double)lookups : 0.0,
-          kept > 0 ? 100.0 * (double)m.kept_hits / (double)kept : 0.0);
+  fprintf(
+      stderr,
+      "memory: budget %.1f MiB: %.1f MiB of weights held, %.1f MiB streamed, neuron cache "
+      "%.1f MiB hot + %.1f MiB window + %.1f MiB scratch | peak RSS %.1f MiB\n"
+      "storage: %.2f MiB of neurons (%.2f MiB moved, %s) and %.2f MiB of streamed weights per "
+      "step, neurons read at %.0f MiB/s (I/O busy %.3f s, decode waited %.3f s) | neuron bytes from "
+      "memory %.1f%%, gate hit rate %.1f%%, up/down hit rate %.1f%%\n",
+      (double)m.budget / mib, (double)m.pinned_bytes / mib, (double)m.streamed_bytes / mib,
+      (double)m.hot_bytes / mib, (double)m.cache_bytes / mib, (double)m.scratch_bytes / mib,
+      (double)peak_rss() / mib, (double)m.bytes_read / mib / per,
+      (double)m.storage_bytes / mib / per, m.direct_io ? "direct" : "buffered",
+      (double)m.streamed_read / mib / per,
+      m.read_s > 0 ? (double)m.storage_bytes / mib / m.read_s : 0.0, m.read_s, m.io_wait_s,
+      m.bytes_used > 0 ? 100.0 * (1.0 - (double)m.bytes_read / (double)m.bytes_used) : 0.0,
+      lookups > 0 ? 100.0 * (double)m.hits / (double)lookups : 0.0,
+      kept > 0 ? 100.0 * (double)m.kept_hits / (double)kept : 0.0);
 }
 
 /* ---- run ------------------------------------------------------------------------------------ */

@@ -362,7 +362,7 @@ void npu_sparse_ffn_exec(struct npu_sparse_run *r, const struct npu_graph *g, in
   const double t0 = npu_now();
   /* 1. candidates */
   size_t n_cand = 0;
-  if (r->mode == NPU_SPARSE_PREDICT) {
+  if (r->mode == NPU_SPARSE_PREDICT && d->rank > 0) {
     const struct npu_qs8_gemm_params pb = {d->mult, d->shift, lr->sites.gate->gemm.x_zero_point, 0};
     r->uk->qs8_gemm(1, 0, (size_t)d->rank, dim, x, dim, d->pred_b, r->h, (size_t)d->rank, &pb);
     run_loop(&loop, pool, 0, n_ff);

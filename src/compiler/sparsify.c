@@ -362,6 +362,25 @@ static bool make_thresholds(const struct layer_build *b, struct npu_sparse_layer
   return true;
 }
 
+/* A predictor pays if a decode step reads fewer bytes of it than of the gate rows it spares
+ * (its candidates' share on the calibration text, cand): its MACs compare the same way, an int8
+ * weight each. Where it does not (at low sparsity the candidates must cover nearly every
+ * neuron to reach the recall) the layer has none: rank 0, every neuron a candidate. */
+static void drop_unpaid_predictor(struct npu_sparse *sp, int32_t l) {
+  struct npu_sparse_layer *ly = &sp->layers[l];
+  const double spared = (1.0 - (double)ly->cand) * (double)ly->n_ff * (double)sp->kp;
+  if ((double)npu_sparse_predictor_bytes(sp, l) < spared) return;
+  free(ly->pred_b);
+  free(ly->pred_a);
+  free(ly->mult);
+  free(ly->shift);
+  ly->pred_b = ly->pred_a = NULL;
+  ly->mult = ly->shift = NULL;
+  ly->rank = 0;
+  ly->cand_hi = INT32_MIN;
+  ly->cand = ly->recall = 1.0f;
+}
+
 npulm_status npu_sparse_build(struct npu_program *p, const struct npu_config *cfg,
                               const int8_t *const *x, int32_t n, float level, int32_t rank,
                               double recall, npulm_error *err) {
@@ -374,6 +393,7 @@ npulm_status npu_sparse_build(struct npu_program *p, const struct npu_config *cf
   }
   if (n < 1) return npu_fail(err, NPULM_ERR_ARG, "sparse decode needs calibration inputs");
   const size_t dim = (size_t)cfg->dim, n_ff = (size_t)cfg->ffn_dim;
+  const bool rank_asked = rank > 0; /* then every layer has its predictor */
   if (rank <= 0) rank = ((cfg->dim / 8 + 15) / 16) * 16;
   if ((size_t)rank > n_ff) rank = (int32_t)n_ff;
   if ((size_t)rank > (size_t)n) rank = n;
@@ -419,6 +439,8 @@ npulm_status npu_sparse_build(struct npu_program *p, const struct npu_config *cf
                     "cannot build layer %d's sparse decode data (out of memory, or a predictor "
                     "weight beyond the int8 GEMM's range)",
                     l);
+    } else if (!rank_asked) {
+      drop_unpaid_predictor(sp, l);
     }
   }
   free(b.step);

@@ -17,9 +17,10 @@
 
 /* Build the sparse decode data of integer program 'p' (w8a8, without shadow outliers: the FFN
  * of every decode graph is gate and up matmuls, SiLU, product and down matmul on the NPU) for
- * skipping a share 'level' in [0, 1) of each layer's neurons, with predictors of 'rank' (0: dim /
- * 8, a multiple of 16) whose candidates cover 'recall' (0: NPU_SPARSE_RECALL) of the kept mass,
- * from 'n' calibration inputs: 'x[l]' holds layer l's n FFN inputs [n, dim], int8 as its decode
+ * skipping a share 'level' in [0, 1) of each layer's neurons, with predictors of 'rank' whose
+ * candidates cover 'recall' (0: NPU_SPARSE_RECALL) of the kept mass (rank 0: dim / 8, a multiple
+ * of 16, and none in a layer where a predictor does not pay: drop_unpaid_predictor), from 'n'
+ * calibration inputs: 'x[l]' holds layer l's n FFN inputs [n, dim], int8 as its decode
  * graphs' FFN norm writes them. Sets p->sparse. */
 npulm_status npu_sparse_build(struct npu_program *p, const struct npu_config *cfg,
                               const int8_t *const *x, int32_t n, float level, int32_t rank,

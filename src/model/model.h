@@ -89,6 +89,7 @@ struct npulm_model {
    * program is loaded, which then leaves the packed weights in the file's mapping; the sessions
    * decide what stays (runtime/neurons.h). */
   uint64_t mem_budget;
+  bool buffered_io; /* npulm_open_params.buffered_io */
 };
 
 /* Tokenize all of 'text' into a malloc'd array (free it with free()), sized as the text needs. */

@@ -37,6 +37,7 @@ npulm_status npu_model_open(const char *path, bool defer_matrices, const npulm_o
   npulm_status st;
   bool is_program = false;
   m->mem_budget = params != NULL ? params->mem_budget : 0;
+  m->buffered_io = params != NULL && params->buffered_io;
   const bool cold = params != NULL && params->cold;
   /* a program file (one with npulm.program.version) is a GGUF with the compiled graphs added:
    * its version is checked first, so that a newer file says so instead of failing further on,

@@ -8,8 +8,8 @@
  *                                f32 bits)
  *   tensors per layer L:   npulm.sparse.L.bundles I8 [kp, 3 n_ff padded to clusters of 16]
  *                          (program/sparse_data.h's layout); .pred_b, .pred_a I8 packed;
- *                          .mult, .shift I32 [rank + n_ff]; .bias I32 [2 n_ff]; .freq I32
- *                          [n_ff]
+ *                          .mult, .shift I32 [rank + n_ff] (these four absent at rank 0: no
+ *                          predictor); .bias I32 [2 n_ff]; .freq I32 [n_ff]
  * Input-sparse decode (sparse_data.h, npu_input_sparse), optional:
  *   npulm.sparse_input.level   f32   the share of each sparsified matmul's input channels skipped
  *                                    on the calibration text, in (0, 1)
@@ -56,19 +56,21 @@ static float bits_f32(int32_t v) {
   return f;
 }
 
-/* One layer's arrays. */
+/* One layer's arrays; the predictor's four of no elements (not in the file) for a layer without
+ * one (rank 0). */
 static void layer_arrays(const struct npu_sparse *s, int32_t l, struct file_array *a) {
   const struct npu_sparse_layer *ly = &s->layers[l];
   const uint64_t n_ff = (uint64_t)ly->n_ff, r = (uint64_t)ly->rank;
+  const bool pred = r > 0;
   a[0] = (struct file_array){
       "bundles", GGML_I8, ly->bundles, (uint64_t)s->kp, 3 * (uint64_t)npu_sparse_padded(ly->n_ff),
       1};
   a[1] = (struct file_array){
-      "pred_b", GGML_I8, ly->pred_b, npu_qs8_gemm_packed_size(r, (size_t)s->dim), 0, 1};
-  a[2] =
-      (struct file_array){"pred_a", GGML_I8, ly->pred_a, npu_qs8_gemm_packed_size(n_ff, r), 0, 1};
-  a[3] = (struct file_array){"mult", GGML_I32, ly->mult, r + n_ff, 0, 4};
-  a[4] = (struct file_array){"shift", GGML_I32, ly->shift, r + n_ff, 0, 4};
+      "pred_b", GGML_I8, ly->pred_b, pred ? npu_qs8_gemm_packed_size(r, (size_t)s->dim) : 0, 0, 1};
+  a[2] = (struct file_array){
+      "pred_a", GGML_I8, ly->pred_a, pred ? npu_qs8_gemm_packed_size(n_ff, r) : 0, 0, 1};
+  a[3] = (struct file_array){"mult", GGML_I32, ly->mult, pred ? r + n_ff : 0, 0, 4};
+  a[4] = (struct file_array){"shift", GGML_I32, ly->shift, pred ? r + n_ff : 0, 0, 4};
   a[5] = (struct file_array){"bias", GGML_I32, ly->bias, 2 * n_ff, 0, 4};
   a[6] = (struct file_array){"freq", GGML_I32, ly->freq, n_ff, 0, 4};
 }
@@ -78,7 +80,9 @@ int32_t npu_program_sparse_tensors(const struct npu_program *p, struct file_tens
   for (int32_t l = 0; s != NULL && l < s->n_layers; l++) {
     struct file_array a[SPARSE_ARRAYS];
     layer_arrays(s, l, a);
-    for (int i = 0; i < SPARSE_ARRAYS; i++) npu_file_tensor_of(&ft[n++], "npulm.sparse", l, &a[i]);
+    for (int i = 0; i < SPARSE_ARRAYS; i++) {
+      if (a[i].ne0 > 0) npu_file_tensor_of(&ft[n++], "npulm.sparse", l, &a[i]);
+    }
   }
   return n;
 }
@@ -165,7 +169,7 @@ static npulm_status load_layer(const struct npu_gguf *g, const struct npu_config
   ly->keep = bits_f32(f[F_KEEP]);
   ly->cand = bits_f32(f[F_CAND]);
   ly->recall = bits_f32(f[F_RECALL]);
-  if (ly->n_ff != cfg->ffn_dim || ly->rank < 1 || ly->rank > ly->n_ff || f[F_KP] != s->kp ||
+  if (ly->n_ff != cfg->ffn_dim || ly->rank < 0 || ly->rank > ly->n_ff || f[F_KP] != s->kp ||
       isnan(ly->hi) || isnan(ly->lo_a) || isnan(ly->lo_b) ||
       !(ly->keep >= 0.0f && ly->keep <= 1.0f) || !(ly->cand >= 0.0f && ly->cand <= 1.0f) ||
       !(ly->recall >= 0.0f && ly->recall <= 1.0f)) {
@@ -176,6 +180,8 @@ static npulm_status load_layer(const struct npu_gguf *g, const struct npu_config
   layer_arrays(s, l, a);
   const void *data[SPARSE_ARRAYS];
   for (int i = 0; i < SPARSE_ARRAYS; i++) {
+    data[i] = NULL;
+    if (a[i].ne0 == 0) continue; /* no predictor */
     char name[64];
     snprintf(name, sizeof(name), "npulm.sparse.%d.%s", l, a[i].field);
     const struct npu_gguf_tensor *t = npu_gguf_find_tensor(g, name);
@@ -190,18 +196,22 @@ static npulm_status load_layer(const struct npu_gguf *g, const struct npu_config
   ly->bundles = (int8_t *)data[0];
   ly->pred_b = (void *)data[1];
   ly->pred_a = (void *)data[2];
-  ly->mult = malloc((r + n_ff) * sizeof(int32_t));
-  ly->shift = malloc((r + n_ff) * sizeof(int32_t));
+  const size_t n_pred = r > 0 ? r + n_ff : 0; /* the predictor's channels */
+  ly->mult = n_pred > 0 ? malloc(n_pred * sizeof(int32_t)) : NULL;
+  ly->shift = n_pred > 0 ? malloc(n_pred * sizeof(int32_t)) : NULL;
   ly->bias = malloc(2 * n_ff * sizeof(int32_t));
   ly->freq = malloc(n_ff * sizeof(uint32_t));
-  if (ly->mult == NULL || ly->shift == NULL || ly->bias == NULL || ly->freq == NULL) {
+  if ((n_pred > 0 && (ly->mult == NULL || ly->shift == NULL)) || ly->bias == NULL ||
+      ly->freq == NULL) {
     return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
   }
-  memcpy(ly->mult, data[3], (r + n_ff) * sizeof(int32_t));
-  memcpy(ly->shift, data[4], (r + n_ff) * sizeof(int32_t));
+  if (n_pred > 0) {
+    memcpy(ly->mult, data[3], n_pred * sizeof(int32_t));
+    memcpy(ly->shift, data[4], n_pred * sizeof(int32_t));
+  }
   memcpy(ly->bias, data[5], 2 * n_ff * sizeof(int32_t));
   memcpy(ly->freq, data[6], n_ff * sizeof(uint32_t));
-  for (size_t i = 0; i < r + n_ff; i++) {
+  for (size_t i = 0; i < n_pred; i++) {
     if (ly->mult[i] < 0 || ly->shift[i] < -31 || ly->shift[i] > 30) {
       return npu_fail(err, NPULM_ERR_FORMAT,
                       "sparse layer %d: predictor channel %zu has multiplier %d, shift %d", l, i,

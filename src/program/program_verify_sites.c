@@ -372,6 +372,7 @@ npulm_status npu_program_verify_sparse(const struct npu_program *p, npulm_error 
   const struct npu_sparse *sp = p->sparse;
   for (int32_t l = 0; sp != NULL && l < sp->n_layers; l++) {
     const struct npu_sparse_layer *ly = &sp->layers[l];
+    if (ly->rank == 0) continue; /* no predictor */
     const struct npu_qsite b = {.n = ly->rank, .k = sp->dim, .packed = ly->pred_b};
     const struct npu_qsite a = {.n = ly->n_ff, .k = ly->rank, .packed = ly->pred_a};
     char detail[160];

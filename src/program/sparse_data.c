@@ -42,6 +42,7 @@ uint64_t npu_sparse_bundle_bytes(const struct npu_sparse *s, int32_t layer) {
 
 uint64_t npu_sparse_predictor_bytes(const struct npu_sparse *s, int32_t layer) {
   const struct npu_sparse_layer *l = &s->layers[layer];
+  if (l->rank == 0) return 0;
   return npu_qs8_gemm_packed_size((size_t)l->rank, (size_t)s->dim) +
          npu_qs8_gemm_packed_size((size_t)l->n_ff, (size_t)l->rank) +
          2 * sizeof(int32_t) * (uint64_t)(l->rank + l->n_ff);
@@ -54,8 +55,9 @@ static void placed_arrays(const struct npu_sparse *s, int32_t l, void ***ptr, si
   ptr[1] = &ly->pred_b;
   ptr[2] = &ly->pred_a;
   size[0] = (size_t)npu_sparse_bundle_bytes(s, l);
-  size[1] = npu_qs8_gemm_packed_size((size_t)ly->rank, (size_t)s->dim);
-  size[2] = npu_qs8_gemm_packed_size((size_t)ly->n_ff, (size_t)ly->rank);
+  const bool pred = ly->rank > 0;
+  size[1] = pred ? npu_qs8_gemm_packed_size((size_t)ly->rank, (size_t)s->dim) : 0;
+  size[2] = pred ? npu_qs8_gemm_packed_size((size_t)ly->n_ff, (size_t)ly->rank) : 0;
 }
 
 npulm_status npu_sparse_place(struct npu_sparse *s, bool bundles, npulm_error *err) {
@@ -82,6 +84,7 @@ npulm_status npu_sparse_place(struct npu_sparse *s, bool bundles, npulm_error *e
     size_t size[3];
     placed_arrays(s, l, ptr, size);
     for (int i = first; i < 3; i++) {
+      if (size[i] == 0) continue; /* a layer without a predictor */
       memcpy(arena + off, *ptr[i], size[i]);
       if (s->mapped) npu_pages_release(*ptr[i], size[i]);
       else free(*ptr[i]);

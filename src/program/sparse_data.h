@@ -28,7 +28,7 @@
 #include "program/program.h"
 
 struct npu_sparse_layer {
-  int32_t n_ff, rank;
+  int32_t n_ff, rank; /* rank 0: no predictor (every neuron a candidate), and the four NULL */
   /* the predictor: packed int8 GEMM weights (npu_qs8_gemm_pack) of B [rank, dim] (input the FFN
    * norm output, int8 output of zero point 0) and A [n_ff, rank] (int16 output, units 1/256 of
    * the gate's step), their per-channel multipliers and shifts (rank + n_ff each: B's, then A's) */

@@ -1,6 +1,6 @@
 /* Weights under a memory budget and the neuron cache (neurons.h). */
-/* preadv: not in POSIX 2008, but in every Unix this targets */
-#define _DEFAULT_SOURCE
+/* O_DIRECT (Linux), posix_fadvise */
+#define _GNU_SOURCE
 #include "runtime/neurons.h"
 
 #include <assert.h>
@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "base/common.h"
@@ -20,7 +19,13 @@
 #include "program/sparse_data.h"
 
 enum {
-  MAX_IOV = 64,
+  IO_THREADS = 4,   /* reads in flight */
+  MAX_ALIGN = 4096, /* of a read's offset and length: the largest block size tried for O_DIRECT */
+  /* a run takes in the next neuron if the bytes between are at most READ_GAP and the run stays
+   * within READ_SPAN: on this machine's storage (bench/RESULTS.md) a read costs about 100 us and
+   * a byte at 500 MB/s 2 ns, so 64 KiB between two reads cost less than a second read */
+  READ_GAP = 64 << 10,
+  READ_SPAN = 128 << 10,
   LOOK_AHEAD = 8,   /* window slots a miss may take, from the clock hand */
   SCRATCH_MIN = 64, /* slots for a round's misses (4 clusters) */
 };
@@ -29,12 +34,13 @@ enum {
  * (bench/RESULTS.md measures the choice). */
 enum { HOT_SHARE_Q8 = 192 };
 
-/* A read of the I/O thread: adjacent neurons of one cluster into their slots, either their gate
- * rows (part 0, into the gate pool) or their up rows and down columns (parts 1 and 2, into the
- * pair pool): one run of the file per part. */
+/* A read of an I/O thread: some neurons of a layer into their slots (miss_id, miss_slot from
+ * first_miss on, ascending), either their gate rows (part 0, into the gate pool) or their up rows
+ * and down columns (parts 1 and 2, into the pair pool): the file's bytes [start, end), through
+ * the rows between them. */
 struct read_run {
-  uint64_t offset; /* of the first neuron's gate row in the file */
-  int32_t first_miss, count;
+  uint64_t start, end;
+  int32_t layer, first_miss, count;
   int8_t first_part, n_parts;
 };
 
@@ -47,6 +53,13 @@ struct slot_pool {
   int32_t scratch_used; /* by the round under way */
   int32_t *slot_of;     /* (n_layers * n_ff) the slot holding each neuron's part, or -1 */
   int32_t *owner;       /* (n_slots) the neuron (layer * n_ff + j) a slot holds, or -1 */
+};
+
+struct npu_residency;
+
+struct io_arg { /* an I/O thread's */
+  struct npu_residency *r;
+  uint8_t *bounce;
 };
 
 struct npu_residency {
@@ -71,12 +84,22 @@ struct npu_residency {
   int32_t *left;         /* (n_ff) a round's candidates left for the next one */
   struct read_run *runs; /* (n_ff) */
   int32_t n_runs;
-  pthread_t io;
-  bool io_started;
+  /* the I/O threads: each takes the next run of the reads posted (guarded by lock) */
+  int fd;       /* the file, opened again with O_DIRECT where it allows, else its mapping's */
+  bool direct;  /* fd bypasses the page cache */
+  size_t align; /* of a read's offset and length: O_DIRECT's block size, else a page */
+  size_t span;  /* the longest run */
+  size_t bounce_bytes;
+  uint8_t *bounce[IO_THREADS]; /* each thread's aligned buffer (the first: fill_resident's too) */
+  pthread_t io[IO_THREADS];
+  struct io_arg io_args[IO_THREADS];
+  int n_io; /* started */
   pthread_mutex_t lock;
   pthread_cond_t cond;
   bool quit;
-  uint64_t posted, done; /* gets posted to the I/O thread and completed (guarded by lock) */
+  uint64_t posted, done;              /* gets posted and completed */
+  int32_t batch, next_run, runs_done; /* the get posted: its runs, taken, read */
+  double posted_at;
   npulm_memory_stats stats;
 };
 
@@ -89,104 +112,161 @@ static _Noreturn void io_failed(const char *what) {
   abort();
 }
 
+/* The longest run: READ_SPAN, or a layer's bundles if smaller, or one pair's two parts if
+ * longer. */
+static size_t read_span_max(const struct npu_sparse *sp) {
+  const size_t part = npu_sparse_part((size_t)sp->kp);
+  size_t span = (size_t)npu_sparse_bundle_bytes(sp, 0);
+  if (span > READ_SPAN) span = READ_SPAN;
+  return span > 2 * part ? span : 2 * part;
+}
+
+uint64_t npu_residency_io_bytes(const struct npu_sparse *sp) {
+  return (uint64_t)IO_THREADS * (read_span_max(sp) + 2 * MAX_ALIGN);
+}
+
+/* With 'direct', the file again, for reads that bypass the page cache: O_DIRECT through
+ * /proc/self/fd (Linux), at the smallest block size from 512 bytes to MAX_ALIGN that a read
+ * takes; else (or a file system without it, another system) the mapping's descriptor, buffered. */
+static void open_reads(struct npu_residency *r, bool direct) {
+  r->fd = r->file->fd;
+  r->align = 1;
+  if (!direct) return;
+#ifdef O_DIRECT
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/self/fd/%d", r->file->fd);
+  const int fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+  if (fd < 0) return;
+  uint8_t *probe = npu_pages_alloc(2 * MAX_ALIGN);
+  for (size_t a = 512; probe != NULL && a <= MAX_ALIGN && !r->direct; a *= 2) {
+    if (pread(fd, probe, a, (off_t)a) == (ssize_t)a) {
+      r->fd = fd;
+      r->direct = true;
+      r->align = a;
+    }
+  }
+  npu_pages_free(probe, 2 * MAX_ALIGN);
+  if (!r->direct) close(fd);
+#endif
+}
+
 /* Where neuron j of layer l's gate row is in the file. */
 static uint64_t gate_offset(const struct npu_residency *r, int32_t l, int32_t j) {
   const uint8_t *b = (const uint8_t *)r->sp->layers[l].bundles + npu_sparse_gate_at(r->kp, j);
   return (uint64_t)(b - r->file->base);
 }
 
-/* Read 'len' bytes at 'offset' into the iovecs, all of them; then drop them from the page
- * cache, so that reading them again comes from storage (the budget holds the cache too). */
-static bool read_fully(const struct npu_residency *r, struct iovec *iov, int n_iov, uint64_t offset,
-                       size_t len) {
-  size_t got = 0;
-  while (got < len) {
-    const ssize_t k = preadv(r->file->fd, iov, n_iov, (off_t)(offset + got));
+/* Read the file's bytes [lo, hi) into 'buf' (lo aligned for a direct read; a read past the
+ * file's end stops there, short of hi but not of 'need'). */
+static bool read_span(const struct npu_residency *r, uint8_t *buf, uint64_t lo, uint64_t hi,
+                      uint64_t need) {
+  uint64_t got = 0;
+  while (lo + got < need) {
+    const ssize_t k = pread(r->fd, buf + got, (size_t)(hi - lo - got), (off_t)(lo + got));
     if (k <= 0) return false;
-    got += (size_t)k;
-    size_t skip = (size_t)k; /* advance the iovecs past what was read */
-    while (n_iov > 0 && skip >= iov->iov_len) {
-      skip -= iov->iov_len;
-      iov++;
-      n_iov--;
-    }
-    if (n_iov > 0) {
-      iov->iov_base = (uint8_t *)iov->iov_base + skip;
-      iov->iov_len -= skip;
-    }
+    got += (uint64_t)k;
   }
-  (void)posix_fadvise(r->file->fd, (off_t)offset, (off_t)len, POSIX_FADV_DONTNEED);
   return true;
 }
 
-/* Read run 'run''s neurons from the file into their slots (miss_slot), MAX_IOV at a time: each
- * part a contiguous range of the file. */
-static bool read_run(const struct npu_residency *r, const struct read_run *run) {
+/* Read run 'run''s neurons into their slots through 'bounce'; the bytes moved go to *moved.
+ * Direct: the file's span from the first row of the run to its last, widened to r->align, in
+ * one request (on storage that is bound by requests, not bytes, the rows between cost less than
+ * a second request), each neuron's rows copied from it. Buffered: each part's rows (adjacent
+ * neurons of one cluster: one range per part), their pages dropped from the page cache after,
+ * so that reading them again comes from storage (the budget holds the cache too). */
+static bool read_run(const struct npu_residency *r, const struct read_run *run, uint8_t *bounce,
+                     uint64_t *moved) {
   const struct slot_pool *pool = run->first_part == 0 ? &r->gates : &r->pairs;
-  for (int32_t i = 0; i < run->count; i += MAX_IOV) {
-    const int32_t n = run->count - i < MAX_IOV ? run->count - i : MAX_IOV;
-    const int32_t *slots = r->miss_slot + run->first_miss + i;
-    for (int p = run->first_part; p < run->first_part + run->n_parts; p++) {
-      struct iovec iov[MAX_IOV];
-      const size_t in_slot = p == 0 ? 0 : (size_t)(p - 1) * r->kp;
-      for (int32_t m = 0; m < n; m++) {
-        iov[m].iov_base = pool->mem + (size_t)slots[m] * pool->stride + in_slot;
-        iov[m].iov_len = r->kp;
+  const int32_t *slots = r->miss_slot + run->first_miss, *ids = r->miss_id + run->first_miss;
+  if (r->direct) {
+    const uint64_t lo = run->start / r->align * r->align;
+    const uint64_t hi = (run->end + r->align - 1) / r->align * r->align;
+    assert(hi - lo <= r->bounce_bytes);
+    if (!read_span(r, bounce, lo, hi, run->end)) return false;
+    *moved += hi - lo;
+    for (int32_t m = 0; m < run->count; m++) {
+      const uint64_t gate = gate_offset(r, run->layer, ids[m]);
+      for (int p = run->first_part; p < run->first_part + run->n_parts; p++) {
+        const size_t in_slot = p == 0 ? 0 : (size_t)(p - 1) * r->kp;
+        memcpy(pool->mem + (size_t)slots[m] * pool->stride + in_slot,
+               bounce + (gate + (uint64_t)p * r->part - lo), r->kp);
       }
-      const uint64_t at = run->offset + (uint64_t)i * r->kp + (uint64_t)p * r->part;
-      if (!read_fully(r, iov, n, at, (size_t)n * r->kp)) return false;
+    }
+    return true;
+  }
+  const uint64_t first = gate_offset(r, run->layer, ids[0]), len = (uint64_t)run->count * r->kp;
+  for (int p = run->first_part; p < run->first_part + run->n_parts; p++) {
+    const uint64_t lo = first + (uint64_t)p * r->part;
+    if (!read_span(r, bounce, lo, lo + len, lo + len)) return false;
+    (void)posix_fadvise(r->fd, (off_t)lo, (off_t)len, POSIX_FADV_DONTNEED);
+    *moved += len;
+    const size_t in_slot = p == 0 ? 0 : (size_t)(p - 1) * r->kp;
+    for (int32_t m = 0; m < run->count; m++) {
+      memcpy(pool->mem + (size_t)slots[m] * pool->stride + in_slot, bounce + (size_t)m * r->kp,
+             r->kp);
     }
   }
   return true;
 }
 
-/* The reads posted. A file that fails to read now was checksummed when opened: it changed under
- * us, which is fatal. */
-static void do_reads(struct npu_residency *r) {
-  const double t0 = npu_now();
-  uint64_t bytes = 0;
-  for (int32_t k = 0; k < r->n_runs; k++) {
-    if (!read_run(r, &r->runs[k])) io_failed("cannot read neuron bundles");
-    bytes += (uint64_t)r->runs[k].count * (uint64_t)r->runs[k].n_parts * r->kp;
-  }
-  r->stats.bytes_read += bytes;
-  r->stats.read_s += npu_now() - t0;
-}
-
+/* An I/O thread: the runs of each get posted, one at a time, while the other threads take the
+ * others; the last to finish completes the get. A file that fails to read now was checksummed
+ * when opened: it changed under us, which is fatal. */
 static void *io_thread(void *arg) {
-  struct npu_residency *r = arg;
+  struct npu_residency *r = ((struct io_arg *)arg)->r;
+  uint8_t *bounce = ((struct io_arg *)arg)->bounce;
   pthread_mutex_lock(&r->lock);
   for (;;) {
-    while (!r->quit && r->done == r->posted) pthread_cond_wait(&r->cond, &r->lock);
+    while (!r->quit && r->next_run == r->batch) pthread_cond_wait(&r->cond, &r->lock);
     if (r->quit) break;
+    const struct read_run *run = &r->runs[r->next_run++];
     pthread_mutex_unlock(&r->lock);
-    do_reads(r);
+    uint64_t moved = 0;
+    if (!read_run(r, run, bounce, &moved)) io_failed("cannot read neuron bundles");
     pthread_mutex_lock(&r->lock);
-    r->done = r->posted;
-    pthread_cond_broadcast(&r->cond);
+    r->stats.bytes_read += (uint64_t)run->count * (uint64_t)run->n_parts * r->kp;
+    r->stats.storage_bytes += moved;
+    if (++r->runs_done == r->batch) {
+      r->stats.read_s += npu_now() - r->posted_at;
+      r->done = r->posted;
+      pthread_cond_broadcast(&r->cond);
+    }
   }
   pthread_mutex_unlock(&r->lock);
   return NULL;
 }
 
 /* Queue the read of neuron j of 'layer' into slot s: its gate row (gate) or its up row and down
- * column; with the run before it if it is the next neuron of the same cluster. */
+ * column; with the run before it if that is of the same layer and part and, direct, close enough
+ * (READ_GAP, r->span), buffered, the neuron before in the same cluster (the misses come in
+ * ascending order). */
 static void queue_read(struct npu_residency *r, int32_t layer, int32_t j, int32_t s, bool gate) {
   const int8_t first_part = gate ? 0 : 1, n_parts = gate ? 1 : 2;
   const int32_t m = r->n_miss++;
   r->miss_id[m] = j;
   r->miss_slot[m] = s;
+  const uint64_t at = gate_offset(r, layer, j);
+  const uint64_t start = at + (uint64_t)first_part * r->part;
+  const uint64_t end = at + (uint64_t)(first_part + n_parts - 1) * r->part + r->kp;
   struct read_run *last = r->n_runs > 0 ? &r->runs[r->n_runs - 1] : NULL;
-  if (last != NULL && r->miss_id[m - 1] + 1 == j && j % NPU_SPARSE_CLUSTER != 0 &&
-      last->first_part == first_part) {
+  const bool joins = last != NULL && last->layer == layer && last->first_part == first_part &&
+                     (r->direct ? start >= last->start && start <= last->end + READ_GAP &&
+                                      end - last->start <= r->span
+                                : r->miss_id[m - 1] + 1 == j && j % NPU_SPARSE_CLUSTER != 0);
+  if (joins) {
     last->count++;
+    if (end > last->end) last->end = end;
   } else {
-    r->runs[r->n_runs++] = (struct read_run){gate_offset(r, layer, j), m, 1, first_part, n_parts};
+    r->runs[r->n_runs++] = (struct read_run){start, end, layer, m, 1, first_part, n_parts};
   }
 }
 
 static void post_reads(struct npu_residency *r) {
   pthread_mutex_lock(&r->lock);
+  r->posted_at = npu_now();
+  r->batch = r->n_runs;
+  r->next_run = r->runs_done = 0;
   r->posted++;
   pthread_cond_broadcast(&r->cond);
   pthread_mutex_unlock(&r->lock);
@@ -364,6 +444,7 @@ void npu_residency_stats(const struct npu_residency *r, npulm_memory_stats *out)
 
 void npu_residency_reset_stats(struct npu_residency *r) {
   r->stats.bytes_read = r->stats.bytes_used = r->stats.hits = r->stats.misses = 0;
+  r->stats.storage_bytes = 0;
   r->stats.kept_hits = r->stats.kept_misses = 0;
   r->stats.read_s = r->stats.io_wait_s = 0.0;
 }
@@ -376,13 +457,13 @@ static void pool_free(struct slot_pool *pool) {
 
 void npu_residency_free(struct npu_residency *r) {
   if (r == NULL) return;
-  if (r->io_started) {
-    pthread_mutex_lock(&r->lock);
-    r->quit = true;
-    pthread_cond_broadcast(&r->cond);
-    pthread_mutex_unlock(&r->lock);
-    pthread_join(r->io, NULL);
-  }
+  pthread_mutex_lock(&r->lock);
+  r->quit = true;
+  pthread_cond_broadcast(&r->cond);
+  pthread_mutex_unlock(&r->lock);
+  for (int i = 0; i < r->n_io; i++) pthread_join(r->io[i], NULL);
+  for (int i = 0; i < IO_THREADS; i++) npu_pages_free(r->bounce[i], r->bounce_bytes);
+  if (r->fd >= 0 && r->fd != r->file->fd) close(r->fd);
   pthread_mutex_destroy(&r->lock);
   pthread_cond_destroy(&r->cond);
   pool_free(&r->gates);
@@ -476,7 +557,8 @@ static npulm_status fill_resident(struct npu_residency *r, const int32_t *reside
         queue_read(r, l, j, s, part == 0);
       }
       for (int32_t k = 0; k < r->n_runs; k++) {
-        if (!read_run(r, &r->runs[k]))
+        uint64_t moved = 0;
+        if (!read_run(r, &r->runs[k], r->bounce[0], &moved))
           return npu_fail(err, NPULM_ERR_IO, "cannot read the program file's neuron bundles");
       }
     }
@@ -550,6 +632,7 @@ npulm_status npu_residency_create(const struct npulm_model *m, struct npu_reside
   }
   struct npu_residency *r = calloc(1, sizeof(*r));
   if (r == NULL) return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
+  r->fd = -1;
   pthread_mutex_init(&r->lock, NULL);
   pthread_cond_init(&r->cond, NULL);
   r->sp = p->sparse;
@@ -558,8 +641,12 @@ npulm_status npu_residency_create(const struct npulm_model *m, struct npu_reside
   r->part = npu_sparse_part(r->kp);
   r->n_layers = r->sp->n_layers;
   r->n_ff = r->sp->layers[0].n_ff;
+  open_reads(r, !m->buffered_io);
+  r->span = read_span_max(r->sp);
+  r->bounce_bytes = r->span + 2 * MAX_ALIGN;
   const uint64_t budget = m->mem_budget;
   r->stats.budget = budget;
+  r->stats.direct_io = r->direct;
   /* the weights held and streamed, as the program was loaded (npu_sparse_streamed) */
   r->streamed = p->streamed;
   const uint64_t pinned = p->held_bytes;
@@ -582,19 +669,25 @@ npulm_status npu_residency_create(const struct npulm_model *m, struct npu_reside
   r->pending = malloc((size_t)r->n_ff * sizeof(int32_t));
   r->left = malloc((size_t)r->n_ff * sizeof(int32_t));
   r->runs = malloc((size_t)r->n_ff * sizeof(*r->runs));
+  bool bounced = true;
+  for (int i = 0; i < IO_THREADS; i++) {
+    r->bounce[i] = npu_pages_alloc(r->bounce_bytes);
+    bounced = bounced && r->bounce[i] != NULL;
+  }
   if (st == NPULM_OK && (r->history == NULL || r->miss_slot == NULL || r->miss_id == NULL ||
-                         r->pending == NULL || r->left == NULL || r->runs == NULL)) {
+                         r->pending == NULL || r->left == NULL || r->runs == NULL || !bounced)) {
     st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory for the neuron cache");
   }
   /* the neuron cache: what is left beside the streamed weights in use (one used, the next one
    * read ahead: both in memory, in the process or the page cache) */
-  const uint64_t taken = pinned + 2 * largest_streamed;
+  const uint64_t taken = pinned + 2 * largest_streamed + npu_residency_io_bytes(r->sp);
   if (st == NPULM_OK) st = fill_cache(r, budget > taken ? budget - taken : 0, err);
-  if (st == NPULM_OK) {
-    if (pthread_create(&r->io, NULL, io_thread, r) != 0) {
-      st = npu_fail(err, NPULM_ERR_NOMEM, "cannot start the neuron cache's I/O thread");
+  while (st == NPULM_OK && r->n_io < IO_THREADS) {
+    r->io_args[r->n_io] = (struct io_arg){r, r->bounce[r->n_io]};
+    if (pthread_create(&r->io[r->n_io], NULL, io_thread, &r->io_args[r->n_io]) != 0) {
+      st = npu_fail(err, NPULM_ERR_NOMEM, "cannot start the neuron cache's I/O threads");
     } else {
-      r->io_started = true;
+      r->n_io++;
     }
   }
   if (st != NPULM_OK) {

@@ -25,9 +25,13 @@
  *   window slot of the least kept of the 8 after the window's clock hand (not used in this round)
  *   if it was kept more often itself (strictly), else a scratch slot;
  * - reads are two-phase (PowerInfer-2): a step's candidates that miss have their gate rows read
- *   first; of those the thresholds keep, the pairs that miss. Reads go to an I/O thread with preadv
- *   (adjacent neurons of a cluster in one call per part), their pages dropped from the page cache
- *   after, while the step computes with the neurons already in memory. */
+ *   first; of those the thresholds keep, the pairs that miss. Four I/O threads read them while
+ *   the step computes with the neurons already in memory. By default with O_DIRECT (a second
+ *   open of the file, where its file system allows: the page cache neither serves nor holds
+ *   them), each request the span from one miss to the next ones of the same layer and part
+ *   while the bytes between are at most 64 KiB and the span 128 KiB, widened to the block size;
+ *   with npulm_open_params.buffered_io, one pread per part of adjacent neurons of a cluster,
+ *   dropped from the page cache after. */
 #ifndef NPU_RUNTIME_NEURONS_H
 #define NPU_RUNTIME_NEURONS_H
 
@@ -46,6 +50,9 @@ struct npu_residency;
 npulm_status npu_residency_create(const struct npulm_model *model, struct npu_residency **out,
                                   npulm_error *err);
 void npu_residency_free(struct npu_residency *r); /* accepts NULL */
+
+/* The bytes the I/O threads' buffers take of a budget, for sparse data 'sp'. */
+uint64_t npu_residency_io_bytes(const struct npu_sparse *sp);
 
 /* The sites to let go of after each use (n_qsites flags, 1 = streamed). */
 const uint8_t *npu_residency_streamed(const struct npu_residency *r);
