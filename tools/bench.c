@@ -322,18 +322,15 @@ static void print_md_row(const struct model_desc *d, const struct result *r) {
   }
   if (r->memory.budget > 0) {
     const npulm_memory_stats *m = &r->memory;
-    const uint64_t lookups = m->hits + m->misses, kept = m->kept_hits + m->kept_misses;
+    const struct cli_memory_rates rates = cli_memory_rates(m);
     printf("  memory budget %.1f MiB: per token %.2f MiB of neurons (%.2f MiB moved, %s) and %.2f "
            "MiB of streamed weights from storage, neurons at %.0f MiB/s; neuron bytes from memory "
            "%.1f%%, gate "
            "hit rate %.1f%%, up/down hit rate %.1f%%\n",
            (double)m->budget / 1048576.0, (double)m->bytes_read / 1048576.0 / tokens,
            (double)m->storage_bytes / 1048576.0 / tokens, m->direct_io ? "direct" : "buffered",
-           (double)m->streamed_read / 1048576.0 / tokens,
-           m->read_s > 0 ? (double)m->storage_bytes / 1048576.0 / m->read_s : 0.0,
-           m->bytes_used > 0 ? 100.0 * (1.0 - (double)m->bytes_read / (double)m->bytes_used) : 0.0,
-           lookups > 0 ? 100.0 * (double)m->hits / (double)lookups : 0.0,
-           kept > 0 ? 100.0 * (double)m->kept_hits / (double)kept : 0.0);
+           (double)m->streamed_read / 1048576.0 / tokens, rates.read_mib_s, rates.from_memory,
+           rates.gate_hits, rates.pair_hits);
   }
   fflush(stdout);
 }

@@ -334,3 +334,15 @@ double cli_now(void) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+static double percent_of(uint64_t part, uint64_t whole) {
+  return whole > 0 ? 100.0 * (double)part / (double)whole : 0.0;
+}
+
+struct cli_memory_rates cli_memory_rates(const npulm_memory_stats *m) {
+  return (struct cli_memory_rates){
+      .from_memory = m->bytes_used > 0 ? 100.0 - percent_of(m->bytes_read, m->bytes_used) : 0.0,
+      .gate_hits = percent_of(m->hits, m->hits + m->misses),
+      .pair_hits = percent_of(m->kept_hits, m->kept_hits + m->kept_misses),
+      .read_mib_s = m->read_s > 0 ? (double)m->storage_bytes / 1048576.0 / m->read_s : 0.0};
+}

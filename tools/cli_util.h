@@ -156,4 +156,12 @@ void cli_progress(void *user, const char *phase, const char *unit, uint64_t done
 /* Monotonic clock in seconds. */
 double cli_now(void);
 
+/* What a session under a memory budget got from memory, as run -v and bench print it: the share
+ * of the neuron bytes decode used that came from memory, the hit rates of the gate rows' and of
+ * the up/down pairs' lookups (percent, 0 without any), and the neurons' read rate (MiB/s). */
+struct cli_memory_rates {
+  double from_memory, gate_hits, pair_hits, read_mib_s;
+};
+struct cli_memory_rates cli_memory_rates(const npulm_memory_stats *m);
+
 #endif /* NPULM_TOOLS_CLI_UTIL_H */

@@ -277,7 +277,7 @@ static void print_memory_stats(const npulm_session *session, long long steps) {
   npulm_session_memory_stats(session, &m);
   if (m.budget == 0) return;
   const double mib = 1024.0 * 1024.0, per = steps > 0 ? (double)steps : 1.0;
-  const uint64_t lookups = m.hits + m.misses, kept = m.kept_hits + m.kept_misses;
+  const struct cli_memory_rates rates = cli_memory_rates(&m);
   fprintf(
       stderr,
       "memory: budget %.1f MiB: %.1f MiB of weights held, %.1f MiB streamed, neuron cache "
@@ -289,11 +289,8 @@ static void print_memory_stats(const npulm_session *session, long long steps) {
       (double)m.hot_bytes / mib, (double)m.cache_bytes / mib, (double)m.scratch_bytes / mib,
       (double)peak_rss() / mib, (double)m.bytes_read / mib / per,
       (double)m.storage_bytes / mib / per, m.direct_io ? "direct" : "buffered",
-      (double)m.streamed_read / mib / per,
-      m.read_s > 0 ? (double)m.storage_bytes / mib / m.read_s : 0.0, m.read_s, m.io_wait_s,
-      m.bytes_used > 0 ? 100.0 * (1.0 - (double)m.bytes_read / (double)m.bytes_used) : 0.0,
-      lookups > 0 ? 100.0 * (double)m.hits / (double)lookups : 0.0,
-      kept > 0 ? 100.0 * (double)m.kept_hits / (double)kept : 0.0);
+      (double)m.streamed_read / mib / per, rates.read_mib_s, m.read_s, m.io_wait_s,
+      rates.from_memory, rates.gate_hits, rates.pair_hits);
 }
 
 /* ---- run ------------------------------------------------------------------------------------ */

@@ -87,7 +87,7 @@ struct npu_residency {
   /* the I/O threads: each takes the next run of the reads posted (guarded by lock) */
   int fd;       /* the file, opened again with O_DIRECT where it allows, else its mapping's */
   bool direct;  /* fd bypasses the page cache */
-  size_t align; /* of a read's offset and length: O_DIRECT's block size, else a page */
+  size_t align; /* of a direct read's offset and length: O_DIRECT's block size (else 1) */
   size_t span;  /* the longest run */
   size_t bounce_bytes;
   uint8_t *bounce[IO_THREADS]; /* each thread's aligned buffer (the first: fill_resident's too) */
@@ -169,6 +169,12 @@ static bool read_span(const struct npu_residency *r, uint8_t *buf, uint64_t lo, 
   return true;
 }
 
+/* Where part p (1 up row, 2 down column; 0 gate row) of the neuron in slot s of 'pool' goes. */
+static int8_t *slot_part(const struct npu_residency *r, const struct slot_pool *pool, int32_t s,
+                         int p) {
+  return pool->mem + (size_t)s * pool->stride + (p == 0 ? 0 : (size_t)(p - 1) * r->kp);
+}
+
 /* Read run 'run''s neurons into their slots through 'bounce'; the bytes moved go to *moved.
  * Direct: the file's span from the first row of the run to its last, widened to r->align, in
  * one request (on storage that is bound by requests, not bytes, the rows between cost less than
@@ -187,11 +193,9 @@ static bool read_run(const struct npu_residency *r, const struct read_run *run, 
     *moved += hi - lo;
     for (int32_t m = 0; m < run->count; m++) {
       const uint64_t gate = gate_offset(r, run->layer, ids[m]);
-      for (int p = run->first_part; p < run->first_part + run->n_parts; p++) {
-        const size_t in_slot = p == 0 ? 0 : (size_t)(p - 1) * r->kp;
-        memcpy(pool->mem + (size_t)slots[m] * pool->stride + in_slot,
-               bounce + (gate + (uint64_t)p * r->part - lo), r->kp);
-      }
+      for (int p = run->first_part; p < run->first_part + run->n_parts; p++)
+        memcpy(slot_part(r, pool, slots[m], p), bounce + (gate + (uint64_t)p * r->part - lo),
+               r->kp);
     }
     return true;
   }
@@ -201,11 +205,8 @@ static bool read_run(const struct npu_residency *r, const struct read_run *run, 
     if (!read_span(r, bounce, lo, lo + len, lo + len)) return false;
     (void)posix_fadvise(r->fd, (off_t)lo, (off_t)len, POSIX_FADV_DONTNEED);
     *moved += len;
-    const size_t in_slot = p == 0 ? 0 : (size_t)(p - 1) * r->kp;
-    for (int32_t m = 0; m < run->count; m++) {
-      memcpy(pool->mem + (size_t)slots[m] * pool->stride + in_slot, bounce + (size_t)m * r->kp,
-             r->kp);
-    }
+    for (int32_t m = 0; m < run->count; m++)
+      memcpy(slot_part(r, pool, slots[m], p), bounce + (size_t)m * r->kp, r->kp);
   }
   return true;
 }
