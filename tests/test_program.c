@@ -851,7 +851,9 @@ static void test_hostile_version_and_keys(void **state) {
   assert_int_equal(open_bytes(&im, im.data, im.size, &err), NPULM_OK);
 
   size_t v = value_at(&im, "npulm.program.version");
-  expect_patch(&im, "version 10", v, 10, NPULM_ERR_UNSUPPORTED, "version 10");
+  expect_patch(&im, "version 11", v, 11, NPULM_ERR_UNSUPPORTED, "version 11");
+  expect_patch(&im, "version 9", v, 9, NPULM_ERR_UNSUPPORTED, "recompile");
+  expect_patch(&im, "version 8", v, 8, NPULM_ERR_UNSUPPORTED, "recompile");
   expect_patch(&im, "version 7", v, 7, NPULM_ERR_UNSUPPORTED, "recompile");
   expect_patch(&im, "version 6", v, 6, NPULM_ERR_UNSUPPORTED, "recompile");
   expect_patch(&im, "version 5", v, 5, NPULM_ERR_UNSUPPORTED, "recompile");

@@ -22,6 +22,7 @@
 #include "kernels/npu/fixedpoint.h"
 #include "model/model.h"
 #include "npulm.h"
+#include "program/sparse_data.h"
 #include "runtime/neurons.h"
 #include "runtime/session_internal.h"
 
@@ -215,6 +216,32 @@ static void test_round_trip(void **state) {
   (void)state;
   round_trip(0);
   round_trip(16);
+}
+
+/* A layer's places: a permutation that puts the most kept first, ties in index order (the file's
+ * layout, program/sparse_data.h), on counts with many ties and an awkward size. */
+static void test_places(void **state) {
+  (void)state;
+  enum { N = 1377 };
+  uint32_t freq[N];
+  int32_t place[N], at[N];
+  uint64_t rng = 7;
+  for (int32_t j = 0; j < N; j++) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    freq[j] = (uint32_t)(rng >> 58); /* 0..63: ties */
+    at[j] = -1;
+  }
+  freq[5] = UINT32_MAX;
+  assert_true(npu_sparse_places(freq, N, place));
+  for (int32_t j = 0; j < N; j++) {
+    assert_true(place[j] >= 0 && place[j] < N && at[place[j]] < 0);
+    at[place[j]] = j;
+  }
+  assert_int_equal(at[0], 5);
+  for (int32_t p = 1; p < N; p++) {
+    const uint32_t f0 = freq[at[p - 1]], f1 = freq[at[p]];
+    assert_true(f0 > f1 || (f0 == f1 && at[p - 1] < at[p]));
+  }
 }
 
 /* The resident set now and at its peak (VmRSS, VmHWM), in bytes. */
@@ -475,6 +502,7 @@ int main(void) {
       cmocka_unit_test(test_predict_equals_masked_dense),
       cmocka_unit_test(test_level_zero_is_dense),
       cmocka_unit_test(test_round_trip),
+      cmocka_unit_test(test_places),
       cmocka_unit_test(test_memory_budget),
       cmocka_unit_test(test_file_written_in_use),
       cmocka_unit_test(test_errors),

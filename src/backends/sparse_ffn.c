@@ -53,10 +53,13 @@ struct npu_sparse_run {
 static size_t resident_get(void *user, int32_t layer, enum npu_bundle_parts parts, int32_t *ids,
                            size_t n, const int8_t **gates, size_t *n_given) {
   const struct npu_sparse *sp = user;
+  const struct npu_sparse_layer *ly = &sp->layers[layer];
   const size_t kp = (size_t)sp->kp;
-  const int8_t *base =
-      sp->layers[layer].bundles + (parts == NPU_BUNDLE_REST ? npu_sparse_part(kp) : 0);
-  for (size_t i = 0; i < n; i++) gates[i] = base + npu_sparse_gate_at(kp, ids[i]);
+  for (size_t i = 0; i < n; i++) {
+    const int32_t at = ly->place[ids[i]];
+    gates[i] = ly->bundles + (parts == NPU_BUNDLE_REST ? npu_sparse_pair_at(kp, ly->n_ff, at)
+                                                       : npu_sparse_gate_at(kp, at));
+  }
   *n_given = n;
   return n;
 }
@@ -176,8 +179,7 @@ npulm_status npu_sparse_run_create(const struct npu_program *p, enum npu_sparse_
   r->n_layers = sp->n_layers;
   r->dim = sp->dim;
   r->n_ff = sp->layers[0].n_ff;
-  r->source =
-      (struct npu_bundle_source){(void *)sp, resident_get, NULL, npu_sparse_part((size_t)sp->kp)};
+  r->source = (struct npu_bundle_source){(void *)sp, resident_get, NULL};
   for (int32_t l = 0; l < sp->n_layers; l++) {
     if (sp->layers[l].rank > r->max_rank) r->max_rank = sp->layers[l].rank;
   }
@@ -381,7 +383,7 @@ void npu_sparse_ffn_exec(struct npu_sparse_run *r, const struct npu_graph *g, in
    * others are read), up rows' dots; requantized as the dense GEMMs do, SiLU, product; down:
    * each task's sums over its share of the kept */
   const struct npu_qsite *gs = lr->sites.gate, *us = lr->sites.up;
-  const size_t part = r->source.part;
+  const size_t kp = (size_t)r->prog->sparse->kp; /* from an up row to its down column */
   memset(r->down_acc, 0, loop.tasks * dim * sizeof(int32_t));
   size_t n_kept = 0;
   for (size_t done = 0; done < n_cand;) {
@@ -404,7 +406,7 @@ void npu_sparse_ffn_exec(struct npu_sparse_run *r, const struct npu_graph *g, in
       r->gate_q[i] =
           npu_requantize_s8(r->gate_acc[j], gs->mult[j], gs->shift[j], gs->gemm.y_zero_point);
       r->up_ptr[i] = r->down_ptr[i];
-      r->down_ptr[i] += part;
+      r->down_ptr[i] += kp;
     }
     loop.first = 0;
     run_loop(&loop, pool, 2, n_ready);

@@ -29,18 +29,16 @@ enum npu_bundle_parts { NPU_BUNDLE_GATE, NPU_BUNDLE_GATE_NEXT, NPU_BUNDLE_REST }
 /* Where the neurons' weights are (the program's resident data by default; a neuron cache under a
  * memory budget). 'get' takes the first *n_given of 'ids' (all of them for NPU_BUNDLE_REST, for
  * which 'ids' are some of the round's) and sets gates[i] to where neuron ids[i]'s gate row of
- * layer 'layer' is or will be (for NPU_BUNDLE_REST: its up row, its down column 'part' bytes
- * further),
- * reordering 'ids' so that those whose 'parts' are already in memory come first, then the others
- * it took, then those left for the next round; it returns the number of the first. The others
- * taken are being read, and are there once 'wait' returns (NULL: all are always there). What a
- * round got stays until the next gate get. */
+ * layer 'layer' is or will be (for NPU_BUNDLE_REST: its up row, followed by its down column,
+ * kp bytes each: program/sparse_data.h), reordering 'ids' so that those whose 'parts' are already
+ * in memory come first, then the others it took, then those left for the next round; it returns the
+ * number of the first. The others taken are being read, and are there once 'wait' returns (NULL:
+ * all are always there). What a round got stays until the next gate get. */
 struct npu_bundle_source {
   void *user;
   size_t (*get)(void *user, int32_t layer, enum npu_bundle_parts parts, int32_t *ids, size_t n,
                 const int8_t **gates, size_t *n_given);
   void (*wait)(void *user);
-  size_t part;
 };
 
 /* Counts over the sparse steps run (one per layer and decode step). */

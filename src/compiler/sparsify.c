@@ -118,28 +118,32 @@ struct layer_build {
   int32_t *gate_bias; /* (n_ff) the gate's bias as the dense GEMM adds it */
 };
 
-/* The bundles of one layer, and each neuron's gate and up bias. */
+/* The bundles of one layer, neuron j in place j (place_by_heat moves them once calibration has
+ * counted them), and each neuron's gate and up bias. */
 static bool make_bundles(const struct layer_build *b, struct npu_sparse_layer *ly) {
-  const size_t dim = b->dim, n_ff = b->n_ff, kp = b->kp, part = npu_sparse_part(kp);
-  const size_t bytes = (size_t)npu_sparse_padded((int32_t)n_ff) * 3 * kp;
+  const size_t dim = b->dim, n_ff = b->n_ff, kp = b->kp;
+  const size_t bytes = n_ff * 3 * kp;
   int8_t *down_row = malloc(n_ff);
   ly->bundles = alloc64(bytes);
   ly->bias = malloc(2 * n_ff * sizeof(int32_t));
-  if (down_row == NULL || ly->bundles == NULL || ly->bias == NULL) {
+  ly->place = malloc(n_ff * sizeof(int32_t));
+  if (down_row == NULL || ly->bundles == NULL || ly->bias == NULL || ly->place == NULL) {
     free(down_row);
     return false;
   }
   memset(ly->bundles, 0, bytes);
   const struct npu_qsite *gate = b->sites->gate, *up = b->sites->up, *down = b->sites->down;
   for (size_t j = 0; j < n_ff; j++) {
-    int8_t *bj = ly->bundles + npu_sparse_gate_at(kp, (int32_t)j);
-    npu_qs8_gemm_unpack_row(dim, gate->packed, j, 0, dim, bj);
-    npu_qs8_gemm_unpack_row(dim, up->packed, j, 0, dim, bj + part);
+    ly->place[j] = (int32_t)j;
+    int8_t *gj = ly->bundles + npu_sparse_gate_at(kp, (int32_t)j);
+    int8_t *uj = ly->bundles + npu_sparse_pair_at(kp, (int32_t)n_ff, (int32_t)j);
+    npu_qs8_gemm_unpack_row(dim, gate->packed, j, 0, dim, gj);
+    npu_qs8_gemm_unpack_row(dim, up->packed, j, 0, dim, uj);
     b->gate_bias[j] = npu_qs8_gemm_bias(dim, gate->packed, j);
     /* the input's zero point folded in: bias - zx sum w, within int32 (|bias| <= 2^30, |zx sum
      * w| <= 128 * 32768 * 127) */
     int64_t sum_gate = 0, sum_up = 0;
-    for (size_t c = 0; c < dim; c++) sum_gate += bj[c], sum_up += bj[part + c];
+    for (size_t c = 0; c < dim; c++) sum_gate += gj[c], sum_up += uj[c];
     ly->bias[2 * j] = (int32_t)(b->gate_bias[j] - (int64_t)b->zx * sum_gate);
     ly->bias[2 * j + 1] =
         (int32_t)(npu_qs8_gemm_bias(dim, up->packed, j) - (int64_t)b->zx * sum_up);
@@ -147,9 +151,29 @@ static bool make_bundles(const struct layer_build *b, struct npu_sparse_layer *l
   for (size_t c = 0; c < dim; c++) {
     npu_qs8_gemm_unpack_row(n_ff, down->packed, c, 0, n_ff, down_row);
     for (size_t j = 0; j < n_ff; j++)
-      ly->bundles[npu_sparse_gate_at(kp, (int32_t)j) + 2 * part + c] = down_row[j];
+      ly->bundles[npu_sparse_pair_at(kp, (int32_t)n_ff, (int32_t)j) + kp + c] = down_row[j];
   }
   free(down_row);
+  return true;
+}
+
+/* The bundles moved from index order to the places of the kept counts (npu_sparse_places). */
+static bool place_by_heat(const struct layer_build *b, struct npu_sparse_layer *ly) {
+  const size_t n_ff = b->n_ff, kp = b->kp;
+  int8_t *moved = alloc64(n_ff * 3 * kp);
+  if (moved == NULL || !npu_sparse_places(ly->freq, (int32_t)n_ff, ly->place)) {
+    free(moved);
+    return false;
+  }
+  for (size_t j = 0; j < n_ff; j++) {
+    const int32_t at = ly->place[j], n = (int32_t)n_ff;
+    memcpy(moved + npu_sparse_gate_at(kp, at), ly->bundles + npu_sparse_gate_at(kp, (int32_t)j),
+           kp);
+    memcpy(moved + npu_sparse_pair_at(kp, n, at),
+           ly->bundles + npu_sparse_pair_at(kp, n, (int32_t)j), 2 * kp);
+  }
+  free(ly->bundles);
+  ly->bundles = moved;
   return true;
 }
 
@@ -434,7 +458,7 @@ npulm_status npu_sparse_build(struct npu_program *p, const struct npu_config *cf
       /* a gate accumulator times it is the value in the gate's steps */
       b.step[j] = npu_multiplier_real(sites.gate->mult[j], sites.gate->shift[j]);
     if (!make_bundles(&b, ly) || !exact_values(&b, ly) || !make_predictor(&b, ly) ||
-        !make_thresholds(&b, ly, level, recall)) {
+        !make_thresholds(&b, ly, level, recall) || !place_by_heat(&b, ly)) {
       st = npu_fail(err, NPULM_ERR_NOMEM,
                     "cannot build layer %d's sparse decode data (out of memory, or a predictor "
                     "weight beyond the int8 GEMM's range)",

@@ -9,7 +9,7 @@
 #include "io/gguf.h"
 #include "program/program.h"
 
-#define NPU_PROGRAM_VERSION 9 /* 'npulm.program.version' this build writes and reads */
+#define NPU_PROGRAM_VERSION 10 /* 'npulm.program.version' this build writes and reads */
 #define NPU_PROGRAM_CHECKSUMS "npulm.checksums" /* their key (gguf_checksum.h) */
 
 /* Whether 'g' is a program file: '*is_program' is set when it has 'npulm.program.version'. A

@@ -6,11 +6,10 @@
  * tried) npulm.sparse.layers    i32[12 * n_layers]: per layer n_ff, rank, kp, cand_hi, cand_lo_a,
  *                                cand_lo_b, hi, lo_a, lo_b, keep, cand, recall (the last six
  *                                f32 bits)
- *   tensors per layer L:   npulm.sparse.L.bundles I8 [kp, 3 n_ff padded to clusters of 16]
- *                          (program/sparse_data.h's layout); .pred_b, .pred_a I8 packed;
- *                          .mult, .shift I32 [rank + n_ff] (these four absent at rank 0: no
- *                          predictor); .bias I32 [2 n_ff]; .freq I32 [n_ff]
- * Input-sparse decode (sparse_data.h, npu_input_sparse), optional:
+ *   tensors per layer L:   npulm.sparse.L.bundles I8 [kp, 3 n_ff] (program/sparse_data.h's
+ *                          layout: neurons in the places their .freq gives); .pred_b, .pred_a I8
+ * packed; .mult, .shift I32 [rank + n_ff] (these four absent at rank 0: no predictor); .bias I32 [2
+ * n_ff]; .freq I32 [n_ff] Input-sparse decode (sparse_data.h, npu_input_sparse), optional:
  *   npulm.sparse_input.level   f32   the share of each sparsified matmul's input channels skipped
  *                                    on the calibration text, in (0, 1)
  *   npulm.sparse_input.auto    f32[4], optional: --sparsity auto's decode perplexity over dense's
@@ -62,9 +61,7 @@ static void layer_arrays(const struct npu_sparse *s, int32_t l, struct file_arra
   const struct npu_sparse_layer *ly = &s->layers[l];
   const uint64_t n_ff = (uint64_t)ly->n_ff, r = (uint64_t)ly->rank;
   const bool pred = r > 0;
-  a[0] = (struct file_array){
-      "bundles", GGML_I8, ly->bundles, (uint64_t)s->kp, 3 * (uint64_t)npu_sparse_padded(ly->n_ff),
-      1};
+  a[0] = (struct file_array){"bundles", GGML_I8, ly->bundles, (uint64_t)s->kp, 3 * n_ff, 1};
   a[1] = (struct file_array){
       "pred_b", GGML_I8, ly->pred_b, pred ? npu_qs8_gemm_packed_size(r, (size_t)s->dim) : 0, 0, 1};
   a[2] = (struct file_array){
@@ -201,8 +198,9 @@ static npulm_status load_layer(const struct npu_gguf *g, const struct npu_config
   ly->shift = n_pred > 0 ? malloc(n_pred * sizeof(int32_t)) : NULL;
   ly->bias = malloc(2 * n_ff * sizeof(int32_t));
   ly->freq = malloc(n_ff * sizeof(uint32_t));
+  ly->place = malloc(n_ff * sizeof(int32_t));
   if ((n_pred > 0 && (ly->mult == NULL || ly->shift == NULL)) || ly->bias == NULL ||
-      ly->freq == NULL) {
+      ly->freq == NULL || ly->place == NULL) {
     return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
   }
   if (n_pred > 0) {
@@ -211,6 +209,8 @@ static npulm_status load_layer(const struct npu_gguf *g, const struct npu_config
   }
   memcpy(ly->bias, data[5], 2 * n_ff * sizeof(int32_t));
   memcpy(ly->freq, data[6], n_ff * sizeof(uint32_t));
+  if (!npu_sparse_places(ly->freq, ly->n_ff, ly->place))
+    return npu_fail(err, NPULM_ERR_NOMEM, "out of memory");
   for (size_t i = 0; i < n_pred; i++) {
     if (ly->mult[i] < 0 || ly->shift[i] < -31 || ly->shift[i] > 30) {
       return npu_fail(err, NPULM_ERR_FORMAT,

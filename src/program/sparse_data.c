@@ -37,7 +37,23 @@ npulm_status npu_sparse_sites_of(const struct npu_program *p, int32_t layer,
 }
 
 uint64_t npu_sparse_bundle_bytes(const struct npu_sparse *s, int32_t layer) {
-  return (uint64_t)npu_sparse_padded(s->layers[layer].n_ff) * 3 * (uint64_t)s->kp;
+  return (uint64_t)s->layers[layer].n_ff * 3 * (uint64_t)s->kp;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+bool npu_sparse_places(const uint32_t *freq, int32_t n_ff, int32_t *place) {
+  /* each neuron's key: its count inverted (most kept first) above its index */
+  uint64_t *key = malloc((size_t)n_ff * sizeof(uint64_t));
+  if (key == NULL) return false;
+  for (int32_t j = 0; j < n_ff; j++) key[j] = (uint64_t)(UINT32_MAX - freq[j]) << 32 | (uint32_t)j;
+  qsort(key, (size_t)n_ff, sizeof(uint64_t), cmp_u64);
+  for (int32_t p = 0; p < n_ff; p++) place[(uint32_t)key[p]] = p;
+  free(key);
+  return true;
 }
 
 uint64_t npu_sparse_predictor_bytes(const struct npu_sparse *s, int32_t layer) {
@@ -152,6 +168,7 @@ void npu_sparse_free(struct npu_sparse *s) {
     free(ly->shift);
     free(ly->bias);
     free(ly->freq);
+    free(ly->place);
   }
   free(s->layers);
   npu_pages_free(s->arena, s->arena_size);

@@ -39,9 +39,10 @@ struct npu_sparse_layer {
   /* calibration figures, for inspect: the share of neurons the thresholds keep, of candidates,
    * and the candidates' recall (kept |SiLU| mass covered) */
   float keep, cand, recall;
-  /* the neurons' gate rows, up rows and down columns in clusters (npu_sparse_gate_at): int8,
-   * zero-padded from dim to kp = npu_bundle_kp(dim), n_ff padded to whole clusters with zeros */
+  /* the neurons' gate rows, up rows and down columns (npu_sparse_gate_at, npu_sparse_pair_at):
+   * int8, zero-padded from dim to kp = npu_bundle_kp(dim) */
   int8_t *bundles;
+  int32_t *place; /* (n_ff) each neuron's place in 'bundles' (npu_sparse_places) */
   /* (2 n_ff) each neuron's gate and up bias as the dense GEMMs add them, less the FFN input's
    * zero point times the row's weight sum: bias + sum x w (qs8_rows_dot at zero point 0, its
    * fast path) is the dense GEMM's accumulator bias + sum (x - zx) w */
@@ -49,25 +50,21 @@ struct npu_sparse_layer {
   uint32_t *freq; /* (n_ff) how many calibration inputs kept each neuron: the hot ones first */
 };
 
-/* Neurons are stored in clusters of NPU_SPARSE_CLUSTER (the GEMMs' column block): a cluster's
- * gate rows one after another, then its up rows, then its down columns, each kp bytes. A step
- * reads the gate rows of its candidates as runs inside each cluster, then the up rows and down
- * columns of those it keeps; a cluster's three parts are 3 x 16 x kp bytes (48 KiB at dim 1024),
- * whole storage pages for a read of the file. */
-#define NPU_SPARSE_CLUSTER 16
-
-/* Where neuron j's gate row is in a layer's 'bundles' (rows of kp bytes); its up row is
- * npu_sparse_part(kp) bytes further, its down column twice that. */
-static inline size_t npu_sparse_gate_at(size_t kp, int32_t j) {
-  const size_t c = NPU_SPARSE_CLUSTER;
-  return (size_t)j / c * 3 * c * kp + (size_t)j % c * kp;
+/* A layer's bundles: the gate rows of its n_ff neurons (kp bytes each), then their pairs, each an
+ * up row followed by its down column (2 kp), both in the neurons' places: by calibration's kept
+ * count, most kept first (npu_sparse_places). A step reads the gate rows of its candidates, then
+ * the pairs of those the thresholds keep: under a memory budget the neurons not in memory are
+ * the least kept, whose parts lie together at the end of each half, and a kept neuron's pair is
+ * one read. */
+static inline size_t npu_sparse_gate_at(size_t kp, int32_t place) { return (size_t)place * kp; }
+static inline size_t npu_sparse_pair_at(size_t kp, int32_t n_ff, int32_t place) {
+  return ((size_t)n_ff + 2 * (size_t)place) * kp;
 }
-static inline size_t npu_sparse_part(size_t kp) { return NPU_SPARSE_CLUSTER * kp; }
 
-/* n_ff rounded up to whole clusters. */
-static inline int32_t npu_sparse_padded(int32_t n_ff) {
-  return (n_ff + NPU_SPARSE_CLUSTER - 1) / NPU_SPARSE_CLUSTER * NPU_SPARSE_CLUSTER;
-}
+/* The places of a layer's neurons by their kept counts 'freq' (n_ff): most kept first, ties in
+ * index order, into 'place' (n_ff); false if out of memory. The loader derives them as the
+ * compiler did, so that a file's layout follows from its checksummed counts. */
+bool npu_sparse_places(const uint32_t *freq, int32_t n_ff, int32_t *place);
 
 /* The levels --sparsity auto tries, largest first. */
 #define NPU_SPARSE_AUTO_LEVELS 4

@@ -22,9 +22,10 @@ enum {
   IO_THREADS = 4,   /* reads in flight */
   MAX_ALIGN = 4096, /* of a read's offset and length: the largest block size tried for O_DIRECT */
   /* a run takes in the next neuron if the bytes between are at most READ_GAP and the run stays
-   * within READ_SPAN: on this machine's storage (bench/RESULTS.md) a read costs about 100 us and
-   * a byte at 500 MB/s 2 ns, so 64 KiB between two reads cost less than a second read */
-  READ_GAP = 64 << 10,
+   * within READ_SPAN: on this machine's storage with IO_THREADS reads in flight (bench/RESULTS.md)
+   * a request costs about 22 us and a byte 0.94 ns, so up to 24 KiB between two reads cost less
+   * than a second request */
+  READ_GAP = 24 << 10,
   READ_SPAN = 128 << 10,
   LOOK_AHEAD = 8,   /* window slots a miss may take, from the clock hand */
   SCRATCH_MIN = 64, /* slots for a round's misses (4 clusters) */
@@ -35,13 +36,12 @@ enum {
 enum { HOT_SHARE_Q8 = 192 };
 
 /* A read of an I/O thread: some neurons of a layer into their slots (miss_id, miss_slot from
- * first_miss on, ascending), either their gate rows (part 0, into the gate pool) or their up rows
- * and down columns (parts 1 and 2, into the pair pool): the file's bytes [start, end), through
- * the rows between them. */
+ * first_miss on, in file order), either their gate rows (into the gate pool) or their pairs (into
+ * the pair pool): the file's bytes [start, end), through the parts between them. */
 struct read_run {
   uint64_t start, end;
   int32_t layer, first_miss, count;
-  int8_t first_part, n_parts;
+  bool gate;
 };
 
 /* Slots of one size: 'n_resident' held (for pairs: n_hot pinned, then the window), then a
@@ -67,7 +67,6 @@ struct npu_residency {
   const struct npu_gguf *file;
   const uint8_t *streamed; /* (n_qsites) the program's */
   size_t kp;               /* bytes of each of a neuron's three vectors */
-  size_t part; /* in the file, from a neuron's gate row to its up row (and on to its down) */
   int32_t n_layers, n_ff;
   struct slot_pool gates; /* gate rows, kp each */
   struct slot_pool pairs; /* up row and down column, 2 kp each */
@@ -81,6 +80,8 @@ struct npu_residency {
   int32_t *miss_id;   /* (n_ff) */
   int32_t n_miss;
   int32_t *pending;      /* (n_ff) a get's neurons not in memory */
+  int32_t *by_place;     /* (n_ff) neurons in file order (sort_by_place) */
+  int32_t *at_place;     /* (n_ff) sort_by_place's: the neuron at each place, or -1 */
   int32_t *left;         /* (n_ff) a round's candidates left for the next one */
   struct read_run *runs; /* (n_ff) */
   int32_t n_runs;
@@ -112,13 +113,12 @@ static _Noreturn void io_failed(const char *what) {
   abort();
 }
 
-/* The longest run: READ_SPAN, or a layer's bundles if smaller, or one pair's two parts if
- * longer. */
+/* The longest run: READ_SPAN, or a layer's bundles if smaller, or one pair if longer. */
 static size_t read_span_max(const struct npu_sparse *sp) {
-  const size_t part = npu_sparse_part((size_t)sp->kp);
+  const size_t pair = 2 * (size_t)sp->kp;
   size_t span = (size_t)npu_sparse_bundle_bytes(sp, 0);
   if (span > READ_SPAN) span = READ_SPAN;
-  return span > 2 * part ? span : 2 * part;
+  return span > pair ? span : pair;
 }
 
 uint64_t npu_residency_io_bytes(const struct npu_sparse *sp) {
@@ -150,10 +150,17 @@ static void open_reads(struct npu_residency *r, bool direct) {
 #endif
 }
 
-/* Where neuron j of layer l's gate row is in the file. */
-static uint64_t gate_offset(const struct npu_residency *r, int32_t l, int32_t j) {
-  const uint8_t *b = (const uint8_t *)r->sp->layers[l].bundles + npu_sparse_gate_at(r->kp, j);
-  return (uint64_t)(b - r->file->base);
+/* Where neuron j of layer l's gate row (gate) or pair is in the file. */
+static uint64_t part_offset(const struct npu_residency *r, int32_t l, int32_t j, bool gate) {
+  const struct npu_sparse_layer *ly = &r->sp->layers[l];
+  const int32_t at = ly->place[j];
+  const size_t off = gate ? npu_sparse_gate_at(r->kp, at) : npu_sparse_pair_at(r->kp, r->n_ff, at);
+  return (uint64_t)((const uint8_t *)ly->bundles + off - r->file->base);
+}
+
+/* Bytes of a gate row, or of a pair (as in the file: the up row, then the down column). */
+static size_t part_bytes(const struct npu_residency *r, bool gate) {
+  return gate ? r->kp : 2 * r->kp;
 }
 
 /* Read the file's bytes [lo, hi) into 'buf' (lo aligned for a direct read; a read past the
@@ -169,44 +176,26 @@ static bool read_span(const struct npu_residency *r, uint8_t *buf, uint64_t lo, 
   return true;
 }
 
-/* Where part p (1 up row, 2 down column; 0 gate row) of the neuron in slot s of 'pool' goes. */
-static int8_t *slot_part(const struct npu_residency *r, const struct slot_pool *pool, int32_t s,
-                         int p) {
-  return pool->mem + (size_t)s * pool->stride + (p == 0 ? 0 : (size_t)(p - 1) * r->kp);
-}
-
-/* Read run 'run''s neurons into their slots through 'bounce'; the bytes moved go to *moved.
- * Direct: the file's span from the first row of the run to its last, widened to r->align, in
- * one request (on storage that is bound by requests, not bytes, the rows between cost less than
- * a second request), each neuron's rows copied from it. Buffered: each part's rows (adjacent
- * neurons of one cluster: one range per part), their pages dropped from the page cache after,
- * so that reading them again comes from storage (the budget holds the cache too). */
+/* Read run 'run''s neurons into their slots through 'bounce'; the bytes moved go to *moved: the
+ * file's span from the run's first part to its last in one request (on storage bound by
+ * requests, not bytes, the parts between cost less than a second request), each neuron's part
+ * copied from it. Direct: the span widened to r->align. Buffered (a run of adjacent parts only),
+ * its pages dropped from the page cache after, so that reading them again comes from storage
+ * (the budget holds the cache too). */
 static bool read_run(const struct npu_residency *r, const struct read_run *run, uint8_t *bounce,
                      uint64_t *moved) {
-  const struct slot_pool *pool = run->first_part == 0 ? &r->gates : &r->pairs;
+  const struct slot_pool *pool = run->gate ? &r->gates : &r->pairs;
   const int32_t *slots = r->miss_slot + run->first_miss, *ids = r->miss_id + run->first_miss;
-  if (r->direct) {
-    const uint64_t lo = run->start / r->align * r->align;
-    const uint64_t hi = (run->end + r->align - 1) / r->align * r->align;
-    assert(hi - lo <= r->bounce_bytes);
-    if (!read_span(r, bounce, lo, hi, run->end)) return false;
-    *moved += hi - lo;
-    for (int32_t m = 0; m < run->count; m++) {
-      const uint64_t gate = gate_offset(r, run->layer, ids[m]);
-      for (int p = run->first_part; p < run->first_part + run->n_parts; p++)
-        memcpy(slot_part(r, pool, slots[m], p), bounce + (gate + (uint64_t)p * r->part - lo),
-               r->kp);
-    }
-    return true;
-  }
-  const uint64_t first = gate_offset(r, run->layer, ids[0]), len = (uint64_t)run->count * r->kp;
-  for (int p = run->first_part; p < run->first_part + run->n_parts; p++) {
-    const uint64_t lo = first + (uint64_t)p * r->part;
-    if (!read_span(r, bounce, lo, lo + len, lo + len)) return false;
-    (void)posix_fadvise(r->fd, (off_t)lo, (off_t)len, POSIX_FADV_DONTNEED);
-    *moved += len;
-    for (int32_t m = 0; m < run->count; m++)
-      memcpy(slot_part(r, pool, slots[m], p), bounce + (size_t)m * r->kp, r->kp);
+  const uint64_t lo = run->start / r->align * r->align;
+  const uint64_t hi = (run->end + r->align - 1) / r->align * r->align;
+  assert(hi - lo <= r->bounce_bytes);
+  if (!read_span(r, bounce, lo, hi, run->end)) return false;
+  if (!r->direct) (void)posix_fadvise(r->fd, (off_t)lo, (off_t)(hi - lo), POSIX_FADV_DONTNEED);
+  *moved += hi - lo;
+  const size_t size = part_bytes(r, run->gate);
+  for (int32_t m = 0; m < run->count; m++) {
+    const uint64_t at = part_offset(r, run->layer, ids[m], run->gate);
+    memcpy(pool->mem + (size_t)slots[m] * pool->stride, bounce + (at - lo), size);
   }
   return true;
 }
@@ -226,7 +215,7 @@ static void *io_thread(void *arg) {
     uint64_t moved = 0;
     if (!read_run(r, run, bounce, &moved)) io_failed("cannot read neuron bundles");
     pthread_mutex_lock(&r->lock);
-    r->stats.bytes_read += (uint64_t)run->count * (uint64_t)run->n_parts * r->kp;
+    r->stats.bytes_read += (uint64_t)run->count * part_bytes(r, run->gate);
     r->stats.storage_bytes += moved;
     if (++r->runs_done == r->batch) {
       r->stats.read_s += npu_now() - r->posted_at;
@@ -238,28 +227,53 @@ static void *io_thread(void *arg) {
   return NULL;
 }
 
-/* Queue the read of neuron j of 'layer' into slot s: its gate row (gate) or its up row and down
- * column; with the run before it if that is of the same layer and part and, direct, close enough
- * (READ_GAP, r->span), buffered, the neuron before in the same cluster (the misses come in
- * ascending order). */
+static int cmp_u64(const void *a, const void *b) {
+  const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Queue the read of neuron j of 'layer' into slot s: its gate row (gate) or its pair; with the
+ * run before it if that is of the same layer and part and, direct, close enough (READ_GAP,
+ * r->span), buffered, adjacent (reads are queued in file order). */
 static void queue_read(struct npu_residency *r, int32_t layer, int32_t j, int32_t s, bool gate) {
-  const int8_t first_part = gate ? 0 : 1, n_parts = gate ? 1 : 2;
   const int32_t m = r->n_miss++;
   r->miss_id[m] = j;
   r->miss_slot[m] = s;
-  const uint64_t at = gate_offset(r, layer, j);
-  const uint64_t start = at + (uint64_t)first_part * r->part;
-  const uint64_t end = at + (uint64_t)(first_part + n_parts - 1) * r->part + r->kp;
+  const uint64_t start = part_offset(r, layer, j, gate), end = start + part_bytes(r, gate);
   struct read_run *last = r->n_runs > 0 ? &r->runs[r->n_runs - 1] : NULL;
-  const bool joins = last != NULL && last->layer == layer && last->first_part == first_part &&
-                     (r->direct ? start >= last->start && start <= last->end + READ_GAP &&
-                                      end - last->start <= r->span
-                                : r->miss_id[m - 1] + 1 == j && j % NPU_SPARSE_CLUSTER != 0);
+  const bool joins = last != NULL && last->layer == layer && last->gate == gate &&
+                     start >= last->end && end - last->start <= r->span &&
+                     start - last->end <= (r->direct ? READ_GAP : 0);
   if (joins) {
     last->count++;
-    if (end > last->end) last->end = end;
+    last->end = end;
   } else {
-    r->runs[r->n_runs++] = (struct read_run){start, end, layer, m, 1, first_part, n_parts};
+    r->runs[r->n_runs++] = (struct read_run){start, end, layer, m, 1, gate};
+  }
+}
+
+/* The first n of 'ids', neurons of 'layer', into r->by_place in file order: places are a
+ * permutation, so a pass over them (n_ff steps, where a sort of a step's candidates cost a
+ * sixth of a decode step's time in memory). */
+static void sort_by_place(struct npu_residency *r, int32_t layer, const int32_t *ids, size_t n) {
+  const int32_t *place = r->sp->layers[layer].place;
+  for (size_t i = 0; i < n; i++) r->at_place[place[ids[i]]] = ids[i];
+  size_t k = 0;
+  for (int32_t p = 0; p < r->n_ff && k < n; p++) {
+    if (r->at_place[p] < 0) continue;
+    r->by_place[k++] = r->at_place[p];
+    r->at_place[p] = -1;
+  }
+}
+
+/* Queue the reads of the first n of 'ids' (slots taken) in file order. */
+static void queue_reads(struct npu_residency *r, int32_t layer, const int32_t *ids, size_t n,
+                        bool gate) {
+  const struct slot_pool *pool = gate ? &r->gates : &r->pairs;
+  sort_by_place(r, layer, ids, n);
+  for (size_t i = 0; i < n; i++) {
+    const int32_t j = r->by_place[i];
+    queue_read(r, layer, j, pool->slot_of[layer * r->n_ff + j], gate);
   }
 }
 
@@ -315,17 +329,8 @@ static void release_scratch(struct slot_pool *pool) {
   pool->scratch_used = 0;
 }
 
-static int cmp_i32(const void *a, const void *b) {
-  const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-  return (x > y) - (x < y);
-}
-
-static int cmp_u64(const void *a, const void *b) {
-  const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return (x > y) - (x < y);
-}
-
-/* A round of a layer step's candidates, as many as the scratches take: a candidate is taken if
+/* A round of a layer step's candidates (the first: all of them, put in file order, so that a
+ * round's misses lie together), as many as the scratches take: a candidate is taken if
  * its gate row is in memory or a gate scratch slot is free, and its pair is in memory or fewer
  * of the round's taken lack theirs than the pair scratch holds (so that get_rest has a slot for
  * every kept one). Those whose gate rows are in memory come first, then those whose gate rows
@@ -338,9 +343,11 @@ static size_t get_gates(struct npu_residency *r, int32_t layer, bool first_round
   release_scratch(pp);
   r->n_miss = r->n_runs = 0;
   const int32_t base = layer * r->n_ff;
-  if (first_round) { /* the histories move on by one step */
+  if (first_round) { /* the histories move on by one step; the rounds take the file's order */
     uint8_t *h = r->history + base;
     for (int32_t j = 0; j < r->n_ff; j++) h[j] = (uint8_t)(h[j] << 1);
+    sort_by_place(r, layer, ids, n);
+    memcpy(ids, r->by_place, n * sizeof(int32_t));
   }
   size_t n_hit = 0, n_read = 0, n_left = 0;
   int32_t pairs_room = pp->n_scratch;
@@ -362,9 +369,9 @@ static size_t get_gates(struct npu_residency *r, int32_t layer, bool first_round
     const int32_t s = gp->n_resident + gp->scratch_used++;
     gp->owner[s] = g;
     gp->slot_of[g] = s;
-    queue_read(r, layer, j, s, true);
     r->pending[n_read++] = j;
   }
+  queue_reads(r, layer, r->pending, n_read, true);
   memcpy(ids + n_hit, r->pending, n_read * sizeof(int32_t));
   memcpy(ids + n_hit + n_read, r->left, n_left * sizeof(int32_t));
   *n_given = n_hit + n_read;
@@ -393,15 +400,14 @@ static size_t get_rest(struct npu_residency *r, int32_t layer, int32_t *ids, siz
       r->pending[n_pending++] = j;
     }
   }
-  qsort(r->pending, n_pending, sizeof(int32_t), cmp_i32);
   for (size_t m = 0; m < n_pending; m++) {
     const int32_t j = r->pending[m], s = take_pair_slot(r, base + j);
     pp->owner[s] = base + j;
     pp->slot_of[base + j] = s;
     r->used[s] = r->n_rounds;
-    queue_read(r, layer, j, s, false);
     ids[n_ready + m] = j;
   }
+  queue_reads(r, layer, r->pending, n_pending, false);
   uint8_t *h = r->history + base;
   for (size_t i = 0; i < n; i++) {
     out[i] = pp->mem + (size_t)pp->slot_of[base + ids[i]] * pp->stride;
@@ -434,7 +440,7 @@ static void cache_wait(void *user) {
 }
 
 struct npu_bundle_source npu_residency_source(struct npu_residency *r) {
-  return (struct npu_bundle_source){r, cache_get, cache_wait, r->kp};
+  return (struct npu_bundle_source){r, cache_get, cache_wait};
 }
 
 const uint8_t *npu_residency_streamed(const struct npu_residency *r) { return r->streamed; }
@@ -474,6 +480,8 @@ void npu_residency_free(struct npu_residency *r) {
   free(r->miss_slot);
   free(r->miss_id);
   free(r->pending);
+  free(r->by_place);
+  free(r->at_place);
   free(r->left);
   free(r->runs);
   free(r);
@@ -550,13 +558,15 @@ static npulm_status fill_resident(struct npu_residency *r, const int32_t *reside
       const int32_t *rank = part == 0 ? resident_gate : resident_pair;
       struct slot_pool *pool = part == 0 ? &r->gates : &r->pairs;
       r->n_miss = r->n_runs = 0;
+      size_t n_held = 0;
       for (int32_t j = 0; j < r->n_ff; j++) {
         const int32_t g = l * r->n_ff + j, s = rank[g];
         if (s < 0) continue;
         pool->slot_of[g] = s;
         pool->owner[s] = g;
-        queue_read(r, l, j, s, part == 0);
+        r->pending[n_held++] = j;
       }
+      queue_reads(r, l, r->pending, n_held, part == 0);
       for (int32_t k = 0; k < r->n_runs; k++) {
         uint64_t moved = 0;
         if (!read_run(r, &r->runs[k], r->bounce[0], &moved))
@@ -639,7 +649,6 @@ npulm_status npu_residency_create(const struct npulm_model *m, struct npu_reside
   r->sp = p->sparse;
   r->file = m->gguf;
   r->kp = (size_t)r->sp->kp;
-  r->part = npu_sparse_part(r->kp);
   r->n_layers = r->sp->n_layers;
   r->n_ff = r->sp->layers[0].n_ff;
   open_reads(r, !m->buffered_io);
@@ -668,6 +677,9 @@ npulm_status npu_residency_create(const struct npulm_model *m, struct npu_reside
   r->miss_slot = malloc((size_t)r->n_ff * sizeof(int32_t));
   r->miss_id = malloc((size_t)r->n_ff * sizeof(int32_t));
   r->pending = malloc((size_t)r->n_ff * sizeof(int32_t));
+  r->by_place = malloc((size_t)r->n_ff * sizeof(int32_t));
+  r->at_place = malloc((size_t)r->n_ff * sizeof(int32_t));
+  for (int32_t p = 0; r->at_place != NULL && p < r->n_ff; p++) r->at_place[p] = -1;
   r->left = malloc((size_t)r->n_ff * sizeof(int32_t));
   r->runs = malloc((size_t)r->n_ff * sizeof(*r->runs));
   bool bounced = true;
@@ -676,7 +688,8 @@ npulm_status npu_residency_create(const struct npulm_model *m, struct npu_reside
     bounced = bounced && r->bounce[i] != NULL;
   }
   if (st == NPULM_OK && (r->history == NULL || r->miss_slot == NULL || r->miss_id == NULL ||
-                         r->pending == NULL || r->left == NULL || r->runs == NULL || !bounced)) {
+                         r->pending == NULL || r->by_place == NULL || r->at_place == NULL ||
+                         r->left == NULL || r->runs == NULL || !bounced)) {
     st = npu_fail(err, NPULM_ERR_NOMEM, "out of memory for the neuron cache");
   }
   /* the neuron cache: what is left beside the streamed weights in use (one used, the next one

@@ -26,12 +26,14 @@
  *   if it was kept more often itself (strictly), else a scratch slot;
  * - reads are two-phase (PowerInfer-2): a step's candidates that miss have their gate rows read
  *   first; of those the thresholds keep, the pairs that miss. Four I/O threads read them while
- *   the step computes with the neurons already in memory. By default with O_DIRECT (a second
- *   open of the file, where its file system allows: the page cache neither serves nor holds
- *   them), each request the span from one miss to the next ones of the same layer and part
- *   while the bytes between are at most 64 KiB and the span 128 KiB, widened to the block size;
- *   with npulm_open_params.buffered_io, one pread per part of adjacent neurons of a cluster,
- *   dropped from the page cache after. */
+ *   the step computes with the neurons already in memory. The file holds a layer's gate rows
+ *   together and its pairs together, each in calibration's order, most kept first
+ *   (program/sparse_data.h): the misses are the least kept, near each other at the end. By
+ *   default with O_DIRECT (a second open of the file, where its file system allows: the page
+ *   cache neither serves nor holds them), each request the span from one miss to the next ones
+ *   of the same layer and part while the bytes between are at most 24 KiB and the span 128 KiB,
+ *   widened to the block size; with npulm_open_params.buffered_io, one pread per run of adjacent
+ *   parts, dropped from the page cache after. */
 #ifndef NPU_RUNTIME_NEURONS_H
 #define NPU_RUNTIME_NEURONS_H
 

@@ -181,14 +181,14 @@ head -c 3000 "$npu" >"$tmp/trunc.npu"
 fails "inspect: program file cut in its metadata" "does not fit in the file" "$bin" inspect "$tmp/trunc.npu"
 head -c $(($(wc -c <"$npu") - 1000)) "$npu" >"$tmp/trunc.npu"
 fails "run: program file cut in its weights" "outside the" "$bin" run -m "$tmp/trunc.npu" -p x
-# a program file from a newer npulm: npulm.program.version = 10; from an older one: 8 (the
+# a program file from a newer npulm: npulm.program.version = 11; from an older one: 9 (the
 # version is checked before the checksums, so that an old or new file says what it is)
-cp "$npu" "$tmp/v10.npu"
-at=$(grep -obUa "npulm.program.version" "$tmp/v10.npu" | head -1 | cut -d: -f1)
-printf '\012' | dd of="$tmp/v10.npu" bs=1 seek=$((at + 21 + 4)) conv=notrunc 2>/dev/null
-fails "run: program file of a newer version" "version 10 is not supported" "$bin" run -m "$tmp/v10.npu" -p x
-printf '\010' | dd of="$tmp/v10.npu" bs=1 seek=$((at + 21 + 4)) conv=notrunc 2>/dev/null
-fails "run: program file of an older version" "version 8 is not supported.*recompile" "$bin" run -m "$tmp/v10.npu" -p x
+cp "$npu" "$tmp/vother.npu"
+at=$(grep -obUa "npulm.program.version" "$tmp/vother.npu" | head -1 | cut -d: -f1)
+printf '\013' | dd of="$tmp/vother.npu" bs=1 seek=$((at + 21 + 4)) conv=notrunc 2>/dev/null
+fails "run: program file of a newer version" "version 11 is not supported" "$bin" run -m "$tmp/vother.npu" -p x
+printf '\011' | dd of="$tmp/vother.npu" bs=1 seek=$((at + 21 + 4)) conv=notrunc 2>/dev/null
+fails "run: program file of an older version" "version 9 is not supported.*recompile" "$bin" run -m "$tmp/vother.npu" -p x
 usage_lists() { "$bin" --help | grep -q "^  compile" && "$bin" --help | grep -q "^  inspect"; }
 check "usage lists compile and inspect" usage_lists
 
